@@ -1,0 +1,1 @@
+//! smplab-guest (placeholder until its issue lands).

@@ -1,0 +1,1 @@
+//! smplab-lab (placeholder until its issue lands).

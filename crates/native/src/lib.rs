@@ -1,0 +1,1 @@
+//! smplab-native (placeholder until its issue lands).

@@ -1,0 +1,25 @@
+//! Process exit statuses shared by every `smplab` command, so scripts can tell
+//! failures apart. Documented in README.md; keep both in step.
+
+/// Success.
+pub const OK: i32 = 0;
+/// An unexpected internal error (a bug in smplab: please report it).
+pub const INTERNAL: i32 = 1;
+/// Bad input: malformed or invalid workload/spec file, bad command-line value.
+pub const BAD_INPUT: i32 = 2;
+/// /dev/kvm is missing or cannot be used.
+pub const KVM_UNAVAILABLE: i32 = 3;
+/// The kernel image is not a bootable ELF64 with a PVH entry point.
+pub const BAD_KERNEL: i32 = 4;
+/// A resource request the host cannot meet (more vCPUs than KVM allows, memory).
+pub const RESOURCE_LIMIT: i32 = 5;
+/// The guest crashed: triple fault, shutdown, emulation failure, guest exception.
+pub const GUEST_CRASH: i32 = 6;
+/// The run was still going at its timeout, or the guest watchdog fired.
+pub const TIMEOUT: i32 = 7;
+/// An external tool (QEMU, Chromium) is missing or failed.
+pub const EXTERNAL_TOOL: i32 = 8;
+/// The workload failed at run time (e.g. a thread could not be created or pinned).
+pub const RUN_FAILED: i32 = 9;
+/// Some points of a lab sweep failed; the others were stored.
+pub const PARTIAL: i32 = 10;

@@ -1,0 +1,241 @@
+//! The smplab result record: one JSON document per run, the same for every
+//! executor (native, vm, qemu, sim). Executor-specific detail lives in optional
+//! sections (`vmm`, `guest`, `sim`), each in its own module so the crate that
+//! fills a section owns its file.
+//!
+//! Compatibility rule: adding an optional field keeps [`SCHEMA_VERSION`];
+//! renaming or removing one, or changing a meaning, bumps it.
+
+pub mod exit;
+pub mod guest;
+pub mod histogram;
+pub mod host;
+pub mod sim;
+pub mod vmm;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub use histogram::LatencyHistogram;
+pub use host::HostFacts;
+
+/// Version of the record layout. Readers reject records with a newer major.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Which executor produced a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Executor {
+    Native,
+    Vm,
+    Qemu,
+    Sim,
+}
+
+impl Executor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Executor::Native => "native",
+            Executor::Vm => "vm",
+            Executor::Qemu => "qemu",
+            Executor::Sim => "sim",
+        }
+    }
+}
+
+impl std::fmt::Display for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum Outcome {
+    #[default]
+    Ok,
+    /// The run did not complete; `reason` says why in words a user can act on.
+    Failed { reason: String },
+}
+
+/// The workload that ran and the parameters it was instantiated with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct WorkloadInfo {
+    /// Built-in profile name or the file's workload name.
+    pub name: String,
+    /// Source: `builtin` or the path of the TOML file.
+    pub source: String,
+    /// The `n` the workload was instantiated with (`--threads`).
+    pub n: u32,
+    /// Total threads the instantiated program runs.
+    pub threads: u32,
+    /// Any other parameters (scale, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, serde_json::Value>,
+}
+
+/// Per-thread timing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ThreadTiming {
+    /// Thread group name.
+    pub group: String,
+    /// Index of the thread within its group.
+    pub index: u32,
+    /// Wall time from the thread's start to its end, in nanoseconds.
+    pub wall_ns: u64,
+    /// CPU time the thread consumed, in nanoseconds (guest: time it was running
+    /// on a vCPU, measured with rdtsc; sim: simulated running time).
+    pub cpu_ns: u64,
+}
+
+/// Timings of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Timing {
+    /// Wall time of the workload itself (first thread start to last thread end).
+    pub wall_ns: u64,
+    /// Wall time of the whole run including set-up (VM boot, ...), if different.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_ns: Option<u64>,
+    pub threads: Vec<ThreadTiming>,
+}
+
+/// Counters every executor fills.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Counters {
+    /// Executed operations by kind (`compute`, `compute_iters`, `touch`,
+    /// `touch_bytes`, `spin_lock`, `mutex_lock`, `barrier`, `push`, `pop`, `atomic`,
+    /// `sleep`, `yield`, `shootdown`). Must equal the program's static counts.
+    pub ops: BTreeMap<String, u64>,
+    /// Iterations spent in spin loops (spin locks, spinning barrier/mutex phases).
+    pub spin_iterations: u64,
+    /// Times a thread blocked (futex wait or guest wait).
+    pub blocks: u64,
+    /// Wake-ups issued to blocked threads.
+    pub wakeups: u64,
+    /// Voluntary context switches (native: getrusage; guest: its scheduler).
+    pub context_switches_voluntary: u64,
+    /// Involuntary context switches (preemptions).
+    pub context_switches_involuntary: u64,
+}
+
+/// One run of one workload on one executor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub schema_version: u32,
+    /// Version of smplab that produced the record.
+    pub smplab_version: String,
+    pub executor: Executor,
+    pub workload: WorkloadInfo,
+    /// Executor parameters as given (vcpus, sync, idle, pin, platform, ...).
+    #[serde(default)]
+    pub config: BTreeMap<String, serde_json::Value>,
+    pub host: HostFacts,
+    /// Seconds since the Unix epoch when the run started.
+    pub started_at_unix: u64,
+    pub outcome: Outcome,
+    pub timing: Timing,
+    pub counters: Counters,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmm: Option<vmm::VmmSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest: Option<guest::GuestSection>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sim: Option<sim::SimSection>,
+}
+
+/// Errors reading a record.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("not a smplab result record: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("result record has schema version {found}, this smplab reads up to {SCHEMA_VERSION}; upgrade smplab")]
+    TooNew { found: u32 },
+}
+
+impl RunRecord {
+    /// A fresh record for `executor`, with host facts read now.
+    pub fn new(executor: Executor, workload: WorkloadInfo) -> Self {
+        RunRecord {
+            schema_version: SCHEMA_VERSION,
+            smplab_version: env!("CARGO_PKG_VERSION").to_string(),
+            executor,
+            workload,
+            config: BTreeMap::new(),
+            host: HostFacts::detect(),
+            started_at_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            outcome: Outcome::Ok,
+            timing: Timing::default(),
+            counters: Counters::default(),
+            vmm: None,
+            guest: None,
+            sim: None,
+        }
+    }
+
+    /// Record a configuration parameter.
+    pub fn set_config(&mut self, key: &str, value: impl Into<serde_json::Value>) {
+        self.config.insert(key.to_string(), value.into());
+    }
+
+    pub fn to_json_pretty(&self) -> String {
+        // Serialization of plain data with string keys cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    pub fn from_json(text: &str) -> Result<Self, RecordError> {
+        let value: serde_json::Value = serde_json::from_str(text)?;
+        let found = value
+            .get("schema_version")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0) as u32;
+        if found > SCHEMA_VERSION {
+            return Err(RecordError::TooNew { found });
+        }
+        Ok(serde_json::from_value(value)?)
+    }
+
+    pub fn is_ok(&self) -> bool {
+        matches!(self.outcome, Outcome::Ok)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_through_json() {
+        let mut r = RunRecord::new(
+            Executor::Native,
+            WorkloadInfo {
+                name: "spinlock".into(),
+                source: "builtin".into(),
+                n: 2,
+                threads: 2,
+                params: BTreeMap::new(),
+            },
+        );
+        r.counters.ops.insert("spin_lock".into(), 42);
+        r.set_config("pin", "0,1");
+        let text = r.to_json_pretty();
+        let back = RunRecord::from_json(&text).expect("round trip");
+        assert_eq!(back, r);
+        assert!(text.contains("\"schema_version\": 1"));
+    }
+
+    #[test]
+    fn newer_schema_is_rejected_with_advice() {
+        let mut r = RunRecord::new(Executor::Sim, WorkloadInfo::default());
+        r.schema_version = SCHEMA_VERSION + 1;
+        let err = RunRecord::from_json(&r.to_json_line()).unwrap_err();
+        assert!(err.to_string().contains("upgrade smplab"));
+    }
+}

@@ -1,0 +1,32 @@
+//! The `sim` section: what the simulator reports beyond the common fields.
+//! Filled by `smplab-sim`.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Simulator outputs for one workload instance (one VM).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct SimSection {
+    /// Platform profile name.
+    pub platform: String,
+    /// Host scheduling policy.
+    pub policy: String,
+    pub seed: u64,
+    pub pcpus: u32,
+    pub vms: u32,
+    /// Which VM of the scenario this record describes (0-based).
+    pub vm_index: u32,
+    pub vcpus: u32,
+    /// Simulated exits by reason.
+    pub exits: BTreeMap<String, u64>,
+    /// Simulated time vCPUs spent spinning, idle, and runnable-but-preempted (steal).
+    pub spin_ns: u64,
+    pub idle_ns: u64,
+    pub steal_ns: u64,
+    /// Wall time of the same workload in the same model without virtualization.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_wall_ns: Option<u64>,
+    /// Events processed and host seconds the simulation took.
+    pub events: u64,
+    pub sim_host_seconds: f64,
+}

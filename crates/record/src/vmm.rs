@@ -1,0 +1,46 @@
+//! The `vmm` section: what smplab-vmm measured (exits, device latencies, locks,
+//! the I/O thread, KVM binary stats). Filled by `smplab-vmm`.
+
+use crate::LatencyHistogram;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// smplab-vmm's measurements for one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct VmmSection {
+    /// Device synchronization mode (`global`, `iothread`, `hybrid`, `fine`).
+    pub sync: String,
+    pub vcpus: u32,
+    /// Exits counted by the VMM, per vCPU, by reason (`io_in`, `io_out`, `mmio_read`,
+    /// `mmio_write`, `hlt`, `shutdown`, `intr`, ...).
+    pub exits_per_vcpu: Vec<BTreeMap<String, u64>>,
+    /// Exit-handling latency per `device/mode` key.
+    #[serde(default)]
+    pub exit_latency: BTreeMap<String, LatencyHistogram>,
+    /// Wait time for the global device lock (only in `global` mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_lock_wait: Option<LatencyHistogram>,
+    /// I/O thread statistics (only in `iothread` and `hybrid` modes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_thread: Option<IoThreadStats>,
+    /// KVM binary stats per vCPU (name -> value).
+    #[serde(default)]
+    pub kvm_vcpu_stats: Vec<BTreeMap<String, u64>>,
+    /// KVM binary stats for the VM.
+    #[serde(default)]
+    pub kvm_vm_stats: BTreeMap<String, u64>,
+    /// Reads from ports/addresses no device claims.
+    #[serde(default)]
+    pub unclaimed_accesses: u64,
+}
+
+/// The dedicated I/O thread's load.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct IoThreadStats {
+    pub requests: u64,
+    pub posted_writes: u64,
+    pub max_queue_depth: u64,
+    pub mean_queue_depth: f64,
+    /// Busy time / wall time of the I/O thread.
+    pub utilization: f64,
+}

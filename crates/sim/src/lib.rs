@@ -1,0 +1,1 @@
+//! smplab-sim (placeholder until its issue lands).

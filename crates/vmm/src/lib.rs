@@ -1,0 +1,1 @@
+//! smplab-vmm (placeholder until its issue lands).
