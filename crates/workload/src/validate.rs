@@ -1,0 +1,601 @@
+//! From text to [`Program`]: parse the TOML, evaluate counts, resolve names and
+//! check that the program can run to completion. Every error carries the file,
+//! line and column it is about.
+
+use crate::expr::{Count, Env};
+use crate::program::*;
+use crate::spec::*;
+use serde_spanned::Spanned;
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// A problem in a workload file, located.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    pub file: String,
+    pub line: usize,
+    pub col: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.line, self.col, self.message
+        )
+    }
+}
+
+/// Errors from loading a workload.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("{path}: cannot read workload file: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    /// One or more located problems; Display prints them one per line.
+    #[error("{}", .0.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<Diagnostic>),
+    #[error("no built-in workload named `{0}`; `smplab workloads` lists them, or pass a path to a .toml file")]
+    UnknownWorkload(String),
+    #[error("--threads must be at least 1")]
+    ZeroThreadParameter,
+    #[error("--scale must be a positive number, got {0}")]
+    BadScale(f64),
+}
+
+impl WorkloadError {
+    pub fn diagnostics(&self) -> &[Diagnostic] {
+        match self {
+            WorkloadError::Invalid(d) => d,
+            _ => &[],
+        }
+    }
+}
+
+/// Maps byte offsets to 1-based line and column (in characters).
+struct Locator<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl Locator<'_> {
+    fn at(&self, offset: usize, message: impl Into<String>) -> Diagnostic {
+        let offset = offset.min(self.text.len());
+        let before = &self.text[..floor_char_boundary(self.text, offset)];
+        let line = before.matches('\n').count() + 1;
+        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+        Diagnostic {
+            file: self.file.to_string(),
+            line,
+            col,
+            message: message.into(),
+        }
+    }
+
+    fn span(&self, span: Range<usize>, message: impl Into<String>) -> Diagnostic {
+        self.at(span.start, message)
+    }
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// Parse a workload file's text. `file` is used only in messages.
+pub fn parse(file: &str, text: &str) -> Result<WorkloadSpec, WorkloadError> {
+    let loc = Locator { file, text };
+    toml::from_str::<WorkloadSpec>(text).map_err(|e| {
+        let offset = e.span().map_or(0, |s| s.start);
+        let message = e
+            .message()
+            .replace("unknown variant", "unknown operation")
+            .replace(
+                "wrong number of keys",
+                "an operation is a table with exactly one key; wrong number of keys",
+            )
+            .trim()
+            .replace('\n', "; ");
+        WorkloadError::Invalid(vec![loc.at(offset, message)])
+    })
+}
+
+/// Instantiate and validate a parsed spec with thread parameter `n` and scale `s`.
+pub fn instantiate(
+    file: &str,
+    text: &str,
+    spec: &WorkloadSpec,
+    n: u32,
+    scale: f64,
+) -> Result<Program, WorkloadError> {
+    if n == 0 {
+        return Err(WorkloadError::ZeroThreadParameter);
+    }
+    if !(scale.is_finite() && scale > 0.0) {
+        return Err(WorkloadError::BadScale(scale));
+    }
+    let mut cx = Cx {
+        loc: Locator { file, text },
+        env: Env { n, s: scale },
+        spec,
+        diags: Vec::new(),
+    };
+    let program = cx.build();
+    if cx.diags.is_empty() {
+        cx.check_balance(&program);
+    }
+    if cx.diags.is_empty() {
+        Ok(program)
+    } else {
+        cx.diags.sort_by_key(|d| (d.line, d.col));
+        Err(WorkloadError::Invalid(cx.diags))
+    }
+}
+
+struct Cx<'a> {
+    loc: Locator<'a>,
+    env: Env,
+    spec: &'a WorkloadSpec,
+    diags: Vec<Diagnostic>,
+}
+
+/// Which table a name lives in, for "is a mutex, not a spin lock" hints.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    SpinLock,
+    Mutex,
+    Barrier,
+    Queue,
+    Counter,
+    Buffer,
+}
+
+impl Kind {
+    fn noun(self) -> &'static str {
+        match self {
+            Kind::SpinLock => "spin lock",
+            Kind::Mutex => "mutex",
+            Kind::Barrier => "barrier",
+            Kind::Queue => "queue",
+            Kind::Counter => "counter",
+            Kind::Buffer => "buffer",
+        }
+    }
+    fn table(self) -> &'static str {
+        match self {
+            Kind::SpinLock => "spin_locks",
+            Kind::Mutex => "mutexes",
+            Kind::Barrier => "barriers",
+            Kind::Queue => "queues",
+            Kind::Counter => "counters",
+            Kind::Buffer => "buffers",
+        }
+    }
+}
+
+fn index_of<T>(map: &BTreeMap<String, T>, name: &str) -> Option<u32> {
+    map.keys().position(|k| k == name).map(|i| i as u32)
+}
+
+impl Cx<'_> {
+    fn count(&mut self, c: &Count, span: Range<usize>, what: &str) -> u64 {
+        match c.eval(self.env) {
+            Ok(v) => v,
+            Err(e) => {
+                self.diags.push(self.loc.span(span, format!("{what}: {e}")));
+                0
+            }
+        }
+    }
+
+    fn count_u32(&mut self, c: &Count, span: Range<usize>, what: &str) -> u32 {
+        let v = self.count(c, span.clone(), what);
+        u32::try_from(v).unwrap_or_else(|_| {
+            self.diags
+                .push(self.loc.span(span, format!("{what}: {v} is too large")));
+            0
+        })
+    }
+
+    fn lookup(&self, name: &str, kind: Kind) -> Option<Kind> {
+        let s = self.spec;
+        let has = |k: Kind| match k {
+            Kind::SpinLock => s.spin_locks.contains_key(name),
+            Kind::Mutex => s.mutexes.contains_key(name),
+            Kind::Barrier => s.barriers.contains_key(name),
+            Kind::Queue => s.queues.contains_key(name),
+            Kind::Counter => s.counters.contains_key(name),
+            Kind::Buffer => s.buffers.contains_key(name),
+        };
+        if has(kind) {
+            return Some(kind);
+        }
+        [
+            Kind::SpinLock,
+            Kind::Mutex,
+            Kind::Barrier,
+            Kind::Queue,
+            Kind::Counter,
+            Kind::Buffer,
+        ]
+        .into_iter()
+        .find(|&k| has(k))
+    }
+
+    fn resolve(&mut self, name: &Spanned<String>, kind: Kind) -> u32 {
+        let s = self.spec;
+        let found = match kind {
+            Kind::SpinLock => index_of(&s.spin_locks, name.get_ref()),
+            Kind::Mutex => index_of(&s.mutexes, name.get_ref()),
+            Kind::Barrier => index_of(&s.barriers, name.get_ref()),
+            Kind::Queue => index_of(&s.queues, name.get_ref()),
+            Kind::Counter => index_of(&s.counters, name.get_ref()),
+            Kind::Buffer => index_of(&s.buffers, name.get_ref()),
+        };
+        if let Some(i) = found {
+            return i;
+        }
+        let msg = match self.lookup(name.get_ref(), kind) {
+            Some(other) => format!(
+                "`{}` is a {}, not a {}",
+                name.get_ref(),
+                other.noun(),
+                kind.noun()
+            ),
+            None => format!(
+                "undefined {} `{}`; declare it under [{}.{}]",
+                kind.noun(),
+                name.get_ref(),
+                kind.table(),
+                name.get_ref()
+            ),
+        };
+        self.diags.push(self.loc.span(name.span(), msg));
+        0
+    }
+
+    fn build(&mut self) -> Program {
+        let spec = self.spec;
+        let spin_locks = spec
+            .spin_locks
+            .iter()
+            .map(|(name, l)| SpinLockDef {
+                name: name.clone(),
+                kind: l.get_ref().kind,
+                pause: l.get_ref().pause,
+            })
+            .collect();
+        let mutexes = spec
+            .mutexes
+            .iter()
+            .map(|(name, m)| MutexDef {
+                name: name.clone(),
+                spin_limit: m.get_ref().spin_limit,
+            })
+            .collect();
+        let mut barriers = Vec::new();
+        for (name, b) in &spec.barriers {
+            let parties = self.count_u32(&b.get_ref().parties, b.span(), "barrier parties");
+            if parties == 0 {
+                self.diags.push(self.loc.span(
+                    b.span(),
+                    format!("barrier `{name}` has 0 parties; it needs at least 1"),
+                ));
+            }
+            barriers.push(BarrierDef {
+                name: name.clone(),
+                parties,
+                wait: b.get_ref().wait,
+                spin_limit: b.get_ref().spin_limit,
+                pause: b.get_ref().pause,
+            });
+        }
+        let mut queues = Vec::new();
+        for (name, q) in &spec.queues {
+            let capacity = self.count_u32(&q.get_ref().capacity, q.span(), "queue capacity");
+            if capacity == 0 {
+                self.diags.push(self.loc.span(
+                    q.span(),
+                    format!("queue `{name}` has capacity 0; it needs at least 1"),
+                ));
+            }
+            queues.push(QueueDef {
+                name: name.clone(),
+                capacity,
+            });
+        }
+        let counters = spec
+            .counters
+            .keys()
+            .map(|name| CounterDef { name: name.clone() })
+            .collect();
+        let mut buffers = Vec::new();
+        for (name, b) in &spec.buffers {
+            let bytes = self.count(&b.get_ref().bytes, b.span(), "buffer bytes");
+            if bytes == 0 {
+                self.diags.push(
+                    self.loc
+                        .span(b.span(), format!("buffer `{name}` has 0 bytes")),
+                );
+            }
+            buffers.push(BufferDef {
+                name: name.clone(),
+                bytes,
+            });
+        }
+        if spec.groups.is_empty() {
+            self.diags.push(self.loc.at(
+                0,
+                "the workload has no thread groups; add at least one [[groups]] with threads and ops",
+            ));
+        }
+        let mut groups = Vec::new();
+        for g in &spec.groups {
+            let gs = g.get_ref();
+            let threads = self.count_u32(gs.threads.get_ref(), gs.threads.span(), "threads");
+            if threads == 0 {
+                self.diags.push(self.loc.span(
+                    gs.threads.span(),
+                    format!(
+                        "group `{}` has zero threads; a group needs at least one thread",
+                        gs.name
+                    ),
+                ));
+            }
+            let ops = self.ops(&gs.ops, &buffers);
+            self.check_locks(&gs.name, &gs.ops);
+            groups.push(Group {
+                name: gs.name.clone(),
+                threads,
+                ops,
+            });
+        }
+        Program {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            imitates: spec.imitates.clone(),
+            n: self.env.n,
+            scale: self.env.s,
+            spin_locks,
+            mutexes,
+            barriers,
+            queues,
+            counters,
+            buffers,
+            groups,
+        }
+    }
+
+    fn ops(&mut self, ops: &[Spanned<OpSpec>], buffers: &[BufferDef]) -> Vec<Op> {
+        ops.iter().map(|op| self.op(op, buffers)).collect()
+    }
+
+    fn op(&mut self, op: &Spanned<OpSpec>, buffers: &[BufferDef]) -> Op {
+        let span = op.span();
+        match op.get_ref() {
+            OpSpec::Compute(c) => Op::Compute {
+                iters: self.count(c.get_ref(), c.span(), "compute"),
+            },
+            OpSpec::Touch(t) => {
+                let bytes = self.count(&t.bytes, span.clone(), "touch bytes");
+                let stride = match &t.stride {
+                    Some(s) => self.count(s, span.clone(), "touch stride"),
+                    None => 64,
+                };
+                if stride == 0 {
+                    self.diags.push(
+                        self.loc
+                            .span(span.clone(), "touch stride must be at least 1"),
+                    );
+                }
+                let buffer = match &t.buffer {
+                    None => BufferRef::Private,
+                    Some(name) if name.get_ref() == "private" => BufferRef::Private,
+                    Some(name) => {
+                        let i = self.resolve(name, Kind::Buffer);
+                        if let Some(b) = buffers.get(i as usize) {
+                            if bytes > b.bytes {
+                                self.diags.push(self.loc.span(
+                                    span.clone(),
+                                    format!(
+                                        "touch of {bytes} bytes is larger than buffer `{}` ({} bytes)",
+                                        b.name, b.bytes
+                                    ),
+                                ));
+                            }
+                        }
+                        BufferRef::Shared(i)
+                    }
+                };
+                Op::Touch {
+                    buffer,
+                    bytes,
+                    stride: stride.max(1),
+                    write: t.write,
+                }
+            }
+            OpSpec::SpinLock(n) => Op::SpinLock(self.resolve(n, Kind::SpinLock)),
+            OpSpec::SpinUnlock(n) => Op::SpinUnlock(self.resolve(n, Kind::SpinLock)),
+            OpSpec::Lock(n) => Op::MutexLock(self.resolve(n, Kind::Mutex)),
+            OpSpec::Unlock(n) => Op::MutexUnlock(self.resolve(n, Kind::Mutex)),
+            OpSpec::Barrier(n) => Op::Barrier(self.resolve(n, Kind::Barrier)),
+            OpSpec::Push(n) => Op::Push(self.resolve(n, Kind::Queue)),
+            OpSpec::Pop(n) => Op::Pop(self.resolve(n, Kind::Queue)),
+            OpSpec::Atomic(a) => Op::Atomic {
+                counter: self.resolve(&a.counter, Kind::Counter),
+                rmw: a.rmw,
+            },
+            OpSpec::SleepUs(c) => Op::SleepNs(
+                self.count(c.get_ref(), c.span(), "sleep_us")
+                    .saturating_mul(1000),
+            ),
+            OpSpec::Yield(c) => Op::Yield(self.count(c.get_ref(), c.span(), "yield")),
+            OpSpec::Shootdown(c) => {
+                let pages = self.count_u32(c.get_ref(), c.span(), "shootdown pages");
+                if pages == 0 {
+                    self.diags
+                        .push(self.loc.span(c.span(), "shootdown needs at least 1 page"));
+                }
+                Op::Shootdown { pages }
+            }
+            OpSpec::Repeat(r) => Op::Repeat {
+                count: self.count(r.count.get_ref(), r.count.span(), "repeat count"),
+                body: self.ops(&r.ops, buffers),
+            },
+        }
+    }
+
+    /// Locks must be taken and released in the same op list (a loop body is its
+    /// own scope), never taken twice by one thread, never released unheld.
+    fn check_locks(&mut self, group: &str, ops: &[Spanned<OpSpec>]) {
+        let mut held: Vec<(String, bool, Range<usize>)> = Vec::new();
+        self.check_lock_scope(group, ops, &mut held);
+        for (name, spin, span) in held {
+            self.diags.push(self.loc.span(
+                span,
+                format!(
+                    "group `{group}` takes {} `{name}` and never releases it in the same op list",
+                    if spin { "spin lock" } else { "mutex" }
+                ),
+            ));
+        }
+    }
+
+    fn check_lock_scope(
+        &mut self,
+        group: &str,
+        ops: &[Spanned<OpSpec>],
+        held: &mut Vec<(String, bool, Range<usize>)>,
+    ) {
+        for op in ops {
+            let (name, spin, acquire) = match op.get_ref() {
+                OpSpec::SpinLock(n) => (n, true, true),
+                OpSpec::SpinUnlock(n) => (n, true, false),
+                OpSpec::Lock(n) => (n, false, true),
+                OpSpec::Unlock(n) => (n, false, false),
+                OpSpec::Repeat(r) => {
+                    let mut inner = Vec::new();
+                    self.check_lock_scope(group, &r.ops, &mut inner);
+                    for (name, spin, span) in inner {
+                        self.diags.push(self.loc.span(
+                            span,
+                            format!(
+                                "{} `{name}` is taken inside a repeat body but not released in it",
+                                if spin { "spin lock" } else { "mutex" }
+                            ),
+                        ));
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
+            let pos = held
+                .iter()
+                .position(|(h, s, _)| h == name.get_ref() && *s == spin);
+            match (acquire, pos) {
+                (true, None) => held.push((name.get_ref().clone(), spin, name.span())),
+                (true, Some(_)) => self.diags.push(self.loc.span(
+                    name.span(),
+                    format!(
+                        "group `{group}` takes `{}` again while holding it (self-deadlock)",
+                        name.get_ref()
+                    ),
+                )),
+                (false, Some(i)) => {
+                    held.remove(i);
+                }
+                (false, None) => self.diags.push(self.loc.span(
+                    name.span(),
+                    format!(
+                        "group `{group}` releases `{}` without holding it",
+                        name.get_ref()
+                    ),
+                )),
+            }
+        }
+    }
+
+    /// Barriers reachable and complete; queue pushes and pops balanced.
+    fn check_balance(&mut self, program: &Program) {
+        // Per barrier: how many threads ever wait on it, and total arrivals.
+        let nb = program.barriers.len();
+        let nq = program.queues.len();
+        let mut users = vec![0u64; nb];
+        let mut arrivals = vec![0u64; nb];
+        let mut pushes = vec![0u64; nq];
+        let mut pops = vec![0u64; nq];
+        for g in &program.groups {
+            let mut b = vec![0u64; nb];
+            let mut pu = vec![0u64; nq];
+            let mut po = vec![0u64; nq];
+            tally(&g.ops, 1, &mut b, &mut pu, &mut po);
+            for i in 0..nb {
+                if b[i] > 0 {
+                    users[i] += g.threads as u64;
+                    arrivals[i] = arrivals[i].saturating_add(b[i].saturating_mul(g.threads as u64));
+                }
+            }
+            for i in 0..nq {
+                pushes[i] = pushes[i].saturating_add(pu[i].saturating_mul(g.threads as u64));
+                pops[i] = pops[i].saturating_add(po[i].saturating_mul(g.threads as u64));
+            }
+        }
+        for (i, (name, spec)) in self.spec.barriers.iter().enumerate() {
+            let parties = program.barriers[i].parties as u64;
+            if parties == 0 || arrivals[i] == 0 {
+                continue;
+            }
+            if parties > users[i] {
+                self.diags.push(self.loc.span(
+                    spec.span(),
+                    format!(
+                        "barrier `{name}` needs {parties} parties but only {} thread(s) ever wait on it, so it can never open",
+                        users[i]
+                    ),
+                ));
+            } else if !arrivals[i].is_multiple_of(parties) {
+                self.diags.push(self.loc.span(
+                    spec.span(),
+                    format!(
+                        "barrier `{name}` is reached {} times in all, not a multiple of its {parties} parties: the last generation can never open",
+                        arrivals[i]
+                    ),
+                ));
+            }
+        }
+        for (i, (name, spec)) in self.spec.queues.iter().enumerate() {
+            if pushes[i] != pops[i] {
+                let (more, fate) = if pushes[i] > pops[i] {
+                    ("pushes", "producers will block forever on a full queue")
+                } else {
+                    ("pops", "consumers will block forever on an empty queue")
+                };
+                self.diags.push(self.loc.span(
+                    spec.span(),
+                    format!(
+                        "queue `{name}` can never balance: {} pushes against {} pops in all (too many {more}; {fate})",
+                        pushes[i], pops[i]
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+fn tally(ops: &[Op], times: u64, b: &mut [u64], pu: &mut [u64], po: &mut [u64]) {
+    for op in ops {
+        match op {
+            Op::Barrier(i) => b[*i as usize] = b[*i as usize].saturating_add(times),
+            Op::Push(i) => pu[*i as usize] = pu[*i as usize].saturating_add(times),
+            Op::Pop(i) => po[*i as usize] = po[*i as usize].saturating_add(times),
+            Op::Repeat { count, body } => tally(body, times.saturating_mul(*count), b, pu, po),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The guest encoding keeps everything an executor needs.
+
+use smplab_workload::encode::{decode_groups, encode, DecodeError};
+use smplab_workload::{builtin, Source};
+
+#[test]
+fn every_builtin_round_trips() {
+    for name in builtin::names() {
+        let p = Source::resolve(name)
+            .unwrap()
+            .instantiate(Some(3), 0.5)
+            .unwrap();
+        let bytes = encode(&p);
+        let groups = decode_groups(&bytes).unwrap();
+        assert_eq!(groups.len(), p.groups.len(), "{name}");
+        for (gi, (g, (threads, private, ops))) in p.groups.iter().zip(groups).enumerate() {
+            assert_eq!(g.threads, threads, "{name}");
+            assert_eq!(p.private_bytes(gi), private, "{name}");
+            assert_eq!(g.ops, ops, "{name}");
+        }
+    }
+}
+
+#[test]
+fn corrupt_encodings_are_errors_not_panics() {
+    let p = Source::resolve("dedup")
+        .unwrap()
+        .instantiate(Some(2), 0.1)
+        .unwrap();
+    let bytes = encode(&p);
+    for cut in 0..bytes.len() {
+        let _ = decode_groups(&bytes[..cut]);
+    }
+    assert_eq!(decode_groups(b"XXXX\x01\x00"), Err(DecodeError::BadHeader));
+    // blackscholes: 44-byte header, one 10-byte barrier, then the group's
+    // 16-byte preamble; its first opcode is at byte 70.
+    let p = Source::resolve("blackscholes")
+        .unwrap()
+        .instantiate(Some(1), 0.1)
+        .unwrap();
+    let mut bad = encode(&p);
+    assert_eq!(bad[70], smplab_workload::encode::opcode::REPEAT);
+    bad[70] = 0xff;
+    assert_eq!(decode_groups(&bad), Err(DecodeError::BadOpcode(0xff, 0)));
+}

@@ -1,0 +1,211 @@
+//! Every validation error path: located at file:line:col with a clear message.
+
+use smplab_workload::{Source, WorkloadError};
+
+fn errors(text: &str) -> Vec<String> {
+    errors_n(text, 2)
+}
+
+fn errors_n(text: &str, n: u32) -> Vec<String> {
+    let result = Source::from_text("w.toml", text).and_then(|s| s.instantiate(Some(n), 1.0));
+    match result {
+        Ok(_) => vec![],
+        Err(e) => e.to_string().lines().map(str::to_string).collect(),
+    }
+}
+
+const HEAD: &str = "name = \"t\"\n";
+
+#[test]
+fn valid_minimal_workload() {
+    let text =
+        format!("{HEAD}[[groups]]\nname = \"g\"\nthreads = 2\nops = [ {{ compute = 10 }} ]\n");
+    assert!(errors(&text).is_empty());
+}
+
+#[test]
+fn malformed_toml_is_located() {
+    let e = errors("name = \"t\"\n[[groups]\n");
+    assert_eq!(e.len(), 1);
+    assert!(e[0].starts_with("w.toml:2:"), "{e:?}");
+}
+
+#[test]
+fn unknown_operation() {
+    let text = format!(
+        "{HEAD}[[groups]]\nname = \"g\"\nthreads = 1\nops = [\n  {{ frobnicate = 3 }},\n]\n"
+    );
+    let e = errors(&text);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("w.toml:6:"), "{e:?}");
+    assert!(e[0].contains("unknown operation `frobnicate`"), "{e:?}");
+}
+
+#[test]
+fn unknown_field_is_rejected() {
+    let e = errors(&format!("{HEAD}thredas = 3\n"));
+    assert!(e[0].starts_with("w.toml:2:1"), "{e:?}");
+    assert!(e[0].contains("thredas"), "{e:?}");
+}
+
+#[test]
+fn undefined_lock_queue_barrier_names() {
+    let text = format!(
+        "{HEAD}[[groups]]\nname = \"g\"\nthreads = 1\nops = [\n  {{ spin_lock = \"l\" }},\n  {{ spin_unlock = \"l\" }},\n  {{ push = \"q\" }},\n  {{ barrier = \"b\" }},\n  {{ lock = \"m\" }},\n  {{ unlock = \"m\" }},\n]\n"
+    );
+    let e = errors(&text);
+    assert!(
+        e.iter()
+            .any(|l| l.starts_with("w.toml:6:17:") && l.contains("undefined spin lock `l`")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter()
+            .any(|l| l.starts_with("w.toml:8:") && l.contains("undefined queue `q`")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter()
+            .any(|l| l.starts_with("w.toml:9:") && l.contains("undefined barrier `b`")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter()
+            .any(|l| l.starts_with("w.toml:10:") && l.contains("undefined mutex `m`")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn wrong_kind_of_name_gets_a_hint() {
+    let text = format!("{HEAD}[mutexes.m]\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [ {{ spin_lock = \"m\" }}, {{ spin_unlock = \"m\" }} ]\n");
+    let e = errors(&text);
+    assert!(e[0].contains("`m` is a mutex, not a spin lock"), "{e:?}");
+}
+
+#[test]
+fn zero_threads() {
+    let text =
+        format!("{HEAD}[[groups]]\nname = \"g\"\nthreads = 0\nops = [ {{ compute = 1 }} ]\n");
+    let e = errors(&text);
+    assert!(
+        e[0].starts_with("w.toml:4:11:") && e[0].contains("zero threads"),
+        "{e:?}"
+    );
+    let text =
+        format!("{HEAD}[[groups]]\nname = \"g\"\nthreads = \"n-2\"\nops = [ {{ compute = 1 }} ]\n");
+    assert!(errors(&text)[0].contains("zero threads"));
+}
+
+#[test]
+fn no_groups() {
+    let e = errors(HEAD);
+    assert!(
+        e[0].starts_with("w.toml:1:1:") && e[0].contains("no thread groups"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn barrier_party_count_never_reached() {
+    let text = format!("{HEAD}[barriers.b]\nparties = 3\n[[groups]]\nname = \"g\"\nthreads = 2\nops = [ {{ barrier = \"b\" }} ]\n");
+    let e = errors(&text);
+    assert!(e[0].starts_with("w.toml:2:1:"), "{e:?}");
+    assert!(
+        e[0].contains("needs 3 parties but only 2 thread(s)"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn barrier_last_generation_incomplete() {
+    let text = format!("{HEAD}[barriers.b]\nparties = 2\n[[groups]]\nname = \"g\"\nthreads = 3\nops = [ {{ barrier = \"b\" }} ]\n");
+    let e = errors(&text);
+    assert!(e[0].contains("not a multiple of its 2 parties"), "{e:?}");
+}
+
+#[test]
+fn queues_that_never_balance() {
+    let text = format!(
+        "{HEAD}[queues.q]\ncapacity = 4\n[[groups]]\nname = \"p\"\nthreads = 1\nops = [ {{ repeat = {{ count = 10, ops = [ {{ push = \"q\" }} ] }} }} ]\n[[groups]]\nname = \"c\"\nthreads = 2\nops = [ {{ repeat = {{ count = 4, ops = [ {{ pop = \"q\" }} ] }} }} ]\n"
+    );
+    let e = errors(&text);
+    assert!(e[0].starts_with("w.toml:2:1:"), "{e:?}");
+    assert!(e[0].contains("10 pushes against 8 pops"), "{e:?}");
+    assert!(e[0].contains("producers will block forever"), "{e:?}");
+}
+
+#[test]
+fn unbalanced_locks() {
+    let base = |ops: &str| {
+        format!("{HEAD}[spin_locks.l]\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [ {ops} ]\n")
+    };
+    let e = errors(&base("{ spin_lock = \"l\" }"));
+    assert!(e[0].contains("never releases it"), "{e:?}");
+    let e = errors(&base("{ spin_unlock = \"l\" }"));
+    assert!(e[0].contains("without holding it"), "{e:?}");
+    let e = errors(&base(
+        "{ spin_lock = \"l\" }, { spin_lock = \"l\" }, { spin_unlock = \"l\" }",
+    ));
+    assert!(e[0].contains("self-deadlock"), "{e:?}");
+    let e = errors(&base(
+        "{ repeat = { count = 2, ops = [ { spin_lock = \"l\" } ] } }, { spin_unlock = \"l\" }",
+    ));
+    assert!(
+        e.iter().any(|l| l.contains("inside a repeat body")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn bad_expressions_and_values() {
+    let text =
+        format!("{HEAD}[[groups]]\nname = \"g\"\nthreads = \"2*x\"\nops = [ {{ compute = 1 }} ]\n");
+    let e = errors(&text);
+    assert!(
+        e[0].starts_with("w.toml:4:11:") && e[0].contains("unexpected `x`"),
+        "{e:?}"
+    );
+    let text = format!("{HEAD}[queues.q]\ncapacity = 0\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [ {{ shootdown = 0 }} ]\n");
+    let e = errors(&text);
+    assert!(e.iter().any(|l| l.contains("capacity 0")), "{e:?}");
+    assert!(e.iter().any(|l| l.contains("at least 1 page")), "{e:?}");
+}
+
+#[test]
+fn touch_larger_than_buffer() {
+    let text = format!("{HEAD}[buffers.b]\nbytes = 64\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [ {{ touch = {{ bytes = 128, buffer = \"b\" }} }} ]\n");
+    assert!(errors(&text)[0].contains("larger than buffer `b`"));
+}
+
+#[test]
+fn op_table_with_two_keys() {
+    let text = format!(
+        "{HEAD}[[groups]]\nname = \"g\"\nthreads = 1\nops = [ {{ compute = 1, yield = 1 }} ]\n"
+    );
+    let e = errors(&text);
+    assert!(e[0].starts_with("w.toml:5:"), "{e:?}");
+}
+
+#[test]
+fn unknown_builtin_and_missing_file() {
+    assert!(matches!(
+        Source::resolve("nosuch"),
+        Err(WorkloadError::UnknownWorkload(_))
+    ));
+    let e = Source::resolve("/nonexistent/x.toml").unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/x.toml: cannot read"));
+}
+
+#[test]
+fn zero_thread_parameter_and_bad_scale() {
+    let s = Source::resolve("blackscholes").unwrap();
+    assert!(matches!(
+        s.instantiate(Some(0), 1.0),
+        Err(WorkloadError::ZeroThreadParameter)
+    ));
+    assert!(matches!(
+        s.instantiate(Some(1), -1.0),
+        Err(WorkloadError::BadScale(_))
+    ));
+}
