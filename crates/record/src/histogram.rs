@@ -78,6 +78,9 @@ mod tests {
 
     #[test]
     fn empty_histogram_is_default() {
-        assert_eq!(LatencyHistogram::from_samples(&[]), LatencyHistogram::default());
+        assert_eq!(
+            LatencyHistogram::from_samples(&[]),
+            LatencyHistogram::default()
+        );
     }
 }

@@ -6,11 +6,13 @@
 //! Compatibility rule: adding an optional field keeps [`SCHEMA_VERSION`];
 //! renaming or removing one, or changing a meaning, bumps it.
 
+pub mod cpus;
 pub mod exit;
 pub mod guest;
 pub mod histogram;
 pub mod host;
 pub mod sim;
+pub mod summary;
 pub mod vmm;
 
 use serde::{Deserialize, Serialize};

@@ -32,6 +32,24 @@ pub struct VmmSection {
     /// Reads from ports/addresses no device claims.
     #[serde(default)]
     pub unclaimed_accesses: u64,
+    /// The value the guest wrote to the debug-exit port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<u32>,
+    /// Wall time from starting the vCPU threads to the stop request, in ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_wall_ns: Option<u64>,
+    /// TSC frequency the PM timer converts from (Hz).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tsc_hz: Option<u64>,
+    /// Resident set of the VMM process at the end of the run (bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
+    /// Guest RAM pages resident at the end of the run (bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_resident_bytes: Option<u64>,
+    /// `rss_bytes - guest_resident_bytes`: the VMM's own memory overhead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmm_overhead_bytes: Option<u64>,
 }
 
 /// The dedicated I/O thread's load.

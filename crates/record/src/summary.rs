@@ -1,0 +1,130 @@
+//! A human-readable summary of a record, the default output of every `smplab`
+//! command that runs something (`--json` prints the record itself).
+
+use crate::{Outcome, RunRecord};
+use std::fmt::Write;
+
+/// Format nanoseconds with a unit a person reads at a glance.
+pub fn fmt_ns(ns: u64) -> String {
+    let ns_f = ns as f64;
+    if ns < 10_000 {
+        format!("{ns} ns")
+    } else if ns < 10_000_000 {
+        format!("{:.1} µs", ns_f / 1e3)
+    } else if ns < 10_000_000_000 {
+        format!("{:.1} ms", ns_f / 1e6)
+    } else {
+        format!("{:.2} s", ns_f / 1e9)
+    }
+}
+
+impl RunRecord {
+    /// Multi-line summary: what ran, how long, what it did.
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let w = &self.workload;
+        let _ = writeln!(
+            s,
+            "{} on {}: n={}, {} threads",
+            w.name, self.executor, w.n, w.threads
+        );
+        if !self.config.is_empty() {
+            let cfg: Vec<String> = self
+                .config
+                .iter()
+                .map(|(k, v)| match v {
+                    serde_json::Value::String(t) => format!("{k}={t}"),
+                    other => format!("{k}={other}"),
+                })
+                .collect();
+            let _ = writeln!(s, "  config: {}", cfg.join(" "));
+        }
+        if let Outcome::Failed { reason } = &self.outcome {
+            let _ = writeln!(s, "  FAILED: {reason}");
+        }
+        let cpu: u64 = self.timing.threads.iter().map(|t| t.cpu_ns).sum();
+        let _ = write!(s, "  wall {}", fmt_ns(self.timing.wall_ns));
+        if let Some(total) = self.timing.total_ns {
+            let _ = write!(s, " (whole run {})", fmt_ns(total));
+        }
+        let _ = writeln!(s, ", thread CPU {}", fmt_ns(cpu));
+        let c = &self.counters;
+        let ops: Vec<String> = c
+            .ops
+            .iter()
+            .filter(|(_, v)| **v > 0)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(s, "  ops: {}", ops.join(" "));
+        let _ = writeln!(
+            s,
+            "  spin iterations {}, blocks {}, wakeups {}, context switches {} voluntary / {} involuntary",
+            c.spin_iterations,
+            c.blocks,
+            c.wakeups,
+            c.context_switches_voluntary,
+            c.context_switches_involuntary
+        );
+        if let Some(g) = &self.guest {
+            let _ = writeln!(
+                s,
+                "  guest: {} vCPUs, idle={}, IPIs sent {} received {}, halts {}, wakeups {}",
+                g.vcpus, g.idle, g.ipis_sent, g.ipis_received, g.halts, g.wakeups
+            );
+        }
+        if let Some(v) = &self.vmm {
+            let mut total = std::collections::BTreeMap::<&str, u64>::new();
+            for per in &v.exits_per_vcpu {
+                for (k, n) in per {
+                    *total.entry(k).or_default() += n;
+                }
+            }
+            let exits: Vec<String> = total.iter().map(|(k, n)| format!("{k}={n}")).collect();
+            let _ = writeln!(
+                s,
+                "  vmm: sync={}, {} vCPUs, exits {}",
+                v.sync,
+                v.vcpus,
+                exits.join(" ")
+            );
+        }
+        if let Some(m) = &self.sim {
+            let _ = write!(
+                s,
+                "  sim: {} {} pcpus={} vm {}/{}, spin {}, idle {}, steal {}",
+                m.platform,
+                m.policy,
+                m.pcpus,
+                m.vm_index + 1,
+                m.vms,
+                fmt_ns(m.spin_ns),
+                fmt_ns(m.idle_ns),
+                fmt_ns(m.steal_ns)
+            );
+            if let Some(nat) = m.native_wall_ns {
+                if nat > 0 {
+                    let _ = write!(
+                        s,
+                        ", slowdown vs native {:.2}x",
+                        self.timing.wall_ns as f64 / nat as f64
+                    );
+                }
+            }
+            let _ = writeln!(s);
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(fmt_ns(999), "999 ns");
+        assert_eq!(fmt_ns(12_345), "12.3 µs");
+        assert_eq!(fmt_ns(12_345_678), "12.3 ms");
+        assert_eq!(fmt_ns(12_345_678_901), "12.35 s");
+    }
+}
