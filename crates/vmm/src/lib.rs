@@ -1,1 +1,95 @@
-//! smplab-vmm (placeholder until its issue lands).
+//! smplab-vmm: a KVM SMP VMM whose device-emulation synchronization is a run-time
+//! switch (`global`, `iothread`, `hybrid`, `fine`), after the thesis in
+//! shared/seeds/004. It boots a PVH ELF guest (docs/guest-abi.md) with N vCPUs and
+//! measures how device emulation is serialized. See docs/vmm.md.
+
+pub mod bus;
+pub mod cli;
+pub mod control;
+pub mod devices;
+pub mod error;
+pub mod kvm_stats;
+pub mod model;
+pub mod placement;
+pub mod rss;
+pub mod stress;
+pub mod test_guest;
+pub mod vm;
+
+pub use bus::{AddressSpace, Bus, BusBuilder, BusClient, Route, SyncMode, UnknownSyncMode};
+pub use error::{RegisterDump, VmmError};
+pub use placement::Placement;
+pub use vm::{kvm_capabilities, max_vcpus, run_vm};
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The guest kernel: a file or the bytes of one (a PVH ELF64).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelImage {
+    Path(PathBuf),
+    Bytes(Vec<u8>),
+}
+
+/// Where the guest's UART output goes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ConsoleSink {
+    #[default]
+    Stdout,
+    File(PathBuf),
+    /// Kept in memory and returned in [`VmRun::console`].
+    Capture,
+    Discard,
+}
+
+/// Everything needed to run one VM.
+#[derive(Debug, Clone)]
+pub struct VmConfig {
+    pub kernel: KernelImage,
+    pub cmdline: String,
+    /// PVH modules; module 0 is the encoded workload.
+    pub modules: Vec<Vec<u8>>,
+    pub vcpus: u32,
+    pub mem_bytes: u64,
+    pub sync: SyncMode,
+    pub placement: Placement,
+    /// Host CPU for the I/O thread (iothread and hybrid modes).
+    pub io_cpu: Option<usize>,
+    pub timeout: Option<Duration>,
+    pub console: ConsoleSink,
+    /// Busy time of the work device (port 0x530) per access, in nanoseconds.
+    pub work_ns: u64,
+}
+
+impl VmConfig {
+    /// A config with defaults: 1 vCPU, 64 MiB, fine sync, floating, console on stdout.
+    pub fn new(kernel: KernelImage) -> Self {
+        VmConfig {
+            kernel,
+            cmdline: String::new(),
+            modules: Vec::new(),
+            vcpus: 1,
+            mem_bytes: 64 << 20,
+            sync: SyncMode::Fine,
+            placement: Placement::Floating,
+            io_cpu: None,
+            timeout: None,
+            console: ConsoleSink::Stdout,
+            work_ns: 0,
+        }
+    }
+}
+
+/// What a finished VM run produced.
+#[derive(Debug, Clone)]
+pub struct VmRun {
+    /// The value the guest wrote to the debug-exit port 0x501.
+    pub exit_code: u32,
+    /// The bytes the guest wrote to the result port 0x520.
+    pub result: Vec<u8>,
+    /// Console output when [`ConsoleSink::Capture`] was chosen.
+    pub console: Vec<u8>,
+    /// Wall time of the whole run including VM construction.
+    pub wall: Duration,
+    pub section: smplab_record::vmm::VmmSection,
+}

@@ -1,0 +1,628 @@
+//! The port-I/O and MMIO bus and its four synchronization modes.
+//!
+//! Every device lives in a [`DeviceSlot`]: an exclusive (not thread-safe) device sits
+//! behind its own mutex and cannot be reached without it; a concurrent device is
+//! shared as `Arc<dyn ConcurrentDevice>`. The mode decides the route of each entry:
+//!
+//! | mode       | exclusive device               | concurrent device        |
+//! |------------|--------------------------------|--------------------------|
+//! | `global`   | global lock, then device lock  | global lock              |
+//! | `iothread` | queued to the I/O thread       | queued to the I/O thread |
+//! | `hybrid`   | queued to the I/O thread       | bypass (vCPU thread)     |
+//! | `fine`     | device lock on the vCPU thread | bypass (vCPU thread)     |
+//!
+//! Lock order: the global lock (if taken) before a device lock; the I/O thread
+//! takes only device locks; no device handler takes a bus lock. So no cycle exists.
+//!
+//! Queued writes are posted: the vCPU resumes as soon as the request is in the
+//! queue. Queued reads wait for their reply. The queue is one FIFO with one
+//! consumer, so a read is served after every write enqueued before it (by any
+//! thread), which is the read-after-posted-write rule of the thesis's I/O thread.
+
+use crate::devices::{ConcurrentDevice, ExclusiveDevice};
+use hdrhistogram::Histogram;
+use smplab_record::histogram::new_histogram;
+use smplab_record::vmm::IoThreadStats;
+use smplab_record::LatencyHistogram;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How device emulation is serialized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SyncMode {
+    /// One lock around every device access.
+    Global,
+    /// Every access goes through one I/O thread; writes are posted.
+    IoThread,
+    /// As `IoThread`, but thread-safe devices are handled on the vCPU thread.
+    Hybrid,
+    /// Every device handled on the vCPU thread, under its own lock or lock-free.
+    Fine,
+}
+
+impl SyncMode {
+    pub const ALL: [SyncMode; 4] = [
+        SyncMode::Global,
+        SyncMode::IoThread,
+        SyncMode::Hybrid,
+        SyncMode::Fine,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SyncMode::Global => "global",
+            SyncMode::IoThread => "iothread",
+            SyncMode::Hybrid => "hybrid",
+            SyncMode::Fine => "fine",
+        }
+    }
+
+    /// Whether this mode runs an I/O thread.
+    pub fn has_io_thread(self) -> bool {
+        matches!(self, SyncMode::IoThread | SyncMode::Hybrid)
+    }
+}
+
+impl std::fmt::Display for SyncMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A sync mode name that is not one of the four.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("unknown sync mode '{0}'; use one of global, iothread, hybrid, fine")]
+pub struct UnknownSyncMode(pub String);
+
+impl std::str::FromStr for SyncMode {
+    type Err = UnknownSyncMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "global" => Ok(SyncMode::Global),
+            "iothread" | "io-thread" | "io_thread" => Ok(SyncMode::IoThread),
+            "hybrid" => Ok(SyncMode::Hybrid),
+            "fine" => Ok(SyncMode::Fine),
+            _ => Err(UnknownSyncMode(s.to_string())),
+        }
+    }
+}
+
+/// Port I/O or memory-mapped I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AddressSpace {
+    Pio,
+    Mmio,
+}
+
+/// Errors building a bus.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BusError {
+    #[error("device {name} at {base:#x}+{len:#x} overlaps device {other}")]
+    Overlap {
+        name: String,
+        other: String,
+        base: u64,
+        len: u64,
+    },
+    #[error("device {name} has an empty or wrapping address range {base:#x}+{len:#x}")]
+    BadRange { name: String, base: u64, len: u64 },
+}
+
+/// Where a device lives. An exclusive device can only be reached through its lock.
+#[derive(Clone)]
+pub enum DeviceSlot {
+    Exclusive(Arc<Mutex<dyn ExclusiveDevice>>),
+    Concurrent(Arc<dyn ConcurrentDevice>),
+}
+
+impl DeviceSlot {
+    fn read(&self, offset: u64, data: &mut [u8]) {
+        match self {
+            DeviceSlot::Exclusive(dev) => dev
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .read(offset, data),
+            DeviceSlot::Concurrent(dev) => dev.read(offset, data),
+        }
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) {
+        match self {
+            DeviceSlot::Exclusive(dev) => dev
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .write(offset, data),
+            DeviceSlot::Concurrent(dev) => dev.write(offset, data),
+        }
+    }
+}
+
+/// The path an access takes, fixed per entry when the bus is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    GlobalLock,
+    Queued,
+    /// Only ever chosen for `DeviceSlot::Concurrent` (see [`Bus::route_for`]).
+    Bypass,
+    /// Fine mode, exclusive device: its own lock on the vCPU thread.
+    DeviceLock,
+}
+
+struct Entry {
+    space: AddressSpace,
+    base: u64,
+    len: u64,
+    name: String,
+    slot_index: usize,
+    route: Route,
+}
+
+/// Collects devices before the mode is known.
+#[derive(Default)]
+pub struct BusBuilder {
+    entries: Vec<(AddressSpace, u64, u64, String, usize)>,
+    slots: Vec<DeviceSlot>,
+}
+
+impl BusBuilder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Register a not-thread-safe device; returns the shared handle so the VMM can
+    /// read the device's state after the run.
+    pub fn add_exclusive<D: ExclusiveDevice + 'static>(
+        &mut self,
+        space: AddressSpace,
+        base: u64,
+        len: u64,
+        name: &str,
+        device: D,
+    ) -> Result<Arc<Mutex<D>>, BusError> {
+        let shared = Arc::new(Mutex::new(device));
+        let slot: Arc<Mutex<dyn ExclusiveDevice>> = shared.clone();
+        self.add_slot(space, base, len, name, DeviceSlot::Exclusive(slot))?;
+        Ok(shared)
+    }
+
+    /// Register a thread-safe device (it may be handled on the vCPU threads).
+    pub fn add_concurrent<D: ConcurrentDevice + 'static>(
+        &mut self,
+        space: AddressSpace,
+        base: u64,
+        len: u64,
+        name: &str,
+        device: Arc<D>,
+    ) -> Result<(), BusError> {
+        self.add_slot(space, base, len, name, DeviceSlot::Concurrent(device))
+    }
+
+    fn add_slot(
+        &mut self,
+        space: AddressSpace,
+        base: u64,
+        len: u64,
+        name: &str,
+        slot: DeviceSlot,
+    ) -> Result<(), BusError> {
+        let end = match base.checked_add(len) {
+            Some(end) if len > 0 => end,
+            _ => {
+                return Err(BusError::BadRange {
+                    name: name.to_string(),
+                    base,
+                    len,
+                })
+            }
+        };
+        for (s, b, l, other, _) in &self.entries {
+            if *s == space && base < b + l && *b < end {
+                return Err(BusError::Overlap {
+                    name: name.to_string(),
+                    other: other.clone(),
+                    base,
+                    len,
+                });
+            }
+        }
+        self.slots.push(slot);
+        self.entries
+            .push((space, base, len, name.to_string(), self.slots.len() - 1));
+        Ok(())
+    }
+
+    /// Fix the routes for `mode` and start the I/O thread if the mode has one.
+    pub fn build(self, mode: SyncMode, io_cpu: Option<usize>) -> Result<Arc<Bus>, std::io::Error> {
+        let slots: Arc<[DeviceSlot]> = self.slots.into();
+        let mut entries: Vec<Entry> = self
+            .entries
+            .into_iter()
+            .map(|(space, base, len, name, slot_index)| Entry {
+                route: Bus::route_for(mode, &slots[slot_index]),
+                space,
+                base,
+                len,
+                name,
+                slot_index,
+            })
+            .collect();
+        entries.sort_by_key(|e| (e.space, e.base));
+        let io_thread = if mode.has_io_thread() {
+            Some(IoThread::start(slots.clone(), io_cpu)?)
+        } else {
+            None
+        };
+        Ok(Arc::new(Bus {
+            mode,
+            entries,
+            slots,
+            global_lock: Mutex::new(()),
+            io_thread: Mutex::new(io_thread),
+            unclaimed: AtomicU64::new(0),
+        }))
+    }
+}
+
+/// The bus shared by all vCPU threads.
+pub struct Bus {
+    mode: SyncMode,
+    entries: Vec<Entry>,
+    slots: Arc<[DeviceSlot]>,
+    global_lock: Mutex<()>,
+    io_thread: Mutex<Option<IoThread>>,
+    unclaimed: AtomicU64,
+}
+
+impl Bus {
+    /// The route an access to `slot` takes in `mode`. Bypass is only possible for
+    /// a concurrent slot: the match below is the single place routes are chosen.
+    pub fn route_for(mode: SyncMode, slot: &DeviceSlot) -> Route {
+        match (mode, slot) {
+            (SyncMode::Global, _) => Route::GlobalLock,
+            (SyncMode::IoThread, _) => Route::Queued,
+            (SyncMode::Hybrid, DeviceSlot::Exclusive(_)) => Route::Queued,
+            (SyncMode::Fine, DeviceSlot::Exclusive(_)) => Route::DeviceLock,
+            (SyncMode::Hybrid | SyncMode::Fine, DeviceSlot::Concurrent(_)) => Route::Bypass,
+        }
+    }
+
+    pub fn mode(&self) -> SyncMode {
+        self.mode
+    }
+
+    /// Names of the devices, indexed like the per-client latency histograms.
+    pub fn entry_names(&self) -> Vec<String> {
+        self.entries.iter().map(|e| e.name.clone()).collect()
+    }
+
+    /// The route of the device that claims `addr`, if any.
+    pub fn route_of(&self, space: AddressSpace, addr: u64) -> Option<Route> {
+        self.find(space, addr).map(|i| self.entries[i].route)
+    }
+
+    fn find(&self, space: AddressSpace, addr: u64) -> Option<usize> {
+        // Few devices: a linear scan over a sorted, small vector beats a map here.
+        self.entries
+            .iter()
+            .position(|e| e.space == space && addr >= e.base && addr - e.base < e.len)
+    }
+
+    /// Accesses to addresses no device claims, over all clients.
+    pub fn unclaimed_accesses(&self) -> u64 {
+        self.unclaimed.load(Ordering::Relaxed)
+    }
+
+    /// A per-thread handle for issuing accesses.
+    pub fn client(self: &Arc<Self>) -> BusClient {
+        let queue = self
+            .io_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|io| io.sender.clone());
+        let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+        BusClient {
+            bus: self.clone(),
+            queue,
+            depth: self
+                .io_thread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .map(|io| io.depth.clone()),
+            reply_tx,
+            reply_rx,
+            stats: ClientStats::new(self.entries.len()),
+        }
+    }
+
+    /// Stop the I/O thread after it has served every queued request, and return
+    /// its statistics. Call after all clients have finished.
+    pub fn shutdown(&self) -> Option<IoThreadStats> {
+        let io = self
+            .io_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        Some(io.stop())
+    }
+}
+
+/// Per-client measurements, merged by the VMM after the run.
+pub struct ClientStats {
+    /// Handling latency per bus entry (indexed like [`Bus::entry_names`]).
+    pub latency: Vec<Histogram<u64>>,
+    /// Wait for the global lock (global mode only).
+    pub global_lock_wait: Histogram<u64>,
+    pub unclaimed_reads: u64,
+    pub unclaimed_writes: u64,
+}
+
+impl ClientStats {
+    fn new(entries: usize) -> Self {
+        ClientStats {
+            latency: (0..entries).map(|_| new_histogram()).collect(),
+            global_lock_wait: new_histogram(),
+            unclaimed_reads: 0,
+            unclaimed_writes: 0,
+        }
+    }
+
+    /// Merge `other` into `self` (same bus).
+    pub fn merge(&mut self, other: &ClientStats) {
+        for (a, b) in self.latency.iter_mut().zip(&other.latency) {
+            // Same bounds on both sides, so adding cannot fail.
+            let _ = a.add(b);
+        }
+        let _ = self.global_lock_wait.add(&other.global_lock_wait);
+        self.unclaimed_reads += other.unclaimed_reads;
+        self.unclaimed_writes += other.unclaimed_writes;
+    }
+
+    /// Latency histograms keyed `device/mode`, leaving out devices never accessed.
+    pub fn latency_by_device(
+        &self,
+        names: &[String],
+        mode: SyncMode,
+    ) -> BTreeMap<String, LatencyHistogram> {
+        names
+            .iter()
+            .zip(&self.latency)
+            .filter(|(_, h)| !h.is_empty())
+            .map(|(name, h)| (format!("{name}/{mode}"), LatencyHistogram::from_hdr(h)))
+            .collect()
+    }
+}
+
+/// One thread's door to the bus (a vCPU thread, or a stress-test thread).
+pub struct BusClient {
+    bus: Arc<Bus>,
+    queue: Option<Sender<Request>>,
+    depth: Option<Arc<AtomicU64>>,
+    reply_tx: SyncSender<[u8; 8]>,
+    reply_rx: Receiver<[u8; 8]>,
+    pub stats: ClientStats,
+}
+
+impl BusClient {
+    /// Guest read; unclaimed addresses read as all-ones. Returns false if unclaimed.
+    pub fn read(&mut self, space: AddressSpace, addr: u64, data: &mut [u8]) -> bool {
+        let start = Instant::now();
+        let Some(index) = self.bus.find(space, addr) else {
+            data.fill(0xff);
+            self.stats.unclaimed_reads += 1;
+            self.bus.unclaimed.fetch_add(1, Ordering::Relaxed);
+            return false;
+        };
+        let entry = &self.bus.entries[index];
+        let offset = addr - entry.base;
+        let slot = &self.bus.slots[entry.slot_index];
+        match entry.route {
+            Route::GlobalLock => {
+                let guard = self
+                    .bus
+                    .global_lock
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                record(&mut self.stats.global_lock_wait, start.elapsed());
+                slot.read(offset, data);
+                drop(guard);
+            }
+            Route::Bypass | Route::DeviceLock => slot.read(offset, data),
+            Route::Queued => self.queued_read(entry.slot_index, offset, data),
+        }
+        record(&mut self.stats.latency[index], start.elapsed());
+        true
+    }
+
+    /// Guest write; writes to unclaimed addresses are dropped. Returns false if unclaimed.
+    pub fn write(&mut self, space: AddressSpace, addr: u64, data: &[u8]) -> bool {
+        let start = Instant::now();
+        let Some(index) = self.bus.find(space, addr) else {
+            self.stats.unclaimed_writes += 1;
+            return false;
+        };
+        let entry = &self.bus.entries[index];
+        let offset = addr - entry.base;
+        let slot = &self.bus.slots[entry.slot_index];
+        match entry.route {
+            Route::GlobalLock => {
+                let guard = self
+                    .bus
+                    .global_lock
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                record(&mut self.stats.global_lock_wait, start.elapsed());
+                slot.write(offset, data);
+                drop(guard);
+            }
+            Route::Bypass | Route::DeviceLock => slot.write(offset, data),
+            Route::Queued => self.posted_write(entry.slot_index, offset, data),
+        }
+        record(&mut self.stats.latency[index], start.elapsed());
+        true
+    }
+
+    fn queued_read(&mut self, slot: usize, offset: u64, data: &mut [u8]) {
+        let len = data.len().min(8) as u8;
+        let request = Request::Read {
+            slot,
+            offset,
+            len,
+            reply: self.reply_tx.clone(),
+        };
+        if !self.enqueue(request) {
+            data.fill(0xff);
+            return;
+        }
+        match self.reply_rx.recv() {
+            Ok(bytes) => {
+                let n = usize::from(len);
+                data[..n].copy_from_slice(&bytes[..n]);
+                data[n..].fill(0);
+            }
+            // The I/O thread is gone (VM shutting down): behave like an absent device.
+            Err(_) => data.fill(0xff),
+        }
+    }
+
+    fn posted_write(&mut self, slot: usize, offset: u64, data: &[u8]) {
+        let mut bytes = [0u8; 8];
+        let len = data.len().min(8);
+        bytes[..len].copy_from_slice(&data[..len]);
+        self.enqueue(Request::Write {
+            slot,
+            offset,
+            len: len as u8,
+            data: bytes,
+        });
+    }
+
+    fn enqueue(&self, request: Request) -> bool {
+        let (Some(queue), Some(depth)) = (&self.queue, &self.depth) else {
+            return false;
+        };
+        depth.fetch_add(1, Ordering::Relaxed);
+        if queue.send(request).is_err() {
+            depth.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+}
+
+fn record(h: &mut Histogram<u64>, d: Duration) {
+    h.saturating_record(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1));
+}
+
+enum Request {
+    Read {
+        slot: usize,
+        offset: u64,
+        len: u8,
+        reply: SyncSender<[u8; 8]>,
+    },
+    Write {
+        slot: usize,
+        offset: u64,
+        len: u8,
+        data: [u8; 8],
+    },
+    Shutdown,
+}
+
+struct IoThread {
+    sender: Sender<Request>,
+    depth: Arc<AtomicU64>,
+    handle: JoinHandle<IoThreadStats>,
+}
+
+impl IoThread {
+    fn start(slots: Arc<[DeviceSlot]>, io_cpu: Option<usize>) -> std::io::Result<Self> {
+        let (sender, receiver) = mpsc::channel::<Request>();
+        let depth = Arc::new(AtomicU64::new(0));
+        let thread_depth = depth.clone();
+        let handle = std::thread::Builder::new()
+            .name("smplab-io".to_string())
+            .spawn(move || {
+                if let Some(cpu) = io_cpu {
+                    // Placement was validated before the VM started; a failure here
+                    // only loses the pinning, not correctness.
+                    let _ = crate::placement::pin_current_thread(&[cpu]);
+                }
+                io_thread_loop(&slots, &receiver, &thread_depth)
+            })?;
+        Ok(IoThread {
+            sender,
+            depth,
+            handle,
+        })
+    }
+
+    fn stop(self) -> IoThreadStats {
+        let _ = self.sender.send(Request::Shutdown);
+        self.handle.join().unwrap_or_default()
+    }
+}
+
+fn io_thread_loop(
+    slots: &[DeviceSlot],
+    receiver: &Receiver<Request>,
+    depth: &AtomicU64,
+) -> IoThreadStats {
+    let started = Instant::now();
+    let mut busy = Duration::ZERO;
+    let mut stats = IoThreadStats::default();
+    let mut depth_sum: u128 = 0;
+    while let Ok(request) = receiver.recv() {
+        if matches!(request, Request::Shutdown) {
+            break;
+        }
+        let begin = Instant::now();
+        let queued = depth.fetch_sub(1, Ordering::Relaxed);
+        match request {
+            Request::Shutdown => break,
+            Request::Read {
+                slot,
+                offset,
+                len,
+                reply,
+            } => {
+                let mut bytes = [0u8; 8];
+                if let Some(dev) = slots.get(slot) {
+                    dev.read(offset, &mut bytes[..usize::from(len)]);
+                }
+                // The reader may have gone away (VM stopping); nothing to do then.
+                let _ = reply.send(bytes);
+            }
+            Request::Write {
+                slot,
+                offset,
+                len,
+                data,
+            } => {
+                stats.posted_writes += 1;
+                if let Some(dev) = slots.get(slot) {
+                    dev.write(offset, &data[..usize::from(len)]);
+                }
+            }
+        }
+        stats.requests += 1;
+        stats.max_queue_depth = stats.max_queue_depth.max(queued);
+        depth_sum += u128::from(queued);
+        busy += begin.elapsed();
+    }
+    if stats.requests > 0 {
+        stats.mean_queue_depth = depth_sum as f64 / stats.requests as f64;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    if wall > 0.0 {
+        stats.utilization = busy.as_secs_f64() / wall;
+    }
+    stats
+}

@@ -1,0 +1,210 @@
+//! Real guests on this machine's /dev/kvm: tiny hand-assembled PVH ELFs, for each
+//! sync mode at 1 and 2 vCPUs, plus crash, fault, timeout and bad-kernel cases.
+//!
+//! Without /dev/kvm these tests print a note and pass; with SMPLAB_REQUIRE_KVM=1
+//! (set by CI) they fail instead.
+
+use smplab_record::exit;
+use smplab_vmm::test_guest::{GuestProgram, Misbehave};
+use smplab_vmm::{run_vm, ConsoleSink, KernelImage, SyncMode, VmConfig, VmmError};
+use std::time::Duration;
+
+fn kvm_usable() -> bool {
+    let err = match kvm_ioctls::Kvm::new() {
+        Ok(kvm) => match kvm.create_vm() {
+            Ok(_) => return true,
+            Err(e) => format!("KVM_CREATE_VM failed: {e}"),
+        },
+        Err(e) => format!("/dev/kvm cannot be opened: {e}"),
+    };
+    if std::env::var("SMPLAB_REQUIRE_KVM").as_deref() == Ok("1") {
+        panic!("SMPLAB_REQUIRE_KVM=1 but KVM is unusable: {err}");
+    }
+    eprintln!("note: skipping KVM test: {err}");
+    false
+}
+
+fn config(program: &GuestProgram, vcpus: u32, sync: SyncMode) -> VmConfig {
+    let mut config = VmConfig::new(KernelImage::Bytes(program.elf()));
+    config.vcpus = vcpus;
+    config.mem_bytes = 16 << 20;
+    config.sync = sync;
+    config.console = ConsoleSink::Capture;
+    config.timeout = Some(Duration::from_secs(60));
+    config.cmdline = format!("cpus={vcpus}");
+    config
+}
+
+fn boots_and_exits(vcpus: u32, sync: SyncMode) {
+    if !kvm_usable() {
+        return;
+    }
+    let program = GuestProgram {
+        aps: (vcpus - 1) as u16,
+        bsp_loops: 50,
+        ap_loops: 50,
+        exit_code: 5,
+        ..GuestProgram::default()
+    };
+    let run =
+        run_vm(&config(&program, vcpus, sync)).unwrap_or_else(|e| panic!("{sync} x{vcpus}: {e}"));
+    assert_eq!(run.exit_code, 5);
+    assert_eq!(run.result, b"ok");
+    assert_eq!(run.console, b"smplab test guest\n");
+    let s = &run.section;
+    assert_eq!(s.sync, sync.as_str());
+    assert_eq!(s.exits_per_vcpu.len(), vcpus as usize);
+    // Every vCPU did its 50 work-device reads; counted by the VMM itself.
+    for (i, exits) in s.exits_per_vcpu.iter().enumerate() {
+        let io_in = exits.get("io_in").copied().unwrap_or(0);
+        assert!(io_in >= 50, "vCPU {i} had {io_in} io_in exits: {exits:?}");
+    }
+    let work = s
+        .exit_latency
+        .get(&format!("work/{sync}"))
+        .unwrap_or_else(|| panic!("no work latency in {:?}", s.exit_latency.keys()));
+    assert_eq!(work.count, 50 * u64::from(vcpus));
+    assert_eq!(s.global_lock_wait.is_some(), sync == SyncMode::Global);
+    assert_eq!(s.io_thread.is_some(), sync.has_io_thread());
+    assert_eq!(s.kvm_vcpu_stats.len(), vcpus as usize);
+    assert_eq!(s.exit_code, Some(5));
+}
+
+#[test]
+fn global_1_vcpu() {
+    boots_and_exits(1, SyncMode::Global);
+}
+#[test]
+fn global_2_vcpus() {
+    boots_and_exits(2, SyncMode::Global);
+}
+#[test]
+fn iothread_1_vcpu() {
+    boots_and_exits(1, SyncMode::IoThread);
+}
+#[test]
+fn iothread_2_vcpus() {
+    boots_and_exits(2, SyncMode::IoThread);
+}
+#[test]
+fn hybrid_1_vcpu() {
+    boots_and_exits(1, SyncMode::Hybrid);
+}
+#[test]
+fn hybrid_2_vcpus() {
+    boots_and_exits(2, SyncMode::Hybrid);
+}
+#[test]
+fn fine_1_vcpu() {
+    boots_and_exits(1, SyncMode::Fine);
+}
+#[test]
+fn fine_2_vcpus() {
+    boots_and_exits(2, SyncMode::Fine);
+}
+
+#[test]
+fn unknown_port_reads_all_ones_and_is_counted() {
+    if !kvm_usable() {
+        return;
+    }
+    let program = GuestProgram {
+        probe_port: Some(0x1234),
+        ..GuestProgram::default()
+    };
+    let run = run_vm(&config(&program, 1, SyncMode::Hybrid)).expect("probe guest runs");
+    assert_eq!(run.result, b"ok\xff");
+    assert_eq!(run.section.unclaimed_accesses, 1);
+}
+
+#[test]
+fn crash_is_a_guest_crash_with_registers() {
+    if !kvm_usable() {
+        return;
+    }
+    let program = GuestProgram {
+        misbehave: Some(Misbehave::Crash),
+        ..GuestProgram::default()
+    };
+    let err = run_vm(&config(&program, 1, SyncMode::Fine)).expect_err("ud2 without IDT crashes");
+    assert!(matches!(err, VmmError::GuestCrash { .. }), "{err}");
+    assert_eq!(err.exit_status(), exit::GUEST_CRASH);
+    let text = err.to_string();
+    assert!(text.contains("rip="), "{text}");
+}
+
+#[test]
+fn read_outside_ram_is_an_error_not_a_panic() {
+    if !kvm_usable() {
+        return;
+    }
+    let program = GuestProgram {
+        misbehave: Some(Misbehave::ReadOutsideRam),
+        ..GuestProgram::default()
+    };
+    let err = run_vm(&config(&program, 1, SyncMode::Global)).expect_err("must fail");
+    assert!(
+        matches!(
+            err,
+            VmmError::GuestMemoryFault {
+                addr: 0xd000_0000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.exit_status(), exit::GUEST_CRASH);
+}
+
+#[test]
+fn hanging_guest_times_out_with_registers() {
+    if !kvm_usable() {
+        return;
+    }
+    let program = GuestProgram {
+        misbehave: Some(Misbehave::Hang),
+        ..GuestProgram::default()
+    };
+    let mut cfg = config(&program, 2, SyncMode::IoThread);
+    cfg.timeout = Some(Duration::from_millis(300));
+    let err = run_vm(&cfg).expect_err("hangs");
+    assert!(matches!(err, VmmError::Timeout { .. }), "{err}");
+    assert_eq!(err.exit_status(), exit::TIMEOUT);
+    assert!(err.to_string().contains("rip="));
+}
+
+#[test]
+fn bad_kernels_and_limits_have_distinct_statuses() {
+    if !kvm_usable() {
+        return;
+    }
+    let mut cfg = config(&GuestProgram::default(), 1, SyncMode::Fine);
+    cfg.kernel = KernelImage::Bytes(b"#!/bin/sh\necho not an ELF\n".to_vec());
+    let err = run_vm(&cfg).expect_err("not an ELF");
+    assert_eq!(err.exit_status(), exit::BAD_KERNEL, "{err}");
+
+    // A valid ELF without the PVH note.
+    let mut elf = GuestProgram::default().elf();
+    let note_type = elf
+        .windows(12)
+        .position(|w| w == [4, 0, 0, 0, 4, 0, 0, 0, 18, 0, 0, 0])
+        .expect("test ELF has its PVH note");
+    elf[note_type + 8] = 17;
+    cfg.kernel = KernelImage::Bytes(elf);
+    let err = run_vm(&cfg).expect_err("no PVH note");
+    assert!(matches!(err, VmmError::NoPvhEntry), "{err}");
+    assert_eq!(err.exit_status(), exit::BAD_KERNEL);
+
+    let mut cfg = config(&GuestProgram::default(), 100_000, SyncMode::Fine);
+    cfg.kernel = KernelImage::Bytes(GuestProgram::default().elf());
+    let err = run_vm(&cfg).expect_err("too many vCPUs");
+    assert!(matches!(err, VmmError::TooManyVcpus { .. }), "{err}");
+    assert_eq!(err.exit_status(), exit::RESOURCE_LIMIT);
+
+    cfg.vcpus = 1;
+    cfg.kernel = KernelImage::Path("/nonexistent/kernel.elf".into());
+    assert_eq!(
+        run_vm(&cfg).expect_err("missing").exit_status(),
+        exit::BAD_KERNEL
+    );
+}
