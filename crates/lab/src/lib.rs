@@ -1,1 +1,30 @@
-//! smplab-lab (placeholder until its issue lands).
+//! smplab lab: turns the executors (native, vm, qemu, sim) into answers.
+//!
+//! - [`spec`]: experiment specs (TOML matrices) expanded into [`point::Point`]s;
+//! - [`store`]: the crash-safe JSON-lines results store;
+//! - [`sweep`]: running points through a [`runner::Runner`], resumable;
+//! - [`metrics`]: slowdown, weighted speedup, exit rates, idle/spin fractions,
+//!   latency percentiles, speedup vs vCPUs beside the Amdahl projection;
+//! - [`diagnose`]: the seed-000 remove-one-factor-at-a-time method;
+//! - [`calibrate`]: host measurements → simulator platform profile;
+//! - [`report`]: self-contained HTML with inline SVG, and CSV;
+//! - [`demo`]: the small end-to-end study `smplab demo` runs;
+//! - [`cli`]: clap arguments and entry points for the `smplab` binary.
+//!
+//! See docs/lab.md for formats, definitions and caveats.
+
+pub mod metrics;
+pub mod point;
+pub mod runner;
+pub mod spec;
+pub mod store;
+pub mod svg;
+pub mod sweep;
+
+#[cfg(test)]
+pub(crate) mod testutil;
+
+pub use point::{Point, Variant};
+pub use runner::{RunError, Runner};
+pub use spec::{ExperimentSpec, SpecError};
+pub use store::{Entry, Status, Store, StoreError};

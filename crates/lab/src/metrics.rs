@@ -1,0 +1,1003 @@
+//! Metrics from stored results. Every metric is defined on the successful
+//! entries of a store (the latest entry per point), per configuration (points
+//! that differ only in their repetition), as a median with its spread over
+//! repetitions. Definitions are repeated in docs/lab.md.
+
+use crate::point::Point;
+use crate::store::{Entry, Store};
+use serde::Serialize;
+use smplab_record::{Executor, LatencyHistogram, RunRecord};
+use std::collections::BTreeMap;
+
+/// Median and spread of one quantity over repetitions.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Summary {
+    pub n: usize,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Median absolute deviation from the median: a spread robust to one
+    /// disturbed repetition (the host is shared).
+    pub mad: f64,
+}
+
+impl Summary {
+    pub fn of(values: &[f64]) -> Option<Summary> {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let median = median_sorted(&v);
+        let mut dev: Vec<f64> = v.iter().map(|x| (x - median).abs()).collect();
+        dev.sort_by(f64::total_cmp);
+        Some(Summary {
+            n: v.len(),
+            median,
+            min: v[0],
+            max: v[v.len() - 1],
+            mad: median_sorted(&dev),
+        })
+    }
+    /// The spread as a fraction of the median (for "±x %" in tables).
+    pub fn rel_spread(&self) -> f64 {
+        if self.median == 0.0 {
+            0.0
+        } else {
+            (self.max - self.min) / 2.0 / self.median.abs()
+        }
+    }
+}
+
+fn median_sorted(v: &[f64]) -> f64 {
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The successful results of a store grouped by configuration.
+pub struct Results<'a> {
+    /// config key → its repetitions' entries.
+    pub configs: BTreeMap<String, Vec<&'a Entry>>,
+}
+
+impl<'a> Results<'a> {
+    pub fn new(store: &'a Store) -> Self {
+        Self::from_entries(store.latest())
+    }
+
+    pub fn from_entries(entries: Vec<&'a Entry>) -> Self {
+        let mut configs: BTreeMap<String, Vec<&Entry>> = BTreeMap::new();
+        for e in entries
+            .into_iter()
+            .filter(|e| e.is_ok() && !e.records.is_empty())
+        {
+            configs.entry(e.point.config_key()).or_default().push(e);
+        }
+        Results { configs }
+    }
+
+    /// One representative point per configuration (repetition 0's parameters).
+    pub fn points(&self) -> impl Iterator<Item = &Point> {
+        self.configs.values().map(|v| &v[0].point)
+    }
+
+    pub fn get(&self, p: &Point) -> Option<&Vec<&'a Entry>> {
+        self.configs.get(&p.config_key())
+    }
+
+    /// Median wall time (seconds) of a configuration; for multi-VM points the
+    /// per-repetition value is the mean over VMs.
+    pub fn wall(&self, p: &Point) -> Option<Summary> {
+        let es = self.get(p)?;
+        Summary::of(
+            &es.iter()
+                .map(|e| mean_wall_s(&e.records))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// The native configuration slowdown is measured against: same workload,
+    /// variant, threads and scale; same pinning if measured, else any.
+    pub fn native_for(&self, p: &Point) -> Option<&Vec<&'a Entry>> {
+        let mut twin = p.native_twin();
+        twin.pin = p.pin.clone();
+        if let Some(e) = self.get(&twin) {
+            return Some(e);
+        }
+        twin.pin = "none".into();
+        if let Some(e) = self.get(&twin) {
+            return Some(e);
+        }
+        let prefix = {
+            let k = twin.config_key();
+            k.split("/pin=").next().unwrap_or_default().to_string()
+        };
+        self.configs
+            .iter()
+            .find(|(k, _)| k.starts_with(&format!("{prefix}/pin=")))
+            .map(|(_, v)| v)
+    }
+
+    /// Slowdown versus native (seed 000 Fig. 1): `T_exec / T_native - 1`, per
+    /// repetition against the native median. For the simulator the native
+    /// time is its own no-virtualization model (`sim.native_wall_ns`) of the
+    /// same run, so a prediction needs no native measurement.
+    pub fn slowdown(&self, p: &Point) -> Option<Summary> {
+        if p.executor == Executor::Native {
+            return None;
+        }
+        let es = self.get(p)?;
+        if p.executor == Executor::Sim {
+            let v: Vec<f64> = es
+                .iter()
+                .filter_map(|e| {
+                    let n: Vec<f64> = e
+                        .records
+                        .iter()
+                        .filter_map(|r| r.sim.as_ref()?.native_wall_ns)
+                        .map(|ns| ns as f64 / 1e9)
+                        .collect();
+                    if n.is_empty() {
+                        return None;
+                    }
+                    let native = n.iter().sum::<f64>() / n.len() as f64;
+                    Some(mean_wall_s(&e.records) / native - 1.0)
+                })
+                .collect();
+            if let Some(s) = Summary::of(&v) {
+                return Some(s);
+            }
+        }
+        let native = Summary::of(
+            &self
+                .native_for(p)?
+                .iter()
+                .map(|e| mean_wall_s(&e.records))
+                .collect::<Vec<_>>(),
+        )?
+        .median;
+        if native <= 0.0 {
+            return None;
+        }
+        Summary::of(
+            &es.iter()
+                .map(|e| mean_wall_s(&e.records) / native - 1.0)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// Weighted speedup (seed 000 Fig. 2) of a `vms = K` configuration:
+    /// `Σ_i T_1 / T_K,i` over its K VMs, where `T_1` is the median wall time of
+    /// the same configuration with one VM. 1 means the same throughput as one
+    /// VM alone; K means perfect scaling.
+    pub fn weighted_speedup(&self, p: &Point) -> Option<Summary> {
+        let mut one = p.clone();
+        one.vms = 1;
+        let t1 = self.wall(&one)?.median;
+        let es = self.get(p)?;
+        Summary::of(
+            &es.iter()
+                .map(|e| {
+                    e.records
+                        .iter()
+                        .map(|r| r.timing.wall_ns as f64 / 1e9)
+                        .filter(|&t| t > 0.0)
+                        .map(|t| t1 / t)
+                        .sum::<f64>()
+                })
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// Weighted speedup as VMs go from 1 to K, for the family of `p`.
+    pub fn weighted_speedup_series(&self, p: &Point) -> Vec<(u32, Summary)> {
+        let mut out: Vec<(u32, Summary)> = self
+            .points()
+            .filter(|q| {
+                let mut a = (*q).clone();
+                a.vms = p.vms;
+                a.config_key() == p.config_key()
+            })
+            .filter_map(|q| Some((q.vms, self.weighted_speedup(q)?)))
+            .collect();
+        out.sort_by_key(|x| x.0);
+        out
+    }
+
+    /// Exits per second by reason, medians over repetitions.
+    pub fn exits_per_s(&self, p: &Point) -> BTreeMap<String, Summary> {
+        let Some(es) = self.get(p) else {
+            return BTreeMap::new();
+        };
+        let per_rep: Vec<BTreeMap<String, f64>> =
+            es.iter().map(|e| exit_rates(&e.records)).collect();
+        let reasons: std::collections::BTreeSet<&String> =
+            per_rep.iter().flat_map(|m| m.keys()).collect();
+        reasons
+            .into_iter()
+            .filter_map(|r| {
+                let v: Vec<f64> = per_rep
+                    .iter()
+                    .map(|m| m.get(r).copied().unwrap_or(0.0))
+                    .collect();
+                Some((r.clone(), Summary::of(&v)?))
+            })
+            .collect()
+    }
+
+    /// Fraction of vCPU time idle: guest idle time (or simulated idle time)
+    /// over `vcpus × wall`.
+    pub fn idle_fraction(&self, p: &Point) -> Option<Summary> {
+        self.per_rep(p, |r| {
+            let wall = r.timing.wall_ns as f64;
+            if wall <= 0.0 {
+                return None;
+            }
+            if let Some(s) = &r.sim {
+                return Some(s.idle_ns as f64 / (s.vcpus.max(1) as f64 * wall));
+            }
+            let g = r.guest.as_ref()?;
+            if g.idle_ns_per_vcpu.is_empty() {
+                return None;
+            }
+            let idle: u64 = g.idle_ns_per_vcpu.iter().sum();
+            Some(idle as f64 / (g.idle_ns_per_vcpu.len() as f64 * wall))
+        })
+    }
+
+    /// Fraction of vCPU time spent spinning. Only the simulator knows spin
+    /// *time*; for measured runs see [`Results::spin_rate`].
+    pub fn spin_fraction(&self, p: &Point) -> Option<Summary> {
+        self.per_rep(p, |r| {
+            let s = r.sim.as_ref()?;
+            let wall = r.timing.wall_ns as f64;
+            (wall > 0.0).then(|| s.spin_ns as f64 / (s.vcpus.max(1) as f64 * wall))
+        })
+    }
+
+    /// Spin-loop iterations per second of wall time (every executor counts them).
+    pub fn spin_rate(&self, p: &Point) -> Option<Summary> {
+        self.per_rep(p, |r| {
+            let wall = r.timing.wall_ns as f64 / 1e9;
+            (wall > 0.0).then(|| r.counters.spin_iterations as f64 / wall)
+        })
+    }
+
+    /// Percentiles (p50, p90, p99, ns) of the VMM's global device-lock wait.
+    pub fn lock_wait(&self, p: &Point) -> Option<[Summary; 3]> {
+        self.percentiles(p, |r| r.vmm.as_ref()?.global_lock_wait.clone())
+    }
+
+    /// Percentiles (p50, p90, p99, ns) of exit-handling latency over every
+    /// device/mode key, histograms merged per run.
+    pub fn exit_latency(&self, p: &Point) -> Option<[Summary; 3]> {
+        self.percentiles(p, |r| {
+            let v = r.vmm.as_ref()?;
+            let hs: Vec<&LatencyHistogram> = v.exit_latency.values().collect();
+            merge_histograms(&hs)
+        })
+    }
+
+    /// The merged exit-latency histogram of a configuration, for plotting.
+    pub fn exit_latency_histogram(&self, p: &Point) -> Option<LatencyHistogram> {
+        let es = self.get(p)?;
+        let hs: Vec<&LatencyHistogram> = es
+            .iter()
+            .flat_map(|e| e.records.iter())
+            .filter_map(|r| r.vmm.as_ref())
+            .flat_map(|v| v.exit_latency.values())
+            .collect();
+        merge_histograms(&hs)
+    }
+
+    fn per_rep(&self, p: &Point, f: impl Fn(&RunRecord) -> Option<f64>) -> Option<Summary> {
+        let es = self.get(p)?;
+        let v: Vec<f64> = es
+            .iter()
+            .filter_map(|e| {
+                let xs: Vec<f64> = e.records.iter().filter_map(&f).collect();
+                (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+            })
+            .collect();
+        Summary::of(&v)
+    }
+
+    fn percentiles(
+        &self,
+        p: &Point,
+        f: impl Fn(&RunRecord) -> Option<LatencyHistogram>,
+    ) -> Option<[Summary; 3]> {
+        let es = self.get(p)?;
+        let hs: Vec<LatencyHistogram> = es
+            .iter()
+            .flat_map(|e| e.records.iter())
+            .filter_map(&f)
+            .filter(|h| h.count > 0)
+            .collect();
+        let q = |g: fn(&LatencyHistogram) -> u64| {
+            Summary::of(&hs.iter().map(|h| g(h) as f64).collect::<Vec<_>>())
+        };
+        Some([q(|h| h.p50_ns)?, q(|h| h.p90_ns)?, q(|h| h.p99_ns)?])
+    }
+}
+
+/// Mean wall time over a point's records, seconds.
+pub fn mean_wall_s(records: &[RunRecord]) -> f64 {
+    if records.is_empty() {
+        return f64::NAN;
+    }
+    records.iter().map(|r| r.timing.wall_ns as f64).sum::<f64>() / records.len() as f64 / 1e9
+}
+
+/// Exit counts by reason for one run: the VMM's own counts (summed over vCPUs)
+/// or the simulator's.
+pub fn exit_counts(r: &RunRecord) -> BTreeMap<String, u64> {
+    let mut m: BTreeMap<String, u64> = BTreeMap::new();
+    if let Some(v) = &r.vmm {
+        for per in &v.exits_per_vcpu {
+            for (k, n) in per {
+                *m.entry(k.clone()).or_default() += n;
+            }
+        }
+    }
+    if let Some(s) = &r.sim {
+        for (k, n) in &s.exits {
+            *m.entry(k.clone()).or_default() += n;
+        }
+    }
+    m
+}
+
+/// Exits per second by reason over a point's records (summed over VMs: the
+/// host's exit load).
+pub fn exit_rates(records: &[RunRecord]) -> BTreeMap<String, f64> {
+    let mut m: BTreeMap<String, f64> = BTreeMap::new();
+    for r in records {
+        let wall = r.timing.wall_ns as f64 / 1e9;
+        if wall <= 0.0 {
+            continue;
+        }
+        for (k, n) in exit_counts(r) {
+            *m.entry(k).or_default() += n as f64 / wall;
+        }
+    }
+    m
+}
+
+/// Merge histograms bucket-wise; percentiles are re-derived from the merged
+/// buckets (upper bounds, so they err high by at most one log2 bucket).
+pub fn merge_histograms(hs: &[&LatencyHistogram]) -> Option<LatencyHistogram> {
+    let hs: Vec<&&LatencyHistogram> = hs.iter().filter(|h| h.count > 0).collect();
+    if hs.is_empty() {
+        return None;
+    }
+    if hs.len() == 1 {
+        return Some((*hs[0]).clone());
+    }
+    let mut buckets: BTreeMap<u64, u64> = BTreeMap::new();
+    for h in &hs {
+        for &(ub, c) in &h.buckets {
+            *buckets.entry(ub).or_default() += c;
+        }
+    }
+    let count: u64 = hs.iter().map(|h| h.count).sum();
+    let mean = hs.iter().map(|h| h.mean_ns * h.count as f64).sum::<f64>() / count as f64;
+    let total_b: u64 = buckets.values().sum();
+    let q = |f: f64| -> u64 {
+        let target = (f * total_b as f64).ceil() as u64;
+        let mut acc = 0;
+        for (&ub, &c) in &buckets {
+            acc += c;
+            if acc >= target.max(1) {
+                return ub;
+            }
+        }
+        buckets.keys().last().copied().unwrap_or(0)
+    };
+    Some(LatencyHistogram {
+        count,
+        min_ns: hs.iter().map(|h| h.min_ns).min().unwrap_or(0),
+        max_ns: hs.iter().map(|h| h.max_ns).max().unwrap_or(0),
+        mean_ns: mean,
+        p50_ns: q(0.5),
+        p90_ns: q(0.9),
+        p99_ns: q(0.99),
+        p999_ns: q(0.999),
+        buckets: buckets.into_iter().collect(),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Speedup versus vCPUs and the Amdahl projection (seed 004, eq. 5.1).
+
+/// Amdahl's law, eq. 2.1 / 5.1: `S(N) = 1 / ((1 - P) + P / N)`.
+pub fn amdahl(p: f64, n: f64) -> f64 {
+    1.0 / ((1.0 - p) + p / n)
+}
+
+/// The parallel fraction that explains a measured speedup `s` on `n` CPUs
+/// (eq. 2.1 solved for P), clamped to [0, 1].
+pub fn parallel_fraction(s: f64, n: f64) -> Option<f64> {
+    if n <= 1.0 || s <= 0.0 {
+        return None;
+    }
+    Some(((1.0 - 1.0 / s) / (1.0 - 1.0 / n)).clamp(0.0, 1.0))
+}
+
+/// Inputs of the seed-004 projection, measured on a pilot run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AmdahlInputs {
+    /// Parallel fraction of the workload natively.
+    pub p_native: f64,
+    /// Exit handling per vCPU: exits/s per vCPU × mean exit cost (s/s).
+    pub exit_handling_per_cpu: f64,
+    /// Share of exits that are serialized (synchronous through the global
+    /// lock or the I/O thread).
+    pub sync_share: f64,
+}
+
+impl AmdahlInputs {
+    /// Figure 3.7: `P(N) = P · (1 − exit handling per CPU · N · synchronous share)`.
+    pub fn p_at(&self, n: f64) -> f64 {
+        (self.p_native * (1.0 - (self.exit_handling_per_cpu * n * self.sync_share).min(1.0)))
+            .clamp(0.0, 1.0)
+    }
+    /// Eq. 5.1: projected speedup with the serialization of exits.
+    pub fn projected(&self, n: f64) -> f64 {
+        amdahl(self.p_at(n), n)
+    }
+}
+
+/// One point of a speedup-versus-vCPUs curve.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SpeedupPoint {
+    pub vcpus: u32,
+    /// Measured `T(N_min) / T(N)` × `N_min` (so a curve starting at one vCPU
+    /// starts at 1).
+    pub measured: Summary,
+    /// Eq. 5.1 with the pilot's exit load, if the inputs could be measured.
+    pub projected: Option<f64>,
+    /// Native Amdahl curve with `P_native` (the no-VMM bound).
+    pub native_bound: Option<f64>,
+}
+
+/// Share of exits the VMM serializes, by sync mode (seed 004 §3.4).
+pub fn sync_share(r: &RunRecord) -> f64 {
+    let Some(v) = &r.vmm else {
+        return 1.0;
+    };
+    let total: u64 = exit_counts(r)
+        .iter()
+        .filter(|(k, _)| k.starts_with("io") || k.starts_with("mmio"))
+        .map(|(_, n)| n)
+        .sum();
+    match v.sync.as_str() {
+        "global" => 1.0,
+        "fine" => 0.0,
+        _ => match &v.io_thread {
+            // Posted writes are asynchronous: the vCPU does not wait for them.
+            Some(io) if total > 0 => {
+                (io.requests.saturating_sub(io.posted_writes) as f64 / total as f64).min(1.0)
+            }
+            Some(io) if io.requests > 0 => {
+                io.requests.saturating_sub(io.posted_writes) as f64 / io.requests as f64
+            }
+            _ => 1.0,
+        },
+    }
+}
+
+/// Exit handling per vCPU (fraction of a vCPU's time spent handling exits):
+/// exits per vCPU per second × the mean exit-handling latency.
+pub fn exit_handling_per_cpu(r: &RunRecord) -> Option<f64> {
+    let v = r.vmm.as_ref()?;
+    let wall = r.timing.wall_ns as f64 / 1e9;
+    if wall <= 0.0 || v.vcpus == 0 {
+        return None;
+    }
+    let hs: Vec<&LatencyHistogram> = v.exit_latency.values().collect();
+    let h = merge_histograms(&hs)?;
+    let exits: u64 = exit_counts(r).values().sum();
+    Some(exits as f64 / v.vcpus as f64 / wall * h.mean_ns / 1e9)
+}
+
+impl Results<'_> {
+    /// Speedup versus vCPUs for the family of `p` (same everything but vCPUs
+    /// and threads, threads = vCPUs), with the Amdahl projection beside it.
+    pub fn speedup_vs_vcpus(&self, p: &Point) -> (Vec<SpeedupPoint>, Option<AmdahlInputs>) {
+        let family = |q: &Point| {
+            let mut a = q.clone();
+            a.vcpus = p.vcpus;
+            a.threads = p.threads;
+            a.config_key() == p.config_key() && q.vcpus == Some(q.threads)
+        };
+        let mut members: Vec<&Point> = self.points().filter(|q| family(q)).collect();
+        members.sort_by_key(|q| q.vcpus);
+        let Some(first) = members.first() else {
+            return (vec![], None);
+        };
+        let n0 = first.vcpus.unwrap_or(1) as f64;
+        let Some(t0) = self.wall(first).map(|s| s.median) else {
+            return (vec![], None);
+        };
+        let inputs = self.amdahl_inputs(first);
+        let out = members
+            .iter()
+            .filter_map(|q| {
+                let es = self.get(q)?;
+                let n = q.vcpus.unwrap_or(1) as f64;
+                let measured = Summary::of(
+                    &es.iter()
+                        .map(|e| t0 / mean_wall_s(&e.records) * n0)
+                        .collect::<Vec<_>>(),
+                )?;
+                Some(SpeedupPoint {
+                    vcpus: q.vcpus.unwrap_or(1),
+                    measured,
+                    projected: inputs.map(|i| i.projected(n)),
+                    native_bound: inputs.map(|i| amdahl(i.p_native, n)),
+                })
+            })
+            .collect();
+        (out, inputs)
+    }
+
+    /// Native parallel fraction of `p`'s workload from its native runs: the
+    /// speedup from the fewest to the most threads measured.
+    pub fn native_parallel_fraction(&self, p: &Point) -> Option<f64> {
+        let mut natives: Vec<(u32, f64)> = self
+            .points()
+            .filter(|q| {
+                q.executor == Executor::Native
+                    && q.workload == p.workload
+                    && q.variant == p.variant
+                    && q.scale == p.scale
+            })
+            .filter_map(|q| Some((q.threads, self.wall(q)?.median)))
+            .collect();
+        natives.sort_by_key(|x| x.0);
+        let (n1, t1) = *natives.first()?;
+        let (nk, tk) = *natives.last()?;
+        if nk <= n1 || tk <= 0.0 {
+            return None;
+        }
+        // Strong-scaling estimate: the speedup from n1 to nk threads over the
+        // thread ratio (exact when n1 = 1).
+        parallel_fraction(t1 / tk, nk as f64 / n1 as f64)
+    }
+
+    /// Projection inputs from a pilot configuration (the smallest vCPU count).
+    pub fn amdahl_inputs(&self, pilot: &Point) -> Option<AmdahlInputs> {
+        let p_native = self.native_parallel_fraction(pilot)?;
+        let es = self.get(pilot)?;
+        let recs: Vec<&RunRecord> = es.iter().flat_map(|e| e.records.iter()).collect();
+        let h: Vec<f64> = recs
+            .iter()
+            .filter_map(|r| exit_handling_per_cpu(r))
+            .collect();
+        let share: Vec<f64> = recs.iter().map(|r| sync_share(r)).collect();
+        Some(AmdahlInputs {
+            p_native,
+            exit_handling_per_cpu: Summary::of(&h)?.median,
+            sync_share: Summary::of(&share)?.median,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Prediction error (seed 003: macro and micro results side by side).
+
+/// A simulator prediction beside the measurement of the same configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    /// The measured configuration's label.
+    pub label: String,
+    pub metric: String,
+    pub measured: f64,
+    pub predicted: f64,
+}
+
+impl Prediction {
+    /// Relative error `(predicted − measured) / |measured|`; for quantities
+    /// near zero (slowdowns of a few %) the absolute error is more telling, so
+    /// both are reported.
+    pub fn rel_error(&self) -> f64 {
+        if self.measured == 0.0 {
+            f64::NAN
+        } else {
+            (self.predicted - self.measured) / self.measured.abs()
+        }
+    }
+    pub fn abs_error(&self) -> f64 {
+        self.predicted - self.measured
+    }
+}
+
+/// The simulator twin of a measured point: same workload, sizes, VMs, sync,
+/// idle and pinning; any platform/PLE/APICv.
+fn sim_twin_matches(measured: &Point, sim: &Point) -> bool {
+    sim.executor == Executor::Sim
+        && sim.workload == measured.workload
+        && sim.variant == measured.variant
+        && sim.threads == measured.threads
+        && sim.scale == measured.scale
+        && sim.vcpus == measured.vcpus
+        && sim.vms == measured.vms
+        && sim.idle == measured.idle
+        && sim.pin == measured.pin
+        && (measured.executor == Executor::Qemu || sim.sync == measured.sync)
+}
+
+impl Results<'_> {
+    /// Every metric both a measured (vm/qemu) configuration and its simulator
+    /// twin have: slowdown, weighted speedup, idle fraction, total exits/s.
+    pub fn predictions(&self, platform: Option<&str>) -> Vec<Prediction> {
+        let mut out = Vec::new();
+        for m in self
+            .points()
+            .filter(|p| matches!(p.executor, Executor::Vm | Executor::Qemu))
+        {
+            let Some(s) = self.points().find(|s| {
+                sim_twin_matches(m, s)
+                    && platform.is_none_or(|pl| s.platform.as_deref() == Some(pl))
+            }) else {
+                continue;
+            };
+            let mut pair = |metric: &str, a: Option<Summary>, b: Option<Summary>| {
+                if let (Some(a), Some(b)) = (a, b) {
+                    out.push(Prediction {
+                        label: m.label(),
+                        metric: metric.into(),
+                        measured: a.median,
+                        predicted: b.median,
+                    });
+                }
+            };
+            pair("slowdown", self.slowdown(m), self.slowdown(s));
+            if m.vms > 1 {
+                pair(
+                    "weighted speedup",
+                    self.weighted_speedup(m),
+                    self.weighted_speedup(s),
+                );
+            }
+            pair(
+                "idle fraction",
+                self.idle_fraction(m),
+                self.idle_fraction(s),
+            );
+            let total = |p: &Point| {
+                let e = self.exits_per_s(p);
+                (!e.is_empty()).then(|| Summary {
+                    n: 1,
+                    median: e.values().map(|s| s.median).sum(),
+                    min: 0.0,
+                    max: 0.0,
+                    mad: 0.0,
+                })
+            };
+            pair("exits/s", total(m), total(s));
+        }
+        out
+    }
+}
+
+/// Per metric: median absolute relative error of predictions.
+pub fn prediction_error_by_metric(preds: &[Prediction]) -> BTreeMap<String, Summary> {
+    let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for p in preds {
+        by.entry(p.metric.clone())
+            .or_default()
+            .push(p.rel_error().abs());
+    }
+    by.into_iter()
+        .filter_map(|(k, v)| Some((k, Summary::of(&v)?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::point::tests::vm_point;
+    use crate::store::Status;
+    use crate::testutil::rec;
+    use smplab_record::sim::SimSection;
+    use smplab_record::vmm::{IoThreadStats, VmmSection};
+
+    fn entry(p: Point, records: Vec<RunRecord>) -> Entry {
+        Entry::new(p, Status::Ok, 0.0, records)
+    }
+    fn native(workload: &str, n: u32, rep: u32) -> Point {
+        let mut p = vm_point(workload, n, rep).native_twin();
+        p.rep = rep;
+        p
+    }
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn summary_median_and_spread() {
+        let s = Summary::of(&[3.0, 1.0, 2.0, 100.0]).unwrap();
+        assert_eq!(s.median, 2.5);
+        assert_eq!(s.min, 1.0);
+        assert_eq!(s.max, 100.0);
+        // deviations 1.5, 0.5, 0.5, 97.5 -> median 1.0
+        assert_eq!(s.mad, 1.0);
+        assert!(Summary::of(&[]).is_none());
+        assert!(Summary::of(&[f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn slowdown_vs_native_uses_native_median() {
+        let mut es = vec![];
+        for (rep, t) in [(0, 10), (1, 12), (2, 11)] {
+            es.push(entry(
+                native("dedup", 2, rep),
+                vec![rec(Executor::Native, "dedup", 2, t * S / 10)],
+            ));
+        }
+        for (rep, t) in [(0, 22), (1, 33), (2, 27)] {
+            es.push(entry(
+                vm_point("dedup", 2, rep),
+                vec![rec(Executor::Vm, "dedup", 2, t * S / 10)],
+            ));
+        }
+        let store = Store::from_entries(es);
+        let r = Results::new(&store);
+        let s = r.slowdown(&vm_point("dedup", 2, 0)).unwrap();
+        // native median 1.1 s; vm 2.2, 3.3, 2.7 -> slowdowns 1.0, 2.0, 1.4545
+        assert!((s.median - (2.7 / 1.1 - 1.0)).abs() < 1e-9);
+        assert!((s.min - 1.0).abs() < 1e-9);
+        assert!((s.max - 2.0).abs() < 1e-9);
+        assert_eq!(s.n, 3);
+        assert!(r.slowdown(&native("dedup", 2, 0)).is_none());
+    }
+
+    #[test]
+    fn failed_entries_are_ignored() {
+        let es = vec![
+            entry(
+                native("dedup", 2, 0),
+                vec![rec(Executor::Native, "dedup", 2, S)],
+            ),
+            Entry::new(
+                vm_point("dedup", 2, 0),
+                Status::Failed { reason: "x".into() },
+                0.0,
+                vec![rec(Executor::Vm, "dedup", 2, 9 * S)],
+            ),
+            entry(
+                vm_point("dedup", 2, 1),
+                vec![rec(Executor::Vm, "dedup", 2, 2 * S)],
+            ),
+        ];
+        let store = Store::from_entries(es);
+        let r = Results::new(&store);
+        let s = r.slowdown(&vm_point("dedup", 2, 0)).unwrap();
+        assert_eq!(s.n, 1);
+        assert!((s.median - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn sim_slowdown_uses_its_own_native_model() {
+        let mut p = vm_point("dedup", 2, 0);
+        p.executor = Executor::Sim;
+        let mut r0 = rec(Executor::Sim, "dedup", 2, 3 * S);
+        r0.sim = Some(SimSection {
+            native_wall_ns: Some(2 * S),
+            vcpus: 2,
+            idle_ns: S,
+            spin_ns: 3 * S,
+            ..Default::default()
+        });
+        let store = Store::from_entries(vec![entry(p.clone(), vec![r0])]);
+        let r = Results::new(&store);
+        assert!((r.slowdown(&p).unwrap().median - 0.5).abs() < 1e-12);
+        // idle 1 s over 2 vCPUs × 3 s; spin 3 s over 6 vCPU-seconds.
+        assert!((r.idle_fraction(&p).unwrap().median - 1.0 / 6.0).abs() < 1e-12);
+        assert!((r.spin_fraction(&p).unwrap().median - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn weighted_speedup_over_vms() {
+        let mut es = vec![entry(
+            vm_point("dedup", 2, 0),
+            vec![rec(Executor::Vm, "dedup", 2, 2 * S)],
+        )];
+        // Two VMs each taking 4 s: throughput equal to one VM -> 1.0.
+        let mut p2 = vm_point("dedup", 2, 0);
+        p2.vms = 2;
+        es.push(entry(
+            p2.clone(),
+            vec![
+                rec(Executor::Vm, "dedup", 2, 4 * S),
+                rec(Executor::Vm, "dedup", 2, 4 * S),
+            ],
+        ));
+        // Four VMs: 2 s, 4 s, 8 s, 8 s -> 1 + 0.5 + 0.25 + 0.25 = 2.0.
+        let mut p4 = vm_point("dedup", 2, 0);
+        p4.vms = 4;
+        es.push(entry(
+            p4.clone(),
+            [2, 4, 8, 8]
+                .iter()
+                .map(|t| rec(Executor::Vm, "dedup", 2, t * S))
+                .collect(),
+        ));
+        let store = Store::from_entries(es);
+        let r = Results::new(&store);
+        assert!((r.weighted_speedup(&p2).unwrap().median - 1.0).abs() < 1e-12);
+        assert!((r.weighted_speedup(&p4).unwrap().median - 2.0).abs() < 1e-12);
+        let series = r.weighted_speedup_series(&vm_point("dedup", 2, 0));
+        assert_eq!(
+            series.iter().map(|x| x.0).collect::<Vec<_>>(),
+            vec![1, 2, 4]
+        );
+        assert!((series[0].1.median - 1.0).abs() < 1e-12);
+    }
+
+    fn vmm_record(wall_s: u64, exits: &[(&str, u64)], lat_ns: &[u64]) -> RunRecord {
+        let mut r = rec(Executor::Vm, "dedup", 2, wall_s * S);
+        let mut per = vec![BTreeMap::new(), BTreeMap::new()];
+        for (i, (k, n)) in exits.iter().enumerate() {
+            per[i % 2].insert(k.to_string(), *n);
+        }
+        let mut lat = BTreeMap::new();
+        lat.insert(
+            "uart/global".to_string(),
+            LatencyHistogram::from_samples(lat_ns),
+        );
+        r.vmm = Some(VmmSection {
+            sync: "global".into(),
+            vcpus: 2,
+            exits_per_vcpu: per,
+            exit_latency: lat,
+            global_lock_wait: Some(LatencyHistogram::from_samples(&[100, 200, 300, 400])),
+            ..Default::default()
+        });
+        r
+    }
+
+    #[test]
+    fn exits_per_second_by_reason_and_latency_percentiles() {
+        let p = vm_point("dedup", 2, 0);
+        let store = Store::from_entries(vec![entry(
+            p.clone(),
+            vec![vmm_record(
+                2,
+                &[("io_out", 1000), ("hlt", 400)],
+                &[1000; 10],
+            )],
+        )]);
+        let r = Results::new(&store);
+        let e = r.exits_per_s(&p);
+        assert_eq!(e["io_out"].median, 500.0);
+        assert_eq!(e["hlt"].median, 200.0);
+        let [p50, _, _] = r.exit_latency(&p).unwrap();
+        assert!((p50.median - 1000.0).abs() <= 1.0);
+        let [l50, _, l99] = r.lock_wait(&p).unwrap();
+        assert!((l50.median - 200.0).abs() <= 1.0);
+        assert!((l99.median - 400.0).abs() <= 1.0);
+    }
+
+    #[test]
+    fn merged_histogram_counts_add_up() {
+        let a = LatencyHistogram::from_samples(&[10, 20, 30]);
+        let b = LatencyHistogram::from_samples(&[1000, 2000]);
+        let m = merge_histograms(&[&a, &b]).unwrap();
+        assert_eq!(m.count, 5);
+        assert_eq!(m.buckets.iter().map(|x| x.1).sum::<u64>(), 5);
+        assert!(m.p99_ns >= 2000);
+        assert!(m.p50_ns <= 64);
+    }
+
+    #[test]
+    fn amdahl_matches_seed_004_figure_3_7() {
+        // Native: P = 97.5 %, S(16) = 11.64.
+        assert!((amdahl(0.975, 16.0) - 11.64).abs() < 0.01);
+        // I/O thread: exit handling 0.159 % per CPU, 62.98 % synchronous.
+        let i = AmdahlInputs {
+            p_native: 0.975,
+            exit_handling_per_cpu: 0.00159,
+            sync_share: 0.6298,
+        };
+        assert!((i.p_at(16.0) - 0.9594).abs() < 0.0005);
+        assert!((i.projected(16.0) - 9.94).abs() < 0.05);
+        // And back: the P that explains S(16) = 11.64.
+        assert!((parallel_fraction(11.64, 16.0).unwrap() - 0.975).abs() < 0.001);
+    }
+
+    #[test]
+    fn speedup_vs_vcpus_with_projection() {
+        let mut es = vec![
+            entry(
+                native("dedup", 1, 0),
+                vec![rec(Executor::Native, "dedup", 1, 10 * S)],
+            ),
+            // Native speedup 1.9 on 2 threads -> P = (1 - 1/1.9)/(1/2) = 0.947.
+            entry(
+                native("dedup", 2, 0),
+                vec![rec(Executor::Native, "dedup", 2, 10 * S / 19 * 10 / 10)],
+            ),
+        ];
+        // Recompute exactly: 10 / 1.9 s.
+        es[1].records[0].timing.wall_ns = (10.0e9 / 1.9) as u64;
+        let mut v1 = vmm_record(10, &[("io_out", 10_000)], &[10_000; 4]);
+        v1.vmm.as_mut().unwrap().vcpus = 1;
+        es.push(entry(vm_point("dedup", 1, 0), vec![v1]));
+        es.push(entry(
+            vm_point("dedup", 2, 0),
+            vec![vmm_record(6, &[("io_out", 1)], &[1])],
+        ));
+        let store = Store::from_entries(es);
+        let r = Results::new(&store);
+        let (curve, inputs) = r.speedup_vs_vcpus(&vm_point("dedup", 2, 0));
+        assert_eq!(curve.len(), 2);
+        assert!((curve[0].measured.median - 1.0).abs() < 1e-12);
+        assert!((curve[1].measured.median - 10.0 / 6.0).abs() < 1e-9);
+        let i = inputs.unwrap();
+        assert!((i.p_native - (1.0 - 1.0 / 1.9) * 2.0).abs() < 1e-6);
+        // 1000 exits/s on one vCPU × 10 µs = 1 % of the vCPU; global: all synchronous.
+        assert!((i.exit_handling_per_cpu - 0.01).abs() < 1e-4);
+        assert_eq!(i.sync_share, 1.0);
+        let proj = curve[1].projected.unwrap();
+        let expect = amdahl(i.p_native * (1.0 - 0.01 * 2.0), 2.0);
+        assert!((proj - expect).abs() < 1e-3);
+        assert!(curve[1].native_bound.unwrap() > proj);
+    }
+
+    #[test]
+    fn sync_share_by_mode() {
+        let mut r = vmm_record(1, &[("io_out", 80), ("io_in", 20)], &[1]);
+        assert_eq!(sync_share(&r), 1.0);
+        let v = r.vmm.as_mut().unwrap();
+        v.sync = "iothread".into();
+        v.io_thread = Some(IoThreadStats {
+            requests: 100,
+            posted_writes: 60,
+            ..Default::default()
+        });
+        assert!((sync_share(&r) - 0.4).abs() < 1e-12);
+        r.vmm.as_mut().unwrap().sync = "fine".into();
+        assert_eq!(sync_share(&r), 0.0);
+    }
+
+    #[test]
+    fn predictions_pair_sim_with_measurement() {
+        let mut es = vec![
+            entry(
+                native("dedup", 2, 0),
+                vec![rec(Executor::Native, "dedup", 2, S)],
+            ),
+            entry(
+                vm_point("dedup", 2, 0),
+                vec![rec(Executor::Vm, "dedup", 2, 2 * S)],
+            ),
+        ];
+        let mut sp = vm_point("dedup", 2, 0);
+        sp.executor = Executor::Sim;
+        sp.platform = Some("calibrated".into());
+        sp.ple = Some(true);
+        sp.apicv = Some(false);
+        let mut sr = rec(Executor::Sim, "dedup", 2, 3 * S);
+        sr.sim = Some(SimSection {
+            native_wall_ns: Some(2 * S),
+            vcpus: 2,
+            ..Default::default()
+        });
+        es.push(entry(sp, vec![sr]));
+        let store = Store::from_entries(es);
+        let r = Results::new(&store);
+        let preds = r.predictions(None);
+        let slow = preds.iter().find(|p| p.metric == "slowdown").unwrap();
+        assert!((slow.measured - 1.0).abs() < 1e-12);
+        assert!((slow.predicted - 0.5).abs() < 1e-12);
+        assert!((slow.rel_error() + 0.5).abs() < 1e-12);
+        let by = prediction_error_by_metric(&preds);
+        assert!((by["slowdown"].median - 0.5).abs() < 1e-12);
+        assert!(r.predictions(Some("other")).is_empty());
+    }
+}

@@ -1,0 +1,346 @@
+//! The results store: one JSON document per line, one line per finished point,
+//! appended the moment the point finishes.
+//!
+//! Why JSON lines rather than SQLite (also in docs/lab.md): the records are
+//! already JSON; an append-only file survives a kill at any instant (the only
+//! possible damage is a torn last line, which [`Store::open`] cuts off); users
+//! can read it with `jq`/`grep`; and rusqlite's bundled SQLite is a C build that
+//! costs minutes on the 2-core machines smplab is developed on.
+//!
+//! Concurrency: the file is `flock`ed for the life of a [`Store`] opened for
+//! writing, so two sweeps cannot interleave into one store.
+
+use crate::point::Point;
+use serde::{Deserialize, Serialize};
+use smplab_record::RunRecord;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// Layout version of a store line.
+pub const STORE_VERSION: u32 = 1;
+
+/// How a point ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    /// The run failed (guest crash, timeout, bad workload size, ...). Finished:
+    /// a resumed sweep does not redo it unless asked to (`--retry-failed`).
+    Failed {
+        reason: String,
+    },
+    /// Not attempted because its executor is unavailable here (no KVM, no QEMU,
+    /// not in this build). Not finished: a resumed sweep tries again.
+    Skipped {
+        reason: String,
+    },
+}
+
+/// One line of the store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub v: u32,
+    pub key: String,
+    pub point: Point,
+    pub status: Status,
+    /// Host seconds the point took (set-up included).
+    pub host_seconds: f64,
+    /// One record per VM (one for native and single-VM points).
+    #[serde(default)]
+    pub records: Vec<RunRecord>,
+}
+
+impl Entry {
+    pub fn new(point: Point, status: Status, host_seconds: f64, records: Vec<RunRecord>) -> Self {
+        Entry {
+            v: STORE_VERSION,
+            key: point.key(),
+            point,
+            status,
+            host_seconds,
+            records,
+        }
+    }
+    pub fn is_ok(&self) -> bool {
+        self.status == Status::Ok
+    }
+    /// Whether a resumed sweep counts this point as done.
+    pub fn is_finished(&self, retry_failed: bool) -> bool {
+        match self.status {
+            Status::Ok => true,
+            Status::Failed { .. } => !retry_failed,
+            Status::Skipped { .. } => false,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: cannot open results store: {source}")]
+    Open {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: another `smplab lab run` is writing to this results store; wait for it or use another --store")]
+    Locked { path: String },
+    #[error("{path}: cannot write results store: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: corrupt results store line ({detail}); only the last line can be torn by a crash, so this file was edited or damaged: delete that line to rerun the point")]
+    Corrupt {
+        path: String,
+        line: usize,
+        detail: String,
+    },
+    #[error("{path}: no results store here; run `smplab lab run SPEC` first")]
+    Missing { path: String },
+}
+
+/// An open results store.
+pub struct Store {
+    path: PathBuf,
+    file: Option<File>,
+    entries: Vec<Entry>,
+    /// Bytes of a torn last line that were cut off on open.
+    pub repaired_bytes: u64,
+}
+
+/// Parse store text; a last line without its newline is a torn write and is
+/// returned as the number of bytes to drop.
+fn parse(path: &Path, text: &str) -> Result<(Vec<Entry>, usize), StoreError> {
+    let mut entries = Vec::new();
+    let complete = match text.rfind('\n') {
+        Some(i) => i + 1,
+        None => 0,
+    };
+    for (i, line) in text[..complete].lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let e: Entry = serde_json::from_str(line).map_err(|e| StoreError::Corrupt {
+            path: path.display().to_string(),
+            line: i + 1,
+            detail: e.to_string(),
+        })?;
+        entries.push(e);
+    }
+    Ok((entries, complete))
+}
+
+impl Store {
+    /// Open (creating if needed) for appending, with an exclusive lock, cutting
+    /// off a torn last line.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let shown = path.display().to_string();
+        let open_err = |source| StoreError::Open {
+            path: shown.clone(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(open_err)?;
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(open_err)?;
+        // SAFETY: flock on a file descriptor we own; no memory is involved.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            return Err(StoreError::Locked { path: shown });
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(open_err)?;
+        let (entries, complete) = parse(path, &text)?;
+        let repaired_bytes = (text.len() - complete) as u64;
+        if repaired_bytes > 0 {
+            file.set_len(complete as u64).map_err(open_err)?;
+        }
+        file.seek(SeekFrom::End(0)).map_err(open_err)?;
+        Ok(Store {
+            path: path.to_path_buf(),
+            file: Some(file),
+            entries,
+            repaired_bytes,
+        })
+    }
+
+    /// Read a store without locking or repairing it (reports, metrics).
+    pub fn read(path: &Path) -> Result<Self, StoreError> {
+        let shown = path.display().to_string();
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::Missing { path: shown })
+            }
+            Err(source) => {
+                return Err(StoreError::Open {
+                    path: shown,
+                    source,
+                })
+            }
+        };
+        let (entries, _) = parse(path, &text)?;
+        Ok(Store {
+            path: path.to_path_buf(),
+            file: None,
+            entries,
+            repaired_bytes: 0,
+        })
+    }
+
+    /// An in-memory store (tests, the demo's derived sets).
+    pub fn from_entries(entries: Vec<Entry>) -> Self {
+        Store {
+            path: PathBuf::new(),
+            file: None,
+            entries,
+            repaired_bytes: 0,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Every line, in file order. A point may appear more than once (a failure,
+    /// then a retry): [`Store::latest`] gives the current state.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The last entry per key, in first-seen order.
+    pub fn latest(&self) -> Vec<&Entry> {
+        let mut index: std::collections::HashMap<&str, usize> = Default::default();
+        let mut out: Vec<&Entry> = Vec::new();
+        for e in &self.entries {
+            match index.get(e.key.as_str()) {
+                Some(&i) => out[i] = e,
+                None => {
+                    index.insert(&e.key, out.len());
+                    out.push(e);
+                }
+            }
+        }
+        out
+    }
+
+    pub fn is_finished(&self, key: &str, retry_failed: bool) -> bool {
+        self.entries
+            .iter()
+            .rev()
+            .find(|e| e.key == key)
+            .is_some_and(|e| e.is_finished(retry_failed))
+    }
+
+    /// Append one entry durably: a single `write` of the whole line with
+    /// O_APPEND semantics, then `fdatasync`, so a kill leaves either the whole
+    /// line or a torn tail that the next open cuts off.
+    pub fn append(&mut self, entry: Entry) -> Result<(), StoreError> {
+        let shown = self.path.display().to_string();
+        let Some(file) = self.file.as_mut() else {
+            // In-memory or read-only store: keep the entry only in memory.
+            self.entries.push(entry);
+            return Ok(());
+        };
+        let mut line = serde_json::to_string(&entry).map_err(|e| StoreError::Write {
+            path: shown.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        line.push('\n');
+        let werr = |source| StoreError::Write {
+            path: shown.clone(),
+            source,
+        };
+        file.write_all(line.as_bytes()).map_err(werr)?;
+        file.sync_data().map_err(werr)?;
+        self.entries.push(entry);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::point::tests::vm_point;
+
+    pub fn temp_path(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "smplab-lab-test-{}-{}-{}",
+            tag,
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        let _ = std::fs::create_dir_all(&dir);
+        dir.join("results.jsonl")
+    }
+
+    #[test]
+    fn append_reopen_and_torn_tail() {
+        let path = temp_path("store");
+        {
+            let mut s = Store::open(&path).unwrap();
+            s.append(Entry::new(vm_point("dedup", 2, 0), Status::Ok, 1.0, vec![]))
+                .unwrap();
+            s.append(Entry::new(
+                vm_point("dedup", 2, 1),
+                Status::Failed {
+                    reason: "guest crashed".into(),
+                },
+                1.0,
+                vec![],
+            ))
+            .unwrap();
+        }
+        // Simulate a kill in the middle of the third write.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"v\":1,\"key\":\"vm/ded").unwrap();
+        drop(f);
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.entries().len(), 2);
+        assert!(s.repaired_bytes > 0);
+        assert!(s.is_finished(&vm_point("dedup", 2, 0).key(), false));
+        assert!(s.is_finished(&vm_point("dedup", 2, 1).key(), false));
+        assert!(!s.is_finished(&vm_point("dedup", 2, 1).key(), true));
+        assert!(std::fs::read_to_string(&path).unwrap().ends_with('\n'));
+        // A second writer is refused while the first holds the lock.
+        let err = Store::open(&path).err().unwrap();
+        assert!(matches!(err, StoreError::Locked { .. }));
+        drop(s);
+        assert!(Store::open(&path).is_ok());
+    }
+
+    #[test]
+    fn corrupt_middle_line_is_located() {
+        let path = temp_path("corrupt");
+        std::fs::write(&path, "not json\n{}\n").unwrap();
+        let err = Store::read(&path).err().unwrap().to_string();
+        assert!(err.contains(":1: corrupt"), "{err}");
+    }
+
+    #[test]
+    fn latest_takes_the_retry() {
+        let p = vm_point("dedup", 2, 0);
+        let s = Store::from_entries(vec![
+            Entry::new(
+                p.clone(),
+                Status::Failed { reason: "x".into() },
+                0.0,
+                vec![],
+            ),
+            Entry::new(p, Status::Ok, 0.0, vec![]),
+        ]);
+        let l = s.latest();
+        assert_eq!(l.len(), 1);
+        assert!(l[0].is_ok());
+    }
+}

@@ -1,0 +1,555 @@
+//! Hand-written SVG charts: bars, stacked bars, lines, histograms, scatter.
+//! Plain strings, no scripts, so a report opens offline in any browser.
+
+use std::fmt::Write;
+
+/// Colours that stay distinguishable in print and for common colour blindness
+/// (Okabe–Ito).
+pub const PALETTE: &[&str] = &[
+    "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
+    "#999999",
+];
+
+pub fn colour(i: usize) -> &'static str {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// Escape text for XML/HTML.
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A "nice" axis maximum ≥ v: 1, 2, 2.5 or 5 × 10^k.
+pub fn nice_max(v: f64) -> f64 {
+    if !(v.is_finite()) || v <= 0.0 {
+        return 1.0;
+    }
+    let e = 10f64.powf(v.log10().floor());
+    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+        if m * e >= v {
+            return m * e;
+        }
+    }
+    10.0 * e
+}
+
+pub fn fmt_num(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if a >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.0}k", v / 1e3)
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+struct Frame {
+    w: f64,
+    h: f64,
+    left: f64,
+    right: f64,
+    top: f64,
+    bottom: f64,
+}
+
+impl Frame {
+    fn new(w: f64, h: f64, left: f64, bottom: f64) -> Self {
+        Frame {
+            w,
+            h,
+            left,
+            right: 20.0,
+            top: 34.0,
+            bottom,
+        }
+    }
+    fn pw(&self) -> f64 {
+        self.w - self.left - self.right
+    }
+    fn ph(&self) -> f64 {
+        self.h - self.top - self.bottom
+    }
+    fn open(&self, title: &str) -> String {
+        format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"11\" role=\"img\"><title>{t}</title><rect x=\"0\" y=\"0\" width=\"{w}\" height=\"{h}\" fill=\"#ffffff\"/><text x=\"{cx}\" y=\"18\" text-anchor=\"middle\" font-size=\"13\" font-weight=\"bold\">{t}</text>",
+            w = self.w,
+            h = self.h,
+            t = esc(title),
+            cx = self.w / 2.0
+        )
+    }
+    /// Y axis from `lo` to `hi` with gridlines and a label.
+    fn y_axis(&self, s: &mut String, lo: f64, hi: f64, label: &str, log: bool) {
+        let ticks = 5;
+        for i in 0..=ticks {
+            let f = i as f64 / ticks as f64;
+            let y = self.top + self.ph() * (1.0 - f);
+            let v = if log {
+                10f64.powf(lo + (hi - lo) * f)
+            } else {
+                lo + (hi - lo) * f
+            };
+            let _ = write!(
+                s,
+                "<line x1=\"{x0}\" y1=\"{y:.1}\" x2=\"{x1}\" y2=\"{y:.1}\" stroke=\"#dddddd\"/><text x=\"{tx}\" y=\"{ty:.1}\" text-anchor=\"end\">{v}</text>",
+                x0 = self.left,
+                x1 = self.left + self.pw(),
+                tx = self.left - 4.0,
+                ty = y + 4.0,
+                v = fmt_num(v)
+            );
+        }
+        let _ = write!(
+            s,
+            "<line x1=\"{x}\" y1=\"{y0}\" x2=\"{x}\" y2=\"{y1}\" stroke=\"#333333\"/><text transform=\"translate(12 {cy}) rotate(-90)\" text-anchor=\"middle\">{l}</text>",
+            x = self.left,
+            y0 = self.top,
+            y1 = self.top + self.ph(),
+            cy = self.top + self.ph() / 2.0,
+            l = esc(label)
+        );
+    }
+    fn y_of(&self, v: f64, lo: f64, hi: f64) -> f64 {
+        let f = if hi > lo { (v - lo) / (hi - lo) } else { 0.0 };
+        self.top + self.ph() * (1.0 - f.clamp(-0.05, 1.05))
+    }
+}
+
+fn legend(s: &mut String, x: f64, y: f64, names: &[String]) {
+    for (i, n) in names.iter().enumerate() {
+        let yy = y + i as f64 * 15.0;
+        let _ = write!(
+            s,
+            "<rect x=\"{x}\" y=\"{y0:.1}\" width=\"10\" height=\"10\" fill=\"{c}\"/><text x=\"{tx}\" y=\"{ty:.1}\">{n}</text>",
+            y0 = yy,
+            c = colour(i),
+            tx = x + 14.0,
+            ty = yy + 9.0,
+            n = esc(n)
+        );
+    }
+}
+
+/// One bar per item with an optional error range `(lo, hi)`.
+pub struct Bar {
+    pub label: String,
+    pub value: f64,
+    pub range: Option<(f64, f64)>,
+    /// Colour index.
+    pub group: usize,
+}
+
+/// Vertical bars with whiskers; `unit` labels the y axis.
+pub fn bar_chart(title: &str, unit: &str, bars: &[Bar], groups: &[String]) -> String {
+    let h = 340.0;
+    let w = (120.0 + bars.len() as f64 * 34.0).clamp(420.0, 1100.0);
+    let f = Frame::new(w, h, 56.0, 120.0);
+    let mut s = f.open(title);
+    let hi = nice_max(
+        bars.iter()
+            .map(|b| b.range.map_or(b.value, |r| r.1.max(b.value)))
+            .fold(0.0, f64::max),
+    );
+    let lo = bars
+        .iter()
+        .map(|b| b.range.map_or(b.value, |r| r.0.min(b.value)))
+        .fold(0.0, f64::min);
+    let lo = if lo < 0.0 { -nice_max(-lo) } else { 0.0 };
+    f.y_axis(&mut s, lo, hi, unit, false);
+    let slot = f.pw() / bars.len().max(1) as f64;
+    let y0 = f.y_of(0.0, lo, hi);
+    for (i, b) in bars.iter().enumerate() {
+        let x = f.left + slot * i as f64 + slot * 0.15;
+        let bw = slot * 0.7;
+        let y = f.y_of(b.value, lo, hi);
+        let _ = write!(
+            s,
+            "<rect class=\"bar\" x=\"{x:.1}\" y=\"{top:.1}\" width=\"{bw:.1}\" height=\"{hh:.1}\" fill=\"{c}\"><title>{l}: {v}</title></rect>",
+            top = y.min(y0),
+            hh = (y - y0).abs().max(0.5),
+            c = colour(b.group),
+            l = esc(&b.label),
+            v = fmt_num(b.value)
+        );
+        if let Some((a, z)) = b.range {
+            let cx = x + bw / 2.0;
+            let _ = write!(
+                s,
+                "<line x1=\"{cx:.1}\" y1=\"{ya:.1}\" x2=\"{cx:.1}\" y2=\"{yz:.1}\" stroke=\"#000000\"/>",
+                ya = f.y_of(a, lo, hi),
+                yz = f.y_of(z, lo, hi)
+            );
+        }
+        let lx = x + bw / 2.0;
+        let ly = f.top + f.ph() + 8.0;
+        let _ = write!(
+            s,
+            "<text transform=\"translate({lx:.1} {ly:.1}) rotate(45)\" font-size=\"10\">{}</text>",
+            esc(&truncate(&b.label, 28))
+        );
+    }
+    let _ = write!(
+        s,
+        "<line x1=\"{x0}\" y1=\"{y0:.1}\" x2=\"{x1}\" y2=\"{y0:.1}\" stroke=\"#333333\"/>",
+        x0 = f.left,
+        x1 = f.left + f.pw()
+    );
+    if groups.len() > 1 {
+        legend(&mut s, f.left + 8.0, f.top + 4.0, groups);
+    }
+    s.push_str("</svg>");
+    s
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let t: String = s.chars().take(n - 1).collect();
+        format!("{t}…")
+    }
+}
+
+/// Horizontal stacked bars: each row is a label and segment values, one per
+/// series (negative segments drawn left of zero).
+pub fn stacked_bars(
+    title: &str,
+    unit: &str,
+    series: &[String],
+    rows: &[(String, Vec<f64>)],
+) -> String {
+    let row_h = 26.0;
+    let h = 70.0 + rows.len() as f64 * row_h + series.len() as f64 * 15.0 + 20.0;
+    let w = 900.0;
+    let left = 220.0;
+    let mut s = Frame::new(w, h, left, 0.0).open(title);
+    let pos = rows
+        .iter()
+        .map(|r| r.1.iter().filter(|v| **v > 0.0).sum::<f64>())
+        .fold(0.0, f64::max);
+    let neg = rows
+        .iter()
+        .map(|r| -r.1.iter().filter(|v| **v < 0.0).sum::<f64>())
+        .fold(0.0, f64::max);
+    let hi = nice_max(pos);
+    let lo = if neg > 0.0 { -nice_max(neg) } else { 0.0 };
+    let pw = w - left - 30.0;
+    let x_of = |v: f64| left + pw * (v - lo) / (hi - lo);
+    let top = 34.0;
+    let axis_y = top + rows.len() as f64 * row_h + 4.0;
+    for i in 0..=5 {
+        let v = lo + (hi - lo) * i as f64 / 5.0;
+        let x = x_of(v);
+        let _ = write!(
+            s,
+            "<line x1=\"{x:.1}\" y1=\"{top}\" x2=\"{x:.1}\" y2=\"{axis_y:.1}\" stroke=\"#dddddd\"/><text x=\"{x:.1}\" y=\"{ty:.1}\" text-anchor=\"middle\">{v}</text>",
+            ty = axis_y + 13.0,
+            v = fmt_num(v)
+        );
+    }
+    let _ = write!(
+        s,
+        "<text x=\"{cx:.1}\" y=\"{ty:.1}\" text-anchor=\"middle\">{u}</text>",
+        cx = left + pw / 2.0,
+        ty = axis_y + 27.0,
+        u = esc(unit)
+    );
+    for (ri, (label, vals)) in rows.iter().enumerate() {
+        let y = top + ri as f64 * row_h;
+        let _ = write!(
+            s,
+            "<text x=\"{tx}\" y=\"{ty:.1}\" text-anchor=\"end\">{l}</text>",
+            tx = left - 6.0,
+            ty = y + row_h / 2.0 + 4.0,
+            l = esc(&truncate(label, 34))
+        );
+        let (mut pos_at, mut neg_at) = (0.0, 0.0);
+        for (si, &v) in vals.iter().enumerate() {
+            if v == 0.0 || !v.is_finite() {
+                continue;
+            }
+            let (a, b) = if v > 0.0 {
+                let a = pos_at;
+                pos_at += v;
+                (a, pos_at)
+            } else {
+                let a = neg_at;
+                neg_at += v;
+                (neg_at, a)
+            };
+            let _ = write!(
+                s,
+                "<rect class=\"seg\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"{c}\"><title>{l} — {n}: {v}</title></rect>",
+                x = x_of(a),
+                y = y + 3.0,
+                bw = (x_of(b) - x_of(a)).max(0.5),
+                bh = row_h - 6.0,
+                c = colour(si),
+                l = esc(label),
+                n = esc(series.get(si).map(String::as_str).unwrap_or("")),
+                v = fmt_num(v)
+            );
+        }
+    }
+    let x0 = x_of(0.0);
+    let _ = write!(
+        s,
+        "<line x1=\"{x0:.1}\" y1=\"{top}\" x2=\"{x0:.1}\" y2=\"{axis_y:.1}\" stroke=\"#333333\"/>"
+    );
+    legend(&mut s, left, axis_y + 38.0, series);
+    s.push_str("</svg>");
+    s
+}
+
+/// A line series: name, points `(x, y)`, dashed or solid.
+pub struct Line {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    pub dashed: bool,
+}
+
+/// Lines over a numeric x axis.
+pub fn line_chart(title: &str, xlabel: &str, ylabel: &str, lines: &[Line]) -> String {
+    let f = Frame::new(560.0, 340.0, 56.0, 70.0 + lines.len() as f64 * 15.0);
+    let mut s = f.open(title);
+    let xs = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
+    let xmax = xs.clone().fold(f64::MIN, f64::max);
+    let xmin = xs.fold(f64::MAX, f64::min);
+    let (xmin, xmax) = if xmax > xmin {
+        (xmin, xmax)
+    } else {
+        (xmin - 1.0, xmin + 1.0)
+    };
+    let hi = nice_max(
+        lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.1))
+            .fold(0.0, f64::max),
+    );
+    f.y_axis(&mut s, 0.0, hi, ylabel, false);
+    let x_of = |x: f64| f.left + f.pw() * (x - xmin) / (xmax - xmin);
+    let axis_y = f.top + f.ph();
+    let mut xt: Vec<f64> = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.0))
+        .collect();
+    xt.sort_by(f64::total_cmp);
+    xt.dedup();
+    for x in xt {
+        let _ = write!(
+            s,
+            "<text x=\"{px:.1}\" y=\"{ty:.1}\" text-anchor=\"middle\">{v}</text>",
+            px = x_of(x),
+            ty = axis_y + 14.0,
+            v = fmt_num(x)
+        );
+    }
+    let _ = write!(
+        s,
+        "<line x1=\"{x0}\" y1=\"{axis_y}\" x2=\"{x1}\" y2=\"{axis_y}\" stroke=\"#333333\"/><text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\">{xl}</text>",
+        x0 = f.left,
+        x1 = f.left + f.pw(),
+        cx = f.left + f.pw() / 2.0,
+        ly = axis_y + 30.0,
+        xl = esc(xlabel)
+    );
+    for (i, l) in lines.iter().enumerate() {
+        let pts: Vec<String> = l
+            .points
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", x_of(x), f.y_of(y, 0.0, hi)))
+            .collect();
+        let _ = write!(
+            s,
+            "<polyline class=\"series\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"{d} points=\"{p}\"/>",
+            c = colour(i),
+            d = if l.dashed { " stroke-dasharray=\"6 4\"" } else { "" },
+            p = pts.join(" ")
+        );
+        for &(x, y) in &l.points {
+            let _ = write!(
+                s,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{c}\"><title>{n}: {x}, {y}</title></circle>",
+                x_of(x),
+                f.y_of(y, 0.0, hi),
+                c = colour(i),
+                n = esc(&l.name),
+                x = fmt_num(x),
+                y = fmt_num(y)
+            );
+        }
+    }
+    let names: Vec<String> = lines.iter().map(|l| l.name.clone()).collect();
+    legend(&mut s, f.left, axis_y + 40.0, &names);
+    s.push_str("</svg>");
+    s
+}
+
+/// A latency histogram from log-spaced `(upper bound ns, count)` buckets.
+pub fn histogram(title: &str, buckets: &[(u64, u64)]) -> String {
+    let f = Frame::new(520.0, 300.0, 56.0, 60.0);
+    let mut s = f.open(title);
+    let hi = nice_max(buckets.iter().map(|b| b.1 as f64).fold(0.0, f64::max));
+    f.y_axis(&mut s, 0.0, hi, "count", false);
+    let slot = f.pw() / buckets.len().max(1) as f64;
+    for (i, &(ub, c)) in buckets.iter().enumerate() {
+        let x = f.left + slot * i as f64 + 1.0;
+        let y = f.y_of(c as f64, 0.0, hi);
+        let _ = write!(
+            s,
+            "<rect class=\"bin\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"{col}\"><title>≤ {ub} ns: {c}</title></rect>",
+            bw = (slot - 2.0).max(0.5),
+            bh = (f.top + f.ph() - y).max(0.5),
+            col = colour(0)
+        );
+        if buckets.len() <= 16 || i % 2 == 0 {
+            let _ = write!(
+                s,
+                "<text transform=\"translate({tx:.1} {ty:.1}) rotate(45)\" font-size=\"9\">{l}</text>",
+                tx = x + slot / 2.0,
+                ty = f.top + f.ph() + 8.0,
+                l = fmt_ns(ub)
+            );
+        }
+    }
+    s.push_str("</svg>");
+    s
+}
+
+pub fn fmt_ns(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.1}s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.1}ms", ns as f64 / 1e6)
+    } else if ns >= 1_000 {
+        format!("{:.1}µs", ns as f64 / 1e3)
+    } else {
+        format!("{ns}ns")
+    }
+}
+
+/// Predicted-versus-measured scatter with the y = x diagonal; one colour per metric.
+pub fn scatter(title: &str, metrics: &[String], points: &[(usize, f64, f64, String)]) -> String {
+    let f = Frame::new(520.0, 420.0, 56.0, 60.0 + metrics.len() as f64 * 15.0);
+    let mut s = f.open(title);
+    let hi = nice_max(
+        points
+            .iter()
+            .flat_map(|p| [p.1, p.2])
+            .filter(|v| v.is_finite())
+            .fold(0.0, f64::max),
+    );
+    let lo = points
+        .iter()
+        .flat_map(|p| [p.1, p.2])
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::min);
+    let lo = if lo < 0.0 { -nice_max(-lo) } else { 0.0 };
+    f.y_axis(&mut s, lo, hi, "predicted (sim)", false);
+    let x_of = |x: f64| f.left + f.pw() * (x - lo) / (hi - lo);
+    let axis_y = f.top + f.ph();
+    for i in 0..=5 {
+        let v = lo + (hi - lo) * i as f64 / 5.0;
+        let _ = write!(
+            s,
+            "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"middle\">{v}</text>",
+            x = x_of(v),
+            y = axis_y + 14.0,
+            v = fmt_num(v)
+        );
+    }
+    let _ = write!(
+        s,
+        "<line x1=\"{x0}\" y1=\"{axis_y}\" x2=\"{x1}\" y2=\"{axis_y}\" stroke=\"#333333\"/><line class=\"diagonal\" x1=\"{dx0:.1}\" y1=\"{dy0:.1}\" x2=\"{dx1:.1}\" y2=\"{dy1:.1}\" stroke=\"#888888\" stroke-dasharray=\"4 4\"/><text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\">measured</text>",
+        x0 = f.left,
+        x1 = f.left + f.pw(),
+        dx0 = x_of(lo),
+        dy0 = f.y_of(lo, lo, hi),
+        dx1 = x_of(hi),
+        dy1 = f.y_of(hi, lo, hi),
+        cx = f.left + f.pw() / 2.0,
+        ly = axis_y + 30.0
+    );
+    for (m, meas, pred, label) in points {
+        if !(meas.is_finite() && pred.is_finite()) {
+            continue;
+        }
+        let _ = write!(
+            s,
+            "<circle class=\"pt\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"{c}\"><title>{l}: measured {a}, predicted {b}</title></circle>",
+            x_of(*meas),
+            f.y_of(*pred, lo, hi),
+            c = colour(*m),
+            l = esc(label),
+            a = fmt_num(*meas),
+            b = fmt_num(*pred)
+        );
+    }
+    legend(&mut s, f.left, axis_y + 40.0, metrics);
+    s.push_str("</svg>");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nice_axis_maxima() {
+        assert_eq!(nice_max(0.0), 1.0);
+        assert_eq!(nice_max(0.7), 1.0);
+        assert_eq!(nice_max(1.2), 2.0);
+        assert_eq!(nice_max(2.2), 2.5);
+        assert_eq!(nice_max(430.0), 500.0);
+    }
+
+    #[test]
+    fn charts_are_well_formed_and_escaped() {
+        let b = bar_chart(
+            "a<b",
+            "x",
+            &[Bar {
+                label: "q&a".into(),
+                value: -0.5,
+                range: Some((-0.7, 0.2)),
+                group: 0,
+            }],
+            &[],
+        );
+        assert!(b.starts_with("<svg") && b.ends_with("</svg>"));
+        assert!(b.contains("a&lt;b") && b.contains("q&amp;a"));
+        assert!(!b.contains("NaN"));
+        let s = stacked_bars(
+            "t",
+            "u",
+            &["a".into(), "b".into()],
+            &[("r".into(), vec![1.0, -0.5])],
+        );
+        assert_eq!(s.matches("class=\"seg\"").count(), 2);
+        let l = line_chart(
+            "t",
+            "x",
+            "y",
+            &[Line {
+                name: "m".into(),
+                points: vec![(1.0, 1.0), (2.0, 1.8)],
+                dashed: true,
+            }],
+        );
+        assert!(l.contains("polyline") && !l.contains("NaN"));
+        let h = histogram("h", &[(1024, 5), (2048, 9)]);
+        assert_eq!(h.matches("class=\"bin\"").count(), 2);
+        let sc = scatter("s", &["slowdown".into()], &[(0, 1.0, 0.8, "x".into())]);
+        assert!(sc.contains("class=\"pt\""));
+    }
+}

@@ -1,0 +1,40 @@
+//! Helpers for tests: hand-made records and scratch directories.
+
+use smplab_record::{Executor, RunRecord, WorkloadInfo};
+use std::path::PathBuf;
+
+/// A fresh scratch directory under the system temp dir.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "smplab-lab-test-{}-{}-{}",
+        tag,
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
+
+/// A record with host facts of this machine and empty measurements.
+pub fn record(executor: Executor, workload: WorkloadInfo) -> RunRecord {
+    RunRecord::new(executor, workload)
+}
+
+/// A record of `workload` with `n` threads and the given wall time.
+pub fn rec(executor: Executor, workload: &str, n: u32, wall_ns: u64) -> RunRecord {
+    let mut r = record(
+        executor,
+        WorkloadInfo {
+            name: workload.into(),
+            source: "builtin".into(),
+            n,
+            threads: n,
+            params: Default::default(),
+        },
+    );
+    r.timing.wall_ns = wall_ns;
+    r
+}
