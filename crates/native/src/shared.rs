@@ -1,0 +1,182 @@
+//! Everything the threads of one run share: the program's primitives, buffers,
+//! the shootdown mapping, and the start gate / finish / abort machinery.
+
+use crate::primitives::{Barrier, BoundedQueue, CachePadded, FutexMutex, SpinLock};
+use crate::sys::{self, Mapping, PAGE};
+use crate::NativeError;
+use smplab_workload::{BufferRef, Op, Program};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+pub(crate) struct Shared {
+    pub spin_locks: Vec<SpinLock>,
+    pub mutexes: Vec<FutexMutex>,
+    pub barriers: Vec<Barrier>,
+    pub queues: Vec<BoundedQueue>,
+    pub counters: Vec<CachePadded<AtomicU64>>,
+    pub buffers: Vec<Mapping>,
+    /// Pages every thread writes once before the start gate; shootdowns
+    /// mprotect a prefix of it.
+    pub shoot: Mapping,
+    pub abort: AtomicBool,
+    /// 0 while closed, 1 once every thread may start.
+    pub gate: AtomicU32,
+    /// Threads that reached the gate or gave up before it.
+    pub ready: AtomicU32,
+    /// Threads that are done (finished, failed, aborted or panicked).
+    pub finished: AtomicU32,
+    /// The first failure; later ones are usually consequences of it.
+    pub failure: Mutex<Option<NativeError>>,
+}
+
+impl Shared {
+    pub fn new(p: &Program) -> Result<Self, NativeError> {
+        check(p)?;
+        let mut buffers = Vec::with_capacity(p.buffers.len());
+        for b in &p.buffers {
+            let bytes = usize::try_from(b.bytes).unwrap_or(usize::MAX);
+            buffers.push(Mapping::new(bytes).map_err(|e| NativeError::Memory {
+                what: format!("shared buffer `{}` ({} bytes)", b.name, b.bytes),
+                source: e,
+            })?);
+        }
+        let pages = max_shootdown_pages(p);
+        let shoot = Mapping::new(pages.saturating_mul(PAGE)).map_err(|e| NativeError::Memory {
+            what: format!("shootdown region ({pages} pages)"),
+            source: e,
+        })?;
+        Ok(Shared {
+            spin_locks: p
+                .spin_locks
+                .iter()
+                .map(|l| SpinLock::new(l.kind.into(), l.pause))
+                .collect(),
+            mutexes: p
+                .mutexes
+                .iter()
+                .map(|m| FutexMutex::new(m.spin_limit))
+                .collect(),
+            barriers: p
+                .barriers
+                .iter()
+                .map(|b| Barrier::new(b.parties, b.wait.into(), b.spin_limit, b.pause))
+                .collect(),
+            queues: p
+                .queues
+                .iter()
+                .map(|q| BoundedQueue::new(q.capacity))
+                .collect(),
+            counters: p
+                .counters
+                .iter()
+                .map(|_| CachePadded(AtomicU64::new(0)))
+                .collect(),
+            buffers,
+            shoot,
+            abort: AtomicBool::new(false),
+            gate: AtomicU32::new(0),
+            ready: AtomicU32::new(0),
+            finished: AtomicU32::new(0),
+            failure: Mutex::new(None),
+        })
+    }
+
+    /// Record `err` if it is the first failure, and tear the run down.
+    pub fn fail(&self, err: NativeError) {
+        if let Ok(mut slot) = self.failure.lock() {
+            if slot.is_none() {
+                *slot = Some(err);
+            }
+        }
+        self.abort.store(true, Ordering::SeqCst);
+        self.wake_everyone();
+    }
+
+    pub fn take_failure(&self) -> Option<NativeError> {
+        self.failure.lock().ok().and_then(|mut s| s.take())
+    }
+
+    /// Wake every thread that might be asleep anywhere, so it sees `abort`.
+    /// Called repeatedly while aborting: a thread that checked the flag just
+    /// before it was set and then went to sleep is caught by the next round.
+    pub fn wake_everyone(&self) {
+        self.gate.store(1, Ordering::SeqCst);
+        sys::futex_wake(&self.gate, u32::MAX);
+        for m in &self.mutexes {
+            m.wake_all();
+        }
+        for b in &self.barriers {
+            b.wake_all();
+        }
+        for q in &self.queues {
+            q.wake_all();
+        }
+    }
+}
+
+/// Reject programs whose indices point outside their tables. `instantiate`
+/// never produces one, but a hand-built `Program` could, and the interpreter
+/// indexes without checks.
+fn check(p: &Program) -> Result<(), NativeError> {
+    fn walk(p: &Program, group: &str, ops: &[Op]) -> Result<(), NativeError> {
+        for op in ops {
+            let (kind, i, len) = match op {
+                Op::SpinLock(i) | Op::SpinUnlock(i) => ("spin lock", *i, p.spin_locks.len()),
+                Op::MutexLock(i) | Op::MutexUnlock(i) => ("mutex", *i, p.mutexes.len()),
+                Op::Barrier(i) => ("barrier", *i, p.barriers.len()),
+                Op::Push(i) | Op::Pop(i) => ("queue", *i, p.queues.len()),
+                Op::Atomic { counter, .. } => ("counter", *counter, p.counters.len()),
+                Op::Touch {
+                    buffer: BufferRef::Shared(i),
+                    ..
+                } => ("buffer", *i, p.buffers.len()),
+                Op::Repeat { body, .. } => {
+                    walk(p, group, body)?;
+                    continue;
+                }
+                _ => continue,
+            };
+            if i as usize >= len {
+                return Err(NativeError::BadProgram(format!(
+                    "group `{group}` uses {kind} #{i} but the program defines {len}; build programs with smplab_workload::Source::instantiate"
+                )));
+            }
+        }
+        Ok(())
+    }
+    if p.total_threads() == 0 {
+        return Err(NativeError::BadProgram(
+            "the program has no threads; every group needs at least one".into(),
+        ));
+    }
+    for g in &p.groups {
+        walk(p, &g.name, &g.ops)?;
+    }
+    if let Some(b) = p.barriers.iter().find(|b| b.parties == 0) {
+        return Err(NativeError::BadProgram(format!(
+            "barrier `{}` has 0 parties; it needs at least 1",
+            b.name
+        )));
+    }
+    if let Some(q) = p.queues.iter().find(|q| q.capacity == 0) {
+        return Err(NativeError::BadProgram(format!(
+            "queue `{}` has capacity 0; it needs at least 1",
+            q.name
+        )));
+    }
+    Ok(())
+}
+
+fn max_shootdown_pages(p: &Program) -> usize {
+    fn walk(ops: &[Op]) -> usize {
+        ops.iter()
+            .map(|op| match op {
+                Op::Shootdown { pages } => *pages as usize,
+                Op::Repeat { body, .. } => walk(body),
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+    p.groups.iter().map(|g| walk(&g.ops)).max().unwrap_or(0)
+}
