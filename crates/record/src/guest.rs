@@ -9,12 +9,18 @@ pub struct GuestSection {
     pub vcpus: u32,
     /// Idle policy the guest ran with (`hlt`, `poll`, `haltpoll:NS`).
     pub idle: String,
+    /// IPIs the guest sent (wakeups of halted vCPUs and shootdowns).
     pub ipis_sent: u64,
     pub ipis_received: u64,
+    /// `hlt` instructions executed by idle vCPUs.
     pub halts: u64,
+    /// Threads the guest scheduler made runnable (futex wakes, sleep expiry).
     pub wakeups: u64,
+    /// Switches between different workload threads on a vCPU.
     pub context_switches: u64,
     /// Time from VM start to the workload's first thread (boot), nanoseconds.
+    /// Measured from the guest kernel's first instruction (the VMM's own set-up
+    /// is in `timing.total_ns`).
     #[serde(default)]
     pub boot_ns: u64,
     /// Per-vCPU idle time in nanoseconds.
@@ -23,4 +29,31 @@ pub struct GuestSection {
     /// TSC frequency the guest used to convert cycles to time.
     #[serde(default)]
     pub tsc_hz: u64,
+    /// Guest scheduler tick rate (0: tickless; one-shot timers only for sleeps
+    /// and the watchdog).
+    #[serde(default)]
+    pub timer_hz: u32,
+    /// LAPIC timer input frequency the guest calibrated against the TSC.
+    #[serde(default)]
+    pub lapic_hz: u64,
+    /// The same counters per vCPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_vcpu: Vec<GuestVcpuCounters>,
+}
+
+/// One vCPU's guest-kernel counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct GuestVcpuCounters {
+    pub ipis_sent: u64,
+    pub ipis_received: u64,
+    pub halts: u64,
+    pub wakeups: u64,
+    pub context_switches: u64,
+    pub idle_ns: u64,
+    /// LAPIC timer interrupts taken.
+    pub timer_ticks: u64,
+    /// System calls that reached the kernel as #UD at an `int $0x81` (KVM PVM
+    /// cannot deliver software interrupts from CPL3; see docs/guest.md).
+    #[serde(default)]
+    pub syscalls_via_ud: u64,
 }

@@ -1,0 +1,144 @@
+/* smplab guest kernel: declarations shared by the CPL0 kernel (kernel.c) and the
+ * CPL3 runtime/executor (user.c). Both live in one ELF; every RAM page is mapped
+ * user-accessible, so user code reads kernel counters directly (the guest runs a
+ * single trusted program; there is nothing to protect). */
+#ifndef SMPLAB_GUEST_H
+#define SMPLAB_GUEST_H
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long u64;
+typedef long i64;
+typedef int i32;
+typedef unsigned long usize;
+
+#define MAX_CPUS 64
+#define MAX_THREADS 512
+#define KSTACK_SIZE 8192
+#define NOPS 13
+
+/* Segment selectors of the per-CPU GDT. */
+#define SEL_KCODE 0x08
+#define SEL_KDATA 0x10
+#define SEL_UDATA 0x1b
+#define SEL_UCODE 0x23
+#define SEL_TSS 0x28
+
+/* Interrupt vectors. */
+#define VEC_TIMER 0x20
+#define VEC_SYSCALL 0x81
+#define VEC_WAKE 0xf0
+#define VEC_SHOOTDOWN 0xf1
+#define VEC_SPURIOUS 0xff
+
+/* System calls: `int $0x80`, rax = number, args in rdi, rsi, rdx; result in rax. */
+enum {
+    SYS_EXIT_THREAD = 0, /* () */
+    SYS_FUTEX_WAIT = 1,  /* (addr, expected u32) -> 0 woken, 1 value changed */
+    SYS_FUTEX_WAKE = 2,  /* (addr, max) -> threads woken */
+    SYS_YIELD = 3,       /* () -> 1 if another thread ran */
+    SYS_SHOOTDOWN = 4,   /* (pages) -> IPIs sent */
+    SYS_IDLE_WAKE = 5,   /* idle thread: run queued work if any */
+    SYS_IDLE_HALT = 6,   /* idle thread (haltpoll): halt until an interrupt */
+    SYS_SLEEP = 7,       /* (deadline tsc) */
+    SYS_SPAWN = 8,       /* (entry, arg, stack_top | cpu_hint<<56?) see user.c */
+    SYS_WRITE = 9,       /* (buf, len): console */
+    SYS_RESULT = 10,     /* (buf, len): result record to port 0x520 or framed on serial */
+    SYS_POWEROFF = 11,   /* (status): write status to port 0x501 */
+    SYS_PMTIMER = 12,    /* () -> rax = ACPI PM timer, rdx = tsc */
+    SYS_SMP_START = 13,  /* (struct boot_params *) -> CPUs online */
+};
+
+/* Idle policies. */
+enum { IDLE_HLT = 0, IDLE_POLL = 1, IDLE_HALTPOLL = 2 };
+
+/* CPU states as wakers see them. */
+enum { CPU_RUNNING = 0, CPU_POLLING = 1, CPU_HALTED = 2, CPU_OFFLINE = 3 };
+
+/* Register frame built by the interrupt stubs (entry.S), lowest address first. */
+struct frame {
+    u64 r15, r14, r13, r12, r11, r10, r9, r8;
+    u64 rbp, rdi, rsi, rdx, rcx, rbx, rax;
+    u64 vector, err;
+    u64 rip, cs, rflags, rsp, ss;
+};
+#define FRAME_QWORDS 22
+
+enum { T_FREE = 0, T_RUNNABLE, T_RUNNING, T_BLOCKED, T_SLEEPING, T_DEAD };
+
+struct thread {
+    struct frame ctx;
+    struct thread *next;
+    u64 futex_addr;
+    u64 wake_tsc;
+    u64 run_start;
+    u64 cpu_tsc;      /* TSC cycles spent running on a vCPU */
+    u64 csw_vol, csw_invol;
+    i32 state;
+    i32 cpu;          /* last CPU */
+    i32 id;
+    i32 is_idle;
+};
+
+/* Per-CPU data; %gs base points here while in the kernel. 64-byte aligned so
+ * CPUs do not share cache lines for their hot fields. */
+struct cpu {
+    struct cpu *self;
+    u32 id;
+    volatile u32 state;
+    struct thread *cur;
+    struct thread *idle;
+    /* run queue */
+    volatile u32 rq_lock;
+    volatile u32 rq_len;
+    struct thread *rq_head, *rq_tail;
+    u64 kstack_top;
+    u64 timer_deadline; /* tsc of the armed one-shot, 0 = none */
+    /* counters (read by user.c at the end) */
+    u64 ipis_sent, ipis_received, halts, wakeups, context_switches, idle_tsc, ticks;
+    u64 int_as_ud; /* system calls that arrived as #UD (PVM) */
+    u8 pad[64];
+} __attribute__((aligned(64)));
+
+/* Parameters the CPL3 init hands to SYS_SMP_START. */
+struct boot_params {
+    u32 cpus;
+    u32 idle;
+    u64 haltpoll_tsc;  /* poll window in TSC cycles (haltpoll) */
+    u32 timer_hz;      /* 0 = tickless */
+    u32 result_serial; /* 1: result goes to the UART framed */
+    u32 console;       /* 0: console off */
+    u32 pad;
+    u64 tsc_hz;
+    u64 watchdog_tsc;  /* 0 = none */
+};
+
+/* Kernel globals user code reads. */
+extern struct cpu cpus[MAX_CPUS];
+extern struct thread threads[MAX_THREADS];
+extern volatile u32 g_ncpus;
+extern volatile u32 g_queued;         /* threads sitting in any run queue */
+extern volatile u64 g_next_wake;      /* earliest sleeper deadline (tsc), ~0 = none */
+extern volatile u64 g_sd_acks;        /* shootdown acknowledgements */
+extern struct boot_params g_params;
+extern u64 g_boot_tsc;
+extern u64 g_lapic_hz;
+extern u32 boot_start_info;
+
+void user_init(u64 start_info); /* CPL3 entry of the init thread */
+void user_idle(struct cpu *c);  /* CPL3 idle thread for poll / haltpoll */
+
+void *memcpy(void *d, const void *s, usize n);
+void *memset(void *d, int c, usize n);
+
+static inline u64 rdtsc(void)
+{
+    u32 lo, hi;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    return ((u64)hi << 32) | lo;
+}
+
+static inline void cpu_relax(void) { __asm__ volatile("pause" ::: "memory"); }
+
+#endif

@@ -1,0 +1,919 @@
+/* smplab guest kernel, CPL0 part. On PVM hosts every instruction here runs in
+ * KVM's instruction emulator (~0.7 us each), so this file does the minimum an OS
+ * must do in kernel mode: descriptor tables, LAPIC, AP start-up, the scheduler,
+ * futex wait/wake, sleep, IPIs, port I/O. Everything else (command-line parsing,
+ * program decoding, the executor, result formatting) runs at CPL3 in user.c.
+ * Compiled with -mgeneral-regs-only: no SSE in CPL0 (the emulator lacks it). */
+#include "guest.h"
+
+struct cpu cpus[MAX_CPUS];
+struct thread threads[MAX_THREADS];
+volatile u32 g_ncpus = 1;
+volatile u32 g_queued;
+volatile u64 g_next_wake = ~0UL;
+volatile u64 g_sd_acks;
+struct boot_params g_params = {.cpus = 1, .console = 1};
+u64 g_boot_tsc;
+u64 g_lapic_hz;
+u32 boot_start_info;
+
+static volatile u32 g_nthreads;
+static volatile u32 g_sd_pages;
+static volatile u32 sleep_lock;
+static struct thread *sleepers;
+static u64 watchdog_deadline;
+static u64 lapic_q32;  /* LAPIC timer ticks (divide 16) per TSC cycle, 32.32 fixed point */
+static volatile u32 ap_index, ap_ready;
+static struct thread idle_threads[MAX_CPUS];
+static u8 idle_stacks[MAX_CPUS][4096] __attribute__((aligned(4096)));
+static u8 init_stack[65536] __attribute__((aligned(4096)));
+
+extern u8 kstacks[];
+extern u8 tramp_start[], tramp_end[];
+extern u64 ap_stack_top;
+extern const u64 isr_table[];
+extern void resume_frame(struct frame *f) __attribute__((noreturn));
+
+#define LAPIC_BASE 0xfee00000UL
+#define LAPIC_ID 0x20
+#define LAPIC_TPR 0x80
+#define LAPIC_EOI 0xb0
+#define LAPIC_SVR 0xf0
+#define LAPIC_ICR_LO 0x300
+#define LAPIC_ICR_HI 0x310
+#define LAPIC_LVT_TIMER 0x320
+#define LAPIC_LVT_LINT0 0x350
+#define LAPIC_LVT_LINT1 0x360
+#define LAPIC_TIMER_INIT 0x380
+#define LAPIC_TIMER_CUR 0x390
+#define LAPIC_TIMER_DIV 0x3e0
+
+#define PORT_UART 0x3f8
+#define PORT_EXIT 0x501
+#define PORT_RESULT 0x520
+#define PORT_PMTMR 0x608
+
+struct idt_entry {
+    u16 off0, sel;
+    u8 ist, type;
+    u16 off1;
+    u32 off2, zero;
+} __attribute__((packed));
+
+struct tss {
+    u32 r0;
+    u64 rsp0, rsp1, rsp2, r1;
+    u64 ist[7];
+    u64 r2;
+    u16 r3, iomap;
+} __attribute__((packed));
+
+static struct idt_entry idt[256] __attribute__((aligned(16)));
+static struct tss tss[MAX_CPUS] __attribute__((aligned(16)));
+static u64 gdt[MAX_CPUS][8] __attribute__((aligned(16)));
+
+struct bucket {
+    volatile u32 lock;
+    struct thread *head;
+} __attribute__((aligned(64)));
+static struct bucket futex_table[64];
+
+/* ---------- small helpers ---------- */
+
+void *memcpy(void *d, const void *s, usize n)
+{
+    /* One `rep movsb`: a single emulated instruction at CPL0. */
+    void *r = d;
+    __asm__ volatile("rep movsb" : "+D"(d), "+S"(s), "+c"(n) : : "memory");
+    return r;
+}
+
+void *memset(void *d, int c, usize n)
+{
+    void *r = d;
+    __asm__ volatile("rep stosb" : "+D"(d), "+c"(n) : "a"(c) : "memory");
+    return r;
+}
+
+static inline void outb(u16 port, u8 v) { __asm__ volatile("outb %0, %1" : : "a"(v), "Nd"(port)); }
+static inline u32 inl(u16 port)
+{
+    u32 v;
+    __asm__ volatile("inl %1, %0" : "=a"(v) : "Nd"(port));
+    return v;
+}
+static inline void outsb(u16 port, const void *buf, usize n)
+{
+    __asm__ volatile("rep outsb" : "+S"(buf), "+c"(n) : "d"(port) : "memory");
+}
+
+static inline void lapic_w(u32 reg, u32 v) { *(volatile u32 *)(LAPIC_BASE + reg) = v; }
+static inline u32 lapic_r(u32 reg) { return *(volatile u32 *)(LAPIC_BASE + reg); }
+static inline void lapic_eoi(void) { lapic_w(LAPIC_EOI, 0); }
+
+static inline struct cpu *this_cpu(void)
+{
+    struct cpu *c;
+    __asm__ volatile("movq %%gs:0, %0" : "=r"(c));
+    return c;
+}
+
+static inline void wrmsr(u32 msr, u64 v)
+{
+    __asm__ volatile("wrmsr" : : "c"(msr), "a"((u32)v), "d"((u32)(v >> 32)));
+}
+
+static inline void spin_lock(volatile u32 *l)
+{
+    while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
+        while (*l)
+            cpu_relax();
+}
+
+static inline void spin_unlock(volatile u32 *l)
+{
+    /* xchg, not a plain store: a full barrier, so a waker's queue update is
+     * visible before it reads the target CPU's idle state (see kick()). */
+    __atomic_exchange_n(l, 0, __ATOMIC_SEQ_CST);
+}
+
+static void kputs_n(const char *s, usize n) { outsb(PORT_UART, s, n); }
+
+
+static char *kfmt_hex(char *p, u64 v)
+{
+    *p++ = '0';
+    *p++ = 'x';
+    int started = 0;
+    for (int i = 60; i >= 0; i -= 4) {
+        u32 d = (v >> i) & 0xf;
+        if (d || started || i == 0) {
+            *p++ = "0123456789abcdef"[d];
+            started = 1;
+        }
+    }
+    return p;
+}
+
+static char *kfmt_str(char *p, const char *s)
+{
+    while (*s)
+        *p++ = *s++;
+    return p;
+}
+
+static char *kfmt_dec(char *p, u64 v)
+{
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = '0' + v % 10;
+        v /= 10;
+    } while (v);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+static void __attribute__((noreturn)) poweroff(u32 status)
+{
+    outb(PORT_EXIT, (u8)status);
+    for (;;)
+        __asm__ volatile("cli; hlt");
+}
+
+static const char *const exc_names[32] = {
+    "#DE divide error", "#DB debug", "NMI", "#BP breakpoint", "#OF overflow", "#BR bound range",
+    "#UD invalid opcode", "#NM device not available", "#DF double fault", "coprocessor overrun",
+    "#TS invalid TSS", "#NP segment not present", "#SS stack fault", "#GP general protection",
+    "#PF page fault", "reserved", "#MF x87 error", "#AC alignment check", "#MC machine check",
+    "#XM SIMD error", "#VE virtualization", "#CP control protection", "reserved", "reserved",
+    "reserved", "reserved", "reserved", "reserved", "#HV hypervisor injection", "#VC VMM communication",
+    "#SX security", "reserved"};
+
+/* A guest exception: report it on the console (always, even with console=off)
+ * and end the run with status 2. */
+static void __attribute__((noreturn)) fault(struct frame *f)
+{
+    char buf[256], *p = buf;
+    u64 cr2;
+    __asm__ volatile("mov %%cr2, %0" : "=r"(cr2));
+    p = kfmt_str(p, "\nsmplab-guest: EXCEPTION vector=");
+    p = kfmt_dec(p, f->vector);
+    p = kfmt_str(p, " (");
+    p = kfmt_str(p, exc_names[f->vector & 31]);
+    p = kfmt_str(p, ") error=");
+    p = kfmt_hex(p, f->err);
+    p = kfmt_str(p, " rip=");
+    p = kfmt_hex(p, f->rip);
+    p = kfmt_str(p, " cpu=");
+    p = kfmt_dec(p, this_cpu()->id);
+    p = kfmt_str(p, " cpl=");
+    p = kfmt_dec(p, f->cs & 3);
+    p = kfmt_str(p, " rsp=");
+    p = kfmt_hex(p, f->rsp);
+    p = kfmt_str(p, " cr2=");
+    p = kfmt_hex(p, cr2);
+    p = kfmt_str(p, "\n");
+    kputs_n(buf, p - buf);
+    poweroff(2);
+}
+
+static void __attribute__((noreturn)) watchdog_fire(void)
+{
+    char buf[128], *p = buf;
+    p = kfmt_str(p, "\nsmplab-guest: WATCHDOG: the workload did not finish within ");
+    p = kfmt_dec(p, g_params.watchdog_tsc / (g_params.tsc_hz / 1000 ? g_params.tsc_hz / 1000 : 1));
+    p = kfmt_str(p, " ms\n");
+    kputs_n(buf, p - buf);
+    poweroff(3);
+}
+
+/* ---------- timers ---------- */
+
+static u64 min_u64(u64 a, u64 b) { return a < b ? a : b; }
+
+/* Arm this CPU's LAPIC one-shot for `deadline` (TSC). Only used when there is
+ * no periodic tick; sleepers and the BSP's watchdog share it. */
+static void arm_oneshot(struct cpu *c, u64 deadline)
+{
+    if (g_params.timer_hz || !lapic_q32)
+        return;
+    if (deadline == ~0UL) {
+        if (c->timer_deadline) {
+            lapic_w(LAPIC_TIMER_INIT, 0);
+            c->timer_deadline = 0;
+        }
+        return;
+    }
+    if (c->timer_deadline == deadline)
+        return;
+    u64 now = rdtsc();
+    u64 cycles = deadline > now ? deadline - now : 1;
+    if (cycles > (1UL << 36))
+        cycles = 1UL << 36; /* fires early and re-arms */
+    u64 count = (cycles * lapic_q32) >> 32;
+    if (count == 0)
+        count = 1;
+    if (count > 0xffffffffUL)
+        count = 0xffffffffUL;
+    lapic_w(LAPIC_LVT_TIMER, VEC_TIMER);
+    lapic_w(LAPIC_TIMER_INIT, (u32)count);
+    c->timer_deadline = deadline;
+}
+
+static u64 own_deadline(struct cpu *c)
+{
+    u64 d = g_next_wake;
+    if (c->id == 0 && watchdog_deadline)
+        d = min_u64(d, watchdog_deadline);
+    return d;
+}
+
+/* ---------- run queues ---------- */
+
+static void rq_push(struct cpu *c, struct thread *t)
+{
+    t->next = 0;
+    t->state = T_RUNNABLE;
+    spin_lock(&c->rq_lock);
+    if (c->rq_tail)
+        c->rq_tail->next = t;
+    else
+        c->rq_head = t;
+    c->rq_tail = t;
+    c->rq_len++;
+    __atomic_fetch_add(&g_queued, 1, __ATOMIC_SEQ_CST);
+    spin_unlock(&c->rq_lock);
+}
+
+static struct thread *rq_pop(struct cpu *c)
+{
+    if (!c->rq_len)
+        return 0;
+    spin_lock(&c->rq_lock);
+    struct thread *t = c->rq_head;
+    if (t) {
+        c->rq_head = t->next;
+        if (!c->rq_head)
+            c->rq_tail = 0;
+        c->rq_len--;
+        __atomic_fetch_sub(&g_queued, 1, __ATOMIC_SEQ_CST);
+    }
+    spin_unlock(&c->rq_lock);
+    return t;
+}
+
+/* Own queue first, then steal from the others (the load balancing). */
+static struct thread *pick(struct cpu *c)
+{
+    struct thread *t = rq_pop(c);
+    if (t || !g_queued)
+        return t;
+    u32 n = g_ncpus;
+    for (u32 i = 1; i < n; i++) {
+        u32 o = c->id + i;
+        if (o >= n)
+            o -= n;
+        if ((t = rq_pop(&cpus[o])))
+            return t;
+    }
+    return 0;
+}
+
+static void send_ipi(struct cpu *self, u32 target, u32 vec)
+{
+    lapic_w(LAPIC_ICR_HI, target << 24);
+    lapic_w(LAPIC_ICR_LO, vec | 0x4000);
+    self->ipis_sent++;
+}
+
+/* Tell `target` it has work. A halted CPU needs an IPI; a polling CPU sees its
+ * queue at CPL3 without one (the seed's polling idle loop); a busy CPU picks the
+ * work up when its thread blocks, yields or is preempted. */
+static void kick(struct cpu *self, struct cpu *target)
+{
+    if (target != self && target->state == CPU_HALTED)
+        send_ipi(self, target->id, VEC_WAKE);
+}
+
+/* Wake placement: the thread's last CPU if idle, else any idle CPU, else its
+ * last CPU's queue. */
+static void make_runnable(struct cpu *self, struct thread *t)
+{
+    struct cpu *target = &cpus[t->cpu];
+    if (target->state == CPU_RUNNING || target->rq_len) {
+        u32 n = g_ncpus;
+        for (u32 i = 0; i < n; i++) {
+            struct cpu *o = &cpus[i];
+            if (o->state != CPU_RUNNING && !o->rq_len) {
+                target = o;
+                break;
+            }
+        }
+    }
+    self->wakeups++;
+    rq_push(target, t);
+    kick(self, target);
+}
+
+/* ---------- context switching ---------- */
+
+static inline void save_ctx(struct thread *t, struct frame *f) { memcpy(&t->ctx, f, sizeof *f); }
+
+/* Stop accounting the current thread on this CPU. */
+static void put_prev(struct cpu *c)
+{
+    struct thread *prev = c->cur;
+    if (!prev)
+        return;
+    u64 d = rdtsc() - prev->run_start;
+    prev->cpu_tsc += d;
+    if (prev->is_idle)
+        c->idle_tsc += d;
+    c->cur = 0;
+}
+
+static u32 last_thread_id[MAX_CPUS];
+
+static void switch_to(struct cpu *c, struct thread *next, struct frame *f)
+{
+    next->run_start = rdtsc();
+    next->cpu = c->id;
+    next->state = T_RUNNING;
+    c->cur = next;
+    c->state = next->is_idle ? CPU_POLLING : CPU_RUNNING;
+    if (!next->is_idle && last_thread_id[c->id] != (u32)next->id + 1) {
+        c->context_switches++;
+        last_thread_id[c->id] = next->id + 1;
+    }
+    memcpy(f, &next->ctx, sizeof *f);
+}
+
+static void wake_sleepers(struct cpu *c);
+
+/* Idle with the `hlt` policy: halt until an interrupt, in the kernel. */
+static void idle_halt_once(struct cpu *c)
+{
+    __atomic_exchange_n(&c->state, CPU_HALTED, __ATOMIC_SEQ_CST);
+    if (c->rq_len || g_queued || g_next_wake <= rdtsc()) {
+        c->state = CPU_RUNNING;
+        return;
+    }
+    arm_oneshot(c, own_deadline(c));
+    u64 t0 = rdtsc();
+    /* sti's one-instruction shadow: an IPI already pending wakes the hlt. */
+    __asm__ volatile("sti; hlt; cli" ::: "memory");
+    c->idle_tsc += rdtsc() - t0;
+    c->halts++;
+    c->state = CPU_RUNNING;
+}
+
+/* The current thread is saved (or gone): run something else on this CPU. */
+static void schedule(struct cpu *c, struct frame *f)
+{
+    put_prev(c);
+    for (;;) {
+        if (g_next_wake <= rdtsc())
+            wake_sleepers(c);
+        struct thread *t = pick(c);
+        if (t) {
+            switch_to(c, t, f);
+            return;
+        }
+        if (g_params.idle != IDLE_HLT) {
+            switch_to(c, c->idle, f);
+            return;
+        }
+        idle_halt_once(c);
+    }
+}
+
+/* ---------- sleep ---------- */
+
+static void recompute_next_wake(void)
+{
+    u64 m = ~0UL;
+    for (struct thread *t = sleepers; t; t = t->next)
+        m = min_u64(m, t->wake_tsc);
+    g_next_wake = m;
+}
+
+static void wake_sleepers(struct cpu *c)
+{
+    struct thread *ready = 0;
+    spin_lock(&sleep_lock);
+    u64 now = rdtsc();
+    struct thread **pp = &sleepers;
+    while (*pp) {
+        struct thread *t = *pp;
+        if (t->wake_tsc <= now) {
+            *pp = t->next;
+            t->next = ready;
+            ready = t;
+        } else {
+            pp = &t->next;
+        }
+    }
+    recompute_next_wake();
+    spin_unlock(&sleep_lock);
+    while (ready) {
+        struct thread *t = ready;
+        ready = t->next;
+        make_runnable(c, t);
+    }
+}
+
+/* ---------- futex ---------- */
+
+static struct bucket *bucket_of(u64 addr) { return &futex_table[(addr >> 2) & 63]; }
+
+static void sys_futex_wait(struct cpu *c, struct frame *f)
+{
+    struct thread *t = c->cur;
+    u64 addr = f->rdi;
+    struct bucket *b = bucket_of(addr);
+    f->rax = 0;
+    save_ctx(t, f);
+    spin_lock(&b->lock);
+    if (*(volatile u32 *)addr != (u32)f->rsi) {
+        spin_unlock(&b->lock);
+        f->rax = 1;
+        return;
+    }
+    t->csw_vol++;
+    put_prev(c); /* before the thread becomes visible to wakers */
+    t->state = T_BLOCKED;
+    t->futex_addr = addr;
+    t->next = 0;
+    struct thread **pp = &b->head;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = t;
+    spin_unlock(&b->lock);
+    schedule(c, f);
+}
+
+static void sys_futex_wake(struct cpu *c, struct frame *f)
+{
+    u64 addr = f->rdi, max = f->rsi, n = 0;
+    struct bucket *b = bucket_of(addr);
+    struct thread *ready = 0, **tail = &ready;
+    spin_lock(&b->lock);
+    struct thread **pp = &b->head;
+    while (*pp && n < max) {
+        struct thread *t = *pp;
+        if (t->futex_addr == addr) {
+            *pp = t->next;
+            t->next = 0;
+            *tail = t;
+            tail = &t->next;
+            n++;
+        } else {
+            pp = &t->next;
+        }
+    }
+    spin_unlock(&b->lock);
+    while (ready) {
+        struct thread *t = ready;
+        ready = t->next;
+        make_runnable(c, t);
+    }
+    f->rax = n;
+}
+
+/* ---------- CPU set-up ---------- */
+
+static void set_gate(u32 vec, u64 handler, u8 type)
+{
+    struct idt_entry *e = &idt[vec];
+    e->off0 = handler & 0xffff;
+    e->sel = SEL_KCODE;
+    e->ist = 0;
+    e->type = type;
+    e->off1 = (handler >> 16) & 0xffff;
+    e->off2 = handler >> 32;
+    e->zero = 0;
+}
+
+static void cpu_setup(u32 i)
+{
+    struct cpu *c = &cpus[i];
+    c->self = c;
+    c->id = i;
+    c->kstack_top = (u64)kstacks + (u64)(i + 1) * KSTACK_SIZE;
+    u64 *g = gdt[i];
+    g[0] = 0;
+    g[1] = 0x00af9a000000ffffUL; /* kernel code 64 */
+    g[2] = 0x00cf92000000ffffUL; /* kernel data */
+    g[3] = 0x00cff2000000ffffUL; /* user data, DPL3 */
+    g[4] = 0x00affa000000ffffUL; /* user code 64, DPL3 */
+    u64 base = (u64)&tss[i], limit = sizeof(struct tss) - 1;
+    tss[i].rsp0 = c->kstack_top;
+    tss[i].iomap = sizeof(struct tss); /* no I/O bitmap: CPL3 port I/O faults */
+    g[5] = (limit & 0xffff) | ((base & 0xffffff) << 16) | (0x89UL << 40) | (((limit >> 16) & 0xf) << 48) |
+           (((base >> 24) & 0xff) << 56);
+    g[6] = base >> 32;
+    struct {
+        u16 limit;
+        u64 base;
+    } __attribute__((packed)) gd = {sizeof(gdt[0]) - 1, (u64)g}, id = {sizeof(idt) - 1, (u64)idt};
+    __asm__ volatile("lgdt %0" : : "m"(gd));
+    __asm__ volatile("ltr %w0" : : "r"(SEL_TSS));
+    __asm__ volatile("lidt %0" : : "m"(id));
+    wrmsr(0xc0000101, (u64)c); /* GS base: this_cpu() */
+    lapic_w(LAPIC_SVR, 0x100 | VEC_SPURIOUS);
+    lapic_w(LAPIC_TPR, 0);
+    lapic_w(LAPIC_LVT_TIMER, 0x10000 | VEC_TIMER); /* masked until configured */
+    /* Firmware (SeaBIOS under QEMU) leaves the 8259 PIC routed through LINT0
+     * at vector 8 with the PIT running: mask LINT0/LINT1 so a legacy timer
+     * interrupt cannot masquerade as a double fault. */
+    lapic_w(LAPIC_LVT_LINT0, 0x10000);
+    lapic_w(LAPIC_LVT_LINT1, 0x10000);
+}
+
+static void timer_setup(struct cpu *c)
+{
+    lapic_w(LAPIC_TIMER_DIV, 0x3); /* divide by 16 */
+    if (g_params.timer_hz && g_lapic_hz) {
+        lapic_w(LAPIC_LVT_TIMER, VEC_TIMER | (1 << 17)); /* periodic */
+        lapic_w(LAPIC_TIMER_INIT, (u32)(g_lapic_hz / 16 / g_params.timer_hz));
+    } else {
+        arm_oneshot(c, own_deadline(c));
+    }
+}
+
+static void init_idle_thread(u32 i)
+{
+    struct thread *t = &idle_threads[i];
+    memset(t, 0, sizeof *t);
+    t->is_idle = 1;
+    t->id = MAX_THREADS + i;
+    t->ctx.rip = (u64)user_idle;
+    t->ctx.cs = SEL_UCODE;
+    t->ctx.rflags = 0x202;
+    t->ctx.rsp = (u64)idle_stacks[i] + sizeof idle_stacks[i] - 8;
+    t->ctx.ss = SEL_UDATA;
+    t->ctx.rdi = (u64)&cpus[i];
+    cpus[i].idle = t;
+}
+
+static struct frame *top_frame(struct cpu *c) { return (struct frame *)(c->kstack_top - sizeof(struct frame)); }
+
+void __attribute__((noreturn)) ap_main(void)
+{
+    u32 i = ap_index;
+    cpu_setup(i);
+    struct cpu *c = &cpus[i];
+    c->state = CPU_RUNNING;
+    timer_setup(c);
+    __atomic_store_n(&ap_ready, 1, __ATOMIC_SEQ_CST);
+    struct frame *f = top_frame(c);
+    schedule(c, f);
+    resume_frame(f);
+}
+
+static void calibrate_lapic(void)
+{
+    if (!g_params.tsc_hz)
+        return;
+    lapic_w(LAPIC_TIMER_DIV, 0x3);
+    lapic_w(LAPIC_LVT_TIMER, 0x10000 | VEC_TIMER);
+    lapic_w(LAPIC_TIMER_INIT, 0xffffffff);
+    u64 t0 = rdtsc(), t1;
+    while ((t1 = rdtsc()) - t0 < g_params.tsc_hz / 200)
+        ;
+    u32 cur = lapic_r(LAPIC_TIMER_CUR);
+    lapic_w(LAPIC_TIMER_INIT, 0);
+    u64 ticks = 0xffffffffUL - cur;
+    g_lapic_hz = ticks * 16 * g_params.tsc_hz / (t1 - t0);
+    lapic_q32 = ((g_lapic_hz / 16) << 32) / g_params.tsc_hz;
+}
+
+static u64 sys_smp_start(struct cpu *c, const struct boot_params *p)
+{
+    g_params = *p;
+    if (g_params.cpus < 1)
+        g_params.cpus = 1;
+    if (g_params.cpus > MAX_CPUS)
+        g_params.cpus = MAX_CPUS;
+    calibrate_lapic();
+    if (g_params.watchdog_tsc)
+        watchdog_deadline = rdtsc() + g_params.watchdog_tsc;
+    for (u32 i = 0; i < g_params.cpus; i++)
+        init_idle_thread(i);
+    memcpy((void *)0x8000, tramp_start, tramp_end - tramp_start);
+    u32 online = 1;
+    for (u32 i = 1; i < g_params.cpus; i++) {
+        ap_index = i;
+        ap_ready = 0;
+        ap_stack_top = (u64)kstacks + (u64)(i + 1) * KSTACK_SIZE - 256;
+        g_ncpus = i + 1; /* so wakers see the AP once it is up */
+        lapic_w(LAPIC_ICR_HI, i << 24);
+        lapic_w(LAPIC_ICR_LO, 0x4500); /* INIT */
+        for (int tries = 0; tries < 2 && !ap_ready; tries++) {
+            lapic_w(LAPIC_ICR_HI, i << 24);
+            lapic_w(LAPIC_ICR_LO, 0x4600 | (0x8000 >> 12)); /* SIPI */
+            u64 t0 = rdtsc();
+            u64 wait = g_params.tsc_hz ? g_params.tsc_hz / 10 : 300000000UL;
+            while (!ap_ready && rdtsc() - t0 < wait)
+                cpu_relax();
+        }
+        if (!ap_ready) {
+            g_ncpus = i;
+            char buf[96], *q = buf;
+            q = kfmt_str(q, "smplab-guest: vCPU ");
+            q = kfmt_dec(q, i);
+            q = kfmt_str(q, " did not start (INIT/SIPI); continuing with fewer vCPUs\n");
+            kputs_n(buf, q - buf);
+            break;
+        }
+        online++;
+    }
+    g_ncpus = online;
+    timer_setup(c);
+    return online;
+}
+
+/* ---------- traps ---------- */
+
+static void sys_spawn(struct cpu *c, struct frame *f)
+{
+    u32 i = __atomic_fetch_add(&g_nthreads, 1, __ATOMIC_SEQ_CST);
+    if (i >= MAX_THREADS) {
+        f->rax = (u64)-1;
+        return;
+    }
+    struct thread *t = &threads[i];
+    memset(t, 0, sizeof *t);
+    t->id = i;
+    t->ctx.rip = f->rdi;
+    t->ctx.rdi = f->rsi;
+    t->ctx.rsp = f->rdx;
+    t->ctx.cs = SEL_UCODE;
+    t->ctx.ss = SEL_UDATA;
+    t->ctx.rflags = 0x202;
+    u32 hint = (u32)f->r10;
+    t->cpu = hint < g_ncpus ? hint : 0;
+    rq_push(&cpus[t->cpu], t);
+    kick(c, &cpus[t->cpu]);
+    f->rax = i;
+}
+
+static void syscall(struct cpu *c, struct frame *f)
+{
+    struct thread *t = c->cur;
+    switch (f->rax) {
+    case SYS_EXIT_THREAD:
+        t->state = T_DEAD;
+        schedule(c, f);
+        return;
+    case SYS_FUTEX_WAIT:
+        sys_futex_wait(c, f);
+        return;
+    case SYS_FUTEX_WAKE:
+        sys_futex_wake(c, f);
+        return;
+    case SYS_YIELD:
+        if (c->rq_len || g_queued) {
+            f->rax = 1;
+            save_ctx(t, f);
+            t->csw_vol++;
+            put_prev(c);
+            rq_push(c, t);
+            schedule(c, f);
+        } else {
+            f->rax = 0;
+        }
+        return;
+    case SYS_SHOOTDOWN: {
+        u32 pages = (u32)f->rdi;
+        g_sd_pages = pages;
+        for (u32 p = 0; p < pages && p < 64; p++)
+            __asm__ volatile("invlpg (%0)" : : "r"(0x40000000UL - (u64)(p + 1) * 4096) : "memory");
+        u32 n = g_ncpus;
+        if (n > 1) {
+            lapic_w(LAPIC_ICR_LO, VEC_SHOOTDOWN | 0x4000 | (3 << 18)); /* all but self */
+            c->ipis_sent += n - 1;
+        }
+        f->rax = n - 1;
+        return;
+    }
+    case SYS_IDLE_WAKE: {
+        if (g_next_wake <= rdtsc())
+            wake_sleepers(c);
+        struct thread *n = pick(c);
+        if (n) {
+            put_prev(c);
+            switch_to(c, n, f);
+        }
+        return;
+    }
+    case SYS_IDLE_HALT: {
+        __atomic_exchange_n(&c->state, CPU_HALTED, __ATOMIC_SEQ_CST);
+        if (!c->rq_len && !g_queued && g_next_wake > rdtsc()) {
+            arm_oneshot(c, own_deadline(c));
+            __asm__ volatile("sti; hlt; cli" ::: "memory");
+            c->halts++;
+        }
+        c->state = CPU_POLLING;
+        if (g_next_wake <= rdtsc())
+            wake_sleepers(c);
+        struct thread *n = pick(c);
+        if (n) {
+            put_prev(c);
+            switch_to(c, n, f);
+        }
+        return;
+    }
+    case SYS_SLEEP:
+        f->rax = 0;
+        save_ctx(t, f);
+        t->csw_vol++;
+        put_prev(c);
+        t->state = T_SLEEPING;
+        t->wake_tsc = f->rdi;
+        spin_lock(&sleep_lock);
+        t->next = sleepers;
+        sleepers = t;
+        if (t->wake_tsc < g_next_wake)
+            g_next_wake = t->wake_tsc;
+        spin_unlock(&sleep_lock);
+        arm_oneshot(c, own_deadline(c));
+        schedule(c, f);
+        return;
+    case SYS_SPAWN:
+        sys_spawn(c, f);
+        return;
+    case SYS_WRITE:
+        if (g_params.console)
+            kputs_n((const char *)f->rdi, f->rsi);
+        f->rax = f->rsi;
+        return;
+    case SYS_RESULT:
+        if (g_params.result_serial) {
+            static const char b[] = "\nSMPLAB-RESULT-BEGIN\n", e[] = "SMPLAB-RESULT-END\n";
+            kputs_n(b, sizeof b - 1);
+            kputs_n((const char *)f->rdi, f->rsi);
+            kputs_n(e, sizeof e - 1);
+        } else {
+            outsb(PORT_RESULT, (const void *)f->rdi, f->rsi);
+        }
+        f->rax = 0;
+        return;
+    case SYS_POWEROFF:
+        poweroff((u32)f->rdi);
+    case SYS_PMTIMER:
+        f->rdx = rdtsc();
+        f->rax = inl(PORT_PMTMR) & 0xffffff;
+        return;
+    case SYS_SMP_START:
+        f->rax = sys_smp_start(c, (const struct boot_params *)f->rdi);
+        return;
+    default:
+        f->rax = (u64)-1;
+        return;
+    }
+}
+
+void trap(struct frame *f)
+{
+    struct cpu *c = this_cpu();
+    u64 v = f->vector;
+    int from_user = (f->cs & 3) == 3;
+    if (v == VEC_SYSCALL) {
+        syscall(c, f);
+        return;
+    }
+    if (v == 6 && from_user && *(volatile u16 *)f->rip == (0x00cd | (VEC_SYSCALL << 8))) {
+        /* KVM PVM cannot deliver a software interrupt from CPL3 (its emulator
+         * handles `int N` only in real mode) and injects #UD at the `int`
+         * instead. Treat that #UD as the system call it was meant to be; on
+         * VT-x/AMD-V hosts the gate is taken directly and this path is unused. */
+        f->rip += 2;
+        c->int_as_ud++;
+        syscall(c, f);
+        return;
+    }
+    if (v < 32)
+        fault(f);
+    if (v == VEC_SPURIOUS)
+        return;
+    lapic_eoi();
+    if (v == VEC_SHOOTDOWN) {
+        /* The TLB shootdown handler: flush, then acknowledge. */
+        u32 pages = g_sd_pages;
+        for (u32 p = 0; p < pages && p < 64; p++)
+            __asm__ volatile("invlpg (%0)" : : "r"(0x40000000UL - (u64)(p + 1) * 4096) : "memory");
+        __atomic_fetch_add(&g_sd_acks, 1, __ATOMIC_SEQ_CST);
+        c->ipis_received++;
+        return;
+    }
+    if (v == VEC_WAKE) {
+        c->ipis_received++;
+        if (from_user && c->cur && c->cur->is_idle) {
+            struct thread *n = pick(c);
+            if (n) {
+                put_prev(c);
+                switch_to(c, n, f);
+            }
+        }
+        return;
+    }
+    if (v == VEC_TIMER) {
+        c->ticks++;
+        u64 now = rdtsc();
+        if (c->id == 0 && watchdog_deadline && now >= watchdog_deadline)
+            watchdog_fire();
+        if (g_next_wake <= now)
+            wake_sleepers(c);
+        c->timer_deadline = 0;
+        arm_oneshot(c, own_deadline(c));
+        if (from_user && g_params.timer_hz && c->cur && (c->rq_len || (c->cur->is_idle && g_queued))) {
+            struct thread *t = c->cur;
+            if (t->is_idle) {
+                struct thread *n = pick(c);
+                if (n) {
+                    put_prev(c);
+                    switch_to(c, n, f);
+                }
+            } else {
+                /* Preemption: round robin within this CPU's queue. */
+                save_ctx(t, f);
+                t->csw_invol++;
+                put_prev(c);
+                rq_push(c, t);
+                schedule(c, f);
+            }
+        }
+        return;
+    }
+}
+
+/* BSP entry from entry.S, still at CPL0 on kernel stack 0. */
+void __attribute__((noreturn)) kmain(u32 start_info)
+{
+    g_boot_tsc = rdtsc();
+    for (const u64 *e = isr_table; e[0] != 0xffff; e += 2)
+        set_gate((u32)e[0], e[1], e[0] == VEC_SYSCALL ? 0xee : 0x8e);
+    /* Mask the legacy PIC entirely; this kernel uses only the LAPIC. */
+    outb(0x21, 0xff);
+    outb(0xa1, 0xff);
+    cpu_setup(0);
+    struct cpu *c = &cpus[0];
+    c->state = CPU_RUNNING;
+    g_ncpus = 1;
+    /* The init thread: CPL3, parses the command line and the program. */
+    struct thread *t = &threads[0];
+    t->id = 0;
+    t->ctx.rip = (u64)user_init;
+    t->ctx.rdi = start_info;
+    t->ctx.rsp = (u64)init_stack + sizeof init_stack - 8;
+    t->ctx.cs = SEL_UCODE;
+    t->ctx.ss = SEL_UDATA;
+    t->ctx.rflags = 0x202;
+    g_nthreads = 1;
+    struct frame *f = top_frame(c);
+    switch_to(c, t, f);
+    resume_frame(f);
+}

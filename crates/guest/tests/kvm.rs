@@ -1,0 +1,165 @@
+//! Real-KVM tests of the guest kernel. Without a usable /dev/kvm they skip, but
+//! with SMPLAB_REQUIRE_KVM=1 (CI) they fail instead. No timing assertions.
+
+use smplab_guest::{run_qemu, run_vm, IdlePolicy, VmRunOptions};
+use smplab_record::{RunRecord, WorkloadInfo};
+use smplab_workload::{builtin, Program, Source};
+use std::time::Duration;
+
+fn kvm_usable() -> bool {
+    let ok = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    if !ok {
+        assert!(
+            std::env::var("SMPLAB_REQUIRE_KVM").as_deref() != Ok("1"),
+            "SMPLAB_REQUIRE_KVM=1 but /dev/kvm cannot be opened read-write"
+        );
+        eprintln!("skipping: /dev/kvm is not usable (set SMPLAB_REQUIRE_KVM=1 to fail instead)");
+    }
+    ok
+}
+
+fn program(name: &str, n: u32, scale: f64) -> Program {
+    Source::resolve(name)
+        .and_then(|s| s.instantiate(Some(n), scale))
+        .unwrap_or_else(|e| panic!("built-in {name} does not instantiate: {e}"))
+}
+
+fn info(p: &Program) -> WorkloadInfo {
+    WorkloadInfo {
+        name: p.name.clone(),
+        source: "builtin".into(),
+        n: p.n,
+        threads: p.total_threads(),
+        params: Default::default(),
+    }
+}
+
+fn opts(vcpus: u32, idle: IdlePolicy) -> VmRunOptions {
+    VmRunOptions {
+        vcpus,
+        idle,
+        timeout: Duration::from_secs(120),
+        ..VmRunOptions::default()
+    }
+}
+
+fn vm(p: &Program, o: &VmRunOptions) -> RunRecord {
+    run_vm(p, info(p), o).unwrap_or_else(|e| panic!("{} on {} vCPUs: {e}", p.name, o.vcpus))
+}
+
+#[test]
+fn boots_with_1_2_and_4_vcpus() {
+    if !kvm_usable() {
+        return;
+    }
+    let p = program("spinlock", 4, 0.01);
+    for vcpus in [1, 2, 4] {
+        let r = vm(&p, &opts(vcpus, IdlePolicy::Hlt));
+        let g = r.guest.as_ref().expect("guest section");
+        assert_eq!(g.vcpus, vcpus);
+        assert_eq!(g.idle_ns_per_vcpu.len(), vcpus as usize);
+        assert_eq!(r.counters.ops, p.expected_counts());
+        assert_eq!(r.timing.threads.len(), 4);
+        assert!(r.vmm.is_some());
+    }
+}
+
+#[test]
+fn every_builtin_gives_the_expected_counts_under_vm() {
+    if !kvm_usable() {
+        return;
+    }
+    for name in builtin::names() {
+        let p = program(name, 2, 0.02);
+        let r = vm(&p, &opts(2, IdlePolicy::Hlt));
+        assert_eq!(r.counters.ops, p.expected_counts(), "{name}");
+        let native = smplab_native::run(&p, info(&p), &Default::default())
+            .unwrap_or_else(|e| panic!("native {name}: {e}"));
+        assert_eq!(r.counters.ops, native.counters.ops, "{name}: vm vs native");
+    }
+}
+
+#[test]
+fn more_threads_than_vcpus_complete() {
+    if !kvm_usable() {
+        return;
+    }
+    for name in ["spinlock", "dedup", "streamcluster"] {
+        let p = program(name, 4, 0.02);
+        let r = vm(&p, &opts(2, IdlePolicy::Hlt));
+        assert_eq!(r.counters.ops, p.expected_counts(), "{name}");
+    }
+}
+
+fn halt_exits(r: &RunRecord) -> u64 {
+    r.vmm
+        .as_ref()
+        .expect("vmm section")
+        .kvm_vcpu_stats
+        .iter()
+        .map(|s| s.get("halt_exits").copied().unwrap_or(0))
+        .sum()
+}
+
+#[test]
+fn idle_policies_differ_in_halt_exits() {
+    if !kvm_usable() {
+        return;
+    }
+    // One thread on two vCPUs: vCPU 0 or 1 is idle for the whole run.
+    let p = program("blackscholes", 1, 0.02);
+    let hlt = vm(&p, &opts(2, IdlePolicy::Hlt));
+    let poll = vm(&p, &opts(2, IdlePolicy::Poll));
+    let hp = vm(&p, &opts(2, IdlePolicy::HaltPoll { ns: 50_000 }));
+    assert!(halt_exits(&hlt) > 0, "hlt policy must halt: {:?}", hlt.vmm);
+    assert_eq!(halt_exits(&poll), 0, "poll policy must never halt");
+    assert!(hlt.guest.as_ref().map(|g| g.halts).unwrap_or(0) > 0);
+    assert_eq!(poll.guest.as_ref().map(|g| g.halts), Some(0));
+    assert!(halt_exits(&hp) > 0, "haltpoll halts after its window");
+    for r in [&hlt, &poll, &hp] {
+        assert_eq!(r.counters.ops, p.expected_counts());
+    }
+}
+
+#[test]
+fn shootdown_sends_ipis_to_every_other_vcpu() {
+    if !kvm_usable() {
+        return;
+    }
+    let p = program("shootdown", 2, 0.02);
+    let r = vm(&p, &opts(2, IdlePolicy::Hlt));
+    let shootdowns = p.expected_counts()["shootdown"];
+    let g = r.guest.as_ref().expect("guest section");
+    assert!(
+        g.ipis_sent >= shootdowns,
+        "{} IPIs for {shootdowns} shootdowns",
+        g.ipis_sent
+    );
+    assert_eq!(r.counters.ops, p.expected_counts());
+}
+
+#[test]
+fn qemu_runs_a_workload() {
+    if !kvm_usable() {
+        return;
+    }
+    let o = opts(2, IdlePolicy::Hlt);
+    let p = program("spinlock", 2, 0.01);
+    match run_qemu(&p, info(&p), &o) {
+        Ok(r) => {
+            assert_eq!(r.counters.ops, p.expected_counts());
+            assert_eq!(r.guest.as_ref().map(|g| g.vcpus), Some(2));
+            assert_eq!(r.executor, smplab_record::Executor::Qemu);
+        }
+        Err(smplab_guest::GuestError::QemuMissing { .. })
+            if std::env::var("SMPLAB_REQUIRE_KVM").as_deref() != Ok("1") =>
+        {
+            eprintln!("skipping: QEMU not installed");
+        }
+        Err(e) => panic!("qemu: {e}"),
+    }
+}
