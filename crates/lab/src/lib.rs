@@ -13,14 +13,18 @@
 //!
 //! See docs/lab.md for formats, definitions and caveats.
 
+pub mod diagnose;
 pub mod metrics;
 pub mod point;
+pub mod report;
 pub mod runner;
 pub mod spec;
 pub mod store;
 pub mod svg;
 pub mod sweep;
 
+#[cfg(test)]
+mod browser_test;
 #[cfg(test)]
 pub(crate) mod testutil;
 

@@ -125,9 +125,15 @@ impl Frame {
     }
 }
 
+/// A legend; empty names keep their colour index but take no row.
 fn legend(s: &mut String, x: f64, y: f64, names: &[String]) {
+    let mut row = 0;
     for (i, n) in names.iter().enumerate() {
-        let yy = y + i as f64 * 15.0;
+        if n.is_empty() {
+            continue;
+        }
+        let yy = y + row as f64 * 15.0;
+        row += 1;
         let _ = write!(
             s,
             "<rect x=\"{x}\" y=\"{y0:.1}\" width=\"10\" height=\"10\" fill=\"{c}\"/><text x=\"{tx}\" y=\"{ty:.1}\">{n}</text>",

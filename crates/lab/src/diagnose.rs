@@ -1,0 +1,501 @@
+//! The seed-000 diagnosis, automated: run the baseline, then the baseline with
+//! one factor removed at a time, then with every factor removed, and attribute
+//! the slowdown versus native to the factors.
+//!
+//! Attribution: with `s0` the baseline slowdown, `s_f` the slowdown with factor
+//! `f` removed and `s_all` with all removed, factor `f` is credited
+//! `c_f = s0 − s_f`. Factors interact (removing HLT exits also removes the IPIs
+//! that woke halted vCPUs; blocking instead of spinning creates HLTs), so
+//! `Σ c_f` need not equal `s0 − s_all`; the difference is reported as its own
+//! "interaction" term rather than spread over the factors:
+//! `s0 = Σ c_f + interaction + s_all`.
+
+use crate::metrics::{mean_wall_s, Results, Summary};
+use crate::point::{Point, Variant};
+use serde::Serialize;
+use smplab_record::Executor;
+
+/// One factor of seed 000 and how to remove it from a point.
+#[derive(Debug, Clone, Copy)]
+pub struct Factor {
+    /// Short name used in tables and the chart legend.
+    pub name: &'static str,
+    /// What removing it means.
+    pub removal: &'static str,
+    remove: fn(&mut Point),
+    applies: fn(Executor) -> bool,
+}
+
+fn measured_or_sim(e: Executor) -> bool {
+    matches!(e, Executor::Vm | Executor::Sim)
+}
+fn sim_only(e: Executor) -> bool {
+    e == Executor::Sim
+}
+
+/// The factors in the order seed 000 examines them.
+pub const FACTORS: &[Factor] = &[
+    Factor {
+        name: "HLT idle",
+        removal: "idle vCPUs poll instead of halting (idle = poll)",
+        remove: |p| p.idle = Some("poll".into()),
+        applies: measured_or_sim,
+    },
+    Factor {
+        name: "PLE preemption",
+        removal: "pause-loop exiting off (simulator only: PVM here has no PLE to switch)",
+        remove: |p| p.ple = Some(false),
+        applies: sim_only,
+    },
+    Factor {
+        name: "APIC exits",
+        removal: "APIC virtualization on (simulator only: this host has no APICv)",
+        remove: |p| p.apicv = Some(true),
+        applies: sim_only,
+    },
+    Factor {
+        name: "user-space spinning",
+        removal: "the spin→block variant of the workload (every spin wait blocks)",
+        remove: |p| p.variant = Variant::SpinToBlock,
+        applies: measured_or_sim,
+    },
+    Factor {
+        name: "placement",
+        removal: "vCPUs pinned one per host CPU (cache-aware placement)",
+        remove: |p| p.pin = "pinned".into(),
+        applies: measured_or_sim,
+    },
+    Factor {
+        name: "global device lock",
+        removal: "device sync hybrid instead of global",
+        remove: |p| p.sync = Some("hybrid".into()),
+        applies: measured_or_sim,
+    },
+];
+
+/// The baseline configuration of a diagnosis: seed 000's default settings
+/// (HLT idle, floating vCPUs, global device lock, PLE on, no APICv).
+pub fn baseline(
+    executor: Executor,
+    workload: &str,
+    vcpus: u32,
+    scale: f64,
+    platform: &str,
+) -> Point {
+    let sim = executor == Executor::Sim;
+    Point {
+        executor,
+        workload: workload.into(),
+        variant: Variant::AsIs,
+        threads: vcpus,
+        scale,
+        pin: "none".into(),
+        vcpus: Some(vcpus),
+        vms: 1,
+        sync: Some("global".into()),
+        idle: Some("hlt".into()),
+        platform: sim.then(|| platform.to_string()),
+        ple: sim.then_some(true),
+        apicv: sim.then_some(false),
+        timeout_s: crate::spec::DEFAULT_TIMEOUT_S,
+        rep: 0,
+    }
+}
+
+/// A diagnosis plan: which points to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub native: Point,
+    pub baseline: Point,
+    /// `(factor, point with that factor removed)`.
+    pub removed: Vec<(Factor, Point)>,
+    pub all_removed: Point,
+}
+
+impl Plan {
+    pub fn new(baseline: Point) -> Plan {
+        let factors: Vec<Factor> = FACTORS
+            .iter()
+            .copied()
+            .filter(|f| (f.applies)(baseline.executor))
+            .collect();
+        let removed: Vec<(Factor, Point)> = factors
+            .iter()
+            .map(|f| {
+                let mut p = baseline.clone();
+                (f.remove)(&mut p);
+                (*f, p)
+            })
+            .collect();
+        let mut all = baseline.clone();
+        for f in &factors {
+            (f.remove)(&mut all);
+        }
+        Plan {
+            native: baseline.native_twin(),
+            baseline,
+            removed,
+            all_removed: all,
+        }
+    }
+
+    /// Every point, `reps` repetitions each, repetitions round-robin. The
+    /// simulator needs no native run: it models native itself.
+    pub fn points(&self, reps: u32) -> Vec<Point> {
+        let mut configs = Vec::new();
+        if self.baseline.executor != Executor::Sim {
+            configs.push(self.native.clone());
+        }
+        configs.push(self.baseline.clone());
+        configs.extend(self.removed.iter().map(|(_, p)| p.clone()));
+        configs.push(self.all_removed.clone());
+        let mut out = Vec::new();
+        for rep in 0..reps {
+            for c in &configs {
+                let mut p = c.clone();
+                p.rep = rep;
+                p.timeout_s = self.baseline.timeout_s;
+                out.push(p);
+            }
+        }
+        out
+    }
+}
+
+/// One row of the attribution table.
+#[derive(Debug, Clone, Serialize)]
+pub struct FactorRow {
+    pub factor: String,
+    pub removal: String,
+    /// Slowdown versus native with this factor removed.
+    pub slowdown_without: Summary,
+    /// `s0 − s_f`: the slowdown this factor accounts for on its own.
+    pub contribution: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Attribution {
+    pub workload: String,
+    pub executor: Executor,
+    pub vcpus: u32,
+    pub native_wall_s: Summary,
+    pub baseline: Summary,
+    pub rows: Vec<FactorRow>,
+    pub all_removed: Option<Summary>,
+    /// `s0 − s_all − Σ c_f`: what one-at-a-time removal cannot assign to a
+    /// single factor (overlap or synergy between factors, plus noise).
+    pub interaction: Option<f64>,
+    /// Factors the plan wanted but whose runs are missing or failed.
+    pub missing: Vec<String>,
+}
+
+/// Slowdowns in a diagnosis are all against the *original* program's native
+/// time, so the spin→block variant is judged against what the user runs today.
+fn slowdown_vs(results: &Results, p: &Point, native_s: Option<f64>) -> Option<Summary> {
+    let es = results.get(p)?;
+    let v: Vec<f64> = es
+        .iter()
+        .filter_map(|e| {
+            let wall = mean_wall_s(&e.records);
+            // Simulator: its native model of the original program.
+            let native = native_s.or_else(|| sim_native_of(results, p))?;
+            Some(wall / native - 1.0)
+        })
+        .collect();
+    Summary::of(&v)
+}
+
+/// The simulator's native time for the original (as-is) program of `p`'s
+/// baseline: `sim.native_wall_ns` of any as-is run of the plan.
+fn sim_native_of(results: &Results, p: &Point) -> Option<f64> {
+    let mut q = p.clone();
+    q.variant = Variant::AsIs;
+    let candidates: Vec<f64> = results
+        .points()
+        .filter(|r| {
+            r.executor == Executor::Sim
+                && r.workload == q.workload
+                && r.variant == Variant::AsIs
+                && r.threads == q.threads
+                && r.scale == q.scale
+                && r.vcpus == q.vcpus
+        })
+        .filter_map(|r| results.get(r))
+        .flat_map(|es| es.iter())
+        .flat_map(|e| e.records.iter())
+        .filter_map(|r| r.sim.as_ref()?.native_wall_ns)
+        .map(|ns| ns as f64 / 1e9)
+        .collect();
+    Summary::of(&candidates).map(|s| s.median)
+}
+
+/// Attribute the slowdown from stored results of a plan.
+pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
+    let b = &plan.baseline;
+    let native = if b.executor == Executor::Sim {
+        Summary::of(&[sim_native_of(results, b)?])?
+    } else {
+        results.wall(&plan.native)?
+    };
+    let native_s = (b.executor != Executor::Sim).then_some(native.median);
+    let s0 = slowdown_vs(results, b, native_s)?;
+    let mut rows = Vec::new();
+    let mut missing = Vec::new();
+    for (f, p) in &plan.removed {
+        match slowdown_vs(results, p, native_s) {
+            Some(s) => rows.push(FactorRow {
+                factor: f.name.into(),
+                removal: f.removal.into(),
+                contribution: s0.median - s.median,
+                slowdown_without: s,
+            }),
+            None => missing.push(f.name.to_string()),
+        }
+    }
+    let all = slowdown_vs(results, &plan.all_removed, native_s);
+    let interaction =
+        all.map(|a| s0.median - a.median - rows.iter().map(|r| r.contribution).sum::<f64>());
+    Some(Attribution {
+        workload: b.workload.clone(),
+        executor: b.executor,
+        vcpus: b.vcpus.unwrap_or(0),
+        native_wall_s: native,
+        baseline: s0,
+        rows,
+        all_removed: all,
+        interaction,
+        missing,
+    })
+}
+
+/// Find diagnosis plans in a store: every baseline-shaped configuration
+/// (HLT, as-is, unpinned, global, PLE on, no APICv, one VM) that has at least
+/// one factor-removed sibling.
+pub fn detect(results: &Results) -> Vec<Plan> {
+    let mut plans = Vec::new();
+    for p in results.points() {
+        if !matches!(p.executor, Executor::Vm | Executor::Sim) {
+            continue;
+        }
+        let b = baseline(
+            p.executor,
+            &p.workload,
+            p.vcpus.unwrap_or(1),
+            p.scale,
+            p.platform.as_deref().unwrap_or(""),
+        );
+        if b.config_key() != p.config_key() || b.threads != p.threads {
+            continue;
+        }
+        let plan = Plan::new(p.clone());
+        if plan.removed.iter().any(|(_, q)| results.get(q).is_some()) {
+            plans.push(plan);
+        }
+    }
+    plans
+}
+
+/// The attribution as a text table.
+pub fn table(a: &Attribution) -> String {
+    let mut s = format!(
+        "Diagnosis of {} on {} ({} vCPUs): native {:.3} s, baseline slowdown {:+.1} % (spread {:.1}–{:.1} %)\n",
+        a.workload,
+        a.executor,
+        a.vcpus,
+        a.native_wall_s.median,
+        a.baseline.median * 100.0,
+        a.baseline.min * 100.0,
+        a.baseline.max * 100.0
+    );
+    s.push_str(&format!(
+        "  {:<22} {:>16} {:>14}  {}\n",
+        "factor removed", "slowdown without", "attributed", "how"
+    ));
+    for r in &a.rows {
+        s.push_str(&format!(
+            "  {:<22} {:>15.1}% {:>13.1}%  {}\n",
+            r.factor,
+            r.slowdown_without.median * 100.0,
+            r.contribution * 100.0,
+            r.removal
+        ));
+    }
+    if let (Some(all), Some(i)) = (a.all_removed, a.interaction) {
+        s.push_str(&format!(
+            "  {:<22} {:>15.1}% {:>13.1}%  (what no single removal explains)\n",
+            "interaction",
+            f64::NAN,
+            i * 100.0
+        ));
+        s.push_str(&format!(
+            "  {:<22} {:>15.1}% {:>14}  every factor above removed at once\n",
+            "remainder",
+            all.median * 100.0,
+            ""
+        ));
+    }
+    for m in &a.missing {
+        s.push_str(&format!("  {m}: no successful run, not attributed\n"));
+    }
+    s = s.replace("NaN%", "   ");
+    s.push_str(
+        "  Factors interact: each is removed from the baseline alone, so the attributions need not add up;\n  the interaction line is the difference, and the order of removal would change a sequential split.\n",
+    );
+    s
+}
+
+/// The Fig. 3-style charts: slowdown of each configuration (bars), and the
+/// baseline slowdown decomposed into factors (one stacked bar).
+pub fn charts(a: &Attribution) -> String {
+    use crate::svg::{bar_chart, stacked_bars, Bar};
+    let mut bars = vec![Bar {
+        label: "baseline".into(),
+        value: a.baseline.median * 100.0,
+        range: Some((a.baseline.min * 100.0, a.baseline.max * 100.0)),
+        group: 0,
+    }];
+    for r in &a.rows {
+        bars.push(Bar {
+            label: format!("− {}", r.factor),
+            value: r.slowdown_without.median * 100.0,
+            range: Some((
+                r.slowdown_without.min * 100.0,
+                r.slowdown_without.max * 100.0,
+            )),
+            group: 1,
+        });
+    }
+    if let Some(all) = a.all_removed {
+        bars.push(Bar {
+            label: "− all factors".into(),
+            value: all.median * 100.0,
+            range: Some((all.min * 100.0, all.max * 100.0)),
+            group: 2,
+        });
+    }
+    let title = format!("{} on {}: slowdown vs native (%)", a.workload, a.executor);
+    let mut out = bar_chart(&title, "slowdown %", &bars, &[]);
+    let mut series: Vec<String> = a.rows.iter().map(|r| r.factor.clone()).collect();
+    let mut vals: Vec<f64> = a.rows.iter().map(|r| r.contribution * 100.0).collect();
+    if let (Some(all), Some(i)) = (a.all_removed, a.interaction) {
+        series.push("interaction".into());
+        vals.push(i * 100.0);
+        series.push("remainder (all removed)".into());
+        vals.push(all.median * 100.0);
+    }
+    out.push_str(&stacked_bars(
+        &format!("{}: baseline slowdown attributed to factors", a.workload),
+        "percentage points of slowdown (negative: removing the factor made it slower)",
+        &series,
+        &[(format!("{} {}", a.workload, a.executor), vals)],
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::fake::{fake_wall_ns, FakeRunner};
+    use crate::store::Store;
+    use crate::sweep::{run_points, SweepOptions};
+
+    #[test]
+    fn plan_has_the_factors_for_each_executor() {
+        let vm = Plan::new(baseline(Executor::Vm, "dedup", 2, 0.1, ""));
+        let names: Vec<_> = vm.removed.iter().map(|(f, _)| f.name).collect();
+        assert_eq!(
+            names,
+            [
+                "HLT idle",
+                "user-space spinning",
+                "placement",
+                "global device lock"
+            ]
+        );
+        let sim = Plan::new(baseline(Executor::Sim, "dedup", 16, 0.1, "pvm-here"));
+        assert_eq!(sim.removed.len(), 6);
+        assert_eq!(sim.all_removed.ple, Some(false));
+        assert_eq!(sim.all_removed.apicv, Some(true));
+        assert_eq!(vm.points(2).len(), (1 + 1 + 4 + 1) * 2);
+        assert_eq!(
+            sim.points(1).len(),
+            1 + 6 + 1,
+            "no native run for the simulator"
+        );
+    }
+
+    #[test]
+    fn attribution_arithmetic_on_fake_runs() {
+        let plan = Plan::new(baseline(Executor::Vm, "dedup", 2, 0.1, ""));
+        let mut store = Store::from_entries(vec![]);
+        run_points(
+            &plan.points(3),
+            &mut store,
+            &FakeRunner::new(),
+            &SweepOptions::default(),
+        )
+        .unwrap();
+        let results = Results::new(&store);
+        let a = attribute(&results, &plan).unwrap();
+        // Fake: native 1.0; VM = 1 + 0.4 hlt + 0.3 spin + 0.1 unpinned + 0.2 global.
+        assert!((a.baseline.median - 1.0).abs() < 1e-9);
+        let c: Vec<f64> = a.rows.iter().map(|r| r.contribution).collect();
+        for (got, want) in c.iter().zip([0.4, 0.3, 0.1, 0.2]) {
+            assert!((got - want).abs() < 1e-9, "{c:?}");
+        }
+        // The fake's factors are additive: nothing left, no interaction.
+        assert!(a.all_removed.unwrap().median.abs() < 1e-9);
+        assert!(a.interaction.unwrap().abs() < 1e-9);
+        assert!(a.missing.is_empty());
+        let t = table(&a);
+        assert!(t.contains("HLT idle") && t.contains("Factors interact"));
+        assert!(!t.contains("NaN"));
+        let svg = charts(&a);
+        assert!(svg.contains("<svg") && svg.contains("interaction"));
+        assert_eq!(detect(&results).len(), 1);
+        assert_eq!(fake_wall_ns(&plan.native), 1_000_000_000);
+    }
+
+    #[test]
+    fn interaction_is_what_single_removals_do_not_explain() {
+        // Hand-made: s0 = 1.0, removing A → 0.5, removing B → 0.5, both → 0.3.
+        // c_A + c_B = 1.0 but only 0.7 goes away together: interaction −0.3.
+        use crate::store::{Entry, Status};
+        use crate::testutil::rec;
+        let base = baseline(Executor::Vm, "dedup", 2, 0.1, "");
+        let plan = Plan::new(base.clone());
+        let s = 1_000_000_000u64;
+        let mut es = vec![Entry::new(
+            plan.native.clone(),
+            Status::Ok,
+            0.0,
+            vec![rec(Executor::Native, "dedup", 2, s)],
+        )];
+        es.push(Entry::new(
+            base,
+            Status::Ok,
+            0.0,
+            vec![rec(Executor::Vm, "dedup", 2, 2 * s)],
+        ));
+        for (i, (_, p)) in plan.removed.iter().enumerate().take(2) {
+            let _ = i;
+            es.push(Entry::new(
+                p.clone(),
+                Status::Ok,
+                0.0,
+                vec![rec(Executor::Vm, "dedup", 2, 3 * s / 2)],
+            ));
+        }
+        es.push(Entry::new(
+            plan.all_removed.clone(),
+            Status::Ok,
+            0.0,
+            vec![rec(Executor::Vm, "dedup", 2, 13 * s / 10)],
+        ));
+        let store = Store::from_entries(es);
+        let a = attribute(&Results::new(&store), &plan).unwrap();
+        assert_eq!(a.rows.len(), 2);
+        assert_eq!(a.missing, vec!["placement", "global device lock"]);
+        assert!((a.interaction.unwrap() + 0.3).abs() < 1e-9);
+    }
+}
