@@ -350,7 +350,7 @@ fn segment(selector: u16, type_: u8, s: u8) -> kvm_segment {
 }
 
 /// PVH entry state: 32-bit protected mode, paging off, flat segments, %ebx = start info.
-fn set_pvh_entry(vcpu: &VcpuFd, entry: u64) -> Result<(), VmmError> {
+pub fn set_pvh_entry(vcpu: &VcpuFd, entry: u64) -> Result<(), VmmError> {
     let mut sregs = vcpu.get_sregs().map_err(VmmError::kvm("KVM_GET_SREGS"))?;
     sregs.cs = segment(0x08, 0xb, 1);
     let data = segment(0x10, 0x3, 1);
@@ -382,7 +382,7 @@ fn set_pvh_entry(vcpu: &VcpuFd, entry: u64) -> Result<(), VmmError> {
     Ok(())
 }
 
-fn set_cpuid(kvm: &Kvm, vcpu: &VcpuFd, index: u32) -> Result<(), VmmError> {
+pub fn set_cpuid(kvm: &Kvm, vcpu: &VcpuFd, index: u32) -> Result<(), VmmError> {
     let mut cpuid = kvm
         .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
         .map_err(VmmError::kvm("KVM_GET_SUPPORTED_CPUID"))?;
