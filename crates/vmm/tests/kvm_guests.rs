@@ -208,3 +208,138 @@ fn bad_kernels_and_limits_have_distinct_statuses() {
         exit::BAD_KERNEL
     );
 }
+
+#[test]
+fn threads_are_named_and_placement_and_stats_work() {
+    if !kvm_usable() {
+        return;
+    }
+    // A guest that hangs, so its threads can be looked at while it runs.
+    let program = GuestProgram {
+        misbehave: Some(Misbehave::Hang),
+        ..GuestProgram::default()
+    };
+    let mut cfg = config(&program, 2, SyncMode::Hybrid);
+    let cpu = smplab_vmm::placement::allowed_cpus()[0];
+    cfg.placement = smplab_vmm::Placement::Pinned(vec![cpu]);
+    cfg.io_cpu = Some(cpu);
+    cfg.timeout = Some(Duration::from_millis(400));
+    let watcher = std::thread::spawn(|| {
+        let mut names = std::collections::BTreeSet::new();
+        let start = std::time::Instant::now();
+        while start.elapsed() < Duration::from_millis(300) {
+            if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+                for task in tasks.flatten() {
+                    if let Ok(name) = std::fs::read_to_string(task.path().join("comm")) {
+                        names.insert(name.trim().to_string());
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        names
+    });
+    let err = run_vm(&cfg).expect_err("hang guest times out");
+    assert!(matches!(err, VmmError::Timeout { .. }), "{err}");
+    let names = watcher.join().expect("watcher");
+    for expected in ["smplab-vcpu-0", "smplab-vcpu-1", "smplab-io"] {
+        assert!(names.contains(expected), "{expected} not in {names:?}");
+    }
+
+    // KVM binary stats are collected per vCPU and per VM where the host has them.
+    let run = run_vm(&config(&GuestProgram::default(), 1, SyncMode::Fine)).expect("runs");
+    let has_stats_fd = smplab_vmm::kvm_capabilities()
+        .expect("caps")
+        .iter()
+        .any(|(name, present)| name == "KVM_CAP_BINARY_STATS_FD" && *present);
+    if has_stats_fd {
+        assert!(run.section.kvm_vcpu_stats[0].contains_key("exits"));
+        assert!(!run.section.kvm_vm_stats.is_empty());
+    }
+    assert!(run.section.vmm_overhead_bytes.is_some());
+}
+
+#[test]
+fn capabilities_name_the_irqchip_and_max_vcpus() {
+    if !kvm_usable() {
+        return;
+    }
+    let caps = smplab_vmm::kvm_capabilities().expect("caps");
+    assert!(caps.iter().any(|(n, p)| n == "KVM_CAP_IRQCHIP" && *p));
+    assert!(caps.iter().any(|(n, _)| n.starts_with("max_vcpus=")));
+    assert!(smplab_vmm::max_vcpus().expect("max") >= 2);
+}
+
+#[test]
+fn cli_record_round_trips_as_json() {
+    if !kvm_usable() {
+        return;
+    }
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: smplab_vmm::cli::VmmArgs,
+    }
+    let dir = std::env::temp_dir().join(format!("smplab-vmm-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let kernel = dir.join("guest.elf");
+    let program = GuestProgram {
+        aps: 1,
+        bsp_loops: 10,
+        ap_loops: 10,
+        ..GuestProgram::default()
+    };
+    std::fs::write(&kernel, program.elf()).expect("write guest");
+    let console = dir.join("console.txt");
+    let w = Wrapper::parse_from([
+        "smplab-vmm".as_ref(),
+        "--kernel".as_ref(),
+        kernel.as_os_str(),
+        "--cpus".as_ref(),
+        "2".as_ref(),
+        "--sync".as_ref(),
+        "iothread".as_ref(),
+        "--console".as_ref(),
+        console.as_os_str(),
+        "--timeout".as_ref(),
+        "60".as_ref(),
+    ]);
+    assert_eq!(smplab_vmm::cli::run(&w.args), exit::OK);
+    assert_eq!(
+        std::fs::read(&console).expect("console file"),
+        b"smplab test guest\n"
+    );
+    let cfg = VmConfig {
+        console: ConsoleSink::Discard,
+        ..config(&program, 2, SyncMode::IoThread)
+    };
+    let outcome = run_vm(&cfg);
+    let record = smplab_vmm::cli::record_for(&w.args, &outcome);
+    let parsed = smplab_record::RunRecord::from_json(&record.to_json_pretty()).expect("parses");
+    assert_eq!(parsed.executor, smplab_record::Executor::Vm);
+    assert_eq!(parsed.workload.name, "kernel:guest.elf");
+    let vmm = parsed.vmm.expect("vmm section");
+    assert_eq!(vmm.vcpus, 2);
+    assert!(vmm.io_thread.expect("io thread stats").requests > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn more_vcpus_than_host_cores_all_finish() {
+    if !kvm_usable() {
+        return;
+    }
+    let program = GuestProgram {
+        aps: 3,
+        bsp_loops: 20,
+        ap_loops: 20,
+        ..GuestProgram::default()
+    };
+    for sync in [SyncMode::Global, SyncMode::Hybrid] {
+        let run = run_vm(&config(&program, 4, sync)).unwrap_or_else(|e| panic!("{sync}: {e}"));
+        assert_eq!(run.exit_code, 0);
+        let work = &run.section.exit_latency[&format!("work/{sync}")];
+        assert_eq!(work.count, 80);
+    }
+}

@@ -30,6 +30,27 @@ pub trait ExclusiveDevice: Send {
 }
 
 /// A device model that is safe to call from several threads at once.
+///
+/// A type with unsynchronized interior mutability cannot implement it, so it can
+/// never reach a bypass path:
+///
+/// ```compile_fail
+/// use smplab_vmm::devices::ConcurrentDevice;
+/// struct Racy(std::cell::Cell<u64>); // Cell is not Sync
+/// impl ConcurrentDevice for Racy {
+///     fn read(&self, _: u64, _: &mut [u8]) {}
+///     fn write(&self, _: u64, data: &[u8]) { self.0.set(data.len() as u64) }
+/// }
+/// ```
+///
+/// and an [`ExclusiveDevice`] cannot be registered as a concurrent one:
+///
+/// ```compile_fail
+/// use smplab_vmm::{AddressSpace, BusBuilder};
+/// use smplab_vmm::devices::ResultPort;
+/// let mut bus = BusBuilder::new();
+/// bus.add_concurrent(AddressSpace::Pio, 0x520, 1, "result", std::sync::Arc::new(ResultPort::new()));
+/// ```
 pub trait ConcurrentDevice: Send + Sync {
     /// Guest read of `data.len()` bytes at `offset` from the device's base.
     fn read(&self, offset: u64, data: &mut [u8]);
