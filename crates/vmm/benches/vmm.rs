@@ -138,27 +138,36 @@ fn exit_path() {
 }
 
 fn scalability() {
-    for work_ns in [2_000, 10_000] {
-        scalability_at(work_ns);
-    }
+    let thread_safe: Vec<(SyncMode, bool)> = SyncMode::ALL.iter().map(|m| (*m, false)).collect();
+    let mut with_exclusive = thread_safe.clone();
+    with_exclusive.extend([(SyncMode::Hybrid, true), (SyncMode::Fine, true)]);
+    scalability_at(2_000, &with_exclusive);
+    scalability_at(10_000, &thread_safe);
 }
 
-fn scalability_at(work_ns: u64) {
+/// One table: `variants` are (mode, work device registered as exclusive).
+fn scalability_at(work_ns: u64, variants: &[(SyncMode, bool)]) {
     const READS_PER_VCPU: u32 = 2_000;
     let host_cpus = smplab_vmm::placement::allowed_cpus().len();
     println!(
-        "\n== scalability: each vCPU does {READS_PER_VCPU} work-device reads of {} us; host has {host_cpus} CPUs ==",
+        "\n== scalability: each vCPU does {READS_PER_VCPU} work-device reads of {} us; host has {host_cpus} CPUs; median of 3 ==",
         work_ns / 1000
     );
     println!(
-        "{:<9} {:>5} {:>12} {:>9} {:>9}  note",
+        "{:<16} {:>5} {:>12} {:>9} {:>9}  note",
         "mode", "vcpus", "exits/s", "speedup", "amdahl"
     );
-    for mode in SyncMode::ALL {
+    for &(mode, exclusive) in variants {
+        let label = if exclusive {
+            format!("{mode}+excl-dev")
+        } else {
+            mode.to_string()
+        };
         let mut base: Option<(f64, AmdahlInputs)> = None;
         for vcpus in 1..=3u32 {
             let program = loop_program(READS_PER_VCPU, (vcpus - 1) as u16);
-            let config = vm_config(&program, vcpus, mode, work_ns);
+            let mut config = vm_config(&program, vcpus, mode, work_ns);
+            config.work_exclusive = exclusive;
             let mut rates = Vec::new();
             let mut handling = Vec::new();
             for _ in 0..3 {
@@ -172,14 +181,16 @@ fn scalability_at(work_ns: u64) {
             let rate = median(rates);
             let (speedup, projection) = match base {
                 None => {
-                    // Serialized share: every work access serializes under the global
-                    // lock and in the I/O thread (reads are synchronous); none do in
-                    // hybrid and fine, where the thread-safe work device bypasses.
-                    let serialized = if matches!(mode, SyncMode::Global | SyncMode::IoThread) {
-                        1.0
-                    } else {
-                        0.0
-                    };
+                    // Share of serialized requests: every work access serializes under
+                    // the global lock, in the I/O thread (reads are synchronous) and
+                    // on a not-thread-safe device's lock; none do when the thread-safe
+                    // work device bypasses (hybrid, fine).
+                    let serialized =
+                        if exclusive || matches!(mode, SyncMode::Global | SyncMode::IoThread) {
+                            1.0
+                        } else {
+                            0.0
+                        };
                     let inputs = AmdahlInputs {
                         parallel_fraction: 1.0,
                         exits_per_sec_per_cpu: rate,
@@ -197,8 +208,7 @@ fn scalability_at(work_ns: u64) {
                 ""
             };
             println!(
-                "{:<9} {vcpus:>5} {rate:>12.0} {speedup:>8.2}x {projection:>8.2}x  {note}",
-                mode.as_str()
+                "{label:<16} {vcpus:>5} {rate:>12.0} {speedup:>8.2}x {projection:>8.2}x  {note}"
             );
         }
     }

@@ -44,6 +44,12 @@ pub struct VmmArgs {
     /// Busy time of the work device (port 0x530) per access, in nanoseconds.
     #[arg(long, default_value_t = 0, value_name = "NS")]
     pub work_ns: u64,
+    /// Make the work device a not-thread-safe device (it then cannot bypass).
+    #[arg(long)]
+    pub work_exclusive: bool,
+    /// In-kernel interrupt controller (LAPIC/IOAPIC); `kernel` is the only choice.
+    #[arg(long, default_value = "kernel", value_parser = ["kernel"])]
+    pub irqchip: String,
     /// Write the guest console to this file instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub console: Option<PathBuf>,
@@ -140,6 +146,7 @@ fn config_from_args(args: &VmmArgs) -> Result<VmConfig, VmmError> {
         timeout,
         console,
         work_ns: args.work_ns,
+        work_exclusive: args.work_exclusive,
     })
 }
 
@@ -165,6 +172,8 @@ pub fn record_for(args: &VmmArgs, outcome: &Result<VmRun, VmmError>) -> RunRecor
     record.set_config("mem_bytes", args.mem);
     record.set_config("cmdline", cmdline_with_cpus(&args.cmdline, args.cpus));
     record.set_config("work_ns", args.work_ns);
+    record.set_config("work_exclusive", args.work_exclusive);
+    record.set_config("irqchip", args.irqchip.as_str());
     if let Some(pin) = &args.pin {
         record.set_config("pin", pin.0.clone());
     }

@@ -59,6 +59,9 @@ pub struct VmConfig {
     pub console: ConsoleSink,
     /// Busy time of the work device (port 0x530) per access, in nanoseconds.
     pub work_ns: u64,
+    /// Register the work device as its not-thread-safe flavour
+    /// ([`devices::ExclusiveWorkDevice`]), so it cannot bypass in `hybrid`/`fine`.
+    pub work_exclusive: bool,
 }
 
 impl VmConfig {
@@ -76,6 +79,7 @@ impl VmConfig {
             timeout: None,
             console: ConsoleSink::Stdout,
             work_ns: 0,
+            work_exclusive: false,
         }
     }
 }

@@ -2,7 +2,9 @@
 
 use crate::bus::{AddressSpace, BusBuilder, BusClient, ClientStats, SyncMode};
 use crate::control::RunControl;
-use crate::devices::{ConsoleWriter, DebugExit, PmTimer, ResultPort, Uart, WorkDevice};
+use crate::devices::{
+    ConsoleWriter, DebugExit, ExclusiveWorkDevice, PmTimer, ResultPort, Uart, WorkDevice,
+};
 use crate::error::{RegisterDump, VmmError};
 use crate::kvm_stats;
 use crate::placement::{allowed_cpus, pin_current_thread};
@@ -517,15 +519,27 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
             ResultPort::new(),
         )
         .map_err(bus_err)?;
-    builder
-        .add_concurrent(
-            AddressSpace::Pio,
-            WORK_PORT,
-            4,
-            "work",
-            Arc::new(WorkDevice::new(config.work_ns)),
-        )
-        .map_err(bus_err)?;
+    if config.work_exclusive {
+        builder
+            .add_exclusive(
+                AddressSpace::Pio,
+                WORK_PORT,
+                4,
+                "work",
+                ExclusiveWorkDevice::new(config.work_ns),
+            )
+            .map_err(bus_err)?;
+    } else {
+        builder
+            .add_concurrent(
+                AddressSpace::Pio,
+                WORK_PORT,
+                4,
+                "work",
+                Arc::new(WorkDevice::new(config.work_ns)),
+            )
+            .map_err(bus_err)?;
+    }
     builder
         .add_concurrent(
             AddressSpace::Pio,

@@ -343,3 +343,29 @@ fn more_vcpus_than_host_cores_all_finish() {
         assert_eq!(work.count, 80);
     }
 }
+
+#[test]
+fn a_not_thread_safe_work_device_never_bypasses() {
+    if !kvm_usable() {
+        return;
+    }
+    let program = GuestProgram {
+        aps: 1,
+        bsp_loops: 30,
+        ap_loops: 30,
+        ..GuestProgram::default()
+    };
+    let mut cfg = config(&program, 2, SyncMode::Hybrid);
+    cfg.work_exclusive = true;
+    let run = run_vm(&cfg).expect("runs");
+    // All 60 work reads went through the I/O thread (plus console/result writes).
+    let io = run.section.io_thread.expect("io thread stats");
+    assert!(io.requests - io.posted_writes >= 60, "{io:?}");
+    cfg.work_exclusive = false;
+    let run = run_vm(&cfg).expect("runs");
+    let io = run.section.io_thread.expect("io thread stats");
+    assert_eq!(
+        io.requests, io.posted_writes,
+        "thread-safe work device bypasses"
+    );
+}

@@ -19,7 +19,7 @@ pub use debug_exit::DebugExit;
 pub use pm_timer::PmTimer;
 pub use result_port::ResultPort;
 pub use uart::{ConsoleWriter, Uart};
-pub use work::WorkDevice;
+pub use work::{ExclusiveWorkDevice, WorkDevice};
 
 /// A device model that is not thread-safe: each access needs exclusive access.
 pub trait ExclusiveDevice: Send {
