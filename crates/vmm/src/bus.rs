@@ -26,7 +26,7 @@ use smplab_record::vmm::IoThreadStats;
 use smplab_record::LatencyHistogram;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -325,7 +325,6 @@ impl Bus {
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
             .map(|io| io.sender.clone());
-        let (reply_tx, reply_rx) = mpsc::sync_channel(1);
         BusClient {
             bus: self.clone(),
             queue,
@@ -335,8 +334,6 @@ impl Bus {
                 .unwrap_or_else(|e| e.into_inner())
                 .as_ref()
                 .map(|io| io.depth.clone()),
-            reply_tx,
-            reply_rx,
             stats: ClientStats::new(self.entries.len()),
         }
     }
@@ -402,10 +399,8 @@ impl ClientStats {
 /// One thread's door to the bus (a vCPU thread, or a stress-test thread).
 pub struct BusClient {
     bus: Arc<Bus>,
-    queue: Option<Sender<Request>>,
+    queue: Option<SyncSender<Request>>,
     depth: Option<Arc<AtomicU64>>,
-    reply_tx: SyncSender<[u8; 8]>,
-    reply_rx: Receiver<[u8; 8]>,
     pub stats: ClientStats,
 }
 
@@ -470,17 +465,20 @@ impl BusClient {
 
     fn queued_read(&mut self, slot: usize, offset: u64, data: &mut [u8]) {
         let len = data.len().min(8) as u8;
+        // A fresh one-slot channel per read: if the I/O thread is gone, the reply
+        // sender is dropped with the request and the read fails instead of hanging.
+        let (reply, answer) = mpsc::sync_channel(1);
         let request = Request::Read {
             slot,
             offset,
             len,
-            reply: self.reply_tx.clone(),
+            reply,
         };
         if !self.enqueue(request) {
             data.fill(0xff);
             return;
         }
-        match poll_then_block(&self.reply_rx) {
+        match poll_then_block(&answer) {
             Ok(bytes) => {
                 let n = usize::from(len);
                 data[..n].copy_from_slice(&bytes[..n]);
@@ -560,15 +558,20 @@ enum Request {
     Shutdown,
 }
 
+/// Requests the I/O thread's queue holds before a vCPU posting more waits: a
+/// guest cannot grow host memory without bound by flooding posted writes (the
+/// credit limit of a posted-write buffer).
+pub const QUEUE_CAPACITY: usize = 1024;
+
 struct IoThread {
-    sender: Sender<Request>,
+    sender: SyncSender<Request>,
     depth: Arc<AtomicU64>,
     handle: JoinHandle<IoThreadStats>,
 }
 
 impl IoThread {
     fn start(slots: Arc<[DeviceSlot]>, io_cpu: Option<usize>) -> std::io::Result<Self> {
-        let (sender, receiver) = mpsc::channel::<Request>();
+        let (sender, receiver) = mpsc::sync_channel::<Request>(QUEUE_CAPACITY);
         let depth = Arc::new(AtomicU64::new(0));
         let thread_depth = depth.clone();
         let handle = std::thread::Builder::new()
@@ -649,4 +652,137 @@ fn io_thread_loop(
         stats.utilization = busy.as_secs_f64() / wall;
     }
     stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devices::{ResultPort, WorkDevice};
+
+    fn bus(mode: SyncMode) -> (Arc<Bus>, Arc<Mutex<ResultPort>>) {
+        let mut b = BusBuilder::new();
+        let result = b
+            .add_exclusive(AddressSpace::Pio, 0x520, 1, "result", ResultPort::new())
+            .unwrap();
+        b.add_concurrent(
+            AddressSpace::Pio,
+            0x530,
+            4,
+            "work",
+            Arc::new(WorkDevice::new(0)),
+        )
+        .unwrap();
+        (b.build(mode, None).unwrap(), result)
+    }
+
+    #[test]
+    fn routes_follow_the_table_and_only_concurrent_devices_bypass() {
+        let expect = [
+            (SyncMode::Global, Route::GlobalLock, Route::GlobalLock),
+            (SyncMode::IoThread, Route::Queued, Route::Queued),
+            (SyncMode::Hybrid, Route::Queued, Route::Bypass),
+            (SyncMode::Fine, Route::DeviceLock, Route::Bypass),
+        ];
+        for (mode, exclusive, concurrent) in expect {
+            let (bus, _) = bus(mode);
+            assert_eq!(
+                bus.route_of(AddressSpace::Pio, 0x520),
+                Some(exclusive),
+                "{mode}"
+            );
+            assert_eq!(
+                bus.route_of(AddressSpace::Pio, 0x533),
+                Some(concurrent),
+                "{mode}"
+            );
+            assert_eq!(bus.route_of(AddressSpace::Pio, 0x534), None);
+            assert_eq!(bus.route_of(AddressSpace::Mmio, 0x530), None);
+            bus.shutdown();
+        }
+    }
+
+    #[test]
+    fn overlapping_and_empty_ranges_are_refused() {
+        let mut b = BusBuilder::new();
+        b.add_concurrent(
+            AddressSpace::Pio,
+            0x10,
+            4,
+            "a",
+            Arc::new(WorkDevice::new(0)),
+        )
+        .unwrap();
+        let overlap = b.add_concurrent(
+            AddressSpace::Pio,
+            0x13,
+            4,
+            "b",
+            Arc::new(WorkDevice::new(0)),
+        );
+        assert!(matches!(overlap, Err(BusError::Overlap { .. })));
+        let other_space = b.add_concurrent(
+            AddressSpace::Mmio,
+            0x10,
+            4,
+            "c",
+            Arc::new(WorkDevice::new(0)),
+        );
+        assert!(other_space.is_ok());
+        for (base, len) in [(0, 0), (u64::MAX, 2)] {
+            let bad = b.add_concurrent(
+                AddressSpace::Pio,
+                base,
+                len,
+                "d",
+                Arc::new(WorkDevice::new(0)),
+            );
+            assert!(matches!(bad, Err(BusError::BadRange { .. })));
+        }
+    }
+
+    #[test]
+    fn accesses_after_shutdown_fail_soft_instead_of_hanging() {
+        let (bus, result) = bus(SyncMode::IoThread);
+        let mut client = bus.client();
+        assert!(client.write(AddressSpace::Pio, 0x520, b"a"));
+        let stats = bus.shutdown().expect("io thread ran");
+        assert_eq!((stats.requests, stats.posted_writes), (1, 1));
+        let mut data = [0u8; 4];
+        assert!(client.read(AddressSpace::Pio, 0x530, &mut data));
+        assert_eq!(data, [0xff; 4]);
+        client.write(AddressSpace::Pio, 0x520, b"b");
+        assert_eq!(result.lock().unwrap().bytes(), b"a");
+    }
+
+    #[test]
+    fn a_flood_of_posted_writes_is_bounded_and_complete() {
+        let (bus, result) = bus(SyncMode::Hybrid);
+        let mut client = bus.client();
+        let n = QUEUE_CAPACITY * 4;
+        for i in 0..n {
+            client.write(AddressSpace::Pio, 0x520, &[i as u8]);
+        }
+        let mut data = [0u8; 1];
+        client.read(AddressSpace::Pio, 0x520, &mut data);
+        let stats = bus.shutdown().expect("io thread ran");
+        // Depth counts the queue, the request being taken out and one blocked sender.
+        assert!(
+            stats.max_queue_depth <= QUEUE_CAPACITY as u64 + 2,
+            "{stats:?}"
+        );
+        let stored = result.lock().unwrap().bytes().to_vec();
+        assert_eq!(stored.len(), n);
+        assert!(stored.iter().enumerate().all(|(i, &b)| b == i as u8));
+    }
+
+    #[test]
+    fn sync_modes_parse_and_print() {
+        for mode in SyncMode::ALL {
+            assert_eq!(mode.as_str().parse::<SyncMode>(), Ok(mode));
+            assert_eq!(mode.to_string(), mode.as_str());
+        }
+        assert_eq!("IO-Thread".parse::<SyncMode>(), Ok(SyncMode::IoThread));
+        let err = "bkl".parse::<SyncMode>().unwrap_err();
+        assert!(err.to_string().contains("global, iothread, hybrid, fine"));
+    }
 }
