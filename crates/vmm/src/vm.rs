@@ -129,9 +129,17 @@ struct VcpuReport {
     outcome: Result<(), VmmError>,
 }
 
-/// Open /dev/kvm, mapping failure to the "unavailable" error.
+/// Environment variable naming another KVM device node than /dev/kvm (used by
+/// tests to simulate a host without KVM).
+pub const KVM_DEVICE_ENV: &str = "SMPLAB_KVM_DEVICE";
+
+/// Open /dev/kvm (or `$SMPLAB_KVM_DEVICE`), mapping failure to the "unavailable" error.
 pub fn open_kvm() -> Result<Kvm, VmmError> {
-    Kvm::new().map_err(|source| VmmError::KvmUnavailable { source })
+    let path = std::env::var(KVM_DEVICE_ENV).unwrap_or_else(|_| "/dev/kvm".to_string());
+    let c_path = std::ffi::CString::new(path).map_err(|_| VmmError::KvmUnavailable {
+        source: kvm_ioctls::Error::new(libc::EINVAL),
+    })?;
+    Kvm::new_with_path(&c_path).map_err(|source| VmmError::KvmUnavailable { source })
 }
 
 fn read_kernel(image: &KernelImage) -> Result<Vec<u8>, VmmError> {
