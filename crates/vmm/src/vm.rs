@@ -21,7 +21,7 @@ use linux_loader::loader::elf::{Elf, PvhBootCapability};
 use linux_loader::loader::KernelLoader;
 use smplab_record::vmm::VmmSection;
 use std::io::Cursor;
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use vm_memory::{
@@ -65,23 +65,14 @@ extern "C" fn on_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_v
 }
 
 fn install_kick_handler() -> Result<(), VmmError> {
-    static INSTALL: Once = Once::new();
-    static mut RESULT: i32 = 0;
-    INSTALL.call_once(|| {
-        if let Err(e) = register_signal_handler(kick_signal(), on_kick) {
-            // SAFETY: written only inside call_once, read only after it returned.
-            unsafe { RESULT = e.errno() };
-        }
-    });
-    // SAFETY: call_once has completed, so no writer is running.
-    let errno = unsafe { RESULT };
-    if errno != 0 {
-        return Err(VmmError::Thread {
-            name: "signal handler".into(),
-            source: std::io::Error::from_raw_os_error(errno),
-        });
-    }
-    Ok(())
+    // Process-wide and idempotent: installed once, the outcome remembered.
+    static INSTALLED: OnceLock<Result<(), i32>> = OnceLock::new();
+    let outcome = INSTALLED
+        .get_or_init(|| register_signal_handler(kick_signal(), on_kick).map_err(|e| e.errno()));
+    outcome.map_err(|errno| VmmError::Thread {
+        name: "vCPU kick signal handler".into(),
+        source: std::io::Error::from_raw_os_error(errno),
+    })
 }
 
 /// Names of the exit reasons counted per vCPU, in counter order.
