@@ -1,0 +1,174 @@
+//! `smplab doctor`: what this host offers and what will and will not work here.
+
+use clap::Args;
+use serde::Serialize;
+use smplab_record::host::KvmBacking;
+use smplab_record::{exit, HostFacts};
+use std::process::Command;
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Check {
+    what: String,
+    ok: bool,
+    detail: String,
+}
+
+#[derive(Serialize)]
+struct Report {
+    host: HostFacts,
+    checks: Vec<Check>,
+    /// Per executor: whether it can run here, and how faithfully.
+    executors: Vec<Check>,
+}
+
+fn tool_version(cmd: &str, arg: &str) -> Option<String> {
+    let out = Command::new(cmd).arg(arg).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .map(|l| l.trim().to_string())
+}
+
+fn build_report() -> Report {
+    let host = HostFacts::detect();
+    let kvm = &host.kvm;
+    let mut checks = vec![Check {
+        what: "cores".into(),
+        ok: host.cores >= 2,
+        detail: format!(
+            "{} logical CPUs ({}){}",
+            host.cores,
+            host.cpu_model,
+            if host.cores < 2 {
+                "; SMP runs need at least 2 to mean anything"
+            } else {
+                ""
+            }
+        ),
+    }];
+    checks.push(Check {
+        what: "/dev/kvm".into(),
+        ok: kvm.device_usable,
+        detail: match (kvm.device_present, kvm.device_usable) {
+            (false, _) => "missing: load kvm_intel/kvm_amd (or run on a host with KVM)".into(),
+            (true, false) => "present but cannot be opened read-write: add yourself to the `kvm` group or run as root".into(),
+            (true, true) => "present and usable".into(),
+        },
+    });
+    checks.push(Check {
+        what: "KVM backing".into(),
+        ok: kvm.backing == KvmBacking::Hardware || kvm.backing == KvmBacking::Pvm,
+        detail: match kvm.backing {
+            KvmBacking::Hardware => "hardware (VT-x/AMD-V): guest kernel code runs at full speed".into(),
+            KvmBacking::Pvm => "kvm_pvm, software-assisted and nested: guest user mode (CPL3) runs natively, guest kernel mode runs in KVM's instruction emulator (~1000x slower); exits and IPIs cost 5-20x bare metal. smplab's guest keeps kernel work tiny, so workloads still run at native speed, but absolute exit costs are this host's, not real hardware's".into(),
+            KvmBacking::Unknown => "unknown KVM module: results may not be comparable".into(),
+            KvmBacking::Absent => "no KVM module loaded".into(),
+        },
+    });
+    if let Some(ns) = kvm.halt_poll_ns {
+        checks.push(Check {
+            what: "halt polling".into(),
+            ok: true,
+            detail: format!(
+                "kvm.halt_poll_ns = {ns} (halted vCPUs poll this long before sleeping)"
+            ),
+        });
+    }
+    let qemu = tool_version("qemu-system-x86_64", "--version");
+    checks.push(Check {
+        what: "QEMU".into(),
+        ok: qemu.is_some(),
+        detail: qemu.clone().unwrap_or_else(|| {
+            "qemu-system-x86_64 not found: `apt-get install qemu-system-x86` enables `--executor qemu`".into()
+        }),
+    });
+    let chromium = tool_version("chromium", "--version");
+    checks.push(Check {
+        what: "Chromium".into(),
+        ok: chromium.is_some(),
+        detail: chromium.unwrap_or_else(|| {
+            "not found: only needed to test report rendering (`apt-get install chromium`)".into()
+        }),
+    });
+    let executors = vec![
+        Check {
+            what: "native".into(),
+            ok: true,
+            detail: "host threads, real spinning and futex blocking".into(),
+        },
+        Check {
+            what: "vm".into(),
+            ok: kvm.device_usable,
+            detail: if kvm.device_usable {
+                "smplab-vmm with the smplab guest kernel".into()
+            } else {
+                "needs a usable /dev/kvm".into()
+            },
+        },
+        Check {
+            what: "qemu".into(),
+            ok: kvm.device_usable && qemu.is_some(),
+            detail: "the smplab guest under QEMU with -accel kvm (~5 s firmware start-up here)"
+                .into(),
+        },
+        Check {
+            what: "sim".into(),
+            ok: true,
+            detail: "discrete-event simulator: any scale, any modeled hardware".into(),
+        },
+    ];
+    Report {
+        host,
+        checks,
+        executors,
+    }
+}
+
+pub fn run(args: &DoctorArgs) -> i32 {
+    let report = build_report();
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                crate::report_error(e);
+                return exit::INTERNAL;
+            }
+        }
+        return exit::OK;
+    }
+    let h = &report.host;
+    println!(
+        "smplab doctor: {} (kernel {}{})",
+        h.hostname,
+        h.kernel,
+        if h.nested { ", itself a VM" } else { "" }
+    );
+    for c in &report.checks {
+        println!(
+            "  [{}] {:<14} {}",
+            if c.ok { " ok " } else { "warn" },
+            c.what,
+            c.detail
+        );
+    }
+    println!("executors:");
+    for c in &report.executors {
+        println!(
+            "  [{}] {:<14} {}",
+            if c.ok { " ok " } else { " no " },
+            c.what,
+            c.detail
+        );
+    }
+    exit::OK
+}
