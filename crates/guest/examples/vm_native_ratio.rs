@@ -1,1 +1,158 @@
-fn main() {}
+//! VM wall time / native wall time for every built-in workload and idle policy:
+//! the project's table of real virtualization overhead.
+//!
+//! ```text
+//! cargo run --release -p smplab-guest --example vm_native_ratio -- \
+//!     [--vcpus 2] [--scale 1] [--reps 1] [--pin 0,1] \
+//!     [--idle hlt,poll,haltpoll:200000] [--workloads spinlock,blackscholes]
+//! ```
+//! Each workload is instantiated with n = vCPUs. Native and VM runs alternate,
+//! so slow drift of a shared machine hits both; with `--reps R` the minimum of
+//! R runs of each is used. Wall time is the workload's own (first thread start
+//! to last thread end) in both executors; VM boot is reported separately.
+
+use smplab_guest::{run_vm, IdlePolicy, VmRunOptions};
+use smplab_record::WorkloadInfo;
+use smplab_workload::{builtin, Program, Source};
+use std::time::Duration;
+
+struct Args {
+    vcpus: u32,
+    scale: f64,
+    reps: u32,
+    pin: Option<Vec<usize>>,
+    idle: Vec<IdlePolicy>,
+    workloads: Vec<String>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        vcpus: 2,
+        scale: 1.0,
+        reps: 1,
+        pin: None,
+        idle: vec![
+            IdlePolicy::Hlt,
+            IdlePolicy::Poll,
+            IdlePolicy::HaltPoll { ns: 200_000 },
+        ],
+        workloads: builtin::names().map(str::to_string).collect(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut val = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--vcpus" => a.vcpus = val()?.parse().map_err(|e| format!("--vcpus: {e}"))?,
+            "--scale" => a.scale = val()?.parse().map_err(|e| format!("--scale: {e}"))?,
+            "--reps" => {
+                a.reps = val()?
+                    .parse::<u32>()
+                    .map_err(|e| format!("--reps: {e}"))?
+                    .max(1)
+            }
+            "--pin" => {
+                let cpus: Result<Vec<usize>, _> = val()?.split(',').map(str::parse).collect();
+                a.pin = Some(cpus.map_err(|e| format!("--pin: {e}"))?);
+            }
+            "--idle" => {
+                let list: Result<Vec<IdlePolicy>, _> = val()?.split(',').map(str::parse).collect();
+                a.idle = list.map_err(|e| e.to_string())?;
+            }
+            "--workloads" => a.workloads = val()?.split(',').map(str::to_string).collect(),
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(a)
+}
+
+fn info(p: &Program) -> WorkloadInfo {
+    WorkloadInfo {
+        name: p.name.clone(),
+        source: "builtin".into(),
+        n: p.n,
+        threads: p.total_threads(),
+        params: Default::default(),
+    }
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("vm_native_ratio: {e}");
+            std::process::exit(2);
+        }
+    };
+    print!("| workload | threads | native ms |");
+    for p in &args.idle {
+        print!(" vm/native {p} |");
+    }
+    println!(" guest boot ms | vm run total ms |");
+    print!("| --- | --- | --- |");
+    for _ in &args.idle {
+        print!(" --- |");
+    }
+    println!(" --- | --- |");
+    for name in &args.workloads {
+        let program =
+            match Source::resolve(name).and_then(|s| s.instantiate(Some(args.vcpus), args.scale)) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("{name}: {e}");
+                    continue;
+                }
+            };
+        let mut native_best = u64::MAX;
+        let mut vm_best = vec![u64::MAX; args.idle.len()];
+        let mut boot_ns = 0;
+        let mut total_ns = 0;
+        let mut failed = None;
+        for _ in 0..args.reps {
+            let nopts = smplab_native::NativeOptions {
+                pin: args.pin.clone(),
+                timeout: Some(Duration::from_secs(600)),
+            };
+            match smplab_native::run(&program, info(&program), &nopts) {
+                Ok(r) => native_best = native_best.min(r.timing.wall_ns),
+                Err(e) => failed = Some(format!("native: {e}")),
+            }
+            for (i, idle) in args.idle.iter().enumerate() {
+                let opts = VmRunOptions {
+                    vcpus: args.vcpus,
+                    idle: *idle,
+                    pin: args.pin.clone(),
+                    timeout: Duration::from_secs(600),
+                    ..VmRunOptions::default()
+                };
+                match run_vm(&program, info(&program), &opts) {
+                    Ok(r) => {
+                        vm_best[i] = vm_best[i].min(r.timing.wall_ns);
+                        boot_ns = r.guest.map(|g| g.boot_ns).unwrap_or(0);
+                        total_ns = r.timing.total_ns.unwrap_or(0);
+                    }
+                    Err(e) => failed = Some(format!("vm {idle}: {e}")),
+                }
+            }
+        }
+        if let Some(e) = failed {
+            eprintln!("{name}: {e}");
+        }
+        print!(
+            "| {name} | {} | {:.1} |",
+            program.total_threads(),
+            native_best as f64 / 1e6
+        );
+        for v in &vm_best {
+            if *v == u64::MAX || native_best == u64::MAX {
+                print!(" failed |");
+            } else {
+                print!(" {:.3} |", *v as f64 / native_best as f64);
+            }
+        }
+        println!(
+            " {:.1} | {:.1} |",
+            boot_ns as f64 / 1e6,
+            total_ns as f64 / 1e6
+        );
+    }
+}

@@ -32,7 +32,7 @@ typedef unsigned long usize;
 #define VEC_SHOOTDOWN 0xf1
 #define VEC_SPURIOUS 0xff
 
-/* System calls: `int $0x80`, rax = number, args in rdi, rsi, rdx; result in rax. */
+/* System calls: `int3` (see kernel.c trap()), rax = number, args in rdi, rsi, rdx; result in rax. */
 enum {
     SYS_EXIT_THREAD = 0, /* () */
     SYS_FUTEX_WAIT = 1,  /* (addr, expected u32) -> 0 woken, 1 value changed */
@@ -81,6 +81,8 @@ struct thread {
     i32 is_idle;
 };
 
+_Static_assert(sizeof(struct thread) % 8 == 0, "threads are cleared with rep stosq");
+
 /* Per-CPU data; %gs base points here while in the kernel. 64-byte aligned so
  * CPUs do not share cache lines for their hot fields. */
 struct cpu {
@@ -97,7 +99,7 @@ struct cpu {
     u64 timer_deadline; /* tsc of the armed one-shot, 0 = none */
     /* counters (read by user.c at the end) */
     u64 ipis_sent, ipis_received, halts, wakeups, context_switches, idle_tsc, ticks;
-    u64 int_as_ud; /* system calls that arrived as #UD (PVM) */
+    u64 syscalls;
     u8 pad[64];
 } __attribute__((aligned(64)));
 

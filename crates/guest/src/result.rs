@@ -13,7 +13,7 @@
 //! boot_tsc TSC                      # TSC when the kernel was entered
 //! thread GROUP INDEX START_TSC END_TSC CPU_TSC SPINS BLOCKS WAKEUPS CSW_VOL CSW_INVOL
 //! ops C0 ... C12                    # in smplab_workload::program::counter_names::ALL order
-//! cpu ID IPIS_SENT IPIS_RECEIVED HALTS WAKEUPS CONTEXT_SWITCHES IDLE_TSC TICKS INT_AS_UD
+//! cpu ID IPIS_SENT IPIS_RECEIVED HALTS WAKEUPS CONTEXT_SWITCHES IDLE_TSC TICKS SYSCALLS
 //! end
 //! ```
 
@@ -71,7 +71,7 @@ pub struct GuestCpu {
     pub context_switches: u64,
     pub idle_tsc: u64,
     pub ticks: u64,
-    pub int_as_ud: u64,
+    pub syscalls: u64,
 }
 
 /// A parsed guest result record.
@@ -181,7 +181,7 @@ pub fn parse(bytes: &[u8]) -> Result<GuestResult, ResultError> {
                     context_switches: v[5],
                     idle_tsc: v[6],
                     ticks: v[7],
-                    int_as_ud: v[8],
+                    syscalls: v[8],
                 });
             }
             "end" => {
@@ -259,7 +259,7 @@ impl GuestResult {
                     context_switches: c.context_switches,
                     idle_ns: self.ns(c.idle_tsc),
                     timer_ticks: c.ticks,
-                    syscalls_via_ud: c.int_as_ud,
+                    syscalls: c.syscalls,
                 })
                 .collect(),
         }
@@ -310,7 +310,7 @@ ops 2 2000 0 0 1 0 1 0 0 0 0 0 0\ncpu 0 1 2 3 4 5 2000 6 7\ncpu 1 2 1 0 1 1 0 0 
         assert_eq!(r.idle, "haltpoll:5000");
         assert_eq!(r.threads.len(), 2);
         assert_eq!(r.ops[1], 2000);
-        assert_eq!(r.vcpus[0].int_as_ud, 7);
+        assert_eq!(r.vcpus[0].syscalls, 7);
         // 6000 cycles at 2 GHz.
         assert_eq!(r.wall_ns(), 3000);
         let s = r.section();

@@ -110,8 +110,9 @@ fn idle_policies_differ_in_halt_exits() {
     if !kvm_usable() {
         return;
     }
-    // One thread on two vCPUs: vCPU 0 or 1 is idle for the whole run.
-    let p = program("blackscholes", 1, 0.02);
+    // One thread on two vCPUs: the init thread's vCPU idles while the worker
+    // runs (a few milliseconds, long enough for the init thread to block).
+    let p = program("blackscholes", 1, 0.3);
     let hlt = vm(&p, &opts(2, IdlePolicy::Hlt));
     let poll = vm(&p, &opts(2, IdlePolicy::Poll));
     let hp = vm(&p, &opts(2, IdlePolicy::HaltPoll { ns: 50_000 }));

@@ -52,8 +52,7 @@ pub struct GuestVcpuCounters {
     pub idle_ns: u64,
     /// LAPIC timer interrupts taken.
     pub timer_ticks: u64,
-    /// System calls that reached the kernel as #UD at an `int $0x81` (KVM PVM
-    /// cannot deliver software interrupts from CPL3; see docs/guest.md).
+    /// System calls the guest kernel handled.
     #[serde(default)]
-    pub syscalls_via_ud: u64,
+    pub syscalls: u64,
 }
