@@ -748,6 +748,15 @@ fn vcpu_thread(
     cpus: Option<Vec<usize>>,
     mem_bytes: u64,
 ) -> VcpuReport {
+    /// Requests a VM stop when the thread ends for any reason, a panic included,
+    /// so the waiting thread can never wait on a vCPU that is gone.
+    struct StopOnExit<'a>(&'a RunControl);
+    impl Drop for StopOnExit<'_> {
+        fn drop(&mut self) {
+            self.0.request_stop();
+        }
+    }
+    let _stop_on_exit = StopOnExit(control);
     let mut exits = [0u64; EXIT_REASONS.len()];
     let outcome = (|| {
         if let Some(cpus) = &cpus {
@@ -766,9 +775,6 @@ fn vcpu_thread(
             mem_bytes,
         )
     })();
-    if outcome.is_err() {
-        control.request_stop();
-    }
     VcpuReport {
         index,
         vcpu,
