@@ -1,0 +1,136 @@
+//! The `smplab` binary as a user meets it: exit statuses, one-line located
+//! errors, JSON that parses back into a record.
+
+use smplab_record::{exit, RunRecord};
+use std::process::{Command, Output};
+
+fn smplab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_smplab"))
+        .args(args)
+        .output()
+        .expect("run smplab")
+}
+
+fn status(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("smplab-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn malformed_file_gives_status_2_and_one_located_line() {
+    let path = temp_file("bad.toml", "name = \"x\"\n[[groups]\n");
+    let o = smplab(&["check", path.to_str().unwrap()]);
+    assert_eq!(status(&o), exit::BAD_INPUT);
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("{}:2:", path.display())), "{err}");
+}
+
+#[test]
+fn invalid_workload_is_refused_by_run_too() {
+    let path = temp_file(
+        "undef.toml",
+        "name = \"x\"\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [ { barrier = \"nope\" } ]\n",
+    );
+    let o = smplab(&["run", "--workload", path.to_str().unwrap()]);
+    assert_eq!(status(&o), exit::BAD_INPUT);
+    assert!(
+        stderr(&o).contains(":5:21: undefined barrier `nope`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn unknown_workload_and_bad_pin_are_bad_input() {
+    assert_eq!(
+        status(&smplab(&["run", "--workload", "nosuch"])),
+        exit::BAD_INPUT
+    );
+    let o = smplab(&["run", "--workload", "spinlock", "--pin", "0,9999"]);
+    assert_eq!(status(&o), exit::BAD_INPUT);
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    assert_eq!(
+        status(&smplab(&[
+            "run",
+            "--workload",
+            "spinlock",
+            "--threads",
+            "0"
+        ])),
+        exit::BAD_INPUT
+    );
+    assert_eq!(status(&smplab(&["run", "--bogus-flag"])), exit::BAD_INPUT);
+}
+
+#[test]
+fn run_native_json_is_a_record_with_the_expected_counts() {
+    let o = smplab(&[
+        "run",
+        "--executor",
+        "native",
+        "--workload",
+        "dedup",
+        "--threads",
+        "2",
+        "--scale",
+        "0.05",
+        "--json",
+    ]);
+    assert_eq!(status(&o), exit::OK, "{}", stderr(&o));
+    let record = RunRecord::from_json(&String::from_utf8_lossy(&o.stdout)).expect("record");
+    let program = smplab_workload::Source::resolve("dedup")
+        .unwrap()
+        .instantiate(Some(2), 0.05)
+        .unwrap();
+    assert_eq!(record.counters.ops, program.expected_counts());
+    assert_eq!(record.workload.threads, 8);
+    assert!(record.timing.wall_ns > 0);
+}
+
+#[test]
+fn workloads_list_and_show() {
+    let o = smplab(&["workloads", "--json"]);
+    assert_eq!(status(&o), exit::OK);
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        list.as_array().unwrap().len(),
+        smplab_workload::builtin::names().count()
+    );
+    let o = smplab(&["workloads", "show", "streamcluster"]);
+    assert_eq!(status(&o), exit::OK);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("spin_limit = 35000"));
+    // What `show` prints is a valid workload file.
+    let path = temp_file("sc.toml", &text);
+    assert_eq!(
+        status(&smplab(&[
+            "check",
+            path.to_str().unwrap(),
+            "--threads",
+            "3"
+        ])),
+        exit::OK
+    );
+}
+
+#[test]
+fn doctor_json_reports_kvm_and_cores() {
+    let o = smplab(&["doctor", "--json"]);
+    assert_eq!(status(&o), exit::OK);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["host"]["cores"].as_u64().unwrap() >= 1);
+    assert!(v["host"]["kvm"]["backing"].is_string());
+    assert!(v["executors"].as_array().unwrap().len() >= 4);
+}
