@@ -84,6 +84,37 @@ fn build_report() -> Report {
             ),
         });
     }
+    if kvm.device_usable {
+        match smplab_vmm::kvm_capabilities() {
+            Ok(caps) => {
+                let missing: Vec<&str> = caps
+                    .iter()
+                    .filter(|(_, ok)| !ok)
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                let max = smplab_vmm::max_vcpus()
+                    .map(|m| format!("; up to {m} vCPUs per VM"))
+                    .unwrap_or_default();
+                checks.push(Check {
+                    what: "KVM caps".into(),
+                    ok: missing.is_empty(),
+                    detail: if missing.is_empty() {
+                        format!(
+                            "all {} capabilities smplab-vmm uses are present{max}",
+                            caps.len()
+                        )
+                    } else {
+                        format!("missing: {}{max}", missing.join(", "))
+                    },
+                });
+            }
+            Err(e) => checks.push(Check {
+                what: "KVM caps".into(),
+                ok: false,
+                detail: format!("cannot query: {e}"),
+            }),
+        }
+    }
     let qemu = tool_version("qemu-system-x86_64", "--version");
     checks.push(Check {
         what: "QEMU".into(),

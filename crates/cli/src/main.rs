@@ -35,6 +35,8 @@ enum Cmd {
     Doctor(doctor::DoctorArgs),
     /// Run a small study end to end and print a summary.
     Demo(demo::DemoArgs),
+    /// Boot a kernel in smplab-vmm with a chosen device-synchronization mode.
+    Vmm(smplab_vmm::cli::VmmArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run::run(a),
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Vmm(a) => smplab_vmm::cli::run(a),
     };
     ExitCode::from(status.clamp(0, 255) as u8)
 }

@@ -28,9 +28,25 @@ pub struct RunArgs {
     /// Scale factor for amounts of work (smaller runs faster).
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
-    /// Pin threads (native) or vCPUs (vm) to these host CPUs, e.g. `0,1` or `0-1`.
+    /// Pin threads (native) or vCPUs (vm: vCPU i on the i-th CPU; qemu: confined
+    /// to the set) to these host CPUs, e.g. `0,1` or `0-1`.
     #[arg(long)]
     pub pin: Option<String>,
+    /// vCPUs of the VM (vm, qemu).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub vcpus: u32,
+    /// smplab-vmm device synchronization: global, iothread, hybrid or fine (vm).
+    #[arg(long, default_value = "fine")]
+    pub sync: smplab_vmm::SyncMode,
+    /// Guest idle policy: hlt, poll or haltpoll:NS (vm, qemu).
+    #[arg(long, default_value = "hlt")]
+    pub idle: smplab_guest::IdlePolicy,
+    /// Give up on a VM run after this many seconds (vm, qemu).
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// Show the guest console (vm, qemu).
+    #[arg(long)]
+    pub console: bool,
     /// Print the full result record as JSON instead of a summary.
     #[arg(long)]
     pub json: bool,
@@ -120,10 +136,23 @@ pub fn run(args: &RunArgs) -> i32 {
             };
             smplab_native::run(&program, info, &opts).map_err(|e| (e.exit_status(), e.to_string()))
         }
-        ExecutorArg::Vm | ExecutorArg::Qemu => Err((
-            exit::RUN_FAILED,
-            "this build of smplab has no VM executor yet".to_string(),
-        )),
+        ExecutorArg::Vm | ExecutorArg::Qemu => {
+            let opts = smplab_guest::VmRunOptions {
+                vcpus: args.vcpus,
+                sync: args.sync,
+                idle: args.idle,
+                pin,
+                timeout: std::time::Duration::from_secs(args.timeout.max(1)),
+                show_console: args.console,
+                ..Default::default()
+            };
+            let result = if matches!(args.executor, ExecutorArg::Vm) {
+                smplab_guest::run_vm(&program, info, &opts)
+            } else {
+                smplab_guest::run_qemu(&program, info, &opts)
+            };
+            result.map_err(|e| (e.exit_status(), e.to_string()))
+        }
     };
     match result {
         Ok(record) => emit(&record, args.json, &args.output),
