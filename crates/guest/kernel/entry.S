@@ -168,12 +168,41 @@ kstacks: .skip 8192 * 64
 
 /* ---- interrupt and exception stubs ---- */
     .text
+.macro PUSH_REGS
+    pushq %rax
+    pushq %rbx
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %rbp
+    pushq %r8
+    pushq %r9
+    pushq %r10
+    pushq %r11
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+.endm
 .macro ISR_NOERR n
     .globl isr\n
 isr\n:
     pushq $0
     pushq $\n
     jmp isr_common
+.endm
+/* A hot vector straight to its C handler: no dispatch in the emulator. */
+.macro ISR_DIRECT n, handler
+    .globl isr\n
+isr\n:
+    pushq $0
+    pushq $\n
+    PUSH_REGS
+    cld
+    movq %rsp, %rdi
+    call \handler
+    jmp trap_return
 .endm
 .macro ISR_ERR n
     .globl isr\n
@@ -185,7 +214,7 @@ isr\n:
 ISR_NOERR 0
 ISR_NOERR 1
 ISR_NOERR 2
-ISR_NOERR 3
+ISR_DIRECT 3, trap_syscall
 ISR_NOERR 4
 ISR_NOERR 5
 ISR_NOERR 6
@@ -214,28 +243,14 @@ ISR_NOERR 28
 ISR_ERR 29
 ISR_ERR 30
 ISR_NOERR 31
-ISR_NOERR 32
-ISR_NOERR 129
-ISR_NOERR 240
-ISR_NOERR 241
+ISR_DIRECT 32, trap_timer
+ISR_DIRECT 129, trap_syscall
+ISR_DIRECT 240, trap_wake
+ISR_DIRECT 241, trap_shootdown
 ISR_NOERR 255
 
 isr_common:
-    pushq %rax
-    pushq %rbx
-    pushq %rcx
-    pushq %rdx
-    pushq %rsi
-    pushq %rdi
-    pushq %rbp
-    pushq %r8
-    pushq %r9
-    pushq %r10
-    pushq %r11
-    pushq %r12
-    pushq %r13
-    pushq %r14
-    pushq %r15
+    PUSH_REGS
     cld
     movq %rsp, %rdi
     call trap

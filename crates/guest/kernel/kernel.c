@@ -195,7 +195,7 @@ static const char *const exc_names[32] = {
 
 /* A guest exception: report it on the console (always, even with console=off)
  * and end the run with status 2. */
-static void __attribute__((noreturn)) fault(struct frame *f)
+static void __attribute__((noreturn, noinline, cold)) fault(struct frame *f)
 {
     char buf[256], *p = buf;
     u64 cr2;
@@ -841,84 +841,92 @@ static void syscall(struct cpu *c, struct frame *f)
     }
 }
 
-void trap(struct frame *f)
+/* Each hot vector has its own entry stub and handler (entry.S), so the
+ * emulator runs no dispatch code on the way in. */
+
+/* Vector 3, DPL3: the system-call instruction `int3`. KVM PVM cannot deliver a
+ * software interrupt `int N` from CPL3 (its emulator handles `int` only in
+ * real mode and injects #UD), while the #BP exception path works. */
+void trap_syscall(struct frame *f)
+{
+    if ((f->cs & 3) != 3)
+        fault(f); /* a breakpoint in the kernel: a bug */
+    syscall(this_cpu(), f);
+}
+
+void trap_shootdown(struct frame *f)
+{
+    /* The TLB shootdown handler: flush, then acknowledge. */
+    u32 pages = g_sd_pages;
+    for (u32 p = 0; p < pages && p < 64; p++)
+        __asm__ volatile("invlpg (%0)" : : "r"(0x40000000UL - (u64)(p + 1) * 4096) : "memory");
+    __atomic_fetch_add(&g_sd_acks, 1, __ATOMIC_SEQ_CST);
+    lapic_eoi();
+    this_cpu()->ipis_received++;
+}
+
+void trap_wake(struct frame *f)
 {
     struct cpu *c = this_cpu();
-    u64 v = f->vector;
-    int from_user = (f->cs & 3) == 3;
-    if (v == VEC_SYSCALL) {
-        syscall(c, f);
-        return;
-    }
-    if (v == 3 && from_user) {
-        /* `int3` is the system-call instruction (vector 3, DPL3 gate): on KVM
-         * PVM a software interrupt `int N` (N != 3) cannot be delivered from
-         * CPL3, while the #BP exception path works (docs/guest.md). */
-        syscall(c, f);
-        return;
-    }
-    if (v == 6 && from_user && *(volatile u16 *)f->rip == (0x00cd | (VEC_SYSCALL << 8))) {
-        /* KVM PVM cannot deliver a software interrupt from CPL3 (its emulator
-         * handles `int N` only in real mode) and injects #UD at the `int`
-         * instead. Treat that #UD as the system call it was meant to be; on
-         * VT-x/AMD-V hosts the gate is taken directly and this path is unused. */
-        f->rip += 2;
-        syscall(c, f);
-        return;
-    }
-    if (v < 32)
-        fault(f);
-    if (v == VEC_SPURIOUS)
-        return;
     lapic_eoi();
-    if (v == VEC_SHOOTDOWN) {
-        /* The TLB shootdown handler: flush, then acknowledge. */
-        u32 pages = g_sd_pages;
-        for (u32 p = 0; p < pages && p < 64; p++)
-            __asm__ volatile("invlpg (%0)" : : "r"(0x40000000UL - (u64)(p + 1) * 4096) : "memory");
-        __atomic_fetch_add(&g_sd_acks, 1, __ATOMIC_SEQ_CST);
-        c->ipis_received++;
-        return;
+    c->ipis_received++;
+    /* A halted vCPU just returns to its idle loop, which rechecks the queue.
+     * The CPL3 idle thread (haltpoll) is switched to the work here. */
+    if ((f->cs & 3) == 3 && c->cur && c->cur->is_idle) {
+        struct thread *n = pick(c);
+        if (n) {
+            put_prev(c);
+            switch_to(c, n, f);
+        }
     }
-    if (v == VEC_WAKE) {
-        c->ipis_received++;
-        if (from_user && c->cur && c->cur->is_idle) {
+}
+
+void trap_timer(struct frame *f)
+{
+    struct cpu *c = this_cpu();
+    lapic_eoi();
+    c->ticks++;
+    u64 now = rdtsc();
+    if (c->id == 0 && watchdog_deadline && now >= watchdog_deadline)
+        watchdog_fire();
+    if (g_next_wake <= now)
+        wake_sleepers(c);
+    c->timer_deadline = 0;
+    arm_oneshot(c, own_deadline(c));
+    if ((f->cs & 3) == 3 && g_params.timer_hz && c->cur && (c->rq_len || (c->cur->is_idle && g_queued))) {
+        struct thread *t = c->cur;
+        if (t->is_idle) {
             struct thread *n = pick(c);
             if (n) {
                 put_prev(c);
                 switch_to(c, n, f);
             }
+        } else {
+            /* Preemption: round robin within this CPU's queue. */
+            save_ctx(t, f);
+            t->csw_invol++;
+            put_prev(c);
+            rq_push(c, t);
+            schedule(c, f);
         }
+    }
+}
+
+/* Every other vector: exceptions and the spurious vector. */
+void trap(struct frame *f)
+{
+    u64 v = f->vector;
+    if (v == 6 && (f->cs & 3) == 3 && *(volatile u16 *)f->rip == (0x00cd | (VEC_SYSCALL << 8))) {
+        /* `int $0x81` arriving as #UD (PVM, see trap_syscall): treat it as the
+         * system call it was meant to be; on VT-x/AMD-V hosts the DPL3 gate is
+         * taken directly (trap_syscall via isr129). */
+        f->rip += 2;
+        syscall(this_cpu(), f);
         return;
     }
-    if (v == VEC_TIMER) {
-        c->ticks++;
-        u64 now = rdtsc();
-        if (c->id == 0 && watchdog_deadline && now >= watchdog_deadline)
-            watchdog_fire();
-        if (g_next_wake <= now)
-            wake_sleepers(c);
-        c->timer_deadline = 0;
-        arm_oneshot(c, own_deadline(c));
-        if (from_user && g_params.timer_hz && c->cur && (c->rq_len || (c->cur->is_idle && g_queued))) {
-            struct thread *t = c->cur;
-            if (t->is_idle) {
-                struct thread *n = pick(c);
-                if (n) {
-                    put_prev(c);
-                    switch_to(c, n, f);
-                }
-            } else {
-                /* Preemption: round robin within this CPU's queue. */
-                save_ctx(t, f);
-                t->csw_invol++;
-                put_prev(c);
-                rq_push(c, t);
-                schedule(c, f);
-            }
-        }
+    if (v == VEC_SPURIOUS)
         return;
-    }
+    fault(f);
 }
 
 /* BSP entry from entry.S, still at CPL0 on kernel stack 0. */

@@ -136,6 +136,7 @@ static char idle_name[48] = "hlt";
 static u64 haltpoll_ns;
 static u64 watchdog_ms;
 static u64 tsc_hz_arg;
+static int selftest;
 
 static void parse_cmdline(const char *cl, struct boot_params *p)
 {
@@ -196,6 +197,14 @@ static void parse_cmdline(const char *cl, struct boot_params *p)
             if (!parse_u64(v, vn, &x) || x < 1000000)
                 die("bad tsc_hz= (want the TSC frequency in Hz)", 1);
             tsc_hz_arg = x;
+        } else if (word_eq(w, kn, "selftest")) {
+            /* Test hooks for the host's robustness tests (run after boot). */
+            if (word_eq(v, vn, "fault"))
+                selftest = 1;
+            else if (word_eq(v, vn, "hang"))
+                selftest = 2;
+            else
+                die("bad selftest= (want fault or hang)", 1);
         } else if (word_eq(w, kn, "watchdog_ms")) {
             if (!parse_u64(v, vn, &x))
                 die("bad watchdog_ms= (want milliseconds, 0 = off)", 1);
@@ -934,6 +943,10 @@ void __attribute__((noreturn)) user_init(u64 start_info)
     u32 online = (u32)sys1(SYS_SMP_START, (u64)&p);
     if (online != p.cpus)
         die("not every vCPU came up", 1);
+    if (selftest == 1)
+        __asm__ volatile("ud2"); /* a CPU exception at CPL3: status 2 */
+    while (selftest == 2)
+        cpu_relax(); /* never finishes: the watchdog must end the run */
 
     if (si->nr_modules < 1 || !si->modlist_paddr)
         die("no workload program: pass the encoded program as PVH module 0 (QEMU: -initrd)", 1);

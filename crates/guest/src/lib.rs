@@ -105,6 +105,9 @@ pub struct VmRunOptions {
     pub kernel: Option<PathBuf>,
     /// QEMU binary (default `qemu-system-x86_64` on PATH).
     pub qemu_binary: Option<PathBuf>,
+    /// Extra guest command-line words, appended last (docs/guest-abi.md), e.g.
+    /// `selftest=fault`.
+    pub extra_cmdline: String,
 }
 
 impl Default for VmRunOptions {
@@ -122,6 +125,7 @@ impl Default for VmRunOptions {
             tsc_hz: None,
             kernel: None,
             qemu_binary: None,
+            extra_cmdline: String::new(),
         }
     }
 }
@@ -222,7 +226,7 @@ pub fn cmdline(program: &Program, opts: &VmRunOptions, result_serial: bool) -> S
     let timer_hz = effective_timer_hz(program, opts);
     let tsc_hz = opts.tsc_hz.unwrap_or_else(host_tsc_hz);
     let watchdog_ms = (opts.timeout.as_millis() as u64).saturating_mul(9) / 10;
-    format!(
+    let mut line = format!(
         "cpus={} idle={} timer_hz={} tsc_hz={} watchdog_ms={} result={} console=on",
         opts.vcpus,
         opts.idle,
@@ -230,7 +234,12 @@ pub fn cmdline(program: &Program, opts: &VmRunOptions, result_serial: bool) -> S
         tsc_hz,
         watchdog_ms,
         if result_serial { "serial" } else { "port" }
-    )
+    );
+    if !opts.extra_cmdline.trim().is_empty() {
+        line.push(' ');
+        line.push_str(opts.extra_cmdline.trim());
+    }
+    line
 }
 
 fn effective_timer_hz(program: &Program, opts: &VmRunOptions) -> u32 {

@@ -164,3 +164,40 @@ fn qemu_runs_a_workload() {
         Err(e) => panic!("qemu: {e}"),
     }
 }
+
+#[test]
+fn a_guest_exception_is_reported_and_distinct() {
+    if !kvm_usable() {
+        return;
+    }
+    let p = program("spinlock", 1, 0.01);
+    let mut o = opts(2, IdlePolicy::Hlt);
+    o.extra_cmdline = "selftest=fault".into();
+    match run_vm(&p, info(&p), &o) {
+        Err(e @ smplab_guest::GuestError::GuestException { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("vector=6"), "{text}");
+            assert!(text.contains("rip=0x") && text.contains("cpu=0"), "{text}");
+            assert_eq!(e.exit_status(), smplab_record::exit::GUEST_CRASH);
+        }
+        other => panic!("expected a guest exception, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_watchdog_ends_a_hung_run() {
+    if !kvm_usable() {
+        return;
+    }
+    let p = program("spinlock", 1, 0.01);
+    let mut o = opts(2, IdlePolicy::Hlt);
+    o.extra_cmdline = "selftest=hang".into();
+    o.timeout = Duration::from_secs(3);
+    match run_vm(&p, info(&p), &o) {
+        Err(e @ smplab_guest::GuestError::Watchdog { .. }) => {
+            assert!(e.to_string().contains("WATCHDOG"), "{e}");
+            assert_eq!(e.exit_status(), smplab_record::exit::TIMEOUT);
+        }
+        other => panic!("expected the guest watchdog, got {other:?}"),
+    }
+}
