@@ -99,6 +99,7 @@ pub fn baseline(
         apicv: sim.then_some(false),
         timeout_s: crate::spec::DEFAULT_TIMEOUT_S,
         rep: 0,
+        study: Some("diagnose".into()),
     }
 }
 

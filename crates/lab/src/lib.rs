@@ -13,11 +13,16 @@
 //!
 //! See docs/lab.md for formats, definitions and caveats.
 
+pub mod calibrate;
+pub mod cli;
+pub mod demo;
 pub mod diagnose;
+pub mod exec;
 pub mod metrics;
 pub mod point;
 pub mod report;
 pub mod runner;
+pub mod simglue;
 pub mod spec;
 pub mod store;
 pub mod svg;

@@ -68,6 +68,11 @@ pub struct Point {
     pub timeout_s: u64,
     /// Repetition index, 0-based.
     pub rep: u32,
+    /// A study tag that keeps points of one study (e.g. a diagnosis, whose
+    /// configurations must be measured interleaved, at the same time) apart
+    /// from identical configurations of other sweeps in the same store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub study: Option<String>,
 }
 
 impl Point {
@@ -95,6 +100,7 @@ impl Point {
         opt(&mut k, "platform", self.platform.clone());
         opt(&mut k, "ple", self.ple.map(|v| v.to_string()));
         opt(&mut k, "apicv", self.apicv.map(|v| v.to_string()));
+        opt(&mut k, "study", self.study.clone());
         k
     }
 
@@ -131,6 +137,9 @@ impl Point {
         if self.apicv == Some(true) {
             s.push_str(" apicv");
         }
+        if let Some(t) = &self.study {
+            s.push_str(&format!(" ({t})"));
+        }
         s
     }
 
@@ -153,6 +162,7 @@ impl Point {
             apicv: None,
             timeout_s: self.timeout_s,
             rep: 0,
+            study: self.study.clone(),
         }
     }
 }
@@ -178,6 +188,7 @@ pub(crate) mod tests {
             apicv: None,
             timeout_s: 60,
             rep,
+            study: None,
         }
     }
 

@@ -481,6 +481,7 @@ fn expand(loc: &Locator, raw: &SpecFile, diags: &mut Vec<SpecDiagnostic>) -> Exp
                                     apicv: None,
                                     timeout_s,
                                     rep: 0,
+                                    study: None,
                                 };
                                 if executor == Executor::Native {
                                     push(base);

@@ -1,0 +1,642 @@
+//! `smplab calibrate`: measure what VMM mechanisms cost on this host with the
+//! VM executor, and write a simulator platform profile with those costs.
+//!
+//! Every estimate is a difference of wall times between two runs that differ
+//! in one mechanism, divided by how often the mechanism ran (counted by the
+//! guest or KVM), so fixed costs (boot, result stream) cancel:
+//!
+//! | profile field | probe | estimate |
+//! |---|---|---|
+//! | `vmm.user_exit_ns` | smplab-vmm's port-read loop guest, 2 000 vs 20 000 reads | Δwall / Δreads |
+//! | `vmm.exit_ns` | blackscholes, 1 vCPU, guest timer 0 vs 1 000 Hz | Δwall / ticks |
+//! | `vmm.ipi_receive_ns` | shootdown, 2 vCPUs, polling idle, vs native | (T_vm − T_native) / IPIs received |
+//! | `vmm.hlt_wake_ns` | ocean_ncp, 2 vCPUs, HLT vs polling idle | (T_hlt − T_poll) / halts |
+//! | `vmm.halt_poll_wake_ns` | ocean_ncp, guest halt-polling vs polling idle | (T_haltpoll − T_poll) / halts |
+//! | `cpu.compute_ns_per_iter` | blackscholes natively, 1 thread | wall / compute iterations |
+//! | `defaults.halt_poll_ns` | the host's `kvm.halt_poll_ns` | read from sysfs |
+//!
+//! Fields not in this table keep the values of the `pvm-here` profile; the
+//! written file lists which is which in its description.
+
+use crate::metrics::{Results, Summary};
+use crate::point::{Point, Variant};
+use smplab_record::{Executor, RunRecord};
+use std::collections::BTreeMap;
+
+/// One measured cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    /// Profile field, `section.key`.
+    pub field: &'static str,
+    /// Nanoseconds (per iteration for `cpu.compute_ns_per_iter`).
+    pub value: f64,
+    /// Range over repetitions.
+    pub spread: Option<(f64, f64)>,
+    /// How it was measured, for the table and the profile's description.
+    pub how: String,
+}
+
+/// The outcome of a calibration.
+#[derive(Debug, Clone, Default)]
+pub struct Calibration {
+    pub estimates: Vec<Estimate>,
+    /// `(field or quantity, why it is not measured)`.
+    pub unmeasured: Vec<(String, String)>,
+}
+
+fn point(executor: Executor, workload: &str, n: u32, scale: f64, idle: Option<&str>) -> Point {
+    let vm = executor != Executor::Native;
+    Point {
+        executor,
+        workload: workload.into(),
+        variant: Variant::AsIs,
+        threads: n,
+        scale,
+        pin: "none".into(),
+        vcpus: vm.then_some(n),
+        vms: 1,
+        // The probes do no device I/O of their own; fine-grained sync keeps
+        // the result stream off any lock.
+        sync: vm.then(|| "fine".to_string()),
+        idle: idle.map(String::from),
+        platform: None,
+        ple: None,
+        apicv: None,
+        timeout_s: 120,
+        rep: 0,
+        study: Some("calibrate".into()),
+    }
+}
+
+/// The probes that go through the lab's runner (stored, resumable).
+pub struct Probes {
+    pub compute_native: Point,
+    pub shootdown_native: Point,
+    pub shootdown_vm: Point,
+    pub wake_hlt: Point,
+    pub wake_poll: Point,
+    pub wake_haltpoll: Point,
+}
+
+impl Probes {
+    pub fn new(scale: f64, halt_poll_window_ns: u64) -> Probes {
+        Probes {
+            compute_native: point(Executor::Native, "blackscholes", 1, scale, None),
+            shootdown_native: point(Executor::Native, "shootdown", 2, scale, None),
+            // Polling idle: IPI targets are busy, the case PLATFORM.md measures at ~22 µs.
+            shootdown_vm: point(Executor::Vm, "shootdown", 2, scale, Some("poll")),
+            wake_hlt: point(Executor::Vm, "ocean_ncp", 2, scale, Some("hlt")),
+            wake_poll: point(Executor::Vm, "ocean_ncp", 2, scale, Some("poll")),
+            wake_haltpoll: point(
+                Executor::Vm,
+                "ocean_ncp",
+                2,
+                scale,
+                Some(&format!("haltpoll:{halt_poll_window_ns}")),
+            ),
+        }
+    }
+
+    pub fn points(&self, reps: u32) -> Vec<Point> {
+        let all = [
+            &self.compute_native,
+            &self.shootdown_native,
+            &self.shootdown_vm,
+            &self.wake_hlt,
+            &self.wake_poll,
+            &self.wake_haltpoll,
+        ];
+        (0..reps)
+            .flat_map(|rep| {
+                all.iter().map(move |p| {
+                    let mut q = (*p).clone();
+                    q.rep = rep;
+                    q
+                })
+            })
+            .collect()
+    }
+}
+
+fn records<'a>(results: &'a Results, p: &Point) -> Vec<&'a RunRecord> {
+    results
+        .get(p)
+        .map(|es| es.iter().flat_map(|e| e.records.iter()).collect())
+        .unwrap_or_default()
+}
+
+fn median(v: &[f64]) -> Option<Summary> {
+    Summary::of(v)
+}
+
+/// Per-event cost from a run with the mechanism and one without:
+/// per repetition of `with`, `(T_with − median T_without) / events`.
+fn per_event(
+    with: &[&RunRecord],
+    without: &[&RunRecord],
+    events: impl Fn(&RunRecord) -> Option<u64>,
+) -> Option<Summary> {
+    let base = median(
+        &without
+            .iter()
+            .map(|r| r.timing.wall_ns as f64)
+            .collect::<Vec<_>>(),
+    )?
+    .median;
+    let v: Vec<f64> = with
+        .iter()
+        .filter_map(|r| {
+            let n = events(r)?;
+            (n > 0).then(|| (r.timing.wall_ns as f64 - base) / n as f64)
+        })
+        .collect();
+    median(&v)
+}
+
+fn est(field: &'static str, s: Summary, how: String) -> Estimate {
+    Estimate {
+        field,
+        value: s.median.max(0.0),
+        spread: Some((s.min, s.max)),
+        how,
+    }
+}
+
+/// Record an estimate, or, when the mechanism made the run *faster* (a
+/// difference of noisy wall times can go negative), say so instead of writing
+/// a meaningless cost.
+fn push_estimate(cal: &mut Calibration, field: &'static str, s: Summary, how: String) {
+    if s.median > 0.0 {
+        cal.estimates.push(est(field, s, how));
+    } else {
+        cal.unmeasured.push((
+            field.into(),
+            format!(
+                "the run with the mechanism was not slower (median difference {:.1} µs per event, range {:.1}–{:.1}); wall-time noise exceeds the cost here. Rerun on a quieter host or with a larger --scale. ({how})",
+                s.median / 1e3,
+                s.min / 1e3,
+                s.max / 1e3
+            ),
+        ));
+    }
+}
+
+/// Derive every estimate the stored probe runs allow.
+pub fn derive(results: &Results, probes: &Probes, cal: &mut Calibration) {
+    // Compute kernel speed.
+    let c: Vec<f64> = records(results, &probes.compute_native)
+        .iter()
+        .filter_map(|r| {
+            let iters = *r.counters.ops.get("compute_iters")?;
+            (iters > 0).then(|| r.timing.wall_ns as f64 / iters as f64)
+        })
+        .collect();
+    match median(&c) {
+        Some(s) => cal.estimates.push(est(
+            "cpu.compute_ns_per_iter",
+            s,
+            "blackscholes natively on 1 thread: wall / compute iterations (its barriers and touches are included, so this errs high)".into(),
+        )),
+        None => cal.unmeasured.push((
+            "cpu.compute_ns_per_iter".into(),
+            "the native blackscholes probe did not run".into(),
+        )),
+    }
+
+    // IPI to a busy vCPU.
+    let ipis = |r: &RunRecord| r.guest.as_ref().map(|g| g.ipis_received);
+    match per_event(
+        &records(results, &probes.shootdown_vm),
+        &records(results, &probes.shootdown_native),
+        ipis,
+    ) {
+        Some(s) => push_estimate(
+            cal,
+            "vmm.ipi_receive_ns",
+            s,
+            "shootdown on 2 vCPUs with polling idle vs natively: extra wall time per IPI received (send, delivery, the guest's CPL0 handler and ack on the critical path)".into(),
+        ),
+        None => cal.unmeasured.push((
+            "vmm.ipi_receive_ns".into(),
+            "the shootdown probes did not both run, or the guest reported no IPIs".into(),
+        )),
+    }
+
+    // HLT wakeup without and with guest halt polling.
+    let halts = |r: &RunRecord| r.guest.as_ref().map(|g| g.halts);
+    let poll = records(results, &probes.wake_poll);
+    match per_event(&records(results, &probes.wake_hlt), &poll, halts) {
+        Some(s) => push_estimate(
+            cal,
+            "vmm.hlt_wake_ns",
+            s,
+            "ocean_ncp on 2 vCPUs, HLT vs polling idle: extra wall time per guest halt (HLT exit, host block, IPI kick, wakeup)".into(),
+        ),
+        None => cal.unmeasured.push((
+            "vmm.hlt_wake_ns".into(),
+            "the HLT and polling-idle probes did not both run, or no vCPU halted".into(),
+        )),
+    }
+    match per_event(&records(results, &probes.wake_haltpoll), &poll, halts) {
+        Some(s) => push_estimate(
+            cal,
+            "vmm.halt_poll_wake_ns",
+            s,
+            format!(
+                "ocean_ncp on 2 vCPUs, guest idle {} vs polling idle: extra wall time per halt that still happened",
+                probes.wake_haltpoll.idle.as_deref().unwrap_or("")
+            ),
+        ),
+        None => cal.unmeasured.push((
+            "vmm.halt_poll_wake_ns".into(),
+            "with guest halt polling no vCPU halted (every wait ended inside the poll window), so there is nothing to divide by".into(),
+        )),
+    }
+}
+
+/// Exit round trip from `(reads, wall_ns)` runs of the port-read loop guest:
+/// the least-squares slope of wall time over reads.
+pub fn slope(samples: &[(u64, u64)]) -> Option<f64> {
+    if samples.len() < 2 {
+        return None;
+    }
+    let n = samples.len() as f64;
+    let mx = samples.iter().map(|s| s.0 as f64).sum::<f64>() / n;
+    let my = samples.iter().map(|s| s.1 as f64).sum::<f64>() / n;
+    let sxx: f64 = samples.iter().map(|s| (s.0 as f64 - mx).powi(2)).sum();
+    if sxx == 0.0 {
+        return None;
+    }
+    let sxy: f64 = samples
+        .iter()
+        .map(|s| (s.0 as f64 - mx) * (s.1 as f64 - my))
+        .sum();
+    Some(sxy / sxx)
+}
+
+/// Set measured fields in a platform profile's TOML text and rename it.
+pub fn apply_to_profile(base: &str, name: &str, cal: &Calibration) -> Result<String, String> {
+    let mut t: toml::Table = base
+        .parse()
+        .map_err(|e| format!("base platform profile does not parse: {e}"))?;
+    for e in &cal.estimates {
+        let (section, key) = e.field.split_once('.').unwrap_or(("", e.field));
+        let Some(toml::Value::Table(sec)) = t.get_mut(section) else {
+            return Err(format!("base profile has no [{section}] section"));
+        };
+        let old = sec.get(key).cloned();
+        let v = match old {
+            Some(toml::Value::Float(_)) => toml::Value::Float(e.value),
+            _ => toml::Value::Integer(e.value.round().max(0.0) as i64),
+        };
+        sec.insert(key.to_string(), v);
+    }
+    let measured: Vec<&str> = cal.estimates.iter().map(|e| e.field).collect();
+    t.insert("name".into(), toml::Value::String(name.into()));
+    t.insert(
+        "description".into(),
+        toml::Value::String(format!(
+            "Written by `smplab calibrate`. Measured on this host: {}. Every other field is the pvm-here profile's.",
+            measured.join(", ")
+        )),
+    );
+    Ok(toml::to_string_pretty(&t).unwrap_or_default())
+}
+
+/// The calibration as a table for the terminal.
+pub fn table(cal: &Calibration) -> String {
+    let mut s = String::from("Calibration of this host (medians over repetitions):\n");
+    for e in &cal.estimates {
+        let spread = e
+            .spread
+            .map(|(a, b)| format!(" [{:.1}–{:.1}]", a, b))
+            .unwrap_or_default();
+        let unit = if e.field.ends_with("_per_iter") {
+            "ns/iter"
+        } else {
+            "ns"
+        };
+        s.push_str(&format!(
+            "  {:<26} {:>12.1} {unit}{spread}\n      {}\n",
+            e.field, e.value, e.how
+        ));
+    }
+    for (f, why) in &cal.unmeasured {
+        s.push_str(&format!("  {f:<26} not measured: {why}\n"));
+    }
+    s
+}
+
+/// Per-tick cost of the guest timer: `(T_ticking − T_tickless) / ticks`,
+/// ticks = hz × wall of the ticking run × vCPUs.
+pub fn timer_cost(ticking: &[(u32, u32, u64)], tickless: &[u64]) -> Option<Summary> {
+    let base = Summary::of(&tickless.iter().map(|&w| w as f64).collect::<Vec<_>>())?.median;
+    let v: Vec<f64> = ticking
+        .iter()
+        .filter_map(|&(hz, vcpus, wall)| {
+            let ticks = hz as f64 * wall as f64 / 1e9 * vcpus as f64;
+            (ticks >= 1.0).then(|| (wall as f64 - base) / ticks)
+        })
+        .collect();
+    Summary::of(&v)
+}
+
+/// A small map for reports: field → value.
+pub fn as_map(cal: &Calibration) -> BTreeMap<String, f64> {
+    cal.estimates
+        .iter()
+        .map(|e| (e.field.to_string(), e.value))
+        .collect()
+}
+
+/// Loop lengths of the exit round-trip probe.
+const LOOP_READS: [u32; 2] = [2_000, 20_000];
+/// Guest timer rate of the timer probe (the guest's own maximum is 5 kHz).
+const TIMER_HZ: u32 = 1_000;
+
+/// Run every probe on this host and derive the calibration. Probe runs of the
+/// lab runner go into `store` (resumable); the two direct probes run each time.
+pub fn measure(
+    runner: &dyn crate::runner::Runner,
+    store: &mut crate::store::Store,
+    scale: f64,
+    reps: u32,
+    progress: bool,
+) -> Result<Calibration, crate::store::StoreError> {
+    let host = smplab_record::host::KvmFacts::detect();
+    let window = host.halt_poll_ns.filter(|&w| w > 0).unwrap_or(200_000);
+    let probes = Probes::new(scale, window);
+    crate::sweep::run_points(
+        &probes.points(reps),
+        store,
+        runner,
+        &crate::sweep::SweepOptions {
+            retry_failed: true,
+            progress,
+        },
+    )?;
+    let mut cal = Calibration::default();
+    derive(&Results::new(store), &probes, &mut cal);
+
+    // Exit round trip: the port-read loop at two lengths.
+    let mut samples = Vec::new();
+    let mut loop_err = None;
+    for _ in 0..reps {
+        for reads in LOOP_READS {
+            match crate::exec::port_loop_wall_ns(reads) {
+                Ok(w) => samples.push((reads as u64, w)),
+                Err(e) => loop_err = Some(e),
+            }
+        }
+    }
+    match slope(&samples) {
+        Some(ns) => cal.estimates.push(Estimate {
+            field: "vmm.user_exit_ns",
+            value: ns.max(0.0),
+            spread: None,
+            how: format!(
+                "smplab-vmm port-read loop guest (CPL0), {} vs {} reads, {} runs: slope of wall time over reads",
+                LOOP_READS[0],
+                LOOP_READS[1],
+                samples.len()
+            ),
+        }),
+        None => cal.unmeasured.push((
+            "vmm.user_exit_ns".into(),
+            format!(
+                "the port-read loop guest did not run: {}",
+                loop_err.unwrap_or_else(|| "no samples".into())
+            ),
+        )),
+    }
+
+    // Timer tick: tickless vs ticking guest.
+    let (mut ticking, mut tickless, mut timer_err) = (Vec::new(), Vec::new(), None);
+    for _ in 0..reps {
+        match crate::exec::timer_probe_wall_ns(TIMER_HZ, scale) {
+            Ok(w) => ticking.push((TIMER_HZ, 1, w)),
+            Err(e) => timer_err = Some(e),
+        }
+        match crate::exec::timer_probe_wall_ns(0, scale) {
+            Ok(w) => tickless.push(w),
+            Err(e) => timer_err = Some(e),
+        }
+    }
+    match timer_cost(&ticking, &tickless) {
+        Some(s) => push_estimate(
+            &mut cal,
+            "vmm.exit_ns",
+            s,
+            format!(
+                "blackscholes on 1 vCPU, guest timer {TIMER_HZ} Hz vs tickless: extra wall time per tick (the timer exit handled in KVM, the injection, and the guest's CPL0 tick handler)"
+            ),
+        ),
+        None => cal.unmeasured.push((
+            "vmm.exit_ns".into(),
+            format!(
+                "the timer probe did not run: {}",
+                timer_err.unwrap_or_else(|| "too short to tick".into())
+            ),
+        )),
+    }
+    if let Some(w) = host.halt_poll_ns {
+        cal.estimates.push(Estimate {
+            field: "defaults.halt_poll_ns",
+            value: w as f64,
+            spread: None,
+            how: "the host's kvm.halt_poll_ns module parameter".into(),
+        });
+    }
+    Ok(cal)
+}
+
+/// `smplab calibrate`.
+pub fn run(args: &crate::cli::CalibrateArgs) -> i32 {
+    use smplab_record::exit;
+    if let Some(why) = crate::exec::kvm_unavailable() {
+        eprintln!("cannot calibrate: {why}");
+        return exit::KVM_UNAVAILABLE;
+    }
+    if !(args.scale.is_finite() && args.scale > 0.0) || args.reps == 0 {
+        eprintln!("--scale must be positive and --reps at least 1");
+        return exit::BAD_INPUT;
+    }
+    let mut store = match crate::store::Store::open(&args.store) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::RUN_FAILED;
+        }
+    };
+    let runner = crate::exec::RealRunner::default();
+    let cal = match measure(&runner, &mut store, args.scale, args.reps, !args.quiet) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::RUN_FAILED;
+        }
+    };
+    print!("{}", table(&cal));
+    match write_profile(&cal, &args.out) {
+        Ok(()) => {
+            println!("profile: {}", args.out.display());
+            if cal.unmeasured.is_empty() {
+                exit::OK
+            } else {
+                exit::PARTIAL
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::RUN_FAILED
+        }
+    }
+}
+
+/// Write the calibrated profile (pvm-here with measured fields replaced).
+pub fn write_profile(cal: &Calibration, out: &std::path::Path) -> Result<(), String> {
+    let base = crate::simglue::base_profile_text("pvm-here")
+        .ok_or_else(|| "the simulator is not in this build, so there is no base profile to calibrate; the measurements above are all there is".to_string())?;
+    let text = apply_to_profile(&base, "calibrated", cal)?;
+    crate::simglue::check_profile_text(&out.display().to_string(), &text)?;
+    if let Some(d) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+    }
+    std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Entry, Status, Store};
+    use crate::testutil::rec;
+    use smplab_record::guest::GuestSection;
+
+    const MS: u64 = 1_000_000;
+
+    fn with_guest(mut r: RunRecord, ipis: u64, halts: u64) -> RunRecord {
+        r.guest = Some(GuestSection {
+            ipis_received: ipis,
+            halts,
+            ..Default::default()
+        });
+        r
+    }
+
+    #[test]
+    fn derivations_on_hand_made_runs() {
+        let p = Probes::new(0.1, 200_000);
+        let mut compute = rec(Executor::Native, "blackscholes", 1, 10 * MS);
+        compute
+            .counters
+            .ops
+            .insert("compute_iters".into(), 10_000_000);
+        let es = vec![
+            Entry::new(p.compute_native.clone(), Status::Ok, 0.0, vec![compute]),
+            Entry::new(
+                p.shootdown_native.clone(),
+                Status::Ok,
+                0.0,
+                vec![rec(Executor::Native, "shootdown", 2, 10 * MS)],
+            ),
+            // 1000 IPIs, 22 ms extra -> 22 µs per IPI.
+            Entry::new(
+                p.shootdown_vm.clone(),
+                Status::Ok,
+                0.0,
+                vec![with_guest(
+                    rec(Executor::Vm, "shootdown", 2, 32 * MS),
+                    1000,
+                    0,
+                )],
+            ),
+            Entry::new(
+                p.wake_poll.clone(),
+                Status::Ok,
+                0.0,
+                vec![with_guest(rec(Executor::Vm, "ocean_ncp", 2, 20 * MS), 0, 0)],
+            ),
+            // 100 halts, 8 ms extra -> 80 µs per halt.
+            Entry::new(
+                p.wake_hlt.clone(),
+                Status::Ok,
+                0.0,
+                vec![with_guest(
+                    rec(Executor::Vm, "ocean_ncp", 2, 28 * MS),
+                    0,
+                    100,
+                )],
+            ),
+            // Halt polling: every wait ended in the window, no halts.
+            Entry::new(
+                p.wake_haltpoll.clone(),
+                Status::Ok,
+                0.0,
+                vec![with_guest(rec(Executor::Vm, "ocean_ncp", 2, 21 * MS), 0, 0)],
+            ),
+        ];
+        let store = Store::from_entries(es);
+        let mut cal = Calibration::default();
+        derive(&Results::new(&store), &p, &mut cal);
+        let m = as_map(&cal);
+        assert!((m["cpu.compute_ns_per_iter"] - 1.0).abs() < 1e-9);
+        assert!((m["vmm.ipi_receive_ns"] - 22_000.0).abs() < 1e-6);
+        assert!((m["vmm.hlt_wake_ns"] - 80_000.0).abs() < 1e-6);
+        assert!(!m.contains_key("vmm.halt_poll_wake_ns"));
+        assert_eq!(cal.unmeasured.len(), 1);
+        assert!(table(&cal).contains("not measured"));
+    }
+
+    #[test]
+    fn slope_and_timer_cost() {
+        // 9.5 µs per read plus 30 ms of set-up.
+        let s = slope(&[(2000, 30 * MS + 19 * MS), (20000, 30 * MS + 190 * MS)]).unwrap();
+        assert!((s - 9500.0).abs() < 1e-6);
+        assert!(slope(&[(5, 5)]).is_none());
+        // 1000 Hz over 1 s on 1 vCPU: 1000 ticks, 20 ms extra -> 20 µs per tick.
+        let t = timer_cost(&[(1000, 1, 1_020 * MS)], &[1_000 * MS]).unwrap();
+        assert!((t.median - 20e6 / 1020.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn profile_fields_are_replaced_and_typed() {
+        let base = "name = \"pvm-here\"\ndescription = \"x\"\n[vmm]\nexit_ns = 100\nuser_exit_ns = 200\n[cpu]\ncompute_ns_per_iter = 0.3\n";
+        let cal = Calibration {
+            estimates: vec![
+                Estimate {
+                    field: "vmm.user_exit_ns",
+                    value: 9512.4,
+                    spread: None,
+                    how: String::new(),
+                },
+                Estimate {
+                    field: "cpu.compute_ns_per_iter",
+                    value: 0.29,
+                    spread: None,
+                    how: String::new(),
+                },
+            ],
+            unmeasured: vec![],
+        };
+        let out = apply_to_profile(base, "calibrated", &cal).unwrap();
+        let t: toml::Table = out.parse().unwrap();
+        assert_eq!(t["name"].as_str(), Some("calibrated"));
+        assert_eq!(t["vmm"]["user_exit_ns"].as_integer(), Some(9512));
+        assert_eq!(t["vmm"]["exit_ns"].as_integer(), Some(100));
+        assert_eq!(t["cpu"]["compute_ns_per_iter"].as_float(), Some(0.29));
+        assert!(t["description"]
+            .as_str()
+            .unwrap()
+            .contains("vmm.user_exit_ns"));
+        let bad = Calibration {
+            estimates: vec![Estimate {
+                field: "nosuch.x",
+                value: 1.0,
+                spread: None,
+                how: String::new(),
+            }],
+            unmeasured: vec![],
+        };
+        assert!(apply_to_profile(base, "c", &bad).is_err());
+    }
+}

@@ -1,0 +1,496 @@
+//! Command-line arguments and entry points for `smplab lab`, `smplab
+//! diagnose`, `smplab calibrate` and `smplab demo`. The `smplab` binary (crate
+//! smplab-cli) flattens these into its subcommands; each entry point returns a
+//! process exit status from `smplab_record::exit`.
+
+use crate::exec::RealRunner;
+use crate::report::{write_report, ReportOptions};
+use crate::spec::ExperimentSpec;
+use crate::store::Store;
+use crate::sweep::{run_points, SweepOptions, SweepSummary};
+use clap::{Args, Subcommand};
+use smplab_record::exit;
+use std::path::{Path, PathBuf};
+
+/// `smplab lab ...`: experiment sweeps and reports.
+#[derive(Debug, Clone, Args)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    pub command: LabCommand,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum LabCommand {
+    /// Run an experiment spec (TOML), storing each result as it completes;
+    /// rerunning resumes where an interrupted sweep stopped.
+    Run(LabRunArgs),
+    /// Write the HTML report (inline SVG) and CSV exports of a results store.
+    Report(LabReportArgs),
+    /// Show how many points of a spec are done, failed, skipped or pending.
+    Status(LabStatusArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LabRunArgs {
+    /// The experiment spec (format: docs/lab.md).
+    pub spec: PathBuf,
+    /// Results store (JSON lines). Default: lab-results/NAME/results.jsonl.
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// Also redo points stored as failed.
+    #[arg(long)]
+    pub retry_failed: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Write the report next to the store when the sweep ends.
+    #[arg(long)]
+    pub report: bool,
+    /// QEMU binary for `qemu` points.
+    #[arg(long)]
+    pub qemu: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LabReportArgs {
+    /// Results store to report on (a results.jsonl, or the directory holding one).
+    pub store: PathBuf,
+    /// Output directory. Default: `report/` next to the store.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Page title.
+    #[arg(long)]
+    pub title: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LabStatusArgs {
+    pub spec: PathBuf,
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+}
+
+/// `smplab diagnose`: seed 000's remove-one-factor-at-a-time diagnosis.
+#[derive(Debug, Clone, Args)]
+pub struct DiagnoseArgs {
+    /// Built-in profile name or workload file.
+    #[arg(long)]
+    pub workload: String,
+    /// Where to diagnose: `vm` (smplab-vmm, measured) or `sim` (the simulator,
+    /// which can also switch PLE and APIC virtualization).
+    #[arg(long, default_value = "vm", value_parser = ["vm", "sim"])]
+    pub executor: String,
+    /// vCPUs (and threads). Default: 2 for vm (this host's cores), 16 for sim.
+    #[arg(long)]
+    pub vcpus: Option<u32>,
+    /// Workload scale.
+    #[arg(long, default_value_t = 0.1)]
+    pub scale: f64,
+    /// Repetitions of every configuration.
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
+    /// Simulator platform profile (built-in name or file).
+    #[arg(long, default_value = "pvm-here")]
+    pub platform: String,
+    /// Per-run timeout, seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// Results store. Default: lab-results/diagnose-WORKLOAD-EXECUTOR/results.jsonl.
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `smplab calibrate`: measure this host and write a simulator platform profile.
+#[derive(Debug, Clone, Args)]
+pub struct CalibrateArgs {
+    /// Where to write the profile.
+    #[arg(long, default_value = "lab-results/calibrated.toml")]
+    pub out: PathBuf,
+    /// Repetitions of every probe.
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
+    /// Workload scale of the probes.
+    #[arg(long, default_value_t = 0.1)]
+    pub scale: f64,
+    /// Results store for the probe runs.
+    #[arg(long, default_value = "lab-results/calibrate/results.jsonl")]
+    pub store: PathBuf,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `smplab demo`: a small study end to end.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Output directory (store, report, calibrated profile).
+    #[arg(long, default_value = "smplab-demo")]
+    pub out: PathBuf,
+    /// Repetitions of every configuration.
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
+    /// Workload scale.
+    #[arg(long, default_value_t = 0.2)]
+    pub scale: f64,
+    /// Start from scratch instead of resuming an earlier demo in --out.
+    #[arg(long)]
+    pub fresh: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+fn default_store(name: &str) -> PathBuf {
+    Path::new("lab-results").join(name).join("results.jsonl")
+}
+
+/// Print a sweep's outcome; the exit status it implies.
+pub fn print_summary(s: &SweepSummary) -> i32 {
+    println!(
+        "{} points: {} already done, {} ok, {} failed, {} skipped",
+        s.total, s.already_done, s.ok, s.failed, s.skipped
+    );
+    for (label, reason) in s.problems.iter().take(20) {
+        println!("  {label}: {}", reason.lines().next().unwrap_or(""));
+    }
+    if s.problems.len() > 20 {
+        println!("  ... {} more in the store", s.problems.len() - 20);
+    }
+    if s.failed + s.skipped > 0 {
+        exit::PARTIAL
+    } else {
+        exit::OK
+    }
+}
+
+/// Store path from a `lab report` argument: a file, or a directory holding results.jsonl.
+fn store_file(p: &Path) -> PathBuf {
+    if p.is_dir() {
+        p.join("results.jsonl")
+    } else {
+        p.to_path_buf()
+    }
+}
+
+fn report_dir(store: &Path) -> PathBuf {
+    store
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join("report")
+}
+
+pub fn lab(args: &LabArgs) -> i32 {
+    match &args.command {
+        LabCommand::Run(a) => lab_run(a),
+        LabCommand::Report(a) => lab_report(a),
+        LabCommand::Status(a) => lab_status(a),
+    }
+}
+
+fn lab_run(a: &LabRunArgs) -> i32 {
+    let spec = match ExperimentSpec::from_file(&a.spec) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return exit::BAD_INPUT;
+        }
+    };
+    let path = a.store.clone().unwrap_or_else(|| default_store(&spec.name));
+    let mut store = match Store::open(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::RUN_FAILED;
+        }
+    };
+    if store.repaired_bytes > 0 {
+        eprintln!(
+            "note: cut off a torn last line ({} bytes) left by an interrupted run",
+            store.repaired_bytes
+        );
+    }
+    let runner = RealRunner {
+        qemu_binary: a.qemu.clone(),
+    };
+    eprintln!(
+        "{}: {} points ({} repetitions) into {}",
+        spec.name,
+        spec.points.len(),
+        spec.repetitions,
+        path.display()
+    );
+    let summary = match run_points(
+        &spec.points,
+        &mut store,
+        &runner,
+        &SweepOptions {
+            retry_failed: a.retry_failed,
+            progress: !a.quiet,
+        },
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::RUN_FAILED;
+        }
+    };
+    let status = print_summary(&summary);
+    if a.report {
+        let dir = report_dir(&path);
+        match write_report(
+            &store,
+            &dir,
+            &ReportOptions {
+                title: format!("smplab lab: {}", spec.name),
+                notes: vec![],
+            },
+        ) {
+            Ok(f) => println!("report: {}", f.html.display()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::RUN_FAILED;
+            }
+        }
+    }
+    status
+}
+
+fn lab_report(a: &LabReportArgs) -> i32 {
+    let path = store_file(&a.store);
+    let store = match Store::read(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::BAD_INPUT;
+        }
+    };
+    let dir = a.out.clone().unwrap_or_else(|| report_dir(&path));
+    let title = a
+        .title
+        .clone()
+        .unwrap_or_else(|| format!("smplab lab report: {}", path.display()));
+    match write_report(
+        &store,
+        &dir,
+        &ReportOptions {
+            title,
+            notes: vec![],
+        },
+    ) {
+        Ok(f) => {
+            println!("report: {}", f.html.display());
+            for c in f.csv {
+                println!("csv: {}", c.display());
+            }
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::RUN_FAILED
+        }
+    }
+}
+
+fn lab_status(a: &LabStatusArgs) -> i32 {
+    let spec = match ExperimentSpec::from_file(&a.spec) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{e}");
+            return exit::BAD_INPUT;
+        }
+    };
+    let path = a.store.clone().unwrap_or_else(|| default_store(&spec.name));
+    let store = match Store::read(&path) {
+        Ok(s) => s,
+        Err(crate::store::StoreError::Missing { .. }) => Store::from_entries(vec![]),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::BAD_INPUT;
+        }
+    };
+    let latest: std::collections::HashMap<&str, &crate::store::Entry> = store
+        .latest()
+        .into_iter()
+        .map(|e| (e.key.as_str(), e))
+        .collect();
+    let (mut ok, mut failed, mut skipped, mut pending) = (0, 0, 0, 0);
+    for p in &spec.points {
+        match latest.get(p.key().as_str()).map(|e| &e.status) {
+            Some(crate::store::Status::Ok) => ok += 1,
+            Some(crate::store::Status::Failed { .. }) => failed += 1,
+            Some(crate::store::Status::Skipped { .. }) => skipped += 1,
+            None => pending += 1,
+        }
+    }
+    println!(
+        "{}: {} points: {ok} ok, {failed} failed, {skipped} skipped, {pending} pending ({})",
+        spec.name,
+        spec.points.len(),
+        path.display()
+    );
+    exit::OK
+}
+
+pub fn diagnose(args: &DiagnoseArgs) -> i32 {
+    use crate::diagnose::{attribute, baseline, table, Plan};
+    use smplab_record::Executor;
+    if let Err(e) = smplab_workload::Source::resolve(&args.workload) {
+        eprintln!("{e}");
+        return exit::BAD_INPUT;
+    }
+    if !(args.scale.is_finite() && args.scale > 0.0) || args.reps == 0 {
+        eprintln!("--scale must be positive and --reps at least 1");
+        return exit::BAD_INPUT;
+    }
+    let executor = if args.executor == "sim" {
+        Executor::Sim
+    } else {
+        Executor::Vm
+    };
+    let runner = RealRunner::default();
+    if let Err(why) = crate::runner::Runner::availability(&runner, executor) {
+        eprintln!("cannot diagnose on {executor}: {why}");
+        return if executor == Executor::Vm {
+            exit::KVM_UNAVAILABLE
+        } else {
+            exit::RUN_FAILED
+        };
+    }
+    let vcpus = args
+        .vcpus
+        .unwrap_or(if executor == Executor::Sim { 16 } else { 2 });
+    let mut base = baseline(executor, &args.workload, vcpus, args.scale, &args.platform);
+    base.timeout_s = args.timeout;
+    let plan = Plan::new(base);
+    let path = args.store.clone().unwrap_or_else(|| {
+        default_store(&format!(
+            "diagnose-{}-{}",
+            args.workload.replace(['/', '.'], "_"),
+            args.executor
+        ))
+    });
+    let mut store = match Store::open(&path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::RUN_FAILED;
+        }
+    };
+    let summary = match run_points(
+        &plan.points(args.reps),
+        &mut store,
+        &runner,
+        &SweepOptions {
+            retry_failed: false,
+            progress: !args.quiet,
+        },
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::RUN_FAILED;
+        }
+    };
+    let status = print_summary(&summary);
+    let results = crate::metrics::Results::new(&store);
+    let Some(a) = attribute(&results, &plan) else {
+        eprintln!("no attribution: the baseline or native runs failed (see above)");
+        return exit::RUN_FAILED;
+    };
+    println!("{}", table(&a));
+    let dir = report_dir(&path);
+    match write_report(
+        &store,
+        &dir,
+        &ReportOptions {
+            title: format!("smplab diagnose: {} on {}", args.workload, args.executor),
+            notes: vec![],
+        },
+    ) {
+        Ok(f) => println!("report: {}", f.html.display()),
+        Err(e) => eprintln!("error: {e}"),
+    }
+    status
+}
+
+pub fn calibrate(args: &CalibrateArgs) -> i32 {
+    crate::calibrate::run(args)
+}
+
+pub fn demo(args: &DemoArgs) -> i32 {
+    crate::demo::run(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Top {
+        #[command(subcommand)]
+        cmd: Cmd,
+    }
+    #[derive(Debug, Subcommand)]
+    enum Cmd {
+        Lab(LabArgs),
+        Diagnose(DiagnoseArgs),
+        Calibrate(CalibrateArgs),
+        Demo(DemoArgs),
+    }
+
+    #[test]
+    fn arguments_parse() {
+        let t = Top::parse_from(["smplab", "lab", "run", "x.toml", "--retry-failed"]);
+        assert!(
+            matches!(t.cmd, Cmd::Lab(LabArgs { command: LabCommand::Run(ref r) }) if r.retry_failed)
+        );
+        let t = Top::parse_from([
+            "smplab",
+            "diagnose",
+            "--workload",
+            "dedup",
+            "--executor",
+            "sim",
+        ]);
+        assert!(matches!(t.cmd, Cmd::Diagnose(ref d) if d.executor == "sim" && d.reps == 3));
+        assert!(Top::try_parse_from([
+            "smplab",
+            "diagnose",
+            "--workload",
+            "d",
+            "--executor",
+            "qemu"
+        ])
+        .is_err());
+        let t = Top::parse_from(["smplab", "demo", "--reps", "1"]);
+        assert!(matches!(t.cmd, Cmd::Demo(ref d) if d.reps == 1));
+        let _ = Top::parse_from(["smplab", "calibrate"]);
+    }
+
+    #[test]
+    fn bad_spec_exits_with_bad_input() {
+        let dir = crate::testutil::temp_dir("cli");
+        let spec = dir.join("bad.toml");
+        std::fs::write(
+            &spec,
+            "name = \"x\"\n[matrix]\nexecutor = \"vmm\"\nworkload = \"dedup\"\n",
+        )
+        .unwrap();
+        let code = lab(&LabArgs {
+            command: LabCommand::Run(LabRunArgs {
+                spec,
+                store: Some(dir.join("s.jsonl")),
+                retry_failed: false,
+                quiet: true,
+                report: false,
+                qemu: None,
+            }),
+        });
+        assert_eq!(code, exit::BAD_INPUT);
+    }
+}

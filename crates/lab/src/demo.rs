@@ -1,0 +1,342 @@
+//! `smplab demo`: a small study end to end — built-in profiles natively, in
+//! smplab-vmm and QEMU, the same at 16-vCPU scale in the simulator, a
+//! calibration so the simulator predicts this host, a diagnosis of one
+//! profile — then a summary table and the report. Whatever cannot run here is
+//! skipped with the reason, and the rest still runs.
+
+use crate::cli::DemoArgs;
+use crate::diagnose::{self, Plan};
+use crate::exec::RealRunner;
+use crate::metrics::Results;
+use crate::point::Point;
+use crate::report::{write_report, ReportOptions};
+use crate::runner::Runner;
+use crate::spec::ExperimentSpec;
+use crate::store::{Status, Store};
+use crate::sweep::{run_points, SweepOptions};
+use smplab_record::{exit, Executor};
+use std::path::Path;
+
+/// The profiles the demo studies: one per behaviour seed 000 found costly
+/// (embarrassingly parallel, pipeline with blocking queues, blocking barriers,
+/// spin-then-block barriers, user-space spin lock).
+pub const WORKLOADS: &[&str] = &[
+    "blackscholes",
+    "dedup",
+    "ocean_ncp",
+    "streamcluster",
+    "spinlock",
+];
+/// The profile diagnosed (seed 000's worst case).
+pub const DIAGNOSED: &str = "dedup";
+
+/// The demo's experiment specs, written into the output directory too so a
+/// user can rerun or extend them with `smplab lab run`.
+pub fn specs(reps: u32, scale: f64, platform: &str) -> Vec<(&'static str, String)> {
+    let wl = WORKLOADS
+        .iter()
+        .map(|w| format!("\"{w}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    vec![
+        (
+            "demo-measured.toml",
+            format!(
+                "# Natively and in smplab-vmm, 2 vCPUs (this host's cores), 1 and 2 VMs.\nname = \"demo-measured\"\nrepetitions = {reps}\ntimeout_s = 120\n[matrix]\nexecutor = [\"native\", \"vm\"]\nworkload = [{wl}]\nvcpus = 2\nvms = [1, 2]\nscale = {scale}\n"
+            ),
+        ),
+        (
+            "demo-qemu.toml",
+            format!(
+                "# The same in QEMU (one repetition: its firmware takes seconds to start).\nname = \"demo-qemu\"\nrepetitions = 1\ntimeout_s = 120\n[matrix]\nexecutor = \"qemu\"\nworkload = [{wl}]\nvcpus = 2\nscale = {scale}\n"
+            ),
+        ),
+        (
+            "demo-sim.toml",
+            format!(
+                "# The simulator: beside the measurements (2 vCPUs) and at 16-vCPU scale, 1 to 4 VMs.\nname = \"demo-sim\"\nrepetitions = {reps}\ntimeout_s = 120\n[matrix]\nexecutor = \"sim\"\nworkload = [{wl}]\nvcpus = [2, 16]\nvms = [1, 2, 4]\nplatform = \"{platform}\"\nscale = {scale}\n"
+            ),
+        ),
+    ]
+}
+
+fn find<'a>(results: &'a Results, f: impl Fn(&Point) -> bool) -> Option<&'a Point> {
+    results.points().find(|p| f(p))
+}
+
+/// The summary table: one row per workload.
+pub fn summary_table(results: &Results, scale: f64) -> String {
+    let pct = |s: Option<crate::metrics::Summary>| {
+        s.map_or("–".to_string(), |s| format!("{:+.0}%", s.median * 100.0))
+    };
+    let ws = |s: Option<crate::metrics::Summary>| {
+        s.map_or("–".to_string(), |s| format!("{:.2}", s.median))
+    };
+    let mut out = format!(
+        "{:<14} {:>10} {:>10} {:>10} {:>11} {:>11} {:>9} {:>9}\n",
+        "workload", "native ms", "vm", "qemu", "sim 2vcpu", "sim 16vcpu", "WS vm×2", "WS sim16×4"
+    );
+    for w in WORKLOADS {
+        let base = |p: &Point, e: Executor| {
+            p.executor == e
+                && p.workload == *w
+                && p.scale == scale
+                && p.variant == crate::Variant::AsIs
+        };
+        let native = find(results, |p| base(p, Executor::Native) && p.threads == 2)
+            .and_then(|p| results.wall(p))
+            .map_or("–".into(), |s| format!("{:.1}", s.median * 1e3));
+        let one = |e: Executor, vcpus: u32, vms: u32| {
+            find(results, |p| {
+                base(p, e)
+                    && p.vcpus == Some(vcpus)
+                    && p.vms == vms
+                    && p.pin == "none"
+                    && p.idle.as_deref() == Some("hlt")
+                    && (e == Executor::Qemu || p.sync.as_deref() == Some("global"))
+                    && p.ple != Some(false)
+                    && p.apicv != Some(true)
+            })
+        };
+        out.push_str(&format!(
+            "{:<14} {:>10} {:>10} {:>10} {:>11} {:>11} {:>9} {:>9}\n",
+            w,
+            native,
+            pct(one(Executor::Vm, 2, 1).and_then(|p| results.slowdown(p))),
+            pct(one(Executor::Qemu, 2, 1).and_then(|p| results.slowdown(p))),
+            pct(one(Executor::Sim, 2, 1).and_then(|p| results.slowdown(p))),
+            pct(one(Executor::Sim, 16, 1).and_then(|p| results.slowdown(p))),
+            ws(one(Executor::Vm, 2, 2).and_then(|p| results.weighted_speedup(p))),
+            ws(one(Executor::Sim, 16, 4).and_then(|p| results.weighted_speedup(p))),
+        ));
+    }
+    out.push_str("Slowdown vs native (medians; sim: vs its own native model). WS: weighted speedup, 1 = one VM's throughput.\n");
+    out
+}
+
+pub fn run(args: &DemoArgs) -> i32 {
+    if !(args.scale.is_finite() && args.scale > 0.0) || args.reps == 0 {
+        eprintln!("--scale must be positive and --reps at least 1");
+        return exit::BAD_INPUT;
+    }
+    let out = &args.out;
+    let store_path = out.join("results.jsonl");
+    if args.fresh {
+        let _ = std::fs::remove_file(&store_path);
+    }
+    let mut store = match Store::open(&store_path) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::RUN_FAILED;
+        }
+    };
+    let runner = RealRunner::default();
+    let mut notes = Vec::new();
+    let mut can = |e: Executor, what: &str| match runner.availability(e) {
+        Ok(()) => true,
+        Err(why) => {
+            notes.push(format!("Skipped {what}: {why}."));
+            false
+        }
+    };
+    let vm = can(Executor::Vm, "smplab-vmm runs and the calibration");
+    let qemu = can(Executor::Qemu, "QEMU runs");
+    let sim = can(Executor::Sim, "simulator runs");
+    println!(
+        "smplab demo: {} profiles × native{}{}{}, {} repetitions, scale {} → {}",
+        WORKLOADS.len(),
+        if vm { ", smplab-vmm" } else { "" },
+        if qemu { ", QEMU" } else { "" },
+        if sim {
+            ", simulator (2 and 16 vCPUs)"
+        } else {
+            ""
+        },
+        args.reps,
+        args.scale,
+        out.display()
+    );
+    for n in &notes {
+        println!("  {n}");
+    }
+    let opts = SweepOptions {
+        retry_failed: false,
+        progress: !args.quiet,
+    };
+    let mut failed = 0;
+
+    // 1. Calibrate the simulator to this host, so its 2-vCPU predictions can
+    //    be set beside the measurements.
+    let calibrated = out.join("calibrated.toml");
+    let mut platform = "pvm-here".to_string();
+    if vm && sim {
+        if calibrated.exists() && !args.fresh {
+            println!("[1/4] calibration: reusing {}", calibrated.display());
+            platform = calibrated.display().to_string();
+        } else {
+            println!(
+                "[1/4] calibrating the simulator to this host (exit, IPI, HLT wakeup, timer costs)"
+            );
+            match crate::calibrate::measure(
+                &runner,
+                &mut store,
+                args.scale,
+                args.reps.min(2),
+                !args.quiet,
+            ) {
+                Ok(cal) => {
+                    print!("{}", crate::calibrate::table(&cal));
+                    match crate::calibrate::write_profile(&cal, &calibrated) {
+                        Ok(()) => platform = calibrated.display().to_string(),
+                        Err(e) => notes.push(format!(
+                            "Calibration not written ({e}); the simulator used pvm-here."
+                        )),
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return exit::RUN_FAILED;
+                }
+            }
+        }
+    } else {
+        println!("[1/4] calibration skipped (needs KVM and the simulator)");
+    }
+
+    // 2. The sweeps.
+    println!("[2/4] sweeps: native, smplab-vmm, QEMU, simulator");
+    let mut points = Vec::new();
+    for (file, text) in specs(args.reps, args.scale, &platform) {
+        let _ = std::fs::create_dir_all(out);
+        let _ = std::fs::write(out.join(file), &text);
+        match ExperimentSpec::from_text(file, &text) {
+            Ok(s) => points.extend(s.points.into_iter().filter(|p| match p.executor {
+                Executor::Vm => vm,
+                Executor::Qemu => qemu,
+                Executor::Sim => sim,
+                Executor::Native => true,
+            })),
+            Err(e) => {
+                eprintln!("internal error: demo spec {file}: {e}");
+                return exit::INTERNAL;
+            }
+        }
+    }
+    match run_points(&points, &mut store, &runner, &opts) {
+        Ok(s) => failed += s.failed,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::RUN_FAILED;
+        }
+    }
+
+    // 3. Diagnosis of one profile, measured and simulated.
+    println!("[3/4] diagnosing {DIAGNOSED}: one factor removed at a time");
+    let mut plans = Vec::new();
+    if vm {
+        plans.push(Plan::new(diagnose::baseline(
+            Executor::Vm,
+            DIAGNOSED,
+            2,
+            args.scale,
+            "",
+        )));
+    }
+    if sim {
+        plans.push(Plan::new(diagnose::baseline(
+            Executor::Sim,
+            DIAGNOSED,
+            16,
+            args.scale,
+            "pvm-here",
+        )));
+    }
+    for plan in &plans {
+        let mut pts = plan.points(args.reps);
+        for p in &mut pts {
+            p.timeout_s = 120;
+        }
+        match run_points(&pts, &mut store, &runner, &opts) {
+            Ok(s) => failed += s.failed,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::RUN_FAILED;
+            }
+        }
+    }
+
+    // 4. Summary and report.
+    println!("[4/4] report");
+    let results = Results::new(&store);
+    println!();
+    print!("{}", summary_table(&results, args.scale));
+    for plan in &plans {
+        if let Some(a) = diagnose::attribute(&results, plan) {
+            println!();
+            print!("{}", diagnose::table(&a));
+        }
+    }
+    let preds = results.predictions(None);
+    if !preds.is_empty() {
+        println!("\nSimulator prediction error (median |relative error| over configurations):");
+        for (m, s) in crate::metrics::prediction_error_by_metric(&preds) {
+            println!("  {m:<18} {:>6.0}%  ({} pairs)", s.median * 100.0, s.n);
+        }
+    }
+    let problems: Vec<_> = store
+        .latest()
+        .into_iter()
+        .filter(|e| matches!(e.status, Status::Failed { .. }))
+        .collect();
+    if !problems.is_empty() {
+        println!(
+            "\n{} points failed (reasons in the report):",
+            problems.len()
+        );
+        for e in problems.iter().take(5) {
+            if let Status::Failed { reason } = &e.status {
+                println!(
+                    "  {}: {}",
+                    e.point.label(),
+                    reason.lines().next().unwrap_or("")
+                );
+            }
+        }
+    }
+    let report_dir = out.join("report");
+    match write_report(
+        &store,
+        &report_dir,
+        &ReportOptions {
+            title: "smplab demo".into(),
+            notes: notes.clone(),
+        },
+    ) {
+        Ok(f) => {
+            println!("\nreport: {}", f.html.display());
+            println!(
+                "store:  {}   (rerun `smplab demo` to resume; specs: {})",
+                store_path.display(),
+                out.join("demo-*.toml").display()
+            );
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::RUN_FAILED;
+        }
+    }
+    for n in &notes {
+        println!("note: {n}");
+    }
+    if failed > 0 || !problems.is_empty() {
+        exit::PARTIAL
+    } else {
+        exit::OK
+    }
+}
+
+/// Whether `dir` holds a finished demo (used by tests).
+pub fn has_report(dir: &Path) -> bool {
+    dir.join("report").join("index.html").is_file()
+}
