@@ -415,8 +415,9 @@ fn register_memory(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<(), VmmError> {
             memory_size: region.len(),
             userspace_addr: host as u64,
         };
-        // SAFETY: the host range is a live mmap owned by `mem`, which outlives the
-        // VM (the VmFd is dropped first in run_vm), and slots do not overlap.
+        // SAFETY: the host range is a live mmap owned by `mem`. In run_vm `mem` is
+        // declared before the VM and every vCPU, so it is dropped after them (and
+        // leaked if a vCPU thread could not be stopped); slots do not overlap.
         unsafe { vm.set_user_memory_region(region_desc) }
             .map_err(VmmError::kvm("KVM_SET_USER_MEMORY_REGION"))?;
     }
@@ -585,7 +586,15 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     let stopped = spawn_error.is_some() || control.wait_for_stop(config.timeout);
     control.request_stop();
     let run_wall = run_start.elapsed();
-    let reports = stop_vcpus(handles)?;
+    let reports = match stop_vcpus(handles) {
+        Ok(reports) => reports,
+        Err(e) => {
+            // A vCPU thread may still be inside KVM_RUN: keep the guest memory
+            // mapped for it (leaked) rather than unmap it under the VM.
+            std::mem::forget(mem);
+            return Err(e);
+        }
+    };
     let io_stats = bus.shutdown();
 
     // Measurements.
