@@ -928,8 +928,8 @@ fn run_loop(
     }
 }
 
-/// The KVM capabilities smplab-vmm uses and whether this host has them, plus the
-/// maximum vCPU count (as `("max_vcpus=N", true)`).
+/// The KVM capabilities smplab-vmm uses and whether this host has them (the
+/// maximum vCPU count is [`max_vcpus`]).
 pub fn kvm_capabilities() -> Result<Vec<(String, bool)>, VmmError> {
     let kvm = open_kvm()?;
     let mut caps: Vec<(String, bool)> = [
@@ -950,7 +950,6 @@ pub fn kvm_capabilities() -> Result<Vec<(String, bool)>, VmmError> {
         "KVM_CAP_BINARY_STATS_FD".to_string(),
         kvm.check_extension_raw(kvm_stats::KVM_CAP_BINARY_STATS_FD) > 0,
     ));
-    caps.push((format!("max_vcpus={}", kvm.get_max_vcpus()), true));
     Ok(caps)
 }
 
