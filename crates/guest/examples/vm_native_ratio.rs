@@ -4,14 +4,15 @@
 //! ```text
 //! cargo run --release -p smplab-guest --example vm_native_ratio -- \
 //!     [--vcpus 2] [--scale 1] [--reps 1] [--pin 0,1] \
-//!     [--idle hlt,poll,haltpoll:200000] [--workloads spinlock,blackscholes]
+//!     [--idle hlt,poll,haltpoll:200000] [--workloads spinlock,blackscholes] [--qemu]
 //! ```
+//! `--qemu` adds a column for the same guest under QEMU/KVM (first idle policy).
 //! Each workload is instantiated with n = vCPUs. Native and VM runs alternate,
 //! so slow drift of a shared machine hits both; with `--reps R` the minimum of
 //! R runs of each is used. Wall time is the workload's own (first thread start
 //! to last thread end) in both executors; VM boot is reported separately.
 
-use smplab_guest::{run_vm, IdlePolicy, VmRunOptions};
+use smplab_guest::{run_qemu, run_vm, IdlePolicy, VmRunOptions};
 use smplab_record::WorkloadInfo;
 use smplab_workload::{builtin, Program, Source};
 use std::time::Duration;
@@ -23,6 +24,7 @@ struct Args {
     pin: Option<Vec<usize>>,
     idle: Vec<IdlePolicy>,
     workloads: Vec<String>,
+    qemu: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -37,6 +39,7 @@ fn parse_args() -> Result<Args, String> {
             IdlePolicy::HaltPoll { ns: 200_000 },
         ],
         workloads: builtin::names().map(str::to_string).collect(),
+        qemu: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -59,6 +62,7 @@ fn parse_args() -> Result<Args, String> {
                 a.idle = list.map_err(|e| e.to_string())?;
             }
             "--workloads" => a.workloads = val()?.split(',').map(str::to_string).collect(),
+            "--qemu" => a.qemu = true,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -87,9 +91,15 @@ fn main() {
     for p in &args.idle {
         print!(" vm/native {p} |");
     }
+    if args.qemu {
+        print!(
+            " qemu/native {} |",
+            args.idle.first().copied().unwrap_or_default()
+        );
+    }
     println!(" guest boot ms | vm run total ms |");
     print!("| --- | --- | --- |");
-    for _ in &args.idle {
+    for _ in 0..args.idle.len() + usize::from(args.qemu) {
         print!(" --- |");
     }
     println!(" --- | --- |");
@@ -104,6 +114,7 @@ fn main() {
             };
         let mut native_best = u64::MAX;
         let mut vm_best = vec![u64::MAX; args.idle.len()];
+        let mut qemu_best = u64::MAX;
         let mut boot_ns = 0;
         let mut total_ns = 0;
         let mut failed = None;
@@ -133,6 +144,19 @@ fn main() {
                     Err(e) => failed = Some(format!("vm {idle}: {e}")),
                 }
             }
+            if args.qemu {
+                let opts = VmRunOptions {
+                    vcpus: args.vcpus,
+                    idle: args.idle.first().copied().unwrap_or_default(),
+                    pin: args.pin.clone(),
+                    timeout: Duration::from_secs(600),
+                    ..VmRunOptions::default()
+                };
+                match run_qemu(&program, info(&program), &opts) {
+                    Ok(r) => qemu_best = qemu_best.min(r.timing.wall_ns),
+                    Err(e) => failed = Some(format!("qemu: {e}")),
+                }
+            }
         }
         if let Some(e) = failed {
             eprintln!("{name}: {e}");
@@ -142,6 +166,9 @@ fn main() {
             program.total_threads(),
             native_best as f64 / 1e6
         );
+        if args.qemu {
+            vm_best.push(qemu_best);
+        }
         for v in &vm_best {
             if *v == u64::MAX || native_best == u64::MAX {
                 print!(" failed |");
