@@ -8,7 +8,7 @@ use std::time::Duration;
 
 /// Small enough for a debug build on two shared cores, large enough that
 /// every loop runs several times.
-const SCALE: f64 = 0.02;
+const SCALE: f64 = 0.05;
 
 fn opts() -> NativeOptions {
     NativeOptions {

@@ -1,0 +1,111 @@
+//! Bad input gives a clear error and the right exit status, never a panic or a
+//! hang.
+
+use smplab_native::{execute, run, NativeError, NativeOptions};
+use smplab_record::{exit, WorkloadInfo};
+use smplab_workload::Source;
+use std::time::{Duration, Instant};
+
+fn program(text: &str) -> smplab_workload::Program {
+    Source::from_text("test.toml", text)
+        .and_then(|s| s.instantiate(Some(2), 1.0))
+        .expect("valid workload")
+}
+
+const TINY: &str = r#"
+name = "tiny"
+[[groups]]
+name = "w"
+threads = "n"
+ops = [{ compute = 100 }]
+"#;
+
+#[test]
+fn pinning_to_a_cpu_outside_the_allowed_set_is_bad_input() {
+    let p = program(TINY);
+    for cpu in [100_000usize, usize::MAX, smplab_native::sys::MAX_CPUS + 1] {
+        let err = run(
+            &p,
+            WorkloadInfo::default(),
+            &NativeOptions {
+                pin: Some(vec![0, cpu]),
+                ..Default::default()
+            },
+        )
+        .expect_err("CPU does not exist");
+        assert!(matches!(err, NativeError::BadCpu { .. }), "{err:?}");
+        assert_eq!(err.exit_status(), exit::BAD_INPUT);
+        let msg = err.to_string();
+        assert!(msg.contains(&format!("CPU {cpu}")), "{msg}");
+        assert!(msg.contains("may only run on CPUs"), "{msg}");
+    }
+}
+
+#[test]
+fn empty_pin_list_is_bad_input() {
+    let err = execute(
+        &program(TINY),
+        &NativeOptions {
+            pin: Some(vec![]),
+            ..Default::default()
+        },
+    )
+    .expect_err("empty list");
+    assert!(matches!(err, NativeError::EmptyPin));
+    assert_eq!(err.exit_status(), exit::BAD_INPUT);
+}
+
+#[test]
+fn out_of_range_index_in_a_hand_built_program_is_bad_input() {
+    let mut p = program(TINY);
+    p.groups[0].ops.push(smplab_workload::Op::Barrier(3));
+    let err = execute(&p, &NativeOptions::default()).expect_err("no barrier 3");
+    assert_eq!(err.exit_status(), exit::BAD_INPUT);
+    assert!(err.to_string().contains("barrier #3"), "{err}");
+}
+
+/// Valid by the validator's rules but deadlocks at run time: each thread takes
+/// the mutex and then waits at a 2-party barrier, so the second thread blocks
+/// on the mutex and the barrier never opens.
+const DEADLOCK: &str = r#"
+name = "deadlock"
+[mutexes.m]
+[barriers.b]
+parties = 2
+wait = "block"
+[[groups]]
+name = "w"
+threads = 2
+ops = [{ lock = "m" }, { barrier = "b" }, { unlock = "m" }]
+"#;
+
+#[test]
+fn a_deadlock_ends_in_a_timeout_error_and_every_thread_stops() {
+    let p = program(DEADLOCK);
+    for wait in ["block", "spin", "spin-then-block"] {
+        let mut p = p.clone();
+        p.barriers[0].wait = match wait {
+            "spin" => smplab_workload::BarrierWait::Spin,
+            "block" => smplab_workload::BarrierWait::Block,
+            _ => smplab_workload::BarrierWait::SpinThenBlock,
+        };
+        let t0 = Instant::now();
+        let err = execute(
+            &p,
+            &NativeOptions {
+                timeout: Some(Duration::from_millis(300)),
+                ..Default::default()
+            },
+        )
+        .expect_err("deadlocks");
+        // Timeout (threads torn down), not Stuck (threads left behind).
+        assert!(matches!(err, NativeError::Timeout(_)), "{wait}: {err:?}");
+        assert_eq!(err.exit_status(), exit::TIMEOUT);
+        assert!(err.to_string().contains("deadlock"), "{err}");
+        // Generous bound: only guards against waiting out the 10 s grace.
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "{wait}: teardown hung"
+        );
+    }
+}
