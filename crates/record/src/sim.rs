@@ -1,5 +1,5 @@
 //! The `sim` section: what the simulator reports beyond the common fields.
-//! Filled by `smplab-sim`.
+//! Filled by `smplab-sim` (docs/sim.md).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -29,4 +29,26 @@ pub struct SimSection {
     /// Events processed and host seconds the simulation took.
     pub events: u64,
     pub sim_host_seconds: f64,
+    /// Whether the model ran with virtualization (false: the bare-metal reference).
+    #[serde(default = "yes")]
+    pub virtualized: bool,
+    /// Simulated time at which the simulation ended (all VMs, or the horizon).
+    #[serde(default)]
+    pub simulated_ns: u64,
+    /// IPIs sent inside this VM (wakeups of halted vCPUs, shootdowns).
+    #[serde(default)]
+    pub ipis: u64,
+    /// vCPU dispatches on a different pCPU than the previous one.
+    #[serde(default)]
+    pub migrations: u64,
+    /// Time spent refilling caches after placements (cache model).
+    #[serde(default)]
+    pub warmup_ns: u64,
+    /// Time vCPUs waited for the serialized device emulation (seed 004).
+    #[serde(default)]
+    pub device_wait_ns: u64,
+}
+
+fn yes() -> bool {
+    true
 }

@@ -1,1 +1,128 @@
-//! smplab-sim (placeholder until its issue lands).
+//! smplab sim: a discrete-event simulator of SMP virtual machines on shared and
+//! overcommitted hosts.
+//!
+//! It runs the same workload model as the native and VM executors
+//! (`smplab_workload::Program`) on a modeled host — pCPUs in LLC domains, a
+//! host scheduler, VMs with vCPUs, a guest OS, and VMM mechanisms costed from a
+//! [`Platform`] profile — and produces the shared [`RunRecord`], one per VM,
+//! including the same model run without virtualization (`native_wall_ns`).
+//! See docs/sim.md for the model, the profiles and the reproduction targets.
+//!
+//! ```no_run
+//! use smplab_sim::{simulate, Platform, Scenario, VmSpec};
+//! let vm = VmSpec::from_workload("dedup", Some(16), 0.1, 16).unwrap();
+//! let s = Scenario::new(Platform::builtin("kvm2015").unwrap(), 16, vec![vm]);
+//! let records = simulate(&s).unwrap();
+//! println!("{}", records[0].to_json_pretty());
+//! ```
+
+pub mod amdahl;
+pub mod cli;
+mod code;
+mod engine;
+mod error;
+mod events;
+pub mod platform;
+mod record;
+pub mod scenario;
+pub mod spec;
+
+pub use error::SimError;
+pub use platform::Platform;
+pub use scenario::{
+    Affinity, DeviceSync, Devices, Idle, Ple, Policy, PolicyKind, Scenario, Sdb, Topology, VmSpec,
+};
+pub use smplab_record::RunRecord;
+
+use rayon::prelude::*;
+use std::time::Instant;
+
+/// Simulate a scenario: one record per VM, in VM order.
+pub fn simulate(s: &Scenario) -> Result<Vec<RunRecord>, SimError> {
+    let started = Instant::now();
+    let mut sim = engine::Sim::new(s)?;
+    let out = sim.run(s.horizon_ns)?;
+    let host_seconds = started.elapsed().as_secs_f64();
+    let native = if s.virtualized && s.native_reference {
+        native_walls(s)?
+    } else {
+        vec![None; s.vms.len()]
+    };
+    Ok(record::records(s, &out, &native, host_seconds))
+}
+
+/// Events processed and simulated end time, without building records (for
+/// benchmarks and the scale check).
+pub fn simulate_raw(s: &Scenario) -> Result<(u64, u64), SimError> {
+    let mut sim = engine::Sim::new(s)?;
+    let out = sim.run(s.horizon_ns)?;
+    Ok((out.events, out.end_ns))
+}
+
+/// The same workload on bare metal: one core per vCPU (at most the host's
+/// pCPUs), no VMM costs. Identical VMs share one reference run.
+fn native_walls(s: &Scenario) -> Result<Vec<Option<u64>>, SimError> {
+    let mut cache: Vec<(usize, u64)> = Vec::new();
+    let mut out = Vec::with_capacity(s.vms.len());
+    for (i, vm) in s.vms.iter().enumerate() {
+        let cores = vm.vcpus.min(s.pcpus);
+        if let Some(&(_, w)) = cache.iter().find(|(j, _)| {
+            let o = &s.vms[*j];
+            o.vcpus.min(s.pcpus) == cores && o.program == vm.program
+        }) {
+            out.push(Some(w));
+            continue;
+        }
+        let mut spec = vm.clone();
+        spec.vcpus = cores;
+        spec.idle = Idle::Hlt;
+        spec.affinity = Affinity::Float;
+        spec.ple = Ple::Off;
+        spec.apicv = false;
+        spec.sdb = None;
+        spec.devices = None;
+        let n = Scenario {
+            platform: s.platform.clone(),
+            pcpus: s.pcpus,
+            topology: s.topology,
+            policy: Policy::fair(),
+            seed: s.seed,
+            vms: vec![spec],
+            virtualized: false,
+            horizon_ns: s.horizon_ns,
+            native_reference: false,
+        };
+        let mut sim = engine::Sim::new(&n)?;
+        let r = sim.run(n.horizon_ns)?;
+        let w = r.vms[0].wall_ns;
+        cache.push((i, w));
+        out.push(Some(w));
+    }
+    Ok(out)
+}
+
+/// Run many scenarios in parallel over the local cores (rayon), with a
+/// progress bar on stderr when `progress` is set. Results in input order.
+pub fn sweep(scenarios: &[Scenario], progress: bool) -> Vec<Result<Vec<RunRecord>, SimError>> {
+    let bar = if progress {
+        let b = indicatif::ProgressBar::new(scenarios.len() as u64);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{spinner} sim sweep [{bar:40}] {pos}/{len} scenarios, {elapsed} elapsed, eta {eta}",
+        ) {
+            b.set_style(style.progress_chars("=> "));
+        }
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let out = scenarios
+        .par_iter()
+        .map(|s| {
+            let r = simulate(s);
+            bar.inc(1);
+            r
+        })
+        .collect();
+    bar.finish_and_clear();
+    out
+}

@@ -1,0 +1,687 @@
+//! The guest OS: runs the program's threads on the VM's vCPUs.
+//!
+//! Each vCPU has a run queue of ready threads. A vCPU with no thread first
+//! steals a waiting thread from the busiest sibling (guest load balancing),
+//! else idles by its idle mode: HLT (an exit; the host blocks the vCPU, maybe
+//! after halt-polling), or a polling loop (keeps the pCPU, needs no IPI). A
+//! woken thread goes to its last vCPU if idle, else to any idle vCPU, else back
+//! to its last vCPU's queue; an idle target is kicked (IPI if halted, a flag if
+//! polling). Threads sharing a vCPU time-share it with the guest slice.
+//! Shootdowns IPI every other vCPU and spin in the kernel for the acks.
+//!
+//! The interpreter runs a thread's ops: consecutive timed ops (compute, touch,
+//! atomics, loop control) are fused into one segment, so a thread costs one
+//! event per synchronization op rather than one per op; the counters are
+//! still per op.
+
+use super::{exit, Acct, Act, HostState, Sim, TState, Wait, NONE};
+use crate::code::{counter, Ins};
+use crate::events::Kind;
+use crate::scenario::Idle;
+
+/// Fused segments are cut at this length so that the remote-sharing factor of
+/// shared touches follows placement changes.
+const FUSE_MAX_NS: u64 = 500_000;
+
+/// What the interpreter (or a sync op) did with the thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flow {
+    /// The op completed; keep interpreting.
+    Continue,
+    /// An activity (segment, spin) was started; the vCPU waits for its Step.
+    Started,
+    /// The vCPU's situation changed (thread blocked, overhead added): go
+    /// around the resume loop.
+    Again,
+    /// The vCPU lost its pCPU: stop touching it.
+    Stop,
+}
+
+impl Sim {
+    /// A running vCPU decides what to do next.
+    pub(super) fn resume(&mut self, v: u32) {
+        loop {
+            let now = self.now;
+            let vc = &mut self.vcpus[v as usize];
+            debug_assert_eq!(vc.host, HostState::Running);
+            if vc.overhead_left > 0 {
+                let d = vc.overhead_left;
+                vc.overhead_left = 0;
+                vc.act = Act::Overhead;
+                vc.act_end = now + d;
+                self.set_acct(v, Acct::Run);
+                self.schedule_step(v, now + d);
+                return;
+            }
+            if !vc.irqs.is_empty() {
+                let d = self.platform.cpu.shootdown_handler_ns;
+                vc.act = Act::Handler;
+                vc.act_end = now + d;
+                self.set_acct(v, Acct::Run);
+                self.schedule_step(v, now + d);
+                return;
+            }
+            if vc.cur == NONE && !self.pick_thread(v) {
+                self.go_idle(v);
+                return;
+            }
+            let t = self.vcpus[v as usize].cur;
+            match self.run_thread(v, t) {
+                Flow::Started | Flow::Stop => return,
+                Flow::Again | Flow::Continue => continue,
+            }
+        }
+    }
+
+    /// Take the next ready thread: own queue first, then the busiest sibling's.
+    fn pick_thread(&mut self, v: u32) -> bool {
+        let t = match self.vcpus[v as usize].rq.pop_front() {
+            Some(t) => t,
+            None => {
+                let vm = &self.vms[self.vcpus[v as usize].vm as usize];
+                let (first, n) = (vm.first_vcpu, vm.n_vcpus);
+                let mut best = NONE;
+                let mut best_len = 0;
+                for u in first..first + n {
+                    let l = self.vcpus[u as usize].rq.len();
+                    if u != v && l > best_len {
+                        best = u;
+                        best_len = l;
+                    }
+                }
+                if best == NONE {
+                    return false;
+                }
+                match self.vcpus[best as usize].rq.pop_back() {
+                    Some(t) => t,
+                    None => return false,
+                }
+            }
+        };
+        let slice = self.platform.cpu.guest_slice_ns;
+        let vc = &mut self.vcpus[v as usize];
+        vc.cur = t;
+        vc.slice_end = self.now + slice;
+        self.threads[t as usize].vcpu = v;
+        true
+    }
+
+    /// Interpret thread `t` (current on running vCPU `v`) until it starts an
+    /// activity or leaves the vCPU.
+    fn run_thread(&mut self, v: u32, t: u32) -> Flow {
+        match self.threads[t as usize].state {
+            TState::Running => {}
+            TState::Spinning => match self.start_spin(v, t) {
+                Flow::Continue => {}
+                f => return f,
+            },
+            _ => {
+                self.vcpus[v as usize].cur = NONE;
+                return Flow::Again;
+            }
+        }
+        let left = self.threads[t as usize].seg_left;
+        if left > 0 {
+            self.start_segment(v, left);
+            return Flow::Started;
+        }
+        loop {
+            let mut acc = std::mem::take(&mut self.threads[t as usize].carry);
+            let vm = self.threads[t as usize].vm as usize;
+            let ins = loop {
+                let ins = self.ins(t);
+                let th = &mut self.threads[t as usize];
+                match ins {
+                    Ins::Compute { ns, iters } => {
+                        let ops = &mut self.vms[vm].ops;
+                        ops[counter::COMPUTE] += 1;
+                        ops[counter::COMPUTE_ITERS] += iters;
+                        acc += ns;
+                        th.pc += 1;
+                    }
+                    Ins::Touch { ns, bytes, shared } => {
+                        th.pc += 1;
+                        let ops = &mut self.vms[vm].ops;
+                        ops[counter::TOUCH] += 1;
+                        ops[counter::TOUCH_BYTES] += bytes;
+                        acc += if shared { self.shared_cost(v, ns) } else { ns };
+                    }
+                    Ins::Atomic => {
+                        self.vms[vm].ops[counter::ATOMIC] += 1;
+                        acc += self.platform.cpu.atomic_ns;
+                        th.pc += 1;
+                    }
+                    Ins::LoopBegin { count, end } => {
+                        if count == 0 || end == th.pc + 1 {
+                            th.pc = end + 1;
+                        } else {
+                            th.loops.push((th.pc, count));
+                            th.pc += 1;
+                        }
+                    }
+                    Ins::LoopEnd { begin } => {
+                        let again = match th.loops.last_mut() {
+                            Some(top) => {
+                                top.1 -= 1;
+                                top.1 > 0
+                            }
+                            None => false,
+                        };
+                        if again {
+                            th.pc = begin + 1;
+                        } else {
+                            th.loops.pop();
+                            th.pc += 1;
+                        }
+                    }
+                    other => break other,
+                }
+                if acc >= FUSE_MAX_NS {
+                    break Ins::Exit;
+                }
+            };
+            if acc > 0 {
+                // Spend the fused work first; the op at `pc` runs afterwards.
+                self.threads[t as usize].seg_left = acc;
+                self.start_segment(v, acc);
+                return Flow::Started;
+            }
+            let flow = match ins {
+                Ins::SpinLock(i) => self.spin_lock(v, t, i),
+                Ins::SpinUnlock(i) => self.spin_unlock(v, t, i),
+                Ins::MutexLock(i) => self.mutex_lock(v, t, i),
+                Ins::MutexUnlock(i) => self.mutex_unlock(v, t, i),
+                Ins::Barrier(i) => self.barrier(v, t, i),
+                Ins::Push(i) => self.push_op(v, t, i),
+                Ins::Pop(i) => self.pop_op(v, t, i),
+                Ins::Sleep(ns) => {
+                    self.vms[vm].ops[counter::SLEEP] += 1;
+                    self.threads[t as usize].pc += 1;
+                    self.push(self.now + ns, Kind::Timer { thread: t });
+                    self.block_current(v, t, TState::Sleeping)
+                }
+                Ins::Yield(k) => self.yield_op(v, t, k),
+                Ins::Shootdown => self.shootdown(v, t),
+                Ins::Exit => self.thread_exit(v, t),
+                // Timed ops are handled in the inner loop.
+                _ => Flow::Continue,
+            };
+            match flow {
+                Flow::Continue => continue,
+                f => return f,
+            }
+        }
+    }
+
+    fn start_segment(&mut self, v: u32, d: u64) {
+        let now = self.now;
+        let vc = &mut self.vcpus[v as usize];
+        vc.act = Act::Segment;
+        vc.seg_start = now;
+        vc.act_end = now + d;
+        self.set_acct(v, Acct::Run);
+        self.reschedule(v);
+    }
+
+    /// (Re)compute the vCPU's next decision point for a segment or a spin.
+    pub(super) fn reschedule(&mut self, v: u32) {
+        let now = self.now;
+        let vc = &self.vcpus[v as usize];
+        let mut at = match vc.act {
+            Act::Segment => {
+                let dev = vc.seg_start.saturating_add(vc.next_device_in);
+                vc.act_end.min(dev)
+            }
+            Act::Spin => {
+                let th = &self.threads[vc.cur as usize];
+                th.spin_deadline.min(vc.ple_at).min(vc.sdb_at)
+            }
+            Act::IdlePoll => vc.sdb_at,
+            _ => return,
+        };
+        let kernel_spin =
+            vc.act == Act::Spin && self.threads[vc.cur as usize].wait == Wait::Shootdown;
+        if vc.act != Act::IdlePoll && !vc.rq.is_empty() && !kernel_spin {
+            at = at.min(vc.slice_end.max(now));
+        }
+        if at == u64::MAX {
+            let vc = &mut self.vcpus[v as usize];
+            vc.gen = vc.gen.wrapping_add(1);
+        } else {
+            self.schedule_step(v, at.max(now));
+        }
+    }
+
+    pub(super) fn segment_done(&mut self, v: u32) {
+        let now = self.now;
+        let vc = &mut self.vcpus[v as usize];
+        let elapsed = now - vc.seg_start;
+        vc.next_device_in = vc.next_device_in.saturating_sub(elapsed);
+        vc.act = Act::Off;
+        let t = vc.cur;
+        let th = &mut self.threads[t as usize];
+        th.cpu_ns += elapsed;
+        th.seg_left = 0;
+        self.resume(v);
+    }
+
+    /// Guest time slice over with other threads waiting: switch threads.
+    pub(super) fn guest_tick(&mut self, v: u32) {
+        let vc = &self.vcpus[v as usize];
+        let t = vc.cur;
+        let kernel_spin = self.threads[t as usize].wait == Wait::Shootdown;
+        if vc.rq.is_empty() || self.now < vc.slice_end || kernel_spin {
+            self.reschedule(v);
+            return;
+        }
+        self.interrupt_act(v);
+        let vm = self.vcpus[v as usize].vm;
+        self.vms[vm as usize].cs_involuntary += 1;
+        let cs = self.platform.cpu.context_switch_ns;
+        let vc = &mut self.vcpus[v as usize];
+        vc.rq.push_back(t);
+        vc.cur = NONE;
+        vc.overhead_left += cs;
+        self.resume(v);
+    }
+
+    /// Stop the running vCPU's activity, keeping its progress.
+    pub(super) fn interrupt_act(&mut self, v: u32) {
+        let now = self.now;
+        let vc = &mut self.vcpus[v as usize];
+        match vc.act {
+            Act::Segment => {
+                let elapsed = now.saturating_sub(vc.seg_start);
+                vc.next_device_in = vc.next_device_in.saturating_sub(elapsed);
+                let left = vc.act_end.saturating_sub(now);
+                let th = &mut self.threads[vc.cur as usize];
+                th.seg_left = left;
+                th.cpu_ns += elapsed;
+            }
+            Act::Spin => self.end_spin(v),
+            Act::Overhead => {
+                vc.overhead_left += vc.act_end.saturating_sub(now);
+            }
+            _ => {}
+        }
+        let vc = &mut self.vcpus[v as usize];
+        vc.act = Act::Off;
+        vc.gen = vc.gen.wrapping_add(1);
+        self.set_acct(v, Acct::Run);
+    }
+
+    /// Close a spin's accounting (time and iterations).
+    fn end_spin(&mut self, v: u32) {
+        let vc = &self.vcpus[v as usize];
+        let elapsed = self.now.saturating_sub(vc.spin_since);
+        let iter = vc.spin_iter_ns;
+        let t = vc.cur;
+        let vm = vc.vm;
+        self.threads[t as usize].cpu_ns += elapsed;
+        self.vms[vm as usize].spin_iters += elapsed as f64 / iter;
+    }
+
+    /// The thread on `v` blocks (or sleeps): the guest switches away.
+    pub(super) fn block_current(&mut self, v: u32, t: u32, state: TState) -> Flow {
+        let vm = self.threads[t as usize].vm as usize;
+        self.threads[t as usize].state = state;
+        if state == TState::Blocked {
+            self.vms[vm].blocks += 1;
+        }
+        self.vms[vm].cs_voluntary += 1;
+        let cs = self.platform.cpu.context_switch_ns;
+        let vc = &mut self.vcpus[v as usize];
+        vc.cur = NONE;
+        vc.overhead_left += cs;
+        Flow::Again
+    }
+
+    /// Make a blocked or sleeping thread runnable. `waker`: the thread that
+    /// woke it (pays the wake and any IPI), or None for a timer.
+    pub(super) fn wake_thread(&mut self, t: u32, waker: Option<u32>) {
+        let th = &mut self.threads[t as usize];
+        th.state = TState::Running;
+        th.wait = Wait::None;
+        th.spin_deadline = u64::MAX;
+        let vm = th.vm;
+        self.vms[vm as usize].wakeups += 1;
+        let target = self.wake_target(t);
+        let was_idle = self.vcpu_idle(target);
+        let rq_was_empty = self.vcpus[target as usize].rq.is_empty();
+        self.vcpus[target as usize].rq.push_back(t);
+        let waker_vcpu = waker.map(|w| self.threads[w as usize].vcpu);
+        if let Some(w) = waker {
+            self.threads[w as usize].carry += self.platform.cpu.wake_ns;
+        }
+        if waker_vcpu == Some(target) {
+            return;
+        }
+        if was_idle {
+            self.kick(target, waker);
+        } else if rq_was_empty {
+            let vc = &self.vcpus[target as usize];
+            if vc.host == HostState::Running && matches!(vc.act, Act::Segment | Act::Spin) {
+                self.reschedule(target);
+            }
+        }
+    }
+
+    fn vcpu_idle(&self, v: u32) -> bool {
+        let vc = &self.vcpus[v as usize];
+        vc.cur == NONE && vc.rq.is_empty()
+    }
+
+    fn wake_target(&self, t: u32) -> u32 {
+        let last = self.threads[t as usize].vcpu;
+        if self.vcpu_idle(last) {
+            return last;
+        }
+        let vm = &self.vms[self.threads[t as usize].vm as usize];
+        let (first, n) = (vm.first_vcpu, vm.n_vcpus);
+        let off = last - first;
+        (1..n)
+            .map(|i| first + (off + i) % n)
+            .find(|&u| self.vcpu_idle(u))
+            .unwrap_or(last)
+    }
+
+    /// Tell idle vCPU `u` it has work: a flag if it polls, an IPI if halted.
+    fn kick(&mut self, u: u32, waker: Option<u32>) {
+        let vm = self.vcpus[u as usize].vm as usize;
+        let costs = self.vms[vm].costs;
+        let vc = &self.vcpus[u as usize];
+        match vc.host {
+            HostState::Running => match vc.act {
+                Act::IdlePoll => {
+                    self.interrupt_act(u);
+                    self.defer(u, costs.poll_notice);
+                }
+                Act::Halting | Act::HaltPoll => {
+                    self.send_ipi_cost(waker, vm);
+                    self.interrupt_act(u);
+                    self.defer(u, costs.halt_poll_wake);
+                }
+                _ => {}
+            },
+            HostState::Queued | HostState::Parked => {}
+            HostState::Halted => {
+                if costs.virtualized {
+                    match waker {
+                        Some(_) => self.send_ipi_cost(waker, vm),
+                        None => self.vcpus[u as usize].exits[exit::TIMER] += 1,
+                    }
+                    let vc = &mut self.vcpus[u as usize];
+                    vc.overhead_left += costs.ipi_receive;
+                    vc.exits[exit::IPI_RECEIVE] += 1;
+                }
+                // Bare metal: the idle loop MWAITs on its need-resched flag
+                // (TIF_POLLING_NRFLAG), so a wakeup is a store, not an IPI; it
+                // costs only the C-state exit latency.
+                let vc = &mut self.vcpus[u as usize];
+                if !vc.wake_pending {
+                    vc.wake_pending = true;
+                    self.push(self.now + costs.wake_latency, Kind::Wake { vcpu: u });
+                }
+            }
+        }
+    }
+
+    /// The waker pays for sending an IPI (an ICR-write exit in a VM).
+    fn send_ipi_cost(&mut self, waker: Option<u32>, vm: usize) {
+        let Some(w) = waker else { return };
+        let costs = self.vms[vm].costs;
+        self.vms[vm].ipis += 1;
+        let th = &mut self.threads[w as usize];
+        th.carry += costs.ipi_send;
+        let wv = th.vcpu;
+        if costs.virtualized {
+            self.vcpus[wv as usize].exits[exit::IPI_SEND] += 1;
+        }
+    }
+
+    /// Let running vCPU `v` continue after `ns` (used to avoid re-entering
+    /// another vCPU's interpreter from inside this one's).
+    pub(super) fn defer(&mut self, v: u32, ns: u64) {
+        let now = self.now;
+        let vc = &mut self.vcpus[v as usize];
+        vc.act = Act::Overhead;
+        vc.act_end = now + ns + std::mem::take(&mut vc.overhead_left);
+        let at = vc.act_end;
+        self.set_acct(v, Acct::Run);
+        self.schedule_step(v, at);
+    }
+
+    /// Nothing to run on `v`.
+    fn go_idle(&mut self, v: u32) {
+        let vm = self.vcpus[v as usize].vm as usize;
+        if self.vms[vm].done_threads == self.vms[vm].n_threads {
+            // The VM has finished: its vCPUs stop for good.
+            let vc = &mut self.vcpus[v as usize];
+            vc.act = Act::Off;
+            vc.host = HostState::Halted;
+            vc.gen = vc.gen.wrapping_add(1);
+            self.set_acct(v, Acct::Off);
+            self.release(v);
+            return;
+        }
+        let costs = self.vms[vm].costs;
+        match self.vms[vm].spec_idle {
+            Idle::Poll => {
+                let vc = &mut self.vcpus[v as usize];
+                vc.act = Act::IdlePoll;
+                vc.sdb_at = u64::MAX;
+                self.set_acct(v, Acct::Idle);
+                let p = self.vcpus[v as usize].pcpu;
+                if self.vms[vm].sdb && !self.pcpus[p as usize].rq.is_empty() {
+                    self.vcpus[v as usize].sdb_at = self.now + costs.sdb_detect;
+                }
+                self.reschedule(v);
+            }
+            Idle::Hlt | Idle::HaltPoll(_) => {
+                if costs.virtualized {
+                    let now = self.now;
+                    let vc = &mut self.vcpus[v as usize];
+                    vc.exits[exit::HLT] += 1;
+                    vc.act = Act::Halting;
+                    vc.act_end = now + costs.hlt_exit;
+                    self.set_acct(v, Acct::Idle);
+                    self.schedule_step(v, now + costs.hlt_exit);
+                } else {
+                    self.halt(v);
+                }
+            }
+        }
+    }
+
+    /// The HLT exit has been handled: halt-poll or block.
+    pub(super) fn halting_done(&mut self, v: u32) {
+        let vm = self.vcpus[v as usize].vm as usize;
+        let p = self.vcpus[v as usize].pcpu;
+        if let Idle::HaltPoll(w) = self.vms[vm].spec_idle {
+            // KVM polls only when nothing else wants the pCPU.
+            if w > 0 && self.pcpus[p as usize].rq.is_empty() {
+                let now = self.now;
+                let vc = &mut self.vcpus[v as usize];
+                vc.act = Act::HaltPoll;
+                vc.act_end = now + w;
+                self.schedule_step(v, now + w);
+                return;
+            }
+        }
+        self.halt(v);
+    }
+
+    /// Block the vCPU in the host: it leaves its pCPU until kicked.
+    pub(super) fn halt(&mut self, v: u32) {
+        let vc = &mut self.vcpus[v as usize];
+        vc.act = Act::Off;
+        vc.host = HostState::Halted;
+        vc.gen = vc.gen.wrapping_add(1);
+        self.set_acct(v, Acct::Idle);
+        self.release(v);
+    }
+
+    /// A shootdown IPI from thread `from` reaches vCPU `u`.
+    pub(super) fn ipi_arrives(&mut self, u: u32, from: u32) {
+        let vm = self.vcpus[u as usize].vm as usize;
+        let costs = self.vms[vm].costs;
+        let vc = &mut self.vcpus[u as usize];
+        vc.irqs.push_back(from);
+        if costs.virtualized {
+            vc.exits[exit::IPI_RECEIVE] += 1;
+        }
+        match vc.host {
+            HostState::Running => match vc.act {
+                Act::Handler => {}
+                Act::Halting | Act::HaltPoll => {
+                    self.interrupt_act(u);
+                    self.vcpus[u as usize].overhead_left += costs.halt_poll_wake;
+                    self.resume(u);
+                }
+                _ => {
+                    self.interrupt_act(u);
+                    self.vcpus[u as usize].overhead_left += costs.ipi_receive;
+                    self.resume(u);
+                }
+            },
+            HostState::Queued | HostState::Parked => vc.overhead_left += costs.ipi_receive,
+            HostState::Halted => {
+                vc.overhead_left += costs.ipi_receive;
+                if !vc.wake_pending {
+                    vc.wake_pending = true;
+                    self.push(self.now + costs.wake_latency, Kind::Wake { vcpu: u });
+                }
+            }
+        }
+    }
+
+    /// A shootdown handler finished on `u`: acknowledge.
+    pub(super) fn handler_done(&mut self, u: u32) {
+        let vc = &mut self.vcpus[u as usize];
+        vc.act = Act::Off;
+        if let Some(from) = vc.irqs.pop_front() {
+            let th = &mut self.threads[from as usize];
+            th.acks_pending = th.acks_pending.saturating_sub(1);
+            if th.acks_pending == 0 && th.wait == Wait::Shootdown {
+                let lt = self.platform.cpu.line_transfer_ns;
+                self.grant(from, lt);
+            }
+        }
+        if self.vcpus[u as usize].host == HostState::Running
+            && self.vcpus[u as usize].act == Act::Off
+        {
+            self.resume(u);
+        }
+    }
+
+    /// Start a shootdown from thread `t` on `v`.
+    fn shootdown(&mut self, v: u32, t: u32) -> Flow {
+        let vm = self.threads[t as usize].vm as usize;
+        self.vms[vm].ops[counter::SHOOTDOWN] += 1;
+        self.threads[t as usize].pc += 1;
+        let (first, n) = (self.vms[vm].first_vcpu, self.vms[vm].n_vcpus);
+        let costs = self.vms[vm].costs;
+        let handler = self.platform.cpu.shootdown_handler_ns;
+        if n == 1 {
+            self.threads[t as usize].carry += handler;
+            return Flow::Continue;
+        }
+        let mut sent = 0u64;
+        for u in (first..first + n).filter(|&u| u != v) {
+            sent += costs.ipi_send;
+            self.push(self.now + sent, Kind::Ipi { vcpu: u, from: t });
+        }
+        self.vms[vm].ipis += (n - 1) as u64;
+        if costs.virtualized {
+            self.vcpus[v as usize].exits[exit::IPI_SEND] += (n - 1) as u64;
+        }
+        let th = &mut self.threads[t as usize];
+        th.acks_pending = n - 1;
+        th.state = TState::Spinning;
+        th.wait = Wait::Shootdown;
+        th.spin_deadline = u64::MAX;
+        // Sending, then the local flush, then spin for the acks.
+        self.vcpus[v as usize].overhead_left += sent + handler;
+        Flow::Again
+    }
+
+    fn yield_op(&mut self, v: u32, t: u32, k: u64) -> Flow {
+        let vm = self.threads[t as usize].vm as usize;
+        self.vms[vm].ops[counter::YIELD] += k;
+        let th = &mut self.threads[t as usize];
+        th.pc += 1;
+        th.carry += k * self.platform.cpu.yield_ns;
+        if self.vcpus[v as usize].rq.is_empty() {
+            return Flow::Continue;
+        }
+        self.vms[vm].cs_voluntary += 1;
+        let cs = self.platform.cpu.context_switch_ns;
+        let vc = &mut self.vcpus[v as usize];
+        vc.rq.push_back(t);
+        vc.cur = NONE;
+        vc.overhead_left += cs;
+        Flow::Again
+    }
+
+    fn thread_exit(&mut self, v: u32, t: u32) -> Flow {
+        let now = self.now;
+        let th = &mut self.threads[t as usize];
+        th.state = TState::Done;
+        th.end_ns = now;
+        let vm = th.vm as usize;
+        self.vms[vm].done_threads += 1;
+        if self.vms[vm].done_threads == self.vms[vm].n_threads {
+            self.vms[vm].end_ns = now;
+            self.vms_done += 1;
+            self.vm_finished(vm as u32);
+        }
+        self.vcpus[v as usize].cur = NONE;
+        Flow::Again
+    }
+
+    /// Stop the finished VM's idle vCPUs so they give their pCPUs back.
+    fn vm_finished(&mut self, vm: u32) {
+        let (first, n) = (
+            self.vms[vm as usize].first_vcpu,
+            self.vms[vm as usize].n_vcpus,
+        );
+        for u in first..first + n {
+            let vc = &self.vcpus[u as usize];
+            if vc.host == HostState::Running
+                && matches!(vc.act, Act::IdlePoll | Act::HaltPoll | Act::Halting)
+            {
+                self.interrupt_act(u);
+                let vc = &mut self.vcpus[u as usize];
+                vc.host = HostState::Halted;
+                self.set_acct(u, Acct::Off);
+                self.release(u);
+            } else if vc.host == HostState::Halted {
+                self.set_acct(u, Acct::Off);
+            }
+        }
+    }
+
+    /// A sleeping thread's timer expired.
+    pub(super) fn timer_fires(&mut self, t: u32) {
+        if self.threads[t as usize].state == TState::Sleeping {
+            self.wake_thread(t, None);
+        }
+    }
+
+    /// The thread's spin wait is satisfied (lock granted, barrier open, acks
+    /// in): it continues after `extra` ns (the cache-line transfer).
+    pub(super) fn grant(&mut self, t: u32, extra: u64) {
+        let th = &mut self.threads[t as usize];
+        th.state = TState::Running;
+        th.wait = Wait::None;
+        th.spin_deadline = u64::MAX;
+        let v = th.vcpu;
+        let vc = &self.vcpus[v as usize];
+        if vc.cur == t && vc.host == HostState::Running && vc.act == Act::Spin {
+            self.interrupt_act(v);
+            self.defer(v, extra);
+        } else {
+            self.threads[t as usize].carry += extra;
+        }
+    }
+}

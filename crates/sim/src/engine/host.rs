@@ -1,0 +1,453 @@
+//! Host scheduling of vCPUs on pCPUs.
+//!
+//! - Proportional fair share: each pCPU round-robins the vCPUs in its run queue
+//!   with a time slice (equal weights, so every runnable vCPU gets an equal
+//!   share, as with CFS or Xen's credit scheduler). A waking vCPU goes to its
+//!   last pCPU if idle, else to any idle pCPU it may use (the idle bitmap makes
+//!   this O(pCPUs/64)), else back to its last pCPU's queue. A pCPU that goes
+//!   idle steals a queued vCPU allowed on it, looking at its own LLC domain first.
+//! - Affinity restricts a vCPU to a contiguous pCPU range (one pCPU when pinned).
+//! - Logical partitioning gives each VM its own range (set up in `Sim::new`).
+//! - Gang scheduling runs all vCPUs of a group of VMs on fixed pCPUs for one
+//!   slice, then rotates; a halted vCPU leaves its pCPU idle for the slice.
+//! - Safe-point-aware preemption defers a slice-end preemption while the vCPU
+//!   is unsafe (holds a spin lock or is inside a shootdown), up to a grace period.
+
+use super::{Acct, Act, HostState, Sim, NONE};
+use crate::events::Kind;
+use crate::scenario::{PolicyKind, Scenario};
+
+impl Sim {
+    /// Every vCPU starts runnable at time 0 (the workload's threads start together).
+    pub(super) fn start(&mut self) {
+        if self.policy.kind == PolicyKind::Gang {
+            for v in 0..self.vcpus.len() as u32 {
+                self.vcpus[v as usize].host = HostState::Parked;
+                self.set_acct(v, Acct::Steal);
+            }
+            self.gang_tick();
+            return;
+        }
+        for v in 0..self.vcpus.len() as u32 {
+            self.make_ready(v);
+        }
+    }
+
+    #[inline]
+    pub(super) fn set_bit_idle(&mut self, p: u32, idle: bool) {
+        let (w, b) = ((p / 64) as usize, p % 64);
+        if idle {
+            self.idle_bits[w] |= 1 << b;
+        } else {
+            self.idle_bits[w] &= !(1 << b);
+        }
+    }
+
+    #[inline]
+    fn set_bit_busy_rq(&mut self, p: u32) {
+        let (w, b) = ((p / 64) as usize, p % 64);
+        if self.pcpus[p as usize].rq.is_empty() {
+            self.busy_rq_bits[w] &= !(1 << b);
+        } else {
+            self.busy_rq_bits[w] |= 1 << b;
+        }
+    }
+
+    /// First set bit of `bits` in `lo..hi`, searching from `from` and wrapping.
+    fn find_bit(bits: &[u64], lo: u32, hi: u32, from: u32) -> Option<u32> {
+        let scan = |a: u32, b: u32| -> Option<u32> {
+            let mut i = a;
+            while i < b {
+                let w = bits[(i / 64) as usize] >> (i % 64);
+                if w == 0 {
+                    i = (i / 64 + 1) * 64;
+                    continue;
+                }
+                let c = i + w.trailing_zeros();
+                return (c < b).then_some(c);
+            }
+            None
+        };
+        let from = from.clamp(lo, hi.saturating_sub(1));
+        scan(from, hi).or_else(|| scan(lo, from))
+    }
+
+    /// A vCPU that was halted (or parked) becomes runnable.
+    pub(super) fn make_ready(&mut self, v: u32) {
+        let vm = self.vcpus[v as usize].vm;
+        if self.policy.kind == PolicyKind::Gang {
+            let vmr = &self.vms[vm as usize];
+            if vmr.gang_active {
+                let p = vmr.gang_base + self.vcpus[v as usize].index;
+                if self.pcpus[p as usize].cur == NONE {
+                    self.dispatch(p, v);
+                    return;
+                }
+            }
+            self.vcpus[v as usize].host = HostState::Parked;
+            self.set_acct(v, Acct::Steal);
+            return;
+        }
+        let p = self.choose_pcpu(v);
+        if self.pcpus[p as usize].cur == NONE {
+            self.dispatch(p, v);
+        } else {
+            self.enqueue(p, v);
+        }
+    }
+
+    fn choose_pcpu(&self, v: u32) -> u32 {
+        let vc = &self.vcpus[v as usize];
+        let (lo, hi, last) = (vc.lo, vc.hi, vc.last_pcpu);
+        let in_range = last != NONE && last >= lo && last < hi;
+        if in_range && self.pcpus[last as usize].cur == NONE {
+            return last;
+        }
+        // Idle pCPU, nearest (same LLC domain first) to where it ran last.
+        let from = if in_range {
+            (last / self.per_llc) * self.per_llc
+        } else {
+            lo + (vc.index % (hi - lo))
+        };
+        if let Some(p) = Self::find_bit(&self.idle_bits, lo, hi, from) {
+            return p;
+        }
+        if in_range {
+            last
+        } else {
+            lo + (vc.index % (hi - lo))
+        }
+    }
+
+    fn enqueue(&mut self, p: u32, v: u32) {
+        let vc = &mut self.vcpus[v as usize];
+        vc.host = HostState::Queued;
+        vc.pcpu = p;
+        vc.act = Act::Off;
+        self.pcpus[p as usize].rq.push_back(v);
+        self.set_bit_busy_rq(p);
+        self.set_acct(v, Acct::Steal);
+        self.arm_slice(p);
+        self.arm_sdb_false_positive(p);
+    }
+
+    /// Make sure a slice-end event is pending for `p` while others wait.
+    pub(super) fn arm_slice(&mut self, p: u32) {
+        let pc = &mut self.pcpus[p as usize];
+        if pc.slice_armed || pc.cur == NONE || pc.rq.is_empty() {
+            return;
+        }
+        pc.slice_armed = true;
+        let (dispatched, gen) = (pc.dispatched_at, pc.slice_gen);
+        let at = (dispatched + self.slice_len()).max(self.now);
+        self.push(at, Kind::Slice { pcpu: p, gen });
+    }
+
+    /// The length of one host slice. Host ticks, wakeups and other load keep
+    /// real pCPUs from switching in lockstep; without that, equal slices on all
+    /// pCPUs started together would amount to accidental gang scheduling. A
+    /// uniform ±25% jitter (seeded) models it.
+    fn slice_len(&mut self) -> u64 {
+        let u = self.rand_f64();
+        (self.slice_ns as f64 * (0.75 + 0.5 * u)) as u64
+    }
+
+    /// Put `v` on idle pCPU `p` and let it run.
+    pub(super) fn dispatch(&mut self, p: u32, v: u32) {
+        let vm = self.vcpus[v as usize].vm;
+        let switch = if self.pcpus[p as usize].last_vcpu == v {
+            0
+        } else {
+            self.vms[vm as usize].costs.switch
+        };
+        let warm = self.warmup_cost(v, p);
+        {
+            let vc = &self.vcpus[v as usize];
+            if vc.last_pcpu != NONE && vc.last_pcpu != p {
+                self.vms[vm as usize].migrations += 1;
+            }
+        }
+        let domain = self.pcpus[p as usize].domain;
+        let vmr = &mut self.vms[vm as usize];
+        vmr.running += 1;
+        vmr.running_per_domain[domain as usize] += 1;
+        vmr.warmup_ns += warm;
+        let vc = &mut self.vcpus[v as usize];
+        vc.host = HostState::Running;
+        vc.pcpu = p;
+        vc.last_pcpu = p;
+        vc.act = Act::Off;
+        vc.ple_shift = 0;
+        vc.overhead_left += switch + warm;
+        let pc = &mut self.pcpus[p as usize];
+        pc.cur = v;
+        pc.last_vcpu = v;
+        pc.dispatched_at = self.now;
+        pc.slice_gen = pc.slice_gen.wrapping_add(1);
+        pc.slice_armed = false;
+        pc.sdb_armed = false;
+        pc.want_preempt = false;
+        self.set_bit_idle(p, false);
+        self.set_acct(v, Acct::Run);
+        self.arm_slice(p);
+        self.arm_sdb_false_positive(p);
+        self.resume(v);
+    }
+
+    /// `v` leaves its pCPU without being runnable (halted, VM finished).
+    pub(super) fn release(&mut self, v: u32) {
+        let p = self.vcpus[v as usize].pcpu;
+        self.leave_pcpu(v, p);
+        self.pcpu_next(p);
+    }
+
+    fn leave_pcpu(&mut self, v: u32, p: u32) {
+        let vm = self.vcpus[v as usize].vm;
+        let domain = self.pcpus[p as usize].domain;
+        let vmr = &mut self.vms[vm as usize];
+        vmr.running -= 1;
+        vmr.running_per_domain[domain as usize] -= 1;
+        let pc = &mut self.pcpus[p as usize];
+        pc.cur = NONE;
+        pc.slice_gen = pc.slice_gen.wrapping_add(1);
+        pc.slice_armed = false;
+        pc.want_preempt = false;
+    }
+
+    /// `p` has nothing running: take the next queued vCPU, steal one, or idle.
+    fn pcpu_next(&mut self, p: u32) {
+        if self.policy.kind == PolicyKind::Gang {
+            self.set_bit_idle(p, true);
+            return;
+        }
+        if let Some(v) = self.pcpus[p as usize].rq.pop_front() {
+            self.set_bit_busy_rq(p);
+            self.dispatch(p, v);
+            return;
+        }
+        if let Some(v) = self.steal(p) {
+            self.dispatch(p, v);
+            return;
+        }
+        self.set_bit_idle(p, true);
+    }
+
+    /// A queued vCPU from another pCPU that may run on `p`.
+    fn steal(&mut self, p: u32) -> Option<u32> {
+        let n = self.pcpus.len() as u32;
+        let start = (p / self.per_llc) * self.per_llc;
+        let mut q = start;
+        // Bounded: in huge hosts give up after a few candidate queues rather
+        // than scanning them all on every idle transition.
+        for _ in 0..64 {
+            let c = Self::find_bit(&self.busy_rq_bits, 0, n, q)?;
+            let rq = &self.pcpus[c as usize].rq;
+            if let Some(pos) = rq.iter().take(8).position(|&v| {
+                let vc = &self.vcpus[v as usize];
+                vc.lo <= p && p < vc.hi
+            }) {
+                let v = self.pcpus[c as usize].rq.remove(pos)?;
+                self.set_bit_busy_rq(c);
+                return Some(v);
+            }
+            q = (c + 1) % n;
+            if q == start {
+                break;
+            }
+        }
+        None
+    }
+
+    /// Preempt the vCPU running on `p` and run the next queued one.
+    pub(super) fn preempt(&mut self, p: u32) -> bool {
+        let v = self.pcpus[p as usize].cur;
+        if v == NONE || self.pcpus[p as usize].rq.is_empty() {
+            return false;
+        }
+        self.interrupt_act(v);
+        let vm = self.vcpus[v as usize].vm;
+        if self.vms[vm as usize].costs.virtualized {
+            self.vcpus[v as usize].exits[super::exit::PREEMPT] += 1;
+        }
+        self.leave_pcpu(v, p);
+        let next = self.pcpus[p as usize].rq.pop_front();
+        self.enqueue(p, v);
+        if let Some(n) = next {
+            self.set_bit_busy_rq(p);
+            self.dispatch(p, n);
+        }
+        true
+    }
+
+    pub(super) fn slice_end(&mut self, p: u32) {
+        self.pcpus[p as usize].slice_armed = false;
+        let v = self.pcpus[p as usize].cur;
+        if v == NONE || self.pcpus[p as usize].rq.is_empty() {
+            return;
+        }
+        if let Some(grace) = self.policy.safe_point_grace_ns {
+            let deadline = self.pcpus[p as usize].dispatched_at + self.slice_ns + grace;
+            if self.now < deadline && !self.vcpu_safe(v) {
+                let pc = &mut self.pcpus[p as usize];
+                pc.want_preempt = true;
+                pc.slice_armed = true;
+                let gen = pc.slice_gen;
+                self.push(deadline, Kind::Slice { pcpu: p, gen });
+                return;
+            }
+        }
+        let _ = self.preempt(p);
+    }
+
+    /// Safe to preempt: no spin lock held, not inside a shootdown (kernel).
+    pub(super) fn vcpu_safe(&self, v: u32) -> bool {
+        let vc = &self.vcpus[v as usize];
+        if !vc.irqs.is_empty() || vc.act == Act::Handler {
+            return false;
+        }
+        let t = vc.cur;
+        if t == NONE {
+            return true;
+        }
+        let th = &self.threads[t as usize];
+        th.spin_locks_held == 0 && th.acks_pending == 0
+    }
+
+    /// Called when a vCPU may have become safe: run a deferred preemption.
+    pub(super) fn safe_point_reached(&mut self, v: u32) -> bool {
+        let vc = &self.vcpus[v as usize];
+        if vc.host != HostState::Running {
+            return false;
+        }
+        let p = vc.pcpu;
+        self.pcpus[p as usize].want_preempt && self.vcpu_safe(v) && self.preempt(p)
+    }
+
+    /// A kick (IPI or timer) reaches a halted vCPU's host thread.
+    pub(super) fn wake_arrives(&mut self, v: u32) {
+        let vc = &mut self.vcpus[v as usize];
+        vc.wake_pending = false;
+        if vc.host != HostState::Halted {
+            return;
+        }
+        let vm = vc.vm;
+        if self.vms[vm as usize].done_threads == self.vms[vm as usize].n_threads {
+            return;
+        }
+        self.make_ready(v);
+    }
+
+    /// Yield the pCPU after a spin was detected (PLE or SDB): to a queued vCPU
+    /// of the same VM if there is one (KVM's directed yield), else to the next
+    /// queued vCPU. Returns false when there is nobody to yield to.
+    pub(super) fn spin_yield(&mut self, v: u32) -> bool {
+        let p = self.vcpus[v as usize].pcpu;
+        let vm = self.vcpus[v as usize].vm;
+        let rq = &self.pcpus[p as usize].rq;
+        if let Some(pos) = rq.iter().position(|&u| self.vcpus[u as usize].vm == vm) {
+            if pos > 0 {
+                let pc = &mut self.pcpus[p as usize];
+                if let Some(u) = pc.rq.remove(pos) {
+                    pc.rq.push_front(u);
+                }
+            }
+        } else if self.policy.kind != PolicyKind::Gang {
+            // Directed yield across pCPUs: pull a preempted sibling here.
+            let first = self.vms[vm as usize].first_vcpu;
+            let n = self.vms[vm as usize].n_vcpus;
+            let cand = (first..first + n).find(|&u| {
+                let uc = &self.vcpus[u as usize];
+                u != v && uc.host == HostState::Queued && uc.lo <= p && p < uc.hi
+            });
+            if let Some(u) = cand {
+                let q = self.vcpus[u as usize].pcpu;
+                let qrq = &mut self.pcpus[q as usize].rq;
+                if let Some(pos) = qrq.iter().position(|&x| x == u) {
+                    qrq.remove(pos);
+                    self.set_bit_busy_rq(q);
+                    self.pcpus[p as usize].rq.push_front(u);
+                    self.set_bit_busy_rq(p);
+                }
+            }
+        }
+        self.preempt(p)
+    }
+
+    // ---- gang scheduling ----
+
+    /// Group VMs first-fit into gangs that fit the host together.
+    pub(super) fn setup_gangs(&mut self, s: &Scenario) {
+        let mut groups: Vec<Vec<u32>> = Vec::new();
+        let mut used = u32::MAX;
+        for (k, vm) in s.vms.iter().enumerate() {
+            if used.saturating_add(vm.vcpus) > s.pcpus {
+                groups.push(Vec::new());
+                used = 0;
+            }
+            self.vms[k].gang_base = used;
+            used += vm.vcpus;
+            if let Some(g) = groups.last_mut() {
+                g.push(k as u32);
+            }
+        }
+        self.gang_groups = groups;
+        self.gang_cursor = self.gang_groups.len().saturating_sub(1);
+    }
+
+    /// Deschedule the running gang and schedule the next one.
+    pub(super) fn gang_tick(&mut self) {
+        let n = self.gang_groups.len();
+        if n == 0 {
+            return;
+        }
+        let old = self.gang_cursor;
+        let next = (old + 1) % n;
+        if n > 1 || !self.vms[self.gang_groups[old][0] as usize].gang_active {
+            if self.vms[self.gang_groups[old][0] as usize].gang_active {
+                for k in self.gang_groups[old].clone() {
+                    self.vms[k as usize].gang_active = false;
+                    let first = self.vms[k as usize].first_vcpu;
+                    for v in first..first + self.vms[k as usize].n_vcpus {
+                        self.gang_deschedule(v);
+                    }
+                }
+            }
+            self.gang_cursor = next;
+            for k in self.gang_groups[next].clone() {
+                self.vms[k as usize].gang_active = true;
+                let first = self.vms[k as usize].first_vcpu;
+                for v in first..first + self.vms[k as usize].n_vcpus {
+                    let vc = &self.vcpus[v as usize];
+                    let done = self.vms[k as usize].done_threads == self.vms[k as usize].n_threads;
+                    if !done && vc.host == HostState::Parked {
+                        let p = self.vms[k as usize].gang_base + vc.index;
+                        self.dispatch(p, v);
+                    }
+                }
+            }
+        }
+        if n > 1 {
+            let at = self.now + self.slice_ns;
+            self.push(at, Kind::Gang);
+        }
+    }
+
+    fn gang_deschedule(&mut self, v: u32) {
+        if self.vcpus[v as usize].host != HostState::Running {
+            return;
+        }
+        let act = self.vcpus[v as usize].act;
+        let p = self.vcpus[v as usize].pcpu;
+        self.interrupt_act(v);
+        self.leave_pcpu(v, p);
+        self.set_bit_idle(p, true);
+        let vc = &mut self.vcpus[v as usize];
+        if matches!(act, Act::Halting | Act::HaltPoll) {
+            vc.host = HostState::Halted;
+            self.set_acct(v, Acct::Idle);
+        } else {
+            vc.host = HostState::Parked;
+            self.set_acct(v, Acct::Steal);
+        }
+    }
+}

@@ -1,0 +1,855 @@
+//! The simulation engine: state of pCPUs, vCPUs, threads and synchronization
+//! objects, and the event loop. The model's parts live in submodules that each
+//! add `impl Sim` methods:
+//!
+//! - [`host`]: host scheduling (fair share, gang, partitioning, affinity, time
+//!   slices, safe points, idle stealing),
+//! - [`guest`]: the guest OS (threads on vCPUs, guest scheduler, idle, wakeups,
+//!   shootdowns) and the interpreter of the program,
+//! - [`sync`]: spin locks, mutexes, barriers and queues,
+//! - [`vmm`]: exits, PLE, the Spin Detection Buffer, device-emulation sync,
+//! - [`cache`]: the first-order cache model.
+//!
+//! Time is in integer nanoseconds. Everything is deterministic for a seed: the
+//! only randomness (SDB false positives) comes from a seeded generator, and the
+//! event queue breaks ties by insertion order.
+
+mod cache;
+mod guest;
+mod host;
+mod sync;
+mod vmm;
+
+use crate::code::{compile, GroupCode, Ins};
+use crate::events::{Kind, Queue};
+use crate::platform::Platform;
+use crate::scenario::{Affinity, Idle, Policy, PolicyKind, Scenario, VmSpec};
+use crate::SimError;
+use smplab_workload::spec::{BarrierWait, SpinKind};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// Where a vCPU is as far as the host scheduler knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostState {
+    /// On pCPU `Vcpu::pcpu`.
+    Running,
+    /// Runnable, waiting in `Pcpu::rq` of `Vcpu::pcpu`.
+    Queued,
+    /// Runnable, but its gang is not scheduled.
+    Parked,
+    /// Blocked in the host after HLT (or the VM has finished).
+    Halted,
+}
+
+/// What a running vCPU is doing; only meaningful while `HostState::Running`
+/// (otherwise `Off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Act {
+    Off,
+    /// Paying a cost (exit, switch, warm-up) until `act_end`.
+    Overhead,
+    /// Running the handler of the first queued shootdown IPI.
+    Handler,
+    /// The current thread runs user work until `act_end`.
+    Segment,
+    /// The current thread spins (see `Thread::wait`).
+    Spin,
+    /// Guest idle loop polling.
+    IdlePoll,
+    /// HLT exit in progress.
+    Halting,
+    /// Host halt-polling after HLT.
+    HaltPoll,
+}
+
+/// Time accounting buckets of a vCPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acct {
+    Run,
+    Spin,
+    Idle,
+    Steal,
+    Off,
+}
+
+/// Exit reasons counted per vCPU; names are the record's keys.
+pub(crate) mod exit {
+    pub const HLT: usize = 0;
+    pub const IPI_SEND: usize = 1;
+    pub const IPI_RECEIVE: usize = 2;
+    pub const PLE: usize = 3;
+    pub const SDB: usize = 4;
+    pub const PREEMPT: usize = 5;
+    pub const DEVICE: usize = 6;
+    pub const TIMER: usize = 7;
+    pub const N: usize = 8;
+    pub const NAMES: [&str; N] = [
+        "hlt",
+        "apic_icr",
+        "apic_eoi",
+        "ple",
+        "sdb",
+        "preemption",
+        "io",
+        "timer",
+    ];
+}
+
+pub(crate) struct Vcpu {
+    pub vm: u32,
+    pub index: u32,
+    pub host: HostState,
+    pub pcpu: u32,
+    pub last_pcpu: u32,
+    pub act: Act,
+    /// Generation: bumped whenever the pending Step event becomes stale.
+    pub gen: u32,
+    pub act_end: u64,
+    pub seg_start: u64,
+    pub overhead_left: u64,
+    /// Current thread or NONE.
+    pub cur: u32,
+    /// Guest run queue of ready threads.
+    pub rq: VecDeque<u32>,
+    /// Initiator threads of shootdowns whose handler must run here.
+    pub irqs: VecDeque<u32>,
+    /// End of the current thread's guest time slice.
+    pub slice_end: u64,
+    pub spin_since: u64,
+    pub spin_iter_ns: f64,
+    pub ple_at: u64,
+    /// PLE window growth (KVM grows the window when a PLE exit finds nobody to yield to).
+    pub ple_shift: u32,
+    pub sdb_at: u64,
+    pub acct: Acct,
+    pub acct_since: u64,
+    pub run_ns: u64,
+    pub spin_ns: u64,
+    pub idle_ns: u64,
+    pub steal_ns: u64,
+    pub exits: [u64; exit::N],
+    /// Allowed pCPUs: `lo .. hi`.
+    pub lo: u32,
+    pub hi: u32,
+    /// Running time left until the next device exit.
+    pub next_device_in: u64,
+    pub wake_pending: bool,
+}
+
+pub(crate) struct Pcpu {
+    pub cur: u32,
+    pub rq: VecDeque<u32>,
+    pub slice_gen: u32,
+    pub slice_armed: bool,
+    pub sdb_armed: bool,
+    pub dispatched_at: u64,
+    pub last_vcpu: u32,
+    pub want_preempt: bool,
+    pub domain: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TState {
+    /// Runnable: current on a vCPU or in a guest run queue.
+    Running,
+    Spinning,
+    Blocked,
+    Sleeping,
+    Done,
+}
+
+/// What a spinning thread waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    None,
+    SpinLock(u32),
+    /// Adaptive mutex spin phase.
+    Mutex(u32),
+    Barrier(u32),
+    Shootdown,
+}
+
+pub(crate) struct Thread {
+    pub vm: u32,
+    pub group: u32,
+    pub index: u32,
+    pub vcpu: u32,
+    pub pc: u32,
+    pub loops: Vec<(u32, u64)>,
+    pub state: TState,
+    pub wait: Wait,
+    /// A blocking op being retried after a wakeup (not counted again).
+    pub retry: bool,
+    /// Work left of the current (fused) segment.
+    pub seg_left: u64,
+    /// Small costs (atomics, syscalls) added to the next segment.
+    pub carry: u64,
+    /// Absolute end of the current spin phase (u64::MAX: unlimited).
+    pub spin_deadline: u64,
+    /// Spinning time left before giving up (spin-then-block, adaptive mutex);
+    /// counts only time actually spinning on a pCPU.
+    pub spin_budget: u64,
+    pub spin_locks_held: u32,
+    pub acks_pending: u32,
+    pub end_ns: u64,
+    pub cpu_ns: u64,
+    /// Private-cache lines of private and of shared data this thread needs warm.
+    pub private_lines: u64,
+    pub shared_lines: u64,
+}
+
+pub(crate) struct SpinLockSt {
+    pub holder: u32,
+    pub waiters: Vec<u32>,
+    pub kind: SpinKind,
+    pub pause: bool,
+}
+
+pub(crate) struct MutexSt {
+    pub holder: u32,
+    pub spinners: Vec<u32>,
+    pub blocked: VecDeque<u32>,
+    pub spin_limit: u32,
+}
+
+pub(crate) struct BarrierSt {
+    pub parties: u32,
+    pub arrived: u32,
+    pub waiters: Vec<u32>,
+    pub wait: BarrierWait,
+    pub spin_limit: u32,
+    pub pause: bool,
+}
+
+pub(crate) struct QueueSt {
+    pub count: u32,
+    pub capacity: u32,
+    pub pushers: VecDeque<u32>,
+    pub poppers: VecDeque<u32>,
+}
+
+/// Effective costs of one VM (virtualized or native), resolved once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Costs {
+    pub virtualized: bool,
+    pub ipi_send: u64,
+    pub ipi_receive: u64,
+    pub hlt_exit: u64,
+    pub wake_latency: u64,
+    pub halt_poll_wake: u64,
+    pub poll_notice: u64,
+    pub switch: u64,
+    pub exit: u64,
+    pub user_exit: u64,
+    pub sdb_detect: u64,
+    pub sdb_fp: f64,
+}
+
+pub(crate) struct Vm {
+    pub spec_idle: Idle,
+    pub ple: crate::scenario::Ple,
+    pub sdb: bool,
+    pub devices: Option<crate::scenario::Devices>,
+    pub costs: Costs,
+    pub code: Arc<Vec<GroupCode>>,
+    pub first_thread: u32,
+    pub n_threads: u32,
+    pub first_vcpu: u32,
+    pub n_vcpus: u32,
+    pub spin_locks: Vec<SpinLockSt>,
+    pub mutexes: Vec<MutexSt>,
+    pub barriers: Vec<BarrierSt>,
+    pub queues: Vec<QueueSt>,
+    pub ops: [u64; 13],
+    pub spin_iters: f64,
+    pub blocks: u64,
+    pub wakeups: u64,
+    pub cs_voluntary: u64,
+    pub cs_involuntary: u64,
+    pub done_threads: u32,
+    pub end_ns: u64,
+    pub running: u32,
+    pub running_per_domain: Vec<u32>,
+    pub ipis: u64,
+    pub migrations: u64,
+    pub warmup_ns: u64,
+    pub device_busy_until: u64,
+    pub device_sync_acc: f64,
+    pub device_bypass_acc: f64,
+    pub device_wait_ns: u64,
+    pub gang_active: bool,
+    pub gang_base: u32,
+}
+
+pub(crate) struct Sim {
+    pub now: u64,
+    pub q: Queue,
+    pub platform: Platform,
+    pub policy: Policy,
+    pub slice_ns: u64,
+    pub pcpus: Vec<Pcpu>,
+    pub vcpus: Vec<Vcpu>,
+    pub threads: Vec<Thread>,
+    pub vms: Vec<Vm>,
+    /// One bit per pCPU: idle.
+    pub idle_bits: Vec<u64>,
+    /// One bit per pCPU: run queue not empty.
+    pub busy_rq_bits: Vec<u64>,
+    pub domains: u32,
+    pub per_llc: u32,
+    pub rng: u64,
+    pub vms_done: u32,
+    pub gang_groups: Vec<Vec<u32>>,
+    pub gang_cursor: usize,
+}
+
+/// What the engine hands back per VM.
+pub(crate) struct VmOutcome {
+    pub finished: bool,
+    pub wall_ns: u64,
+    pub threads: Vec<(u32, u32, u64, u64)>,
+    pub ops: [u64; 13],
+    pub spin_iterations: u64,
+    pub blocks: u64,
+    pub wakeups: u64,
+    pub cs_voluntary: u64,
+    pub cs_involuntary: u64,
+    pub exits: [u64; exit::N],
+    pub spin_ns: u64,
+    pub idle_ns: u64,
+    pub steal_ns: u64,
+    pub ipis: u64,
+    pub migrations: u64,
+    pub warmup_ns: u64,
+    pub device_wait_ns: u64,
+    pub finished_threads: u32,
+}
+
+pub(crate) struct RunOutcome {
+    pub vms: Vec<VmOutcome>,
+    pub events: u64,
+    pub end_ns: u64,
+}
+
+impl Sim {
+    pub fn new(s: &Scenario) -> Result<Sim, SimError> {
+        s.check()?;
+        let p = &s.platform;
+        let per_llc = s
+            .topology
+            .pcpus_per_llc
+            .unwrap_or(p.cache.pcpus_per_llc)
+            .max(1);
+        let domains = s.pcpus.div_ceil(per_llc);
+        let slice_ns = s.policy.time_slice_ns.unwrap_or(p.defaults.time_slice_ns);
+        let words = (s.pcpus as usize).div_ceil(64);
+        let mut sim = Sim {
+            now: 0,
+            q: Queue::with_capacity(1024),
+            platform: p.clone(),
+            policy: s.policy,
+            slice_ns,
+            pcpus: (0..s.pcpus)
+                .map(|i| Pcpu {
+                    cur: NONE,
+                    rq: VecDeque::new(),
+                    slice_gen: 0,
+                    slice_armed: false,
+                    sdb_armed: false,
+                    dispatched_at: 0,
+                    last_vcpu: NONE,
+                    want_preempt: false,
+                    domain: i / per_llc,
+                })
+                .collect(),
+            vcpus: Vec::new(),
+            threads: Vec::new(),
+            vms: Vec::new(),
+            idle_bits: vec![0; words],
+            busy_rq_bits: vec![0; words],
+            domains,
+            per_llc,
+            rng: s.seed ^ 0x9E37_79B9_7F4A_7C15,
+            vms_done: 0,
+            gang_groups: Vec::new(),
+            gang_cursor: 0,
+        };
+        for i in 0..s.pcpus {
+            sim.set_bit_idle(i, true);
+        }
+        let ranges = sim.vm_ranges(s);
+        for (k, spec) in s.vms.iter().enumerate() {
+            sim.add_vm(k as u32, spec, s.virtualized, ranges[k], s.vms.len() as u32)?;
+        }
+        if s.policy.kind == PolicyKind::Gang {
+            sim.setup_gangs(s);
+        }
+        Ok(sim)
+    }
+
+    /// Allowed pCPU range of each VM (the whole host, or its partition).
+    fn vm_ranges(&self, s: &Scenario) -> Vec<(u32, u32)> {
+        let pc = s.pcpus;
+        if s.policy.kind != PolicyKind::Partition {
+            return vec![(0, pc); s.vms.len()];
+        }
+        // Proportional to vCPUs, at least one pCPU each, contiguous.
+        let total: u64 = s.vms.iter().map(|v| v.vcpus as u64).sum();
+        let n = s.vms.len() as u32;
+        let mut out = Vec::with_capacity(s.vms.len());
+        let mut lo = 0u32;
+        let mut acc = 0u64;
+        for (i, v) in s.vms.iter().enumerate() {
+            acc += v.vcpus as u64;
+            let mut hi = ((acc * pc as u64) / total.max(1)) as u32;
+            let remaining_vms = n - i as u32 - 1;
+            hi = hi.max(lo + 1).min(pc - remaining_vms);
+            out.push((lo, hi));
+            lo = hi;
+        }
+        out
+    }
+
+    fn add_vm(
+        &mut self,
+        k: u32,
+        spec: &VmSpec,
+        virtualized: bool,
+        (plo, phi): (u32, u32),
+        n_vms: u32,
+    ) -> Result<(), SimError> {
+        let p = &self.platform;
+        let code = Arc::new(compile(&spec.program, p));
+        let prog = &spec.program;
+        let costs = if virtualized {
+            Costs {
+                virtualized,
+                ipi_send: if spec.apicv {
+                    p.vmm.ipi_send_apicv_ns
+                } else {
+                    p.vmm.ipi_send_ns
+                },
+                ipi_receive: if spec.apicv {
+                    p.vmm.ipi_receive_apicv_ns
+                } else {
+                    p.vmm.ipi_receive_ns
+                },
+                hlt_exit: p.vmm.hlt_exit_ns,
+                wake_latency: p.vmm.hlt_wake_ns,
+                halt_poll_wake: p.vmm.halt_poll_wake_ns,
+                poll_notice: p.vmm.poll_notice_ns,
+                switch: p.vmm.vcpu_switch_ns,
+                exit: p.vmm.exit_ns,
+                user_exit: p.vmm.user_exit_ns,
+                sdb_detect: spec
+                    .sdb
+                    .and_then(|s| s.detect_ns)
+                    .unwrap_or(p.sdb.detect_ns),
+                sdb_fp: spec
+                    .sdb
+                    .and_then(|s| s.false_positive_rate)
+                    .unwrap_or(p.sdb.false_positive_rate),
+            }
+        } else {
+            Costs {
+                virtualized,
+                ipi_send: p.native.ipi_send_ns,
+                ipi_receive: p.native.ipi_receive_ns,
+                hlt_exit: 0,
+                wake_latency: p.native.idle_wake_ns,
+                halt_poll_wake: p.native.idle_wake_ns,
+                poll_notice: p.native.poll_notice_ns,
+                switch: 0,
+                exit: 0,
+                user_exit: 0,
+                sdb_detect: 0,
+                sdb_fp: 0.0,
+            }
+        };
+        let first_thread = self.threads.len() as u32;
+        let first_vcpu = self.vcpus.len() as u32;
+        let n_threads = prog.total_threads();
+        let line = p.cache.line_bytes.max(1);
+        let cap = p.cache.private_bytes;
+        for (ti, (g, idx)) in prog.threads().into_iter().enumerate() {
+            let gc = &code[g];
+            self.threads.push(Thread {
+                vm: k,
+                group: g as u32,
+                index: idx,
+                vcpu: first_vcpu + (ti as u32 % spec.vcpus),
+                pc: 0,
+                loops: Vec::with_capacity(gc.depth),
+                state: TState::Running,
+                wait: Wait::None,
+                retry: false,
+                seg_left: 0,
+                carry: 0,
+                spin_deadline: u64::MAX,
+                spin_budget: u64::MAX,
+                spin_locks_held: 0,
+                acks_pending: 0,
+                end_ns: 0,
+                cpu_ns: 0,
+                private_lines: gc.private_bytes.min(cap) / line,
+                shared_lines: gc.shared_bytes.min(cap.saturating_sub(gc.private_bytes)) / line,
+            });
+        }
+        let len = phi - plo;
+        for i in 0..spec.vcpus {
+            let (lo, hi) = if !virtualized {
+                // Bare metal: CPU i is core i.
+                (i, i + 1)
+            } else {
+                match spec.affinity {
+                    Affinity::Float => (plo, phi),
+                    Affinity::Pin => {
+                        // Spread evenly; different VMs start at different offsets
+                        // so pinned VMs do not all pile onto pCPU 0.
+                        let off = (k as u64 * spec.vcpus as u64 / n_vms.max(1) as u64) as u32;
+                        let p = plo + (i + off) % len;
+                        (p, p + 1)
+                    }
+                    Affinity::Range { first, count } => (first, first + count),
+                }
+            };
+            let mut rq = VecDeque::new();
+            for t in (first_thread..first_thread + n_threads)
+                .skip(i as usize)
+                .step_by(spec.vcpus as usize)
+            {
+                rq.push_back(t);
+            }
+            self.vcpus.push(Vcpu {
+                vm: k,
+                index: i,
+                host: HostState::Halted,
+                pcpu: NONE,
+                last_pcpu: NONE,
+                act: Act::Off,
+                gen: 0,
+                act_end: 0,
+                seg_start: 0,
+                overhead_left: 0,
+                cur: NONE,
+                rq,
+                irqs: VecDeque::new(),
+                slice_end: 0,
+                spin_since: 0,
+                spin_iter_ns: 1.0,
+                ple_at: u64::MAX,
+                ple_shift: 0,
+                sdb_at: u64::MAX,
+                acct: Acct::Off,
+                acct_since: 0,
+                run_ns: 0,
+                spin_ns: 0,
+                idle_ns: 0,
+                steal_ns: 0,
+                exits: [0; exit::N],
+                lo,
+                hi,
+                next_device_in: 0,
+                wake_pending: false,
+            });
+        }
+        let dev_period = spec
+            .devices
+            .filter(|d| d.exits_per_ms > 0.0 && virtualized)
+            .map(|d| (1e6 / d.exits_per_ms) as u64);
+        for v in first_vcpu..first_vcpu + spec.vcpus {
+            self.vcpus[v as usize].next_device_in = dev_period.unwrap_or(u64::MAX);
+        }
+        self.vms.push(Vm {
+            spec_idle: if virtualized { spec.idle } else { Idle::Hlt },
+            ple: if virtualized {
+                spec.ple
+            } else {
+                crate::scenario::Ple::Off
+            },
+            sdb: virtualized && spec.sdb.is_some(),
+            devices: if virtualized { spec.devices } else { None },
+            costs,
+            code,
+            first_thread,
+            n_threads,
+            first_vcpu,
+            n_vcpus: spec.vcpus,
+            spin_locks: prog
+                .spin_locks
+                .iter()
+                .map(|d| SpinLockSt {
+                    holder: NONE,
+                    waiters: Vec::new(),
+                    kind: d.kind,
+                    pause: d.pause,
+                })
+                .collect(),
+            mutexes: prog
+                .mutexes
+                .iter()
+                .map(|d| MutexSt {
+                    holder: NONE,
+                    spinners: Vec::new(),
+                    blocked: VecDeque::new(),
+                    spin_limit: d.spin_limit,
+                })
+                .collect(),
+            barriers: prog
+                .barriers
+                .iter()
+                .map(|d| BarrierSt {
+                    parties: d.parties,
+                    arrived: 0,
+                    waiters: Vec::new(),
+                    wait: d.wait,
+                    spin_limit: d.spin_limit,
+                    pause: d.pause,
+                })
+                .collect(),
+            queues: prog
+                .queues
+                .iter()
+                .map(|d| QueueSt {
+                    count: 0,
+                    capacity: d.capacity,
+                    pushers: VecDeque::new(),
+                    poppers: VecDeque::new(),
+                })
+                .collect(),
+            ops: [0; 13],
+            spin_iters: 0.0,
+            blocks: 0,
+            wakeups: 0,
+            cs_voluntary: 0,
+            cs_involuntary: 0,
+            done_threads: 0,
+            end_ns: 0,
+            running: 0,
+            running_per_domain: vec![0; self.domains as usize],
+            ipis: 0,
+            migrations: 0,
+            warmup_ns: 0,
+            device_busy_until: 0,
+            device_sync_acc: 0.0,
+            device_bypass_acc: 0.0,
+            device_wait_ns: 0,
+            gang_active: false,
+            gang_base: 0,
+        });
+        Ok(())
+    }
+
+    /// splitmix64: small, fast, good enough for sampling false positives.
+    pub fn rand_u64(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn rand_f64(&mut self) -> f64 {
+        (self.rand_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    #[inline]
+    pub fn push(&mut self, at: u64, kind: Kind) {
+        self.q.push(at, kind);
+    }
+
+    /// Move vCPU `v`'s time accounting into bucket `a` from now on.
+    #[inline]
+    pub fn set_acct(&mut self, v: u32, a: Acct) {
+        let now = self.now;
+        let vc = &mut self.vcpus[v as usize];
+        let d = now - vc.acct_since;
+        match vc.acct {
+            Acct::Run => vc.run_ns += d,
+            Acct::Spin => vc.spin_ns += d,
+            Acct::Idle => vc.idle_ns += d,
+            Acct::Steal => vc.steal_ns += d,
+            Acct::Off => {}
+        }
+        vc.acct = a;
+        vc.acct_since = now;
+    }
+
+    /// Schedule the vCPU's next Step at `at` (making earlier ones stale).
+    #[inline]
+    pub fn schedule_step(&mut self, v: u32, at: u64) {
+        let vc = &mut self.vcpus[v as usize];
+        vc.gen = vc.gen.wrapping_add(1);
+        let gen = vc.gen;
+        self.q.push(at, Kind::Step { vcpu: v, gen });
+    }
+
+    #[inline]
+    pub fn ins(&self, t: u32) -> Ins {
+        let th = &self.threads[t as usize];
+        self.vms[th.vm as usize].code[th.group as usize].ins[th.pc as usize]
+    }
+
+    /// Run until every VM finishes or the horizon.
+    pub fn run(&mut self, horizon: Option<u64>) -> Result<RunOutcome, SimError> {
+        self.start();
+        let horizon = horizon.unwrap_or(u64::MAX);
+        let mut stopped_at = None;
+        while self.vms_done < self.vms.len() as u32 {
+            let Some(ev) = self.q.pop() else {
+                let (vm, pending) = self
+                    .vms
+                    .iter()
+                    .enumerate()
+                    .find(|(_, v)| v.done_threads < v.n_threads)
+                    .map(|(i, v)| (i as u32, v.n_threads - v.done_threads))
+                    .unwrap_or((0, 0));
+                return Err(SimError::Stalled {
+                    at_ns: self.now,
+                    pending,
+                    vm,
+                });
+            };
+            if ev.time > horizon {
+                self.now = horizon;
+                stopped_at = Some(horizon);
+                break;
+            }
+            debug_assert!(ev.time >= self.now);
+            self.now = ev.time;
+            self.handle(ev.kind);
+        }
+        let end = stopped_at.unwrap_or(self.now);
+        self.now = end;
+        for v in 0..self.vcpus.len() as u32 {
+            self.set_acct(v, Acct::Off);
+        }
+        Ok(self.outcome(end))
+    }
+
+    fn handle(&mut self, kind: Kind) {
+        match kind {
+            Kind::Step { vcpu, gen } => {
+                if self.vcpus[vcpu as usize].gen == gen {
+                    self.step(vcpu);
+                }
+            }
+            Kind::Slice { pcpu, gen } => {
+                if self.pcpus[pcpu as usize].slice_gen == gen {
+                    self.slice_end(pcpu);
+                }
+            }
+            Kind::Wake { vcpu } => self.wake_arrives(vcpu),
+            Kind::Ipi { vcpu, from } => self.ipi_arrives(vcpu, from),
+            Kind::Timer { thread } => self.timer_fires(thread),
+            Kind::Gang => self.gang_tick(),
+            Kind::SdbFalse { pcpu, gen } => {
+                if self.pcpus[pcpu as usize].slice_gen == gen {
+                    self.sdb_false_positive(pcpu);
+                }
+            }
+        }
+    }
+
+    /// The vCPU's activity reached `act_end` or one of its check points.
+    fn step(&mut self, v: u32) {
+        let now = self.now;
+        let vc = &self.vcpus[v as usize];
+        match vc.act {
+            Act::Off => {}
+            Act::Overhead => {
+                self.vcpus[v as usize].act = Act::Off;
+                self.resume(v);
+            }
+            Act::Handler => self.handler_done(v),
+            Act::Segment => {
+                if now >= vc.act_end {
+                    self.segment_done(v);
+                } else if now - vc.seg_start >= vc.next_device_in {
+                    self.device_exit(v);
+                } else {
+                    self.guest_tick(v);
+                }
+            }
+            Act::Spin => {
+                let t = vc.cur;
+                if now >= self.threads[t as usize].spin_deadline {
+                    self.spin_gives_up(v);
+                } else if now >= vc.ple_at {
+                    self.ple_exit(v);
+                } else if now >= vc.sdb_at {
+                    self.sdb_detects(v);
+                } else {
+                    self.guest_tick(v);
+                }
+            }
+            Act::IdlePoll => {
+                // Only scheduled for the SDB, which classifies the idle loop as a spin.
+                self.sdb_detects(v);
+            }
+            Act::Halting => self.halting_done(v),
+            Act::HaltPoll => self.halt(v),
+        }
+    }
+
+    fn outcome(&self, end: u64) -> RunOutcome {
+        let vms = self
+            .vms
+            .iter()
+            .map(|vm| {
+                let mut exits = [0u64; exit::N];
+                let (mut spin, mut idle, mut steal) = (0, 0, 0);
+                for v in &self.vcpus[vm.first_vcpu as usize..(vm.first_vcpu + vm.n_vcpus) as usize]
+                {
+                    for (a, b) in exits.iter_mut().zip(v.exits) {
+                        *a += b;
+                    }
+                    spin += v.spin_ns;
+                    idle += v.idle_ns;
+                    steal += v.steal_ns;
+                }
+                let finished = vm.done_threads == vm.n_threads;
+                let threads = self.threads
+                    [vm.first_thread as usize..(vm.first_thread + vm.n_threads) as usize]
+                    .iter()
+                    .map(|t| {
+                        let e = if t.state == TState::Done {
+                            t.end_ns
+                        } else {
+                            end
+                        };
+                        (t.group, t.index, e, t.cpu_ns)
+                    })
+                    .collect();
+                VmOutcome {
+                    finished,
+                    wall_ns: if finished { vm.end_ns } else { end },
+                    threads,
+                    ops: vm.ops,
+                    spin_iterations: vm.spin_iters.round() as u64,
+                    blocks: vm.blocks,
+                    wakeups: vm.wakeups,
+                    cs_voluntary: vm.cs_voluntary,
+                    cs_involuntary: vm.cs_involuntary,
+                    exits,
+                    spin_ns: spin,
+                    idle_ns: idle,
+                    steal_ns: steal,
+                    ipis: vm.ipis,
+                    migrations: vm.migrations,
+                    warmup_ns: vm.warmup_ns,
+                    device_wait_ns: vm.device_wait_ns,
+                    finished_threads: vm.done_threads,
+                }
+            })
+            .collect();
+        RunOutcome {
+            vms,
+            events: self.q.popped,
+            end_ns: end,
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! VMM mechanisms beyond scheduling: pause-loop exiting, the Spin Detection
+//! Buffer (spin detection and false positives, both leading to spin-triggered
+//! preemption), and device-model exits with their synchronization (seed 004:
+//! global lock, I/O thread with posted writes, hybrid, fine-grained).
+//! IPI and HLT costs are applied where the guest sends and halts (guest.rs).
+
+use super::{exit, Act, Sim};
+use crate::events::Kind;
+use crate::scenario::DeviceSync;
+
+impl Sim {
+    /// PLE fired: exit, then yield the pCPU if someone can use it. With nobody
+    /// to yield to, KVM grows the window (here: doubles, at most 16x).
+    pub(super) fn ple_exit(&mut self, v: u32) {
+        let vm = self.vcpus[v as usize].vm as usize;
+        let exit_ns = self.vms[vm].costs.exit;
+        self.interrupt_act(v);
+        let vc = &mut self.vcpus[v as usize];
+        vc.exits[exit::PLE] += 1;
+        vc.overhead_left += exit_ns;
+        if self.spin_yield(v) {
+            return;
+        }
+        let vc = &mut self.vcpus[v as usize];
+        vc.ple_shift = (vc.ple_shift + 1).min(4);
+        self.resume(v);
+    }
+
+    /// The SDB classified the vCPU as spinning (or idle-polling): preempt it
+    /// in favour of a waiting vCPU. Re-armed only when someone queues here.
+    pub(super) fn sdb_detects(&mut self, v: u32) {
+        let vm = self.vcpus[v as usize].vm as usize;
+        let exit_ns = self.vms[vm].costs.exit;
+        self.interrupt_act(v);
+        let vc = &mut self.vcpus[v as usize];
+        vc.exits[exit::SDB] += 1;
+        vc.overhead_left += exit_ns;
+        vc.sdb_at = u64::MAX;
+        if self.spin_yield(v) {
+            return;
+        }
+        self.resume(v);
+    }
+
+    /// Arm the SDB on pCPU `p` when vCPUs wait there: detection of a current
+    /// spinner, and the next false positive during useful work.
+    pub(super) fn arm_sdb_false_positive(&mut self, p: u32) {
+        let pc = &self.pcpus[p as usize];
+        let v = pc.cur;
+        if v == super::NONE || pc.rq.is_empty() {
+            return;
+        }
+        let vm = self.vcpus[v as usize].vm as usize;
+        if !self.vms[vm].sdb {
+            return;
+        }
+        let costs = self.vms[vm].costs;
+        let now = self.now;
+        let vc = &mut self.vcpus[v as usize];
+        if matches!(vc.act, Act::Spin | Act::IdlePoll) && vc.sdb_at == u64::MAX {
+            vc.sdb_at = now + costs.sdb_detect;
+            self.reschedule(v);
+        }
+        if !self.pcpus[p as usize].sdb_armed && costs.sdb_fp > 0.0 {
+            self.pcpus[p as usize].sdb_armed = true;
+            let u = self.rand_f64();
+            // Windows until the first misclassification: geometric.
+            let windows = if costs.sdb_fp >= 1.0 {
+                1.0
+            } else {
+                ((1.0 - u).ln() / (1.0 - costs.sdb_fp).ln()).ceil().max(1.0)
+            };
+            let at = now.saturating_add((windows * self.platform.sdb.window_ns as f64) as u64);
+            let gen = self.pcpus[p as usize].slice_gen;
+            self.push(at, Kind::SdbFalse { pcpu: p, gen });
+        }
+    }
+
+    /// A false positive: useful work looked like a spin and gets preempted.
+    pub(super) fn sdb_false_positive(&mut self, p: u32) {
+        self.pcpus[p as usize].sdb_armed = false;
+        let v = self.pcpus[p as usize].cur;
+        if v == super::NONE {
+            return;
+        }
+        if self.vcpus[v as usize].act == Act::Segment && !self.pcpus[p as usize].rq.is_empty() {
+            let vm = self.vcpus[v as usize].vm as usize;
+            let exit_ns = self.vms[vm].costs.exit;
+            let vc = &mut self.vcpus[v as usize];
+            vc.exits[exit::SDB] += 1;
+            vc.overhead_left += exit_ns;
+            let _ = self.preempt(p);
+        } else {
+            self.arm_sdb_false_positive(p);
+        }
+    }
+
+    /// A device-model exit in the middle of a segment.
+    pub(super) fn device_exit(&mut self, v: u32) {
+        self.interrupt_act(v);
+        let vm = self.vcpus[v as usize].vm as usize;
+        let Some(d) = self.vms[vm].devices else {
+            self.resume(v);
+            return;
+        };
+        let costs = self.vms[vm].costs;
+        let service = self.platform.device.service_ns;
+        let now = self.now;
+        let period = (1e6 / d.exits_per_ms) as u64;
+        let take = |acc: &mut f64, frac: f64| {
+            *acc += frac;
+            if *acc >= 1.0 {
+                *acc -= 1.0;
+                true
+            } else {
+                false
+            }
+        };
+        let vmr = &mut self.vms[vm];
+        // Serialized server (global lock or I/O thread): FIFO in time order,
+        // exact because events are processed in time order.
+        let serial = |sync: bool, vmr: &mut super::Vm| -> (u64, u64) {
+            let start = vmr.device_busy_until.max(now);
+            vmr.device_busy_until = start + service;
+            if sync {
+                (start - now, start + service - now)
+            } else {
+                (0, 0)
+            }
+        };
+        let (wait, stall) = match d.sync {
+            DeviceSync::Fine => (0, service),
+            DeviceSync::Global => serial(true, vmr),
+            DeviceSync::IoThread => {
+                let sync = take(&mut vmr.device_sync_acc, d.synchronous);
+                serial(sync, vmr)
+            }
+            DeviceSync::Hybrid { bypass } => {
+                if take(&mut vmr.device_bypass_acc, bypass) {
+                    (0, service)
+                } else {
+                    let sync = take(&mut vmr.device_sync_acc, d.synchronous);
+                    serial(sync, vmr)
+                }
+            }
+        };
+        vmr.device_wait_ns += wait;
+        let vc = &mut self.vcpus[v as usize];
+        vc.exits[exit::DEVICE] += 1;
+        vc.next_device_in = period.max(1);
+        vc.overhead_left += costs.user_exit + stall;
+        self.resume(v);
+    }
+}

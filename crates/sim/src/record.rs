@@ -1,0 +1,115 @@
+//! Building the shared result records from an engine run.
+
+use crate::engine::{exit, RunOutcome};
+use crate::scenario::Scenario;
+use smplab_record::sim::SimSection;
+use smplab_record::{Counters, Executor, Outcome, RunRecord, ThreadTiming, Timing};
+use smplab_workload::program::counter_names;
+
+pub(crate) fn records(
+    s: &Scenario,
+    out: &RunOutcome,
+    native: &[Option<u64>],
+    host_seconds: f64,
+) -> Vec<RunRecord> {
+    let host = smplab_record::HostFacts::detect();
+    s.vms
+        .iter()
+        .zip(&out.vms)
+        .enumerate()
+        .map(|(k, (spec, o))| {
+            let mut r = RunRecord::new(Executor::Sim, spec.workload.clone());
+            r.host = host.clone();
+            r.set_config("platform", s.platform.name.clone());
+            r.set_config("pcpus", s.pcpus);
+            r.set_config("vms", s.vms.len());
+            r.set_config("vcpus", spec.vcpus);
+            r.set_config("policy", s.policy.label());
+            r.set_config("idle", spec.idle.label());
+            r.set_config("affinity", spec.affinity.label());
+            r.set_config("ple", spec.ple.label());
+            r.set_config("apicv", spec.apicv);
+            r.set_config("sdb", spec.sdb.is_some());
+            r.set_config(
+                "sync",
+                spec.devices
+                    .map(|d| d.sync.label())
+                    .unwrap_or_else(|| "none".into()),
+            );
+            r.set_config("seed", s.seed);
+            r.set_config("virtualized", s.virtualized);
+            if !o.finished {
+                r.outcome = Outcome::Failed {
+                    reason: format!(
+                        "simulated horizon of {} ns reached with {} of {} threads finished; raise the horizon or lower the scale",
+                        out.end_ns,
+                        o.finished_threads,
+                        o.threads.len()
+                    ),
+                };
+            }
+            r.timing = Timing {
+                wall_ns: o.wall_ns,
+                total_ns: None,
+                threads: o
+                    .threads
+                    .iter()
+                    .map(|&(g, index, end, cpu)| ThreadTiming {
+                        group: spec
+                            .program
+                            .groups
+                            .get(g as usize)
+                            .map(|g| g.name.clone())
+                            .unwrap_or_default(),
+                        index,
+                        wall_ns: end,
+                        cpu_ns: cpu,
+                    })
+                    .collect(),
+            };
+            r.counters = Counters {
+                ops: counter_names::ALL
+                    .iter()
+                    .zip(o.ops)
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+                spin_iterations: o.spin_iterations,
+                blocks: o.blocks,
+                wakeups: o.wakeups,
+                context_switches_voluntary: o.cs_voluntary,
+                context_switches_involuntary: o.cs_involuntary,
+            };
+            r.sim = Some(SimSection {
+                platform: s.platform.name.clone(),
+                policy: s.policy.label(),
+                seed: s.seed,
+                pcpus: s.pcpus,
+                vms: s.vms.len() as u32,
+                vm_index: k as u32,
+                vcpus: spec.vcpus,
+                exits: if s.virtualized {
+                    exit::NAMES
+                        .iter()
+                        .zip(o.exits)
+                        .map(|(k, v)| (k.to_string(), v))
+                        .collect()
+                } else {
+                    Default::default()
+                },
+                spin_ns: o.spin_ns,
+                idle_ns: o.idle_ns,
+                steal_ns: o.steal_ns,
+                native_wall_ns: native.get(k).copied().flatten(),
+                events: out.events,
+                sim_host_seconds: host_seconds,
+                virtualized: s.virtualized,
+                simulated_ns: out.end_ns,
+                ipis: o.ipis,
+                migrations: o.migrations,
+                warmup_ns: o.warmup_ns,
+                device_wait_ns: o.device_wait_ns,
+            });
+            r
+        })
+        .collect()
+}

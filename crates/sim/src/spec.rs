@@ -1,0 +1,326 @@
+//! Scenario spec files (`smplab sim --spec FILE.toml`): a host and any number
+//! of VMs with their own workloads and settings. Format in docs/sim.md. Every
+//! error names file:line:col.
+
+use crate::error::{locate, SimError};
+use crate::platform::Platform;
+use crate::scenario::{
+    parse_duration, workload_info, Affinity, DeviceSync, Devices, Idle, Ple, Policy, Scenario, Sdb,
+    Topology, VmSpec,
+};
+use serde::Deserialize;
+use serde_spanned::Spanned;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpecFile {
+    platform: Spanned<String>,
+    pcpus: Spanned<u32>,
+    #[serde(default)]
+    pcpus_per_llc: Option<Spanned<u32>>,
+    #[serde(default)]
+    policy: Option<Spanned<String>>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    virtualized: Option<bool>,
+    #[serde(default)]
+    horizon: Option<Spanned<String>>,
+    #[serde(default)]
+    native_reference: Option<bool>,
+    #[serde(default)]
+    vm: Vec<Spanned<VmFile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VmFile {
+    workload: Spanned<String>,
+    #[serde(default)]
+    threads: Option<Spanned<u32>>,
+    #[serde(default)]
+    scale: Option<Spanned<f64>>,
+    vcpus: Spanned<u32>,
+    #[serde(default)]
+    count: Option<Spanned<u32>>,
+    #[serde(default)]
+    idle: Option<Spanned<String>>,
+    #[serde(default)]
+    affinity: Option<Spanned<String>>,
+    #[serde(default)]
+    ple: Option<Spanned<String>>,
+    #[serde(default)]
+    apicv: Option<bool>,
+    #[serde(default)]
+    sdb: Option<bool>,
+    #[serde(default)]
+    sdb_detect_ns: Option<u64>,
+    #[serde(default)]
+    sdb_false_positive_rate: Option<Spanned<f64>>,
+    #[serde(default)]
+    spin_to_block: Option<bool>,
+    #[serde(default)]
+    devices: Option<Spanned<DevicesFile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DevicesFile {
+    exits_per_ms: Spanned<f64>,
+    #[serde(default)]
+    sync: Option<Spanned<String>>,
+    #[serde(default)]
+    synchronous: Option<Spanned<f64>>,
+}
+
+/// Read and check a spec file.
+pub fn load(path: &Path) -> Result<Scenario, SimError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SimError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    parse(&path.display().to_string(), &text, &dir)
+}
+
+/// Parse spec text; workload and platform paths are relative to `dir`.
+pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
+    let f: SpecFile = toml::from_str(text).map_err(|e| {
+        let offset = e.span().map_or(0, |s| s.start);
+        locate(file, text, offset, e.message().trim().replace('\n', "; "))
+    })?;
+    let at = |span: std::ops::Range<usize>, msg: String| locate(file, text, span.start, msg);
+    let rel = |s: &str| -> String {
+        if (s.contains('/') || s.ends_with(".toml")) && !Path::new(s).is_absolute() {
+            let p: PathBuf = dir.join(s);
+            p.display().to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let platform = Platform::resolve(&rel(f.platform.get_ref()))
+        .map_err(|e| at(f.platform.span(), e.to_string()))?;
+    let pcpus = *f.pcpus.get_ref();
+    if pcpus == 0 {
+        return Err(at(f.pcpus.span(), "pcpus must be at least 1".into()));
+    }
+    let topology = Topology {
+        pcpus_per_llc: match &f.pcpus_per_llc {
+            Some(s) if *s.get_ref() == 0 => {
+                return Err(at(s.span(), "pcpus_per_llc must be at least 1".into()))
+            }
+            Some(s) => Some(*s.get_ref()),
+            None => None,
+        },
+    };
+    let policy = match &f.policy {
+        Some(p) => Policy::parse(p.get_ref()).map_err(|m| at(p.span(), m))?,
+        None => Policy::fair(),
+    };
+    let horizon_ns = match &f.horizon {
+        Some(h) => Some(parse_duration(h.get_ref()).map_err(|m| at(h.span(), m))?),
+        None => None,
+    };
+    if f.vm.is_empty() {
+        return Err(locate(
+            file,
+            text,
+            text.len(),
+            "no VMs: add at least one [[vm]] table with workload and vcpus",
+        ));
+    }
+    let mut vms = Vec::new();
+    for vmf in &f.vm {
+        let v = vmf.get_ref();
+        let source = smplab_workload::Source::resolve(&rel(v.workload.get_ref()))
+            .map_err(|e| at(v.workload.span(), e.to_string()))?;
+        let scale = v.scale.as_ref().map(|s| *s.get_ref()).unwrap_or(1.0);
+        if !(scale > 0.0 && scale.is_finite()) {
+            let span = v.scale.as_ref().map(|s| s.span()).unwrap_or(vmf.span());
+            return Err(at(span, "scale must be a positive number".into()));
+        }
+        let n = v.threads.as_ref().map(|t| *t.get_ref());
+        let mut program = source
+            .instantiate(n, scale)
+            .map_err(|e| at(v.workload.span(), e.to_string()))?;
+        if v.spin_to_block.unwrap_or(false) {
+            program = program.spin_to_block();
+        }
+        let vcpus = *v.vcpus.get_ref();
+        if vcpus == 0 {
+            return Err(at(v.vcpus.span(), "vcpus must be at least 1".into()));
+        }
+        let info = workload_info(&source, &program);
+        let mut spec = VmSpec::new(program, info, vcpus);
+        if let Some(s) = &v.idle {
+            spec.idle = Idle::parse(s.get_ref(), platform.defaults.halt_poll_ns)
+                .map_err(|m| at(s.span(), m))?;
+        }
+        if let Some(s) = &v.affinity {
+            spec.affinity = Affinity::parse(s.get_ref()).map_err(|m| at(s.span(), m))?;
+            if let Affinity::Range { first, count } = spec.affinity {
+                if first as u64 + count as u64 > pcpus as u64 {
+                    return Err(at(
+                        s.span(),
+                        format!("affinity range is outside pCPUs 0-{}", pcpus - 1),
+                    ));
+                }
+            }
+        }
+        if let Some(s) = &v.ple {
+            spec.ple = Ple::parse(s.get_ref()).map_err(|m| at(s.span(), m))?;
+        }
+        spec.apicv = v.apicv.unwrap_or(false);
+        if v.sdb.unwrap_or(false)
+            || v.sdb_detect_ns.is_some()
+            || v.sdb_false_positive_rate.is_some()
+        {
+            let fp = match &v.sdb_false_positive_rate {
+                Some(r) if !(0.0..=1.0).contains(r.get_ref()) => {
+                    return Err(at(
+                        r.span(),
+                        "sdb_false_positive_rate must be in 0..1".into(),
+                    ))
+                }
+                Some(r) => Some(*r.get_ref()),
+                None => None,
+            };
+            spec.sdb = Some(Sdb {
+                detect_ns: v.sdb_detect_ns,
+                false_positive_rate: fp,
+            });
+        }
+        if let Some(d) = &v.devices {
+            let dr = d.get_ref();
+            let rate = *dr.exits_per_ms.get_ref();
+            if !(rate >= 0.0 && rate.is_finite()) {
+                return Err(at(
+                    dr.exits_per_ms.span(),
+                    "exits_per_ms must be >= 0".into(),
+                ));
+            }
+            let sync = match &dr.sync {
+                Some(s) => DeviceSync::parse(s.get_ref()).map_err(|m| at(s.span(), m))?,
+                None => DeviceSync::Global,
+            };
+            let synchronous = match &dr.synchronous {
+                Some(s) if !(0.0..=1.0).contains(s.get_ref()) => {
+                    return Err(at(
+                        s.span(),
+                        "synchronous must be a fraction in 0..1".into(),
+                    ))
+                }
+                Some(s) => *s.get_ref(),
+                // seed 004 Table 3.1: 62.98% of I/O-thread messages are synchronous.
+                None => 0.6298,
+            };
+            spec.devices = Some(Devices {
+                exits_per_ms: rate,
+                sync,
+                synchronous,
+            });
+        }
+        let count = v.count.as_ref().map(|c| *c.get_ref()).unwrap_or(1);
+        if count == 0 {
+            let span = v.count.as_ref().map(|c| c.span()).unwrap_or(vmf.span());
+            return Err(at(span, "count must be at least 1".into()));
+        }
+        for _ in 0..count {
+            vms.push(spec.clone());
+        }
+    }
+    let s = Scenario {
+        platform,
+        pcpus,
+        topology,
+        policy,
+        seed: f.seed.unwrap_or(1),
+        vms,
+        virtualized: f.virtualized.unwrap_or(true),
+        horizon_ns,
+        native_reference: f.native_reference.unwrap_or(true),
+    };
+    // Whole-scenario checks point at the first [[vm]] or the pcpus line.
+    s.check().map_err(|e| at(f.pcpus.span(), e.to_string()))?;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(text: &str) -> Result<Scenario, SimError> {
+        parse("spec.toml", text, Path::new("."))
+    }
+
+    #[test]
+    fn full_spec_parses() {
+        let s = parse_str(
+            r#"
+platform = "kvm2015"
+pcpus = 8
+pcpus_per_llc = 4
+policy = "fair:100us+safepoint"
+seed = 3
+
+[[vm]]
+workload = "spinlock"
+threads = 4
+scale = 0.01
+vcpus = 4
+count = 2
+idle = "haltpoll:50000"
+affinity = "pin"
+ple = "amd"
+sdb = true
+
+[[vm]]
+workload = "dedup"
+threads = 2
+scale = 0.01
+vcpus = 2
+[vm.devices]
+exits_per_ms = 2.0
+sync = "hybrid:0.4"
+"#,
+        )
+        .unwrap();
+        assert_eq!(s.vms.len(), 3);
+        assert_eq!(s.vms[0].idle, Idle::HaltPoll(50000));
+        assert_eq!(s.vms[1].ple, Ple::Amd);
+        assert!(s.vms[1].sdb.is_some());
+        assert_eq!(s.topology.pcpus_per_llc, Some(4));
+        assert!(matches!(
+            s.vms[2].devices.unwrap().sync,
+            DeviceSync::Hybrid { .. }
+        ));
+    }
+
+    #[test]
+    fn errors_point_at_the_value() {
+        let e = parse_str("platform = \"kvm2015\"\npcpus = 4\n[[vm]]\nworkload = \"dedup\"\nvcpus = 2\nidle = \"mwait\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("spec.toml:6:8:"), "{e}");
+        assert!(e.contains("hlt, poll"), "{e}");
+        let e = parse_str(
+            "platform = \"kvm2015\"\npcpus = 4\n[[vm]]\nworkload = \"nosuch\"\nvcpus = 2\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("spec.toml:4:12:"), "{e}");
+        let e = parse_str("platform = \"kvm2015\"\npcpus = 4\nbogus = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("spec.toml:3:1:"), "{e}");
+        let e =
+            parse_str("platform = \"xen\"\npcpus = 4\n[[vm]]\nworkload = \"dedup\"\nvcpus = 2\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.starts_with("spec.toml:1:12:") && e.contains("kvm2015"),
+            "{e}"
+        );
+    }
+}

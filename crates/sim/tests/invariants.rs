@@ -1,0 +1,72 @@
+//! Every built-in profile completes under every policy and idle mode, with
+//! exactly the program's op counts, deterministically.
+
+use smplab_sim::{simulate, Idle, Platform, Policy, Scenario, VmSpec};
+
+const PROFILES: &[&str] = &[
+    "blackscholes",
+    "canneal",
+    "dedup",
+    "fluidanimate",
+    "ocean_ncp",
+    "streamcluster",
+    "vips",
+    "volrend",
+    "spinlock",
+    "shootdown",
+];
+
+fn vm(name: &str, n: u32, scale: f64, vcpus: u32) -> VmSpec {
+    VmSpec::from_workload(name, Some(n), scale, vcpus).expect("builtin workload")
+}
+
+#[test]
+fn all_profiles_complete_with_exact_counts() {
+    let platform = Platform::builtin("kvm2015").unwrap();
+    for name in PROFILES {
+        for (policy, pcpus, vms, idle) in [
+            ("fair", 4, 1, Idle::Hlt),
+            ("fair:100us", 2, 2, Idle::Poll),
+            ("partition", 4, 2, Idle::HaltPoll(200_000)),
+            ("gang:1ms", 4, 2, Idle::Hlt),
+            ("fair+safepoint", 2, 1, Idle::Hlt),
+        ] {
+            let mut vmspecs = Vec::new();
+            for _ in 0..vms {
+                let mut v = vm(name, 4, 0.05, 4);
+                v.idle = idle;
+                vmspecs.push(v);
+            }
+            let mut s = Scenario::new(platform.clone(), pcpus, vmspecs);
+            s.policy = Policy::parse(policy).unwrap();
+            let recs = simulate(&s).unwrap_or_else(|e| panic!("{name} {policy}: {e}"));
+            for r in &recs {
+                assert!(r.is_ok(), "{name} {policy}: {:?}", r.outcome);
+                let expected = s.vms[0].program.expected_counts();
+                assert_eq!(r.counters.ops, expected, "{name} {policy}");
+                let sim = r.sim.as_ref().unwrap();
+                assert!(r.timing.wall_ns > 0);
+                assert!(sim.native_wall_ns.unwrap() > 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn deterministic_for_a_seed() {
+    let platform = Platform::builtin("kvm2015").unwrap();
+    let mk = || {
+        let mut v = vm("dedup", 4, 0.05, 4);
+        v.sdb = Some(Default::default());
+        let mut s = Scenario::new(platform.clone(), 2, vec![v.clone(), v]);
+        s.seed = 7;
+        s
+    };
+    let a = simulate(&mk()).unwrap();
+    let b = simulate(&mk()).unwrap();
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.timing, y.timing);
+        assert_eq!(x.counters, y.counters);
+        assert_eq!(x.sim.as_ref().unwrap().exits, y.sim.as_ref().unwrap().exits);
+    }
+}
