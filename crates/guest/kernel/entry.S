@@ -28,16 +28,9 @@
 pvh_start32:
     cli
     cld
-    /* Zero .bss (ELF loaders already should); `rep stosl` because the
-     * emulator pays per iteration. The large never-read-before-written areas
-     * (stacks, the result buffer) live in .noinit and are skipped. %ebx (the
-     * start info) survives. */
-    movl $__bss_start, %edi
-    movl $__bss_end, %ecx
-    subl %edi, %ecx
-    shrl $2, %ecx
-    xorl %eax, %eax
-    rep stosl
+    /* .bss is not zeroed here: the ELF loader zero-fills p_memsz beyond
+     * p_filesz (docs/guest-abi.md), and the emulator would charge ~3 us per
+     * `rep stos` iteration. */
     movl %ebx, boot_start_info
     /* Identity map 0..1 GiB with 2 MiB user-accessible pages, plus the LAPIC
      * page (0xfee00000) uncached and kernel-only. */
@@ -79,7 +72,7 @@ bsp_long:
     xorw %ax, %ax
     movw %ax, %fs
     movw %ax, %gs
-    movq $(kstacks + 8192 - 256), %rsp
+    movq $(kstacks + 8192 - 64), %rsp
     movl boot_start_info, %edi
     call kmain
 2:  hlt
@@ -274,10 +267,34 @@ trap_return:
     addq $16, %rsp
     iretq
 
-/* resume_frame(struct frame *f): drop to the context in *f (never returns). */
-    .globl resume_frame
-resume_frame:
-    movq %rdi, %rsp
+/* struct thread *switch_stack(u64 *save_sp, u64 new_sp, struct thread *prev):
+ * save the callee-saved registers on this stack, switch to new_sp, restore
+ * the other context's, and return `prev` to it (as "last"). */
+    .globl switch_stack
+switch_stack:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    movq %rdx, %rax
+    ret
+
+/* First switch into a new thread (make_thread): release the previous thread's
+ * stack, then drop to the user frame at the top of this stack. */
+    .globl thread_start
+thread_start:
+    movq %rax, %rdi
+    call finish_switch
     jmp trap_return
 
     .section .rodata

@@ -54,7 +54,7 @@ enum {
 enum { IDLE_HLT = 0, IDLE_POLL = 1, IDLE_HALTPOLL = 2 };
 
 /* CPU states as wakers see them. */
-enum { CPU_RUNNING = 0, CPU_POLLING = 1, CPU_HALTED = 2, CPU_OFFLINE = 3 };
+enum { CPU_RUNNING = 0, CPU_POLLING = 1, CPU_HALTED = 2, CPU_IDLE = 3 };
 
 /* Register frame built by the interrupt stubs (entry.S), lowest address first. */
 struct frame {
@@ -68,7 +68,8 @@ struct frame {
 enum { T_FREE = 0, T_RUNNABLE, T_RUNNING, T_BLOCKED, T_SLEEPING, T_DEAD };
 
 struct thread {
-    struct frame ctx;
+    u64 ksp;          /* saved kernel stack pointer while switched out */
+    u64 kstack_top;   /* TSS.rsp0 while it runs */
     struct thread *next;
     u64 futex_addr;
     u64 wake_tsc;
@@ -78,7 +79,9 @@ struct thread {
     i32 state;
     i32 cpu;          /* last CPU */
     i32 id;
-    i32 is_idle;
+    i32 is_idle;      /* 0 workload/init, 1 CPL3 polling idle, 2 in-kernel idle */
+    volatile u32 on_cpu; /* its kernel stack is in use on some CPU */
+    u32 pad;
 };
 
 _Static_assert(sizeof(struct thread) % 8 == 0, "threads are cleared with rep stosq");
@@ -90,7 +93,8 @@ struct cpu {
     u32 id;
     volatile u32 state;
     struct thread *cur;
-    struct thread *idle;
+    struct thread *idle;  /* CPL3 polling idle thread (poll, haltpoll) */
+    struct thread *kidle; /* in-kernel idle context (boot stack) */
     /* run queue */
     volatile u32 rq_lock;
     volatile u32 rq_len;

@@ -25,16 +25,23 @@ static struct thread *sleepers;
 static u64 watchdog_deadline;
 static u64 lapic_q32;  /* LAPIC timer ticks (divide 16) per TSC cycle, 32.32 fixed point */
 static volatile u32 ap_index, ap_ready;
-static struct thread idle_threads[MAX_CPUS];
+static struct thread idle_threads[MAX_CPUS];  /* CPL3 polling idle threads */
+static struct thread kidle_threads[MAX_CPUS]; /* in-kernel idle contexts (boot stacks) */
 #define NOINIT __attribute__((section(".noinit")))
 static u8 idle_stacks[MAX_CPUS][4096] __attribute__((aligned(4096))) NOINIT;
 static u8 init_stack[65536] __attribute__((aligned(4096))) NOINIT;
+/* Every thread has its own kernel stack: a context switch is a stack switch,
+ * not a copy of register frames (the emulator charges 2-4 us per `rep`
+ * iteration and ~1 us per instruction). */
+static u8 thread_kstacks[MAX_THREADS][KSTACK_SIZE] __attribute__((aligned(64))) NOINIT;
+static u8 idle_kstacks[MAX_CPUS][KSTACK_SIZE] __attribute__((aligned(64))) NOINIT;
 
 extern u8 kstacks[];
 extern u8 tramp_start[], tramp_end[];
 extern u64 ap_stack_top;
 extern const u64 isr_table[];
-extern void resume_frame(struct frame *f) __attribute__((noreturn));
+extern struct thread *switch_stack(u64 *save_sp, u64 new_sp, struct thread *prev);
+extern void thread_start(void);
 
 #define LAPIC_BASE 0xfee00000UL
 #define LAPIC_ID 0x20
@@ -361,88 +368,122 @@ static void make_runnable(struct cpu *self, struct thread *t)
 
 /* ---------- context switching ---------- */
 
-/* Frame copies use `rep movsq`: the emulator pays per iteration, so 22
- * quadword moves instead of 176 byte moves. */
-static inline void copy_frame(struct frame *d, const struct frame *s)
-{
-    usize n = FRAME_QWORDS;
-    __asm__ volatile("rep movsq" : "+D"(d), "+S"(s), "+c"(n) : : "memory");
-}
-
 static void zero_thread(struct thread *t)
 {
     usize n = sizeof *t / 8;
     __asm__ volatile("rep stosq" : "+D"(t), "+c"(n) : "a"(0UL) : "memory");
 }
 
-static inline void save_ctx(struct thread *t, struct frame *f) { copy_frame(&t->ctx, f); }
-
-/* Stop accounting the current thread on this CPU. */
-static void put_prev(struct cpu *c)
+/* A new thread: a user frame at the top of its kernel stack and, below it, a
+ * switch frame whose return address is thread_start (entry.S), which drops to
+ * the user frame through trap_return. */
+static void make_thread(struct thread *t, i32 id, u8 *kstack, u64 rip, u64 arg, u64 user_sp, i32 is_idle)
 {
-    struct thread *prev = c->cur;
-    if (!prev)
-        return;
-    u64 d = rdtsc() - prev->run_start;
-    prev->cpu_tsc += d;
-    if (prev->is_idle)
-        c->idle_tsc += d;
-    c->cur = 0;
+    zero_thread(t);
+    t->id = id;
+    t->is_idle = is_idle;
+    t->kstack_top = (u64)kstack + KSTACK_SIZE;
+    struct frame *f = (struct frame *)(t->kstack_top - sizeof(struct frame));
+    u64 *z = (u64 *)f;
+    usize n = FRAME_QWORDS;
+    __asm__ volatile("rep stosq" : "+D"(z), "+c"(n) : "a"(0UL) : "memory");
+    f->rip = rip;
+    f->cs = SEL_UCODE;
+    f->rflags = 0x202;
+    f->rsp = user_sp;
+    f->ss = SEL_UDATA;
+    f->rdi = arg;
+    u64 *sw = (u64 *)f - 7; /* r15 r14 r13 r12 rbx rbp, return address */
+    sw[6] = (u64)thread_start;
+    t->ksp = (u64)sw;
 }
+
+/* Called by the context that was just switched to: the previous thread's stack
+ * is no longer in use, so another CPU may now run it. */
+void finish_switch(struct thread *last) { __atomic_store_n(&last->on_cpu, 0, __ATOMIC_RELEASE); }
 
 static u32 last_thread_id[MAX_CPUS];
 
-static void switch_to(struct cpu *c, struct thread *next, struct frame *f)
+/* Switch this CPU from its current thread to `next`. Returns when the current
+ * thread is switched back to, possibly on another CPU: callers must not use
+ * their `struct cpu *` afterwards. */
+static void context_switch(struct cpu *c, struct thread *next)
 {
-    next->run_start = rdtsc();
+    struct thread *prev = c->cur;
+    u64 now = rdtsc();
+    u64 d = now - prev->run_start;
+    prev->cpu_tsc += d;
+    if (prev->is_idle)
+        c->idle_tsc += d;
+    next->run_start = now;
+    if (next == prev)
+        return;
+    while (__atomic_load_n(&next->on_cpu, __ATOMIC_ACQUIRE))
+        cpu_relax(); /* still switching out on another CPU */
+    next->on_cpu = 1;
     next->cpu = c->id;
     next->state = T_RUNNING;
     c->cur = next;
-    c->state = next->is_idle ? CPU_POLLING : CPU_RUNNING;
+    c->state = next->is_idle == 1 ? CPU_POLLING : next->is_idle == 2 ? CPU_IDLE : CPU_RUNNING;
     if (!next->is_idle && last_thread_id[c->id] != (u32)next->id + 1) {
         c->context_switches++;
         last_thread_id[c->id] = next->id + 1;
     }
-    copy_frame(f, &next->ctx);
+    tss[c->id].rsp0 = next->kstack_top;
+    finish_switch(switch_stack(&prev->ksp, next->ksp, prev));
 }
 
 static void wake_sleepers(struct cpu *c);
 
-/* Idle with the `hlt` policy: halt until an interrupt, in the kernel. */
-static void idle_halt_once(struct cpu *c)
+/* The current thread blocked, yielded or ended: run something else here. */
+static void schedule(struct cpu *c)
 {
-    __atomic_exchange_n(&c->state, CPU_HALTED, __ATOMIC_SEQ_CST);
-    if (c->rq_len || g_queued || g_next_wake <= rdtsc()) {
-        c->state = CPU_RUNNING;
-        return;
-    }
-    arm_oneshot(c, own_deadline(c));
-    u64 t0 = rdtsc();
-    /* sti's one-instruction shadow: an IPI already pending wakes the hlt. */
-    __asm__ volatile("sti; hlt; cli" ::: "memory");
-    c->idle_tsc += rdtsc() - t0;
-    c->halts++;
-    c->state = CPU_RUNNING;
+    if (g_next_wake <= rdtsc())
+        wake_sleepers(c);
+    struct thread *next = pick(c);
+    if (!next)
+        next = g_params.idle == IDLE_HLT ? c->kidle : c->idle;
+    context_switch(c, next);
 }
 
-/* The current thread is saved (or gone): run something else on this CPU. */
-static void schedule(struct cpu *c, struct frame *f)
+/* The in-kernel idle context of each CPU (its boot stack). With `hlt` it is
+ * where an idle CPU halts; with the polling policies it only hands the CPU to
+ * the CPL3 idle thread at boot. */
+static void __attribute__((noreturn)) kidle_loop(struct cpu *c)
 {
-    put_prev(c);
     for (;;) {
+        c->state = CPU_IDLE;
         if (g_next_wake <= rdtsc())
             wake_sleepers(c);
         struct thread *t = pick(c);
+        if (!t && g_params.idle != IDLE_HLT && c->idle)
+            t = c->idle;
         if (t) {
-            switch_to(c, t, f);
-            return;
+            context_switch(c, t);
+            continue;
         }
-        if (g_params.idle != IDLE_HLT) {
-            switch_to(c, c->idle, f);
-            return;
-        }
-        idle_halt_once(c);
+        __atomic_exchange_n(&c->state, CPU_HALTED, __ATOMIC_SEQ_CST);
+        if (c->rq_len || g_queued || g_next_wake <= rdtsc())
+            continue;
+        arm_oneshot(c, own_deadline(c));
+        /* sti's one-instruction shadow: an IPI already pending wakes the hlt. */
+        __asm__ volatile("sti; hlt; cli" ::: "memory");
+        c->halts++;
     }
+}
+
+static void __attribute__((noreturn)) enter_kidle(struct cpu *c)
+{
+    struct thread *k = &kidle_threads[c->id];
+    zero_thread(k);
+    k->id = MAX_THREADS + MAX_CPUS + c->id;
+    k->is_idle = 2;
+    k->on_cpu = 1;
+    k->cpu = c->id;
+    k->run_start = rdtsc();
+    c->kidle = k;
+    c->cur = k;
+    kidle_loop(c);
 }
 
 /* ---------- sleep ---------- */
@@ -489,8 +530,7 @@ static void sys_futex_wait(struct cpu *c, struct frame *f)
     struct thread *t = c->cur;
     u64 addr = f->rdi;
     struct bucket *b = bucket_of(addr);
-    f->rax = 0;
-    save_ctx(t, f);
+    f->rax = 0; /* the result if it sleeps: set before a waker can see it */
     spin_lock(&b->lock);
     if (*(volatile u32 *)addr != (u32)f->rsi) {
         spin_unlock(&b->lock);
@@ -498,7 +538,6 @@ static void sys_futex_wait(struct cpu *c, struct frame *f)
         return;
     }
     t->csw_vol++;
-    put_prev(c); /* before the thread becomes visible to wakers */
     t->state = T_BLOCKED;
     t->futex_addr = addr;
     t->next = 0;
@@ -507,7 +546,7 @@ static void sys_futex_wait(struct cpu *c, struct frame *f)
         pp = &(*pp)->next;
     *pp = t;
     spin_unlock(&b->lock);
-    schedule(c, f);
+    schedule(c);
 }
 
 static u64 futex_wake_addr(struct cpu *c, u64 addr, u64 max)
@@ -601,32 +640,19 @@ static void timer_setup(struct cpu *c)
 
 static void init_idle_thread(u32 i)
 {
-    struct thread *t = &idle_threads[i];
-    zero_thread(t);
-    t->is_idle = 1;
-    t->id = MAX_THREADS + i;
-    t->ctx.rip = (u64)user_idle;
-    t->ctx.cs = SEL_UCODE;
-    t->ctx.rflags = 0x202;
-    t->ctx.rsp = (u64)idle_stacks[i] + sizeof idle_stacks[i] - 8;
-    t->ctx.ss = SEL_UDATA;
-    t->ctx.rdi = (u64)&cpus[i];
-    cpus[i].idle = t;
+    make_thread(&idle_threads[i], MAX_THREADS + i, idle_kstacks[i], (u64)user_idle, (u64)&cpus[i],
+                (u64)idle_stacks[i] + sizeof idle_stacks[i] - 8, 1);
+    cpus[i].idle = &idle_threads[i];
 }
-
-static struct frame *top_frame(struct cpu *c) { return (struct frame *)(c->kstack_top - sizeof(struct frame)); }
 
 void __attribute__((noreturn)) ap_main(void)
 {
     u32 i = ap_index;
     cpu_setup(i);
     struct cpu *c = &cpus[i];
-    c->state = CPU_RUNNING;
     timer_setup(c);
     __atomic_store_n(&ap_ready, 1, __ATOMIC_SEQ_CST);
-    struct frame *f = top_frame(c);
-    schedule(c, f);
-    resume_frame(f);
+    enter_kidle(c);
 }
 
 static void calibrate_lapic(void)
@@ -663,7 +689,7 @@ static u64 sys_smp_start(struct cpu *c, const struct boot_params *p)
     for (u32 i = 1; i < g_params.cpus; i++) {
         ap_index = i;
         ap_ready = 0;
-        ap_stack_top = (u64)kstacks + (u64)(i + 1) * KSTACK_SIZE - 256;
+        ap_stack_top = (u64)kstacks + (u64)(i + 1) * KSTACK_SIZE - 64;
         g_ncpus = i + 1; /* so wakers see the AP once it is up */
         lapic_w(LAPIC_ICR_HI, i << 24);
         lapic_w(LAPIC_ICR_LO, 0x4500); /* INIT */
@@ -691,7 +717,7 @@ static u64 sys_smp_start(struct cpu *c, const struct boot_params *p)
     return online;
 }
 
-/* ---------- traps ---------- */
+/* ---------- system calls ---------- */
 
 static void sys_spawn(struct cpu *c, struct frame *f)
 {
@@ -701,19 +727,21 @@ static void sys_spawn(struct cpu *c, struct frame *f)
         return;
     }
     struct thread *t = &threads[i];
-    zero_thread(t);
-    t->id = i;
-    t->ctx.rip = f->rdi;
-    t->ctx.rdi = f->rsi;
-    t->ctx.rsp = f->rdx;
-    t->ctx.cs = SEL_UCODE;
-    t->ctx.ss = SEL_UDATA;
-    t->ctx.rflags = 0x202;
+    make_thread(t, (i32)i, thread_kstacks[i], f->rdi, f->rsi, f->rdx, 0);
     u32 hint = (u32)f->r10;
     t->cpu = hint < g_ncpus ? hint : 0;
     rq_push(&cpus[t->cpu], t);
     kick(c, &cpus[t->cpu]);
     f->rax = i;
+}
+
+static void idle_run_work(struct cpu *c)
+{
+    if (g_next_wake <= rdtsc())
+        wake_sleepers(c);
+    struct thread *n = pick(c);
+    if (n)
+        context_switch(c, n); /* back here when this CPU is idle again */
 }
 
 static void syscall(struct cpu *c, struct frame *f)
@@ -725,13 +753,15 @@ static void syscall(struct cpu *c, struct frame *f)
         /* Account the thread's CPU time before anyone can see it finished:
          * the kernel, not the thread, bumps the done counter (rdi) and wakes
          * the waiter when it reaches rsi. */
-        put_prev(c);
+        u64 now = rdtsc();
+        t->cpu_tsc += now - t->run_start;
+        t->run_start = now;
         t->state = T_DEAD;
         volatile u32 *done = (volatile u32 *)f->rdi;
         if (done && __atomic_add_fetch(done, 1, __ATOMIC_SEQ_CST) == (u32)f->rsi)
             futex_wake_addr(c, (u64)done, 1);
-        schedule(c, f);
-        return;
+        schedule(c);
+        return; /* not reached: nothing switches back to a dead thread */
     }
     case SYS_FUTEX_WAIT:
         sys_futex_wait(c, f);
@@ -742,11 +772,9 @@ static void syscall(struct cpu *c, struct frame *f)
     case SYS_YIELD:
         if (c->rq_len || g_queued) {
             f->rax = 1;
-            save_ctx(t, f);
             t->csw_vol++;
-            put_prev(c);
             rq_push(c, t);
-            schedule(c, f);
+            schedule(c);
         } else {
             f->rax = 0;
         }
@@ -764,17 +792,10 @@ static void syscall(struct cpu *c, struct frame *f)
         f->rax = n - 1;
         return;
     }
-    case SYS_IDLE_WAKE: {
-        if (g_next_wake <= rdtsc())
-            wake_sleepers(c);
-        struct thread *n = pick(c);
-        if (n) {
-            put_prev(c);
-            switch_to(c, n, f);
-        }
+    case SYS_IDLE_WAKE:
+        idle_run_work(c);
         return;
-    }
-    case SYS_IDLE_HALT: {
+    case SYS_IDLE_HALT:
         __atomic_exchange_n(&c->state, CPU_HALTED, __ATOMIC_SEQ_CST);
         if (!c->rq_len && !g_queued && g_next_wake > rdtsc()) {
             arm_oneshot(c, own_deadline(c));
@@ -782,20 +803,11 @@ static void syscall(struct cpu *c, struct frame *f)
             c->halts++;
         }
         c->state = CPU_POLLING;
-        if (g_next_wake <= rdtsc())
-            wake_sleepers(c);
-        struct thread *n = pick(c);
-        if (n) {
-            put_prev(c);
-            switch_to(c, n, f);
-        }
+        idle_run_work(c);
         return;
-    }
     case SYS_SLEEP:
         f->rax = 0;
-        save_ctx(t, f);
         t->csw_vol++;
-        put_prev(c);
         t->state = T_SLEEPING;
         t->wake_tsc = f->rdi;
         spin_lock(&sleep_lock);
@@ -805,7 +817,7 @@ static void syscall(struct cpu *c, struct frame *f)
             g_next_wake = t->wake_tsc;
         spin_unlock(&sleep_lock);
         arm_oneshot(c, own_deadline(c));
-        schedule(c, f);
+        schedule(c);
         return;
     case SYS_SPAWN:
         sys_spawn(c, f);
@@ -841,6 +853,8 @@ static void syscall(struct cpu *c, struct frame *f)
     }
 }
 
+/* ---------- traps ---------- */
+
 /* Each hot vector has its own entry stub and handler (entry.S), so the
  * emulator runs no dispatch code on the way in. */
 
@@ -870,15 +884,10 @@ void trap_wake(struct frame *f)
     struct cpu *c = this_cpu();
     lapic_eoi();
     c->ipis_received++;
-    /* A halted vCPU just returns to its idle loop, which rechecks the queue.
-     * The CPL3 idle thread (haltpoll) is switched to the work here. */
-    if ((f->cs & 3) == 3 && c->cur && c->cur->is_idle) {
-        struct thread *n = pick(c);
-        if (n) {
-            put_prev(c);
-            switch_to(c, n, f);
-        }
-    }
+    /* A halted CPU just returns to its idle loop, which rechecks the queue. The
+     * CPL3 idle thread (interrupted while polling) is switched to the work. */
+    if ((f->cs & 3) == 3 && c->cur->is_idle)
+        idle_run_work(c);
 }
 
 void trap_timer(struct frame *f)
@@ -893,22 +902,17 @@ void trap_timer(struct frame *f)
         wake_sleepers(c);
     c->timer_deadline = 0;
     arm_oneshot(c, own_deadline(c));
-    if ((f->cs & 3) == 3 && g_params.timer_hz && c->cur && (c->rq_len || (c->cur->is_idle && g_queued))) {
-        struct thread *t = c->cur;
-        if (t->is_idle) {
-            struct thread *n = pick(c);
-            if (n) {
-                put_prev(c);
-                switch_to(c, n, f);
-            }
-        } else {
-            /* Preemption: round robin within this CPU's queue. */
-            save_ctx(t, f);
-            t->csw_invol++;
-            put_prev(c);
-            rq_push(c, t);
-            schedule(c, f);
-        }
+    if ((f->cs & 3) != 3 || !g_params.timer_hz)
+        return;
+    struct thread *t = c->cur;
+    if (t->is_idle) {
+        if (g_queued)
+            idle_run_work(c);
+    } else if (c->rq_len) {
+        /* Preemption: round robin within this CPU's queue. */
+        t->csw_invol++;
+        rq_push(c, t);
+        schedule(c);
     }
 }
 
@@ -940,20 +944,11 @@ void __attribute__((noreturn)) kmain(u32 start_info)
     outb(0xa1, 0xff);
     cpu_setup(0);
     struct cpu *c = &cpus[0];
-    c->state = CPU_RUNNING;
     g_ncpus = 1;
     /* The init thread: CPL3, parses the command line and the program. */
-    struct thread *t = &threads[0];
-    zero_thread(t);
-    t->id = 0;
-    t->ctx.rip = (u64)user_init;
-    t->ctx.rdi = start_info;
-    t->ctx.rsp = (u64)init_stack + sizeof init_stack - 8;
-    t->ctx.cs = SEL_UCODE;
-    t->ctx.ss = SEL_UDATA;
-    t->ctx.rflags = 0x202;
+    make_thread(&threads[0], 0, thread_kstacks[0], (u64)user_init, start_info,
+                (u64)init_stack + sizeof init_stack - 8, 0);
     g_nthreads = 1;
-    struct frame *f = top_frame(c);
-    switch_to(c, t, f);
-    resume_frame(f);
+    rq_push(c, &threads[0]);
+    enter_kidle(c);
 }

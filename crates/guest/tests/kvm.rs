@@ -201,3 +201,23 @@ fn the_watchdog_ends_a_hung_run() {
         other => panic!("expected the guest watchdog, got {other:?}"),
     }
 }
+
+#[test]
+fn every_builtin_completes_oversubscribed_under_every_idle_policy() {
+    if !kvm_usable() {
+        return;
+    }
+    // More threads than vCPUs exercises time slicing, stealing and wakeup
+    // placement; each idle policy takes different scheduler paths.
+    for idle in [
+        IdlePolicy::Hlt,
+        IdlePolicy::Poll,
+        IdlePolicy::HaltPoll { ns: 20_000 },
+    ] {
+        for name in builtin::names() {
+            let p = program(name, 3, 0.01);
+            let r = vm(&p, &opts(2, idle));
+            assert_eq!(r.counters.ops, p.expected_counts(), "{name} with {idle}");
+        }
+    }
+}
