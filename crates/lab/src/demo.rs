@@ -46,6 +46,12 @@ pub fn specs(reps: u32, scale: f64, platform: &str) -> Vec<(&'static str, String
             ),
         ),
         (
+            "demo-scaling.toml",
+            format!(
+                "# Speedup from 1 to 2 vCPUs (threads = vCPUs), natively and in smplab-vmm, for the Amdahl projection.\nname = \"demo-scaling\"\nrepetitions = {reps}\ntimeout_s = 120\n[matrix]\nexecutor = [\"native\", \"vm\"]\nworkload = [{wl}]\nvcpus = [1, 2]\nscale = {scale}\n"
+            ),
+        ),
+        (
             "demo-qemu.toml",
             format!(
                 "# The same in QEMU (one repetition: its firmware takes seconds to start).\nname = \"demo-qemu\"\nrepetitions = 1\ntimeout_s = 120\n[matrix]\nexecutor = \"qemu\"\nworkload = [{wl}]\nvcpus = 2\nscale = {scale}\n"
@@ -253,7 +259,9 @@ pub fn run(args: &DemoArgs) -> i32 {
         )));
     }
     for plan in &plans {
-        let mut pts = plan.points(args.reps);
+        // Factor effects are differences of noisy wall times on a shared
+        // host: more repetitions than the sweeps.
+        let mut pts = plan.points(args.reps.max(5));
         for p in &mut pts {
             p.timeout_s = 120;
         }

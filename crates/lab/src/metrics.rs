@@ -682,6 +682,7 @@ fn sim_twin_matches(measured: &Point, sim: &Point) -> bool {
         && sim.idle == measured.idle
         && sim.pin == measured.pin
         && (measured.executor == Executor::Qemu || sim.sync == measured.sync)
+        && sim.study == measured.study
 }
 
 impl Results<'_> {
@@ -692,7 +693,7 @@ impl Results<'_> {
         let mut out = Vec::new();
         for m in self
             .points()
-            .filter(|p| matches!(p.executor, Executor::Vm | Executor::Qemu))
+            .filter(|p| matches!(p.executor, Executor::Vm | Executor::Qemu) && p.study.is_none())
         {
             let Some(s) = self.points().find(|s| {
                 sim_twin_matches(m, s)

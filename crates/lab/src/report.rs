@@ -172,7 +172,7 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
     // Slowdown bars (Fig. 1).
     let bars: Vec<Bar> = results
         .points()
-        .filter(|p| p.vms == 1)
+        .filter(|p| p.vms == 1 && p.study.is_none())
         .filter_map(|p| {
             let s = results.slowdown(p)?;
             Some(Bar {
@@ -221,7 +221,7 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
 
     // Throughput versus VMs (Fig. 2).
     let mut families: BTreeMap<String, &Point> = BTreeMap::new();
-    for p in results.points().filter(|p| p.vms > 1) {
+    for p in results.points().filter(|p| p.vms > 1 && p.study.is_none()) {
         families.entry(without_vms(p)).or_insert(p);
     }
     let lines: Vec<Line> = families
@@ -254,6 +254,7 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
     // Exit breakdown stacks.
     let exit_rows: Vec<(String, BTreeMap<String, Summary>)> = results
         .points()
+        .filter(|p| p.study.is_none())
         .map(|p| (p.label(), results.exits_per_s(p)))
         .filter(|(_, m)| !m.is_empty())
         .collect();
@@ -302,7 +303,7 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
 
     // Latency histograms.
     let mut hist = String::new();
-    for p in results.points().take(64) {
+    for p in results.points().filter(|p| p.study.is_none()).take(64) {
         if let Some(hh) = results.exit_latency_histogram(p) {
             if hist.matches("<svg").count() < 6 {
                 hist.push_str(&svg::histogram(
@@ -337,7 +338,9 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
     let mut seen = BTreeSet::new();
     let mut sp = String::new();
     for p in results.points().filter(|p| {
-        matches!(p.executor, Executor::Vm | Executor::Sim | Executor::Qemu) && p.vms == 1
+        matches!(p.executor, Executor::Vm | Executor::Sim | Executor::Qemu)
+            && p.vms == 1
+            && p.study.is_none()
     }) {
         let (curve, inputs) = results.speedup_vs_vcpus(p);
         if curve.len() < 2 {

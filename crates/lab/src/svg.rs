@@ -36,6 +36,24 @@ pub fn nice_max(v: f64) -> f64 {
     10.0 * e
 }
 
+/// An axis range covering `[lo, hi]` (and 0) in exactly five "nice" steps
+/// (1, 2, 2.5 or 5 × 10^k), so every tick label is round.
+pub fn nice_range(lo: f64, hi: f64) -> (f64, f64) {
+    let lo = if lo.is_finite() { lo.min(0.0) } else { 0.0 };
+    let hi = if hi.is_finite() { hi.max(0.0) } else { 0.0 };
+    if hi - lo <= 0.0 {
+        return (0.0, 1.0);
+    }
+    let mut step = nice_max((hi - lo) / 5.0);
+    loop {
+        let a = (lo / step).floor() * step;
+        if a + 5.0 * step >= hi - 1e-12 * step {
+            return (a, a + 5.0 * step);
+        }
+        step = nice_max(step * 1.0001);
+    }
+}
+
 pub fn fmt_num(v: f64) -> String {
     let a = v.abs();
     if a == 0.0 {
@@ -161,16 +179,14 @@ pub fn bar_chart(title: &str, unit: &str, bars: &[Bar], groups: &[String]) -> St
     let w = (120.0 + bars.len() as f64 * 34.0).clamp(420.0, 1100.0);
     let f = Frame::new(w, h, 56.0, 120.0);
     let mut s = f.open(title);
-    let hi = nice_max(
+    let (lo, hi) = nice_range(
+        bars.iter()
+            .map(|b| b.range.map_or(b.value, |r| r.0.min(b.value)))
+            .fold(0.0, f64::min),
         bars.iter()
             .map(|b| b.range.map_or(b.value, |r| r.1.max(b.value)))
             .fold(0.0, f64::max),
     );
-    let lo = bars
-        .iter()
-        .map(|b| b.range.map_or(b.value, |r| r.0.min(b.value)))
-        .fold(0.0, f64::min);
-    let lo = if lo < 0.0 { -nice_max(-lo) } else { 0.0 };
     f.y_axis(&mut s, lo, hi, unit, false);
     let slot = f.pw() / bars.len().max(1) as f64;
     let y0 = f.y_of(0.0, lo, hi);
@@ -247,8 +263,7 @@ pub fn stacked_bars(
         .iter()
         .map(|r| -r.1.iter().filter(|v| **v < 0.0).sum::<f64>())
         .fold(0.0, f64::max);
-    let hi = nice_max(pos);
-    let lo = if neg > 0.0 { -nice_max(neg) } else { 0.0 };
+    let (lo, hi) = nice_range(-neg, pos);
     let pw = w - left - 30.0;
     let x_of = |v: f64| left + pw * (v - lo) / (hi - lo);
     let top = 34.0;
@@ -448,19 +463,11 @@ pub fn fmt_ns(ns: u64) -> String {
 pub fn scatter(title: &str, metrics: &[String], points: &[(usize, f64, f64, String)]) -> String {
     let f = Frame::new(520.0, 420.0, 56.0, 60.0 + metrics.len() as f64 * 15.0);
     let mut s = f.open(title);
-    let hi = nice_max(
-        points
-            .iter()
-            .flat_map(|p| [p.1, p.2])
-            .filter(|v| v.is_finite())
-            .fold(0.0, f64::max),
-    );
-    let lo = points
+    let vals = points
         .iter()
         .flat_map(|p| [p.1, p.2])
-        .filter(|v| v.is_finite())
-        .fold(0.0, f64::min);
-    let lo = if lo < 0.0 { -nice_max(-lo) } else { 0.0 };
+        .filter(|v| v.is_finite());
+    let (lo, hi) = nice_range(vals.clone().fold(0.0, f64::min), vals.fold(0.0, f64::max));
     f.y_axis(&mut s, lo, hi, "predicted (sim)", false);
     let x_of = |x: f64| f.left + f.pw() * (x - lo) / (hi - lo);
     let axis_y = f.top + f.ph();
@@ -517,6 +524,10 @@ mod tests {
         assert_eq!(nice_max(1.2), 2.0);
         assert_eq!(nice_max(2.2), 2.5);
         assert_eq!(nice_max(430.0), 500.0);
+        assert_eq!(nice_range(-1.0, 52.0), (-20.0, 80.0));
+        assert_eq!(nice_range(0.0, 2.0), (0.0, 2.5));
+        let (a, b) = nice_range(-306.0, 1546.0);
+        assert!(a <= -306.0 && b >= 1546.0);
     }
 
     #[test]

@@ -1,0 +1,148 @@
+//! The lab driving the real executors: a small spec natively and in
+//! smplab-vmm (KVM), and one QEMU point. KVM and QEMU tests fail instead of
+//! skipping when SMPLAB_REQUIRE_KVM=1 / SMPLAB_REQUIRE_QEMU=1 (CI sets both).
+
+use smplab_lab::exec::{kvm_unavailable, RealRunner};
+use smplab_lab::metrics::Results;
+use smplab_lab::sweep::{run_points, SweepOptions};
+use smplab_lab::{ExperimentSpec, Runner, Status, Store};
+use smplab_record::Executor;
+use std::path::PathBuf;
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "smplab-lab-real-{tag}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// `true` when the test should go on; panics when the resource is required.
+fn have(what: &str, env: &str, missing: Option<String>) -> bool {
+    match missing {
+        None => true,
+        Some(why) if std::env::var(env).as_deref() == Ok("1") => {
+            panic!("{env}=1 but {what} is unusable: {why}")
+        }
+        Some(why) => {
+            eprintln!(
+                "note: {what} unusable ({why}); test not run (set {env}=1 to make this fail)"
+            );
+            false
+        }
+    }
+}
+
+#[test]
+fn native_and_vm_sweep_with_resume_and_report() {
+    if !have("KVM", "SMPLAB_REQUIRE_KVM", kvm_unavailable()) {
+        return;
+    }
+    let spec = ExperimentSpec::from_text(
+        "real.toml",
+        "name = \"real\"\nrepetitions = 2\ntimeout_s = 60\n[matrix]\nexecutor = [\"native\", \"vm\"]\nworkload = [\"ocean_ncp\", \"spinlock\"]\nvcpus = 2\nvms = [1, 2]\nscale = 0.02\n",
+    )
+    .expect("spec");
+    let dir = scratch("vm");
+    let path = dir.join("results.jsonl");
+    let runner = RealRunner::default();
+    let mut store = Store::open(&path).expect("store");
+    let s = run_points(&spec.points, &mut store, &runner, &SweepOptions::default()).expect("sweep");
+    assert_eq!(s.total, spec.points.len());
+    let failures: Vec<_> = s.problems.iter().collect();
+    assert_eq!(s.ok, s.total, "every point should run: {failures:?}");
+    drop(store);
+
+    // Resuming does nothing more.
+    let mut store = Store::open(&path).expect("store");
+    let again =
+        run_points(&spec.points, &mut store, &runner, &SweepOptions::default()).expect("sweep");
+    assert_eq!(again.already_done, spec.points.len());
+    assert_eq!(store.entries().len(), spec.points.len());
+
+    let results = Results::new(&store);
+    for p in results.points().filter(|p| p.executor == Executor::Vm) {
+        let es = results.get(p).expect("entries");
+        for e in es {
+            assert_eq!(e.status, Status::Ok);
+            assert_eq!(e.records.len(), p.vms as usize, "one record per VM");
+            for r in &e.records {
+                assert!(r.timing.wall_ns > 0);
+                assert!(r.vmm.is_some() && r.guest.is_some());
+            }
+        }
+        if p.vms == 1 {
+            assert!(results.slowdown(p).is_some(), "slowdown of {}", p.label());
+            assert!(!results.exits_per_s(p).is_empty(), "exits of {}", p.label());
+        } else {
+            let ws = results.weighted_speedup(p).expect("weighted speedup");
+            assert!(ws.median > 0.0);
+        }
+    }
+    let files = smplab_lab::report::write_report(&store, &dir.join("report"), &Default::default())
+        .expect("report");
+    let html = std::fs::read_to_string(files.html).expect("html");
+    assert!(html.contains("Slowdown versus native") && html.contains("<svg"));
+}
+
+#[test]
+fn qemu_point_runs_or_is_skipped_with_reason() {
+    let runner = RealRunner::default();
+    let missing = runner.availability(Executor::Qemu).err();
+    if !have("QEMU with KVM", "SMPLAB_REQUIRE_QEMU", missing.clone()) {
+        // Without QEMU the point is stored as skipped, with the reason.
+        let spec = ExperimentSpec::from_text(
+            "q.toml",
+            "name = \"q\"\nrepetitions = 1\n[matrix]\nexecutor = \"qemu\"\nworkload = \"blackscholes\"\nscale = 0.02\n",
+        )
+        .expect("spec");
+        let mut store = Store::from_entries(vec![]);
+        let s =
+            run_points(&spec.points, &mut store, &runner, &SweepOptions::default()).expect("sweep");
+        assert_eq!(s.skipped, 1);
+        return;
+    }
+    if std::env::var("SMPLAB_REQUIRE_KVM").as_deref() != Ok("1") && kvm_unavailable().is_some() {
+        return;
+    }
+    let spec = ExperimentSpec::from_text(
+        "q.toml",
+        "name = \"q\"\nrepetitions = 1\ntimeout_s = 120\n[matrix]\nexecutor = \"qemu\"\nworkload = \"blackscholes\"\nvcpus = 2\nscale = 0.02\n",
+    )
+    .expect("spec");
+    let mut store = Store::from_entries(vec![]);
+    let s = run_points(&spec.points, &mut store, &runner, &SweepOptions::default()).expect("sweep");
+    assert_eq!(s.ok, 1, "{:?}", s.problems);
+    let e = &store.entries()[0];
+    assert_eq!(e.records[0].executor, Executor::Qemu);
+}
+
+#[test]
+fn guest_crash_or_bad_size_is_a_failed_point_not_an_abort() {
+    // A workload the guest cannot hold (more threads than it supports) fails
+    // the point with the executor's reason; the next point still runs.
+    if !have("KVM", "SMPLAB_REQUIRE_KVM", kvm_unavailable()) {
+        return;
+    }
+    let spec = ExperimentSpec::from_text(
+        "f.toml",
+        "name = \"f\"\nrepetitions = 1\ntimeout_s = 60\n[matrix]\nexecutor = \"vm\"\nworkload = \"blackscholes\"\nvcpus = 1\nthreads = [600, 1]\nscale = 0.01\n",
+    )
+    .expect("spec");
+    let mut store = Store::from_entries(vec![]);
+    let s = run_points(
+        &spec.points,
+        &mut store,
+        &RealRunner::default(),
+        &SweepOptions::default(),
+    )
+    .expect("sweep");
+    assert_eq!(s.failed, 1, "{:?}", s.problems);
+    assert_eq!(s.ok, 1, "{:?}", s.problems);
+    assert!(s.problems[0].1.contains("511"), "{:?}", s.problems);
+}
