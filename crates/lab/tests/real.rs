@@ -146,3 +146,80 @@ fn guest_crash_or_bad_size_is_a_failed_point_not_an_abort() {
     assert_eq!(s.ok, 1, "{:?}", s.problems);
     assert!(s.problems[0].1.contains("511"), "{:?}", s.problems);
 }
+
+#[test]
+fn simulator_points_need_no_kvm() {
+    let spec = ExperimentSpec::from_text(
+        "s.toml",
+        "name = \"s\"\nrepetitions = 2\n[matrix]\nexecutor = \"sim\"\nworkload = [\"dedup\", \"spinlock\"]\nvcpus = [2, 16]\nvms = [1, 2]\nscale = 0.05\n",
+    )
+    .expect("spec");
+    let mut store = Store::from_entries(vec![]);
+    let s = run_points(
+        &spec.points,
+        &mut store,
+        &RealRunner::default(),
+        &SweepOptions::default(),
+    )
+    .expect("sweep");
+    assert_eq!(s.ok, s.total, "{:?}", s.problems);
+    let results = Results::new(&store);
+    for p in results.points() {
+        assert!(
+            results.slowdown(p).is_some(),
+            "sim slowdown of {}",
+            p.label()
+        );
+        if p.vms == 2 {
+            assert!(results.weighted_speedup(p).is_some());
+            assert_eq!(results.get(p).expect("entries")[0].records.len(), 2);
+        }
+    }
+}
+
+#[test]
+fn calibrated_profile_is_a_valid_simulator_platform() {
+    use smplab_lab::calibrate::{write_profile, Calibration, Estimate};
+    let cal = Calibration {
+        estimates: vec![
+            Estimate {
+                field: "vmm.user_exit_ns",
+                value: 12_345.0,
+                spread: None,
+                how: "test".into(),
+            },
+            Estimate {
+                field: "cpu.compute_ns_per_iter",
+                value: 1.25,
+                spread: None,
+                how: "test".into(),
+            },
+        ],
+        unmeasured: vec![],
+    };
+    let out = scratch("cal").join("calibrated.toml");
+    write_profile(&cal, &out).expect("profile written");
+    let p =
+        smplab_sim::Platform::resolve(&out.display().to_string()).expect("the simulator reads it");
+    assert_eq!(p.name, "calibrated");
+    assert_eq!(p.vmm.user_exit_ns, 12_345);
+    assert_eq!(p.cpu.compute_ns_per_iter, 1.25);
+    // And a sim point can use it by path.
+    let spec = ExperimentSpec::from_text(
+        "c.toml",
+        &format!(
+            "name = \"c\"\nrepetitions = 1\n[matrix]\nexecutor = \"sim\"\nworkload = \"blackscholes\"\nplatform = \"{}\"\nscale = 0.02\n",
+            out.display()
+        ),
+    )
+    .expect("spec");
+    let mut store = Store::from_entries(vec![]);
+    let s = run_points(
+        &spec.points,
+        &mut store,
+        &RealRunner::default(),
+        &SweepOptions::default(),
+    )
+    .expect("sweep");
+    assert_eq!(s.ok, 1, "{:?}", s.problems);
+}
