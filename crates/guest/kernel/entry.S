@@ -207,7 +207,38 @@ isr\n:
 ISR_NOERR 0
 ISR_NOERR 1
 ISR_NOERR 2
-ISR_DIRECT 3, trap_syscall
+/* Vector 3 (`int3`, the system-call instruction) and 129 (`int $0x81`): a
+ * slim stub. System calls preserve rbx, rbp, r12-r15 (the C handler saves
+ * what it uses, as the SysV ABI promises) and rax/rcx/rdx/rsi/rdi (saved
+ * here); r8-r11 are clobbered (the user stubs declare it). The frame keeps the
+ * full `struct frame` layout, with the r8-r15/rbp slots left unwritten: nine
+ * fewer pushes and pops per call, ~1 us each when emulated. */
+.macro ISR_SYSCALL n
+    .globl isr\n
+isr\n:
+    pushq $0
+    pushq $\n
+    pushq %rax
+    pushq %rbx
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    subq $72, %rsp
+    cld
+    movq %rsp, %rdi
+    call trap_syscall
+    addq $72, %rsp
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rbx
+    popq %rax
+    addq $16, %rsp
+    iretq
+.endm
+ISR_SYSCALL 3
 ISR_NOERR 4
 ISR_NOERR 5
 ISR_NOERR 6
@@ -237,7 +268,7 @@ ISR_ERR 29
 ISR_ERR 30
 ISR_NOERR 31
 ISR_DIRECT 32, trap_timer
-ISR_DIRECT 129, trap_syscall
+ISR_SYSCALL 129
 ISR_DIRECT 240, trap_wake
 ISR_DIRECT 241, trap_shootdown
 ISR_NOERR 255

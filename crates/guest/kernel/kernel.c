@@ -466,9 +466,9 @@ static void __attribute__((noreturn)) kidle_loop(struct cpu *c)
         if (c->rq_len || g_queued || g_next_wake <= rdtsc())
             continue;
         arm_oneshot(c, own_deadline(c));
+        c->halts++; /* counted on entry, like KVM's halt_exits */
         /* sti's one-instruction shadow: an IPI already pending wakes the hlt. */
         __asm__ volatile("sti; hlt; cli" ::: "memory");
-        c->halts++;
     }
 }
 
@@ -799,8 +799,8 @@ static void syscall(struct cpu *c, struct frame *f)
         __atomic_exchange_n(&c->state, CPU_HALTED, __ATOMIC_SEQ_CST);
         if (!c->rq_len && !g_queued && g_next_wake > rdtsc()) {
             arm_oneshot(c, own_deadline(c));
-            __asm__ volatile("sti; hlt; cli" ::: "memory");
             c->halts++;
+            __asm__ volatile("sti; hlt; cli" ::: "memory");
         }
         c->state = CPU_POLLING;
         idle_run_work(c);

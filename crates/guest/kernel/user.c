@@ -16,10 +16,11 @@ extern u8 _end[];
 
 /* ---------- system calls ---------- */
 
+/* The kernel preserves every register except rax (result) and r8-r11. */
 static inline i64 sys3(u64 nr, u64 a, u64 b, u64 c)
 {
     i64 r;
-    __asm__ volatile(SYSCALL_INSN : "=a"(r) : "a"(nr), "D"(a), "S"(b), "d"(c) : "memory");
+    __asm__ volatile(SYSCALL_INSN : "=a"(r) : "a"(nr), "D"(a), "S"(b), "d"(c) : "memory", "r8", "r9", "r10", "r11");
     return r;
 }
 static inline i64 sys1(u64 nr, u64 a) { return sys3(nr, a, 0, 0); }
@@ -29,7 +30,7 @@ static i64 sys_spawn(u64 entry, u64 arg, u64 stack, u64 cpu)
 {
     i64 r;
     register u64 r10 __asm__("r10") = cpu;
-    __asm__ volatile(SYSCALL_INSN : "=a"(r) : "a"((u64)SYS_SPAWN), "D"(entry), "S"(arg), "d"(stack), "r"(r10) : "memory");
+    __asm__ volatile(SYSCALL_INSN : "=a"(r), "+r"(r10) : "a"((u64)SYS_SPAWN), "D"(entry), "S"(arg), "d"(stack) : "memory", "r8", "r9", "r11");
     return r;
 }
 
@@ -231,13 +232,13 @@ static u64 calibrate_tsc(void)
     /* rdx of the syscall carries the TSC; re-read with inline asm to get both. */
     {
         u64 a, d;
-        __asm__ volatile(SYSCALL_INSN : "=a"(a), "=d"(d) : "a"((u64)SYS_PMTIMER) : "memory", "rdi", "rsi");
+        __asm__ volatile(SYSCALL_INSN : "=a"(a), "=d"(d) : "a"((u64)SYS_PMTIMER) : "memory", "rdi", "rsi", "r8", "r9", "r10", "r11");
         pm0 = (u32)a;
         tsc0 = d;
     }
     for (;;) {
         u64 a, d;
-        __asm__ volatile(SYSCALL_INSN : "=a"(a), "=d"(d) : "a"((u64)SYS_PMTIMER) : "memory", "rdi", "rsi");
+        __asm__ volatile(SYSCALL_INSN : "=a"(a), "=d"(d) : "a"((u64)SYS_PMTIMER) : "memory", "rdi", "rsi", "r8", "r9", "r10", "r11");
         pm1 = (u32)a;
         tsc1 = d;
         elapsed = (pm1 - pm0) & 0xffffff;
