@@ -113,11 +113,12 @@ fn emit(
                 stride,
                 ..
             } => {
-                // Footprint: the distinct lines a walk brings in (all of them
-                // for the walks in the built-in profiles).
+                // A strided walk brings in one line per step at most.
+                let lines_bytes = (*bytes)
+                    .min(touch_steps(*bytes, *stride).saturating_mul(p.cache.line_bytes.max(1)));
                 match buffer {
-                    BufferRef::Private => footprint.0 = footprint.0.saturating_add(*bytes),
-                    BufferRef::Shared(_) => footprint.1 = footprint.1.saturating_add(*bytes),
+                    BufferRef::Private => footprint.0 = footprint.0.saturating_add(lines_bytes),
+                    BufferRef::Shared(_) => footprint.1 = footprint.1.saturating_add(lines_bytes),
                 }
                 Ins::Touch {
                     ns: (touch_steps(*bytes, *stride) as f64 * p.cpu.touch_ns_per_access).round()

@@ -69,6 +69,9 @@ pub struct NativeCosts {
     pub idle_wake_ns: u64,
     /// Polling idle noticing new work (need_resched flag, no IPI).
     pub poll_notice_ns: u64,
+    /// How long the idle governor polls before entering C1 (predicted-short
+    /// idle periods are polled, not halted).
+    pub idle_poll_ns: u64,
 }
 
 /// VMM mechanisms (exits, IPIs, halts, host scheduling).

@@ -31,8 +31,7 @@ impl Sim {
             }
         };
         let th = &self.threads[t as usize];
-        let sibling = pc.last_vcpu != NONE && self.vcpus[pc.last_vcpu as usize].vm == vm;
-        let lines = th.private_lines + if sibling { 0 } else { th.shared_lines };
+        let lines = th.private_lines + th.shared_lines;
         let c = &self.platform.cache;
         let per_line =
             if vc.last_pcpu == NONE || self.pcpus[vc.last_pcpu as usize].domain == pc.domain {

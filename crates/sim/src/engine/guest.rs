@@ -82,9 +82,13 @@ impl Sim {
                 let (first, n) = (vm.first_vcpu, vm.n_vcpus);
                 let mut best = NONE;
                 let mut best_len = 0;
+                // Like Linux's idle balance, only pull from a vCPU that is
+                // busy running something else (a halted vCPU's queued thread
+                // is about to run there).
                 for u in first..first + n {
-                    let l = self.vcpus[u as usize].rq.len();
-                    if u != v && l > best_len {
+                    let uc = &self.vcpus[u as usize];
+                    let l = uc.rq.len();
+                    if u != v && uc.cur != NONE && l > best_len {
                         best = u;
                         best_len = l;
                     }
@@ -397,7 +401,9 @@ impl Sim {
                     self.defer(u, costs.poll_notice);
                 }
                 Act::Halting | Act::HaltPoll => {
-                    self.send_ipi_cost(waker, vm);
+                    if costs.virtualized {
+                        self.send_ipi_cost(waker, vm);
+                    }
                     self.interrupt_act(u);
                     self.defer(u, costs.halt_poll_wake);
                 }
@@ -486,6 +492,14 @@ impl Sim {
                     vc.act_end = now + costs.hlt_exit;
                     self.set_acct(v, Acct::Idle);
                     self.schedule_step(v, now + costs.hlt_exit);
+                } else if costs.native_idle_poll > 0 {
+                    // Bare metal: poll first, then C1 (see halting_done).
+                    let now = self.now;
+                    let vc = &mut self.vcpus[v as usize];
+                    vc.act = Act::HaltPoll;
+                    vc.act_end = now + costs.native_idle_poll;
+                    self.set_acct(v, Acct::Idle);
+                    self.schedule_step(v, now + costs.native_idle_poll);
                 } else {
                     self.halt(v);
                 }

@@ -112,11 +112,26 @@ impl Sim {
         if let Some(p) = Self::find_bit(&self.idle_bits, lo, hi, from) {
             return p;
         }
-        if in_range {
+        // No idle pCPU: the shortest run queue in the LLC domain it last ran
+        // in (CFS-like wake balancing; bounded to one domain so huge hosts
+        // stay cheap), staying put on ties.
+        let home = if in_range {
             last
         } else {
             lo + (vc.index % (hi - lo))
+        };
+        let d0 = ((home / self.per_llc) * self.per_llc).max(lo);
+        let d1 = (d0 + self.per_llc).min(hi);
+        let mut best = home;
+        let mut best_len = self.pcpus[home as usize].rq.len();
+        for p in d0..d1 {
+            let l = self.pcpus[p as usize].rq.len();
+            if l < best_len {
+                best = p;
+                best_len = l;
+            }
         }
+        best
     }
 
     fn enqueue(&mut self, p: u32, v: u32) {

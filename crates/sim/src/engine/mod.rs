@@ -246,6 +246,8 @@ pub(crate) struct Costs {
     pub user_exit: u64,
     pub sdb_detect: u64,
     pub sdb_fp: f64,
+    /// Bare metal: the idle governor's polling window before C1.
+    pub native_idle_poll: u64,
 }
 
 pub(crate) struct Vm {
@@ -452,6 +454,7 @@ impl Sim {
                     .sdb
                     .and_then(|s| s.false_positive_rate)
                     .unwrap_or(p.sdb.false_positive_rate),
+                native_idle_poll: 0,
             }
         } else {
             Costs {
@@ -460,13 +463,14 @@ impl Sim {
                 ipi_receive: p.native.ipi_receive_ns,
                 hlt_exit: 0,
                 wake_latency: p.native.idle_wake_ns,
-                halt_poll_wake: p.native.idle_wake_ns,
+                halt_poll_wake: p.native.poll_notice_ns,
                 poll_notice: p.native.poll_notice_ns,
                 switch: 0,
                 exit: 0,
                 user_exit: 0,
                 sdb_detect: 0,
                 sdb_fp: 0.0,
+                native_idle_poll: p.native.idle_poll_ns,
             }
         };
         let first_thread = self.threads.len() as u32;

@@ -1,0 +1,344 @@
+//! Hand-checkable cases, one per mechanism, on a platform with round costs.
+//! Each expected time is derived in the comment above its assertion.
+
+use smplab_sim::{
+    simulate, DeviceSync, Devices, Idle, Platform, Ple, Policy, Scenario, Sdb, VmSpec,
+};
+use smplab_workload::Source;
+
+/// Round numbers: compute 1 ns/iter, no atomic or sync-op cost.
+const UNIT: &str = r#"
+name = "unit"
+[cpu]
+compute_ns_per_iter = 1.0
+touch_ns_per_access = 1.0
+atomic_ns = 0
+line_transfer_ns = 100
+spin_iter_pause_ns = 10.0
+spin_iter_nopause_ns = 1.0
+sync_op_ns = 0
+context_switch_ns = 200
+wake_ns = 50
+yield_ns = 10
+shootdown_handler_ns = 300
+guest_slice_ns = 1000000000
+[native]
+ipi_send_ns = 20
+ipi_receive_ns = 30
+idle_wake_ns = 400
+poll_notice_ns = 10
+idle_poll_ns = 0
+[vmm]
+exit_ns = 500
+user_exit_ns = 2000
+hlt_exit_ns = 600
+hlt_wake_ns = 4000
+halt_poll_wake_ns = 700
+ipi_send_ns = 800
+ipi_send_apicv_ns = 400
+ipi_receive_ns = 1000
+ipi_receive_apicv_ns = 500
+vcpu_switch_ns = 2000
+poll_notice_ns = 10
+ple_window_ns = 1000
+ple_gap_ns = 50
+[cache]
+pcpus_per_llc = 8
+line_bytes = 64
+refill_llc_ns_per_line = 0.0
+refill_remote_ns_per_line = 0.0
+private_bytes = 65536
+remote_share_factor = 0.0
+[sdb]
+detect_ns = 900
+false_positive_rate = 0.0
+window_ns = 400
+[device]
+service_ns = 1000
+[defaults]
+time_slice_ns = 1000000
+halt_poll_ns = 0
+"#;
+
+/// vCPU switch on first dispatch.
+const S: u64 = 2000;
+
+fn platform() -> Platform {
+    Platform::from_text("unit", UNIT).unwrap()
+}
+
+fn vm(workload: &str, vcpus: u32) -> VmSpec {
+    let src = Source::from_text("test", workload).unwrap();
+    let program = src.instantiate(None, 1.0).unwrap();
+    let info = smplab_sim::scenario::workload_info(&src, &program);
+    let mut v = VmSpec::new(program, info, vcpus);
+    v.ple = Ple::Off;
+    v
+}
+
+fn run(s: &Scenario) -> smplab_sim::RunRecord {
+    simulate(s).unwrap().remove(0)
+}
+
+#[test]
+fn one_thread_compute() {
+    let w = "name = \"c\"\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [ { compute = 1000 } ]\n";
+    let s = Scenario::new(platform(), 1, vec![vm(w, 1)]);
+    let r = run(&s);
+    // VM: first dispatch pays the vCPU switch, then 1000 iterations at 1 ns.
+    assert_eq!(r.timing.wall_ns, S + 1000);
+    // Bare metal: just the work.
+    assert_eq!(r.sim.unwrap().native_wall_ns, Some(1000));
+}
+
+const LOCK: &str = r#"
+name = "lock"
+[spin_locks.l]
+kind = "ttas"
+pause = true
+[[groups]]
+name = "g"
+threads = 2
+ops = [ { spin_lock = "l" }, { compute = 1000 }, { spin_unlock = "l" } ]
+"#;
+
+#[test]
+fn two_vcpus_one_lock() {
+    let s = Scenario::new(platform(), 2, vec![vm(LOCK, 2)]);
+    let r = run(&s);
+    // Both start at S; thread 0 takes the lock, thread 1 spins. Thread 0
+    // releases at S+1000; the spinning thread gets it after the line transfer
+    // (100) and computes 1000: wall = S + 1000 + 100 + 1000.
+    assert_eq!(r.timing.wall_ns, S + 2100);
+    let sim = r.sim.unwrap();
+    // Thread 1 spun from S to S+1000; 1000 ns / 10 ns per PAUSE iteration.
+    assert_eq!(sim.spin_ns, 1000);
+    assert_eq!(r.counters.spin_iterations, 100);
+    assert_eq!(sim.native_wall_ns, Some(2100));
+}
+
+const BARRIER: &str = r#"
+name = "barrier"
+[barriers.b]
+parties = 2
+wait = "block"
+[[groups]]
+name = "fast"
+threads = 1
+ops = [ { compute = 1000 }, { barrier = "b" } ]
+[[groups]]
+name = "slow"
+threads = 1
+ops = [ { compute = 3000 }, { barrier = "b" } ]
+"#;
+
+#[test]
+fn blocking_barrier_wakes_a_halted_vcpu_by_ipi() {
+    let mut s = Scenario::new(platform(), 2, vec![vm(BARRIER, 2)]);
+    s.native_reference = true;
+    let r = run(&s);
+    // fast arrives at S+1000, blocks (switch 200), its vCPU HLT-exits (600)
+    // and halts. slow arrives at S+3000 and wakes fast: the halted vCPU's
+    // host thread is woken after hlt_wake 4000, re-entered on the same pCPU
+    // (no switch), injects the IPI (1000): fast finishes at S+3000+5000.
+    // slow pays wake (50) + IPI send (800): S+3850.
+    assert_eq!(r.timing.wall_ns, S + 8000);
+    let sim = r.sim.unwrap();
+    // fast's vCPU at S+1200, slow's after slow exits (fast is not done yet).
+    assert_eq!(sim.exits["hlt"], 2);
+    assert_eq!(sim.exits["apic_icr"], 1);
+    // Bare metal (idle_poll 0): fast halts; the wakeup is a flag store plus
+    // the C-state exit (400); fast ends at 3000+400, slow at 3000+50.
+    assert_eq!(sim.native_wall_ns, Some(3400));
+}
+
+#[test]
+fn polling_idle_needs_no_ipi() {
+    let mut v = vm(BARRIER, 2);
+    v.idle = Idle::Poll;
+    let s = Scenario::new(platform(), 2, vec![v]);
+    let r = run(&s);
+    // fast polls after blocking; slow's wakeup is noticed after 10 ns.
+    // slow pays only the wake (50): max(S+3010, S+3050).
+    assert_eq!(r.timing.wall_ns, S + 3050);
+    let sim = r.sim.unwrap();
+    assert_eq!(sim.exits["hlt"], 0);
+    assert_eq!(sim.exits["apic_icr"], 0);
+}
+
+#[test]
+fn halt_polling_window_catches_the_wakeup() {
+    let mut v = vm(BARRIER, 2);
+    v.idle = Idle::HaltPoll(10_000);
+    let s = Scenario::new(platform(), 2, vec![v]);
+    let r = run(&s);
+    // Still inside the 10 µs window at S+3000: the IPI is sent (slow pays
+    // 50+800) and fast resumes after halt_poll_wake 700: S+3700 vs S+3850.
+    assert_eq!(r.timing.wall_ns, S + 3850);
+    // fast's vCPU halts twice: while waiting, and after fast exits at S+3700
+    // (slow is still running); slow's exit ends the VM.
+    assert_eq!(r.sim.unwrap().exits["hlt"], 2);
+}
+
+#[test]
+fn apicv_halves_ipi_costs() {
+    let mut v = vm(BARRIER, 2);
+    v.apicv = true;
+    let s = Scenario::new(platform(), 2, vec![v]);
+    // As the HLT case with receive 500 instead of 1000.
+    assert_eq!(run(&s).timing.wall_ns, S + 7500);
+}
+
+const SHOOT: &str = r#"
+name = "shoot"
+[[groups]]
+name = "g"
+threads = 1
+ops = [ { shootdown = 1 } ]
+"#;
+
+#[test]
+fn shootdown_waits_for_the_halted_vcpu() {
+    let s = Scenario::new(platform(), 2, vec![vm(SHOOT, 2)]);
+    let r = run(&s);
+    // vCPU 1 has no thread: at S it HLT-exits (600) and halts at S+600.
+    // The initiator sends one IPI (800), flushes locally (300), then spins.
+    // The IPI arrives at S+800: wake 4000 → dispatched at S+4800 (same pCPU,
+    // no switch), injection 1000, handler 300 → ack at S+6100; the initiator
+    // continues after the line transfer 100 and exits at S+6200.
+    assert_eq!(r.timing.wall_ns, S + 6200);
+    let sim = r.sim.unwrap();
+    assert_eq!(sim.exits["apic_icr"], 1);
+    assert_eq!(sim.spin_ns, 6100 - 1100);
+}
+
+/// Two vCPUs on one pCPU: the holder is preempted inside its critical section.
+const LHP: &str = r#"
+name = "lhp"
+[spin_locks.l]
+kind = "ttas"
+pause = true
+[[groups]]
+name = "g"
+threads = 2
+ops = [ { spin_lock = "l" }, { compute = 3000000 }, { spin_unlock = "l" } ]
+"#;
+
+#[test]
+fn ple_sees_user_pause_loops_only_on_amd() {
+    let mk = |ple: Ple| {
+        let mut v = vm(LHP, 2);
+        v.ple = ple;
+        let mut s = Scenario::new(platform(), 1, vec![v]);
+        s.native_reference = false;
+        s.policy = Policy::fair().with_slice(1_000_000);
+        run(&s)
+    };
+    let intel = mk(Ple::Intel);
+    let amd = mk(Ple::Amd);
+    // Intel: the user-mode spin is invisible; the spinner burns whole slices.
+    assert_eq!(intel.sim.as_ref().unwrap().exits["ple"], 0);
+    // AMD: a PLE exit after 1 µs of spinning yields the pCPU back to the holder.
+    assert!(amd.sim.as_ref().unwrap().exits["ple"] >= 1);
+    assert!(amd.sim.as_ref().unwrap().spin_ns * 10 < intel.sim.as_ref().unwrap().spin_ns);
+    assert!(amd.timing.wall_ns < intel.timing.wall_ns);
+}
+
+#[test]
+fn sdb_preempts_a_spinner_after_the_detection_latency() {
+    let mut v = vm(LHP, 2);
+    v.sdb = Some(Sdb {
+        detect_ns: Some(900),
+        false_positive_rate: Some(0.0),
+    });
+    let mut s = Scenario::new(platform(), 1, vec![v]);
+    s.native_reference = false;
+    s.policy = Policy::fair().with_slice(1_000_000);
+    let r = run(&s);
+    let sim = r.sim.unwrap();
+    assert!(sim.exits["sdb"] >= 1);
+    // Each time the spinner is dispatched it spins for exactly the detection
+    // latency (after its switch-in) before the SDB hands the pCPU back.
+    assert_eq!(sim.spin_ns % 900, 0);
+    assert!(sim.spin_ns <= 900 * sim.exits["sdb"]);
+}
+
+#[test]
+fn safe_points_defer_preemption_of_the_lock_holder() {
+    let mk = |safe: bool| {
+        let mut s = Scenario::new(platform(), 1, vec![vm(LHP, 2)]);
+        s.native_reference = false;
+        s.policy = Policy::fair().with_slice(1_000_000);
+        if safe {
+            s.policy.safe_point_grace_ns = Some(10_000_000);
+        }
+        run(&s)
+    };
+    let plain = mk(false);
+    let safe = mk(true);
+    // With a grace period longer than the critical section the holder is never
+    // preempted while holding the lock, so nobody spins on a preempted holder.
+    assert_eq!(safe.sim.as_ref().unwrap().spin_ns, 0);
+    assert!(plain.sim.as_ref().unwrap().spin_ns >= 1_000_000);
+    assert!(safe.timing.wall_ns < plain.timing.wall_ns);
+}
+
+const IO: &str = r#"
+name = "io"
+[[groups]]
+name = "g"
+threads = 2
+ops = [ { compute = 100000 } ]
+"#;
+
+#[test]
+fn device_sync_modes() {
+    let mk = |sync: DeviceSync, synchronous: f64| {
+        let mut v = vm(IO, 2);
+        v.devices = Some(Devices {
+            exits_per_ms: 100.0,
+            sync,
+            synchronous,
+        });
+        let mut s = Scenario::new(platform(), 2, vec![v]);
+        s.native_reference = false;
+        run(&s)
+    };
+    // 100 µs of work at 100 exits/ms: an exit after every 10 µs of running,
+    // 9 per vCPU (the 10th would fall on the end of the work).
+    let fine = mk(DeviceSync::Fine, 1.0);
+    let sim = fine.sim.as_ref().unwrap();
+    assert_eq!(sim.exits["io"], 18);
+    assert_eq!(sim.device_wait_ns, 0);
+    // Fine-grained: each exit costs user_exit 2000 + service 1000 in parallel.
+    assert_eq!(fine.timing.wall_ns, S + 100_000 + 9 * 3000);
+    // Global lock: both vCPUs make their first exit at the same instant and
+    // one waits a service time (1000); that offsets them by exactly one
+    // service time, so later requests never collide.
+    let global = mk(DeviceSync::Global, 1.0);
+    assert_eq!(global.sim.as_ref().unwrap().device_wait_ns, 1000);
+    assert_eq!(global.timing.wall_ns, fine.timing.wall_ns + 1000);
+    // I/O thread with only posted writes: nobody waits.
+    let posted = mk(DeviceSync::IoThread, 0.0);
+    assert_eq!(posted.sim.as_ref().unwrap().device_wait_ns, 0);
+    assert_eq!(posted.timing.wall_ns, S + 100_000 + 9 * 2000);
+}
+
+#[test]
+fn gang_leaves_halted_vcpus_pcpus_idle() {
+    // Two 2-vCPU VMs on 2 pCPUs; each VM's second vCPU has no thread.
+    let w = "name = \"c\"\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [ { compute = 100000 } ]\n";
+    let mk = |policy: &str| {
+        let mut s = Scenario::new(platform(), 2, vec![vm(w, 2), vm(w, 2)]);
+        s.policy = Policy::parse(policy).unwrap();
+        s.native_reference = false;
+        simulate(&s).unwrap()
+    };
+    let gang = mk("gang:10us");
+    let fair = mk("fair:10us");
+    let span = |r: &[smplab_sim::RunRecord]| r.iter().map(|r| r.timing.wall_ns).max().unwrap();
+    // Fair share runs both busy vCPUs side by side on the two pCPUs; gang
+    // scheduling alternates the VMs, idling the pCPU of each halted vCPU.
+    assert!(span(&fair) < 110_000, "{}", span(&fair));
+    assert!(span(&gang) > 190_000, "{}", span(&gang));
+}

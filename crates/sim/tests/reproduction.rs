@@ -1,0 +1,206 @@
+//! The reproduction targets (docs/sim.md, "Reproduction targets"):
+//! the shape of each seed result, with the tolerance stated at each assertion.
+//! Workloads are the built-in profiles at reduced scale so the whole file runs
+//! in seconds in the debug test profile; the shapes do not depend on the scale
+//! as long as runs are long compared with the host time slice where that
+//! matters (the 2-VM streamcluster case).
+
+use smplab_sim::{
+    simulate, Affinity, Idle, Platform, Policy, RunRecord, Scenario, Topology, VmSpec,
+};
+
+fn kvm() -> Platform {
+    Platform::builtin("kvm2015").unwrap()
+}
+
+fn vm(name: &str, n: u32, scale: f64, vcpus: u32) -> VmSpec {
+    VmSpec::from_workload(name, Some(n), scale, vcpus).unwrap()
+}
+
+fn run(s: &Scenario) -> Vec<RunRecord> {
+    let r = simulate(s).unwrap();
+    assert!(r.iter().all(|r| r.is_ok()));
+    r
+}
+
+/// Slowdown versus the same model without virtualization, in percent.
+fn slowdown(r: &RunRecord) -> f64 {
+    let native = r.sim.as_ref().unwrap().native_wall_ns.unwrap() as f64;
+    (r.timing.wall_ns as f64 / native - 1.0) * 100.0
+}
+
+fn seed000_slowdown(name: &str, idle: Idle) -> f64 {
+    let mut v = vm(name, 16, 0.25, 16);
+    v.idle = idle;
+    slowdown(&run(&Scenario::new(kvm(), 16, vec![v]))[0])
+}
+
+/// Seed 000 Fig. 1: in a 16-vCPU VM on 16 pCPUs, dedup (blocking pipeline:
+/// IPIs and HLT exits) slows down far more than blackscholes (no exits).
+#[test]
+fn seed000_dedup_slows_far_more_than_blackscholes() {
+    let dedup = seed000_slowdown("dedup", Idle::Hlt);
+    let bs = seed000_slowdown("blackscholes", Idle::Hlt);
+    eprintln!("slowdown dedup {dedup:.1}%, blackscholes {bs:.1}%");
+    // Tolerance: "far more" = at least 5 points and at least 5x blackscholes's.
+    assert!(dedup >= 5.0, "dedup {dedup:.1}%");
+    assert!(
+        dedup >= 5.0 * bs.max(0.0),
+        "dedup {dedup:.1}% vs blackscholes {bs:.1}%"
+    );
+}
+
+/// Seed 000 Fig. 3: polling idle instead of HLT exits reduces the slowdown of
+/// the blocking-heavy profiles (59% → 35% on average in the seed).
+#[test]
+fn seed000_polling_idle_reduces_blocking_slowdown() {
+    let mut hlt_sum = 0.0;
+    let mut poll_sum = 0.0;
+    for name in ["dedup", "fluidanimate", "ocean_ncp", "vips", "volrend"] {
+        let hlt = seed000_slowdown(name, Idle::Hlt);
+        let poll = seed000_slowdown(name, Idle::Poll);
+        eprintln!("{name}: hlt {hlt:.1}%, poll {poll:.1}%");
+        // Tolerance: strictly lower for every blocking-heavy profile.
+        assert!(poll < hlt, "{name}: poll {poll:.1}% vs hlt {hlt:.1}%");
+        hlt_sum += hlt;
+        poll_sum += poll;
+    }
+    // Tolerance: on average at least halved (the seed removes ~40% of it; the
+    // model has no other exit sources left once idle exits are gone).
+    assert!(
+        poll_sum <= 0.5 * hlt_sum,
+        "poll {poll_sum:.1} vs hlt {hlt_sum:.1}"
+    );
+}
+
+/// Weighted speedup of `vms` VMs relative to one VM alone (seed 000 §III).
+fn weighted_speedup(v: &VmSpec, vms: usize) -> f64 {
+    let base = run(&Scenario::new(kvm(), 16, vec![v.clone()]))[0]
+        .timing
+        .wall_ns as f64;
+    let mut s = Scenario::new(kvm(), 16, vec![v.clone(); vms]);
+    s.native_reference = false;
+    run(&s).iter().map(|r| base / r.timing.wall_ns as f64).sum()
+}
+
+/// Seed 000 Fig. 2/5: two 16-vCPU streamcluster VMs on 16 pCPUs lose at least
+/// 2x throughput because PLE cannot see the user-mode, PAUSE-less barrier
+/// spin; with the barrier blocking instead, throughput is back (1.04 in the seed).
+#[test]
+fn seed000_streamcluster_two_vms_spin_vs_block() {
+    // Scale 10: ~21 ms per instance, several host time slices (6 ms).
+    let spin = vm("streamcluster", 16, 10.0, 16);
+    let mut block = spin.clone();
+    block.program = block.program.spin_to_block();
+    let ws_spin = weighted_speedup(&spin, 2);
+    let ws_block = weighted_speedup(&block, 2);
+    eprintln!("weighted speedup, 2 VMs: spin {ws_spin:.2}, block {ws_block:.2}");
+    // Tolerance: "loses at least 2x" = weighted speedup at most 0.5.
+    assert!(ws_spin <= 0.5, "spin {ws_spin:.2}");
+    // Tolerance: "about 1.0" = no collapse, at least 0.9. The model may give
+    // more than 1: the blocking variant leaves vCPUs idle that a second VM
+    // fills (seed 000 sees the same for other programs, e.g. facesim +74%).
+    assert!(ws_block >= 0.9, "block {ws_block:.2}");
+}
+
+/// Seed 002 §5: one 24-vCPU VM on 8 pCPUs (spin-lock microbenchmark);
+/// spin-triggered preemption by the SDB wastes fewer cycles spinning than
+/// plain 100 µs time slices.
+#[test]
+fn seed002_sdb_spins_less_than_time_slices() {
+    let mk = |sdb: bool| {
+        let mut v = vm("spinlock", 24, 0.05, 24);
+        v.ple = smplab_sim::Ple::Off;
+        if sdb {
+            v.sdb = Some(Default::default());
+        }
+        let mut s = Scenario::new(kvm(), 8, vec![v]);
+        s.policy = Policy::fair().with_slice(100_000);
+        s.native_reference = false;
+        run(&s).remove(0)
+    };
+    let slices = mk(false);
+    let sdb = mk(true);
+    let (a, b) = (
+        slices.sim.as_ref().unwrap().spin_ns,
+        sdb.sim.as_ref().unwrap().spin_ns,
+    );
+    eprintln!(
+        "spin: 100us slices {:.2} ms, SDB {:.2} ms; wall {:.2} vs {:.2} ms",
+        a as f64 / 1e6,
+        b as f64 / 1e6,
+        slices.timing.wall_ns as f64 / 1e6,
+        sdb.timing.wall_ns as f64 / 1e6
+    );
+    // Tolerance: at most half the spin time (seed 002 Fig. 2 reports 1.9-3.2x
+    // fewer instructions for the spin-heavy workloads).
+    assert!(2 * b <= a, "SDB {b} ns vs slices {a} ns");
+    assert!(sdb.timing.wall_ns < slices.timing.wall_ns);
+}
+
+/// Seed 002 §6: two 8-vCPU VMs on 8 pCPUs; logical partitioning (4 pCPUs
+/// each, SDB handling the overcommit inside each partition) beats gang
+/// scheduling with 100 µs slices. vips is a thread pool that leaves vCPUs
+/// idle part of the time, like the seed's half-utilized consolidation
+/// workloads (which gained most): gang scheduling keeps those pCPUs idle.
+#[test]
+fn seed002_partitioning_beats_gang_scheduling() {
+    let mk = |policy: &str| {
+        let mut v = vm("vips", 8, 1.0, 8);
+        v.sdb = Some(Default::default());
+        let mut s = Scenario::new(kvm(), 8, vec![v.clone(), v]);
+        s.policy = Policy::parse(policy).unwrap();
+        s.native_reference = false;
+        run(&s).iter().map(|r| r.timing.wall_ns).max().unwrap()
+    };
+    let gang = mk("gang:100us");
+    let part = mk("partition:100us");
+    eprintln!(
+        "makespan gang {:.2} ms, partition {:.2} ms",
+        gang as f64 / 1e6,
+        part as f64 / 1e6
+    );
+    // Tolerance: at least 10% faster (seed 002 Fig. 6: 10-25%).
+    assert!(
+        part as f64 <= 0.9 * gang as f64,
+        "partition {part} vs gang {gang}"
+    );
+}
+
+/// Seed 001 §4.3.1: an 8-vCPU guest with 8 threads under pCPU contention (6
+/// pCPUs in three LLC domains): pinning each vCPU helps the cache-sensitive
+/// streamcluster and hurts the resched-IPI-heavy fluidanimate.
+#[test]
+fn seed001_pinning_helps_cache_sensitive_hurts_ipi_heavy() {
+    let ratio = |name: &str| {
+        let mut w = [0u64; 2];
+        for (i, aff) in [Affinity::Float, Affinity::Pin].into_iter().enumerate() {
+            let mut v = vm(name, 8, 1.0, 8);
+            v.affinity = aff;
+            let mut s = Scenario::new(kvm(), 6, vec![v]);
+            s.topology = Topology {
+                pcpus_per_llc: Some(2),
+            };
+            s.native_reference = false;
+            let r = run(&s).remove(0);
+            let sim = r.sim.as_ref().unwrap();
+            eprintln!(
+                "{name} {}: wall {:.2} ms, migrations {}, warm-up {:.2} ms, ipis {}, steal {:.2} ms",
+                aff.label(),
+                r.timing.wall_ns as f64 / 1e6,
+                sim.migrations,
+                sim.warmup_ns as f64 / 1e6,
+                sim.ipis,
+                sim.steal_ns as f64 / 1e6
+            );
+            w[i] = r.timing.wall_ns;
+        }
+        w[1] as f64 / w[0] as f64
+    };
+    let sc = ratio("streamcluster");
+    let fa = ratio("fluidanimate");
+    eprintln!("pin/float: streamcluster {sc:.3}, fluidanimate {fa:.3}");
+    // Tolerance: a 3% effect either way (seed 001 Fig. 5/6 show ~5-20%).
+    assert!(sc <= 0.97, "streamcluster pin/float {sc:.3}");
+    assert!(fa >= 1.03, "fluidanimate pin/float {fa:.3}");
+}
