@@ -294,3 +294,47 @@ fn touch(buf: &[AtomicU8], bytes: u64, stride: u64, write: bool) -> u64 {
     }
     sum
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_indices_follow_the_shared_order() {
+        let idx = [
+            C_COMPUTE,
+            C_COMPUTE_ITERS,
+            C_TOUCH,
+            C_TOUCH_BYTES,
+            C_SPIN_LOCK,
+            C_MUTEX_LOCK,
+            C_BARRIER,
+            C_PUSH,
+            C_POP,
+            C_ATOMIC,
+            C_SLEEP,
+            C_YIELD,
+            C_SHOOTDOWN,
+        ];
+        let mut seen: Vec<usize> = idx.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), counter_names::ALL.len(), "every counter, once");
+        assert_eq!(counter_names::ALL[C_YIELD], counter_names::YIELD);
+        assert_eq!(counter_names::ALL[C_SHOOTDOWN], counter_names::SHOOTDOWN);
+    }
+
+    #[test]
+    fn touch_reads_and_writes_every_stride_step() {
+        let buf: Vec<AtomicU8> = (0..100).map(|_| AtomicU8::new(1)).collect();
+        assert_eq!(touch(&buf, 100, 10, true), 10);
+        assert_eq!(touch(&buf, 100, 10, false), 20, "written back plus one");
+        assert_eq!(
+            buf[5].load(Ordering::Relaxed),
+            1,
+            "off-stride bytes untouched"
+        );
+        // Larger than the buffer or stride 0: clamped, no panic.
+        assert_eq!(touch(&buf, 1 << 40, 0, false), 110);
+    }
+}

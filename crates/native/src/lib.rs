@@ -503,3 +503,32 @@ fn worker(
 pub fn counts_map(c: &OpCounts) -> BTreeMap<String, u64> {
     c.to_map()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_are_compact() {
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
+        assert_eq!(cpu_list(&[5]), "5");
+        assert_eq!(cpu_list(&[]), "");
+    }
+
+    #[test]
+    fn exit_statuses_match_the_shared_table() {
+        assert_eq!(NativeError::EmptyPin.exit_status(), exit::BAD_INPUT);
+        assert_eq!(
+            NativeError::Timeout(Duration::from_secs(1)).exit_status(),
+            exit::TIMEOUT
+        );
+        assert_eq!(
+            NativeError::Thread {
+                thread: "t".into(),
+                reason: "r".into()
+            }
+            .exit_status(),
+            exit::RUN_FAILED
+        );
+    }
+}

@@ -18,7 +18,9 @@ pub(crate) struct Shared {
     /// Pages every thread writes once before the start gate; shootdowns
     /// mprotect a prefix of it.
     pub shoot: Mapping,
-    pub abort: AtomicBool,
+    /// Read by every thread once per loop iteration: its own cache line, so
+    /// the writes to `ready`/`finished` never invalidate it.
+    pub abort: CachePadded<AtomicBool>,
     /// 0 while closed, 1 once every thread may start.
     pub gate: AtomicU32,
     /// Threads that reached the gate or gave up before it.
@@ -73,7 +75,7 @@ impl Shared {
                 .collect(),
             buffers,
             shoot,
-            abort: AtomicBool::new(false),
+            abort: CachePadded(AtomicBool::new(false)),
             gate: AtomicU32::new(0),
             ready: AtomicU32::new(0),
             finished: AtomicU32::new(0),

@@ -318,7 +318,11 @@ impl Gen {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // 48 cases by default (a few seconds in a debug build); PROPTEST_CASES
+    // raises it for a soak run.
+    #![proptest_config(ProptestConfig::with_cases(
+        std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48)
+    ))]
 
     #[test]
     fn random_valid_workloads_terminate_and_conserve(seed in any::<u64>()) {
