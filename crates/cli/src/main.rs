@@ -3,7 +3,6 @@
 //! Exit statuses: `smplab_record::exit` (documented in README.md).
 
 mod check;
-mod demo;
 mod doctor;
 mod run;
 mod workloads;
@@ -33,10 +32,18 @@ enum Cmd {
     Run(run::RunArgs),
     /// Report what this host offers: KVM, its backing, capabilities, cores.
     Doctor(doctor::DoctorArgs),
-    /// Run a small study end to end and print a summary.
-    Demo(demo::DemoArgs),
     /// Boot a kernel in smplab-vmm with a chosen device-synchronization mode.
     Vmm(smplab_vmm::cli::VmmArgs),
+    /// Simulate SMP VMs on a shared or overcommitted host.
+    Sim(smplab_sim::cli::SimArgs),
+    /// Experiments: run a sweep spec, report on stored results.
+    Lab(smplab_lab::cli::LabArgs),
+    /// Attribute a workload's virtualization slowdown to factors, one removed at a time.
+    Diagnose(smplab_lab::cli::DiagnoseArgs),
+    /// Measure this host's VM costs and write a simulator platform profile.
+    Calibrate(smplab_lab::cli::CalibrateArgs),
+    /// The main job: a small study across executors, a diagnosis and a report.
+    Demo(smplab_lab::cli::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,8 +53,12 @@ fn main() -> ExitCode {
         Cmd::Check(a) => check::run(a),
         Cmd::Run(a) => run::run(a),
         Cmd::Doctor(a) => doctor::run(a),
-        Cmd::Demo(a) => demo::run(a),
         Cmd::Vmm(a) => smplab_vmm::cli::run(a),
+        Cmd::Sim(a) => smplab_sim::cli::run(a),
+        Cmd::Lab(a) => smplab_lab::cli::lab(a),
+        Cmd::Diagnose(a) => smplab_lab::cli::diagnose(a),
+        Cmd::Calibrate(a) => smplab_lab::cli::calibrate(a),
+        Cmd::Demo(a) => smplab_lab::cli::demo(a),
     };
     ExitCode::from(status.clamp(0, 255) as u8)
 }
