@@ -223,17 +223,32 @@ struct ThreadOut {
     sink: u64,
 }
 
-/// Increments `finished` however the thread ends (including a panic), so the
-/// controller never waits for a thread that is gone.
-struct FinishGuard<'a>(&'a Shared);
+/// Increments `finished` (and `ready`, if the thread never got that far)
+/// however the thread ends, including a panic, so the controller never waits
+/// for a thread that is gone.
+struct FinishGuard<'a> {
+    shared: &'a Shared,
+    ready_reported: bool,
+}
+
+impl FinishGuard<'_> {
+    fn report_ready(&mut self) {
+        self.ready_reported = true;
+        self.shared.ready.fetch_add(1, Ordering::SeqCst);
+        sys::futex_wake(&self.shared.ready, 1);
+    }
+}
 
 impl Drop for FinishGuard<'_> {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            self.0.abort.store(true, Ordering::SeqCst);
+            self.shared.abort.store(true, Ordering::SeqCst);
         }
-        self.0.finished.fetch_add(1, Ordering::SeqCst);
-        sys::futex_wake(&self.0.finished, u32::MAX);
+        if !self.ready_reported {
+            self.report_ready();
+        }
+        self.shared.finished.fetch_add(1, Ordering::SeqCst);
+        sys::futex_wake(&self.shared.finished, u32::MAX);
     }
 }
 
@@ -264,17 +279,16 @@ pub fn execute(program: &Program, opts: &NativeOptions) -> Result<Execution, Nat
         match spawned {
             Ok(h) => handles.push(h),
             Err(source) => {
-                shared.fail(NativeError::Spawn {
-                    thread: name,
-                    source,
-                });
-                // Threads already started see the abort at the gate.
+                // Threads already started see the abort at the (now open) gate.
+                shared.abort.store(true, Ordering::SeqCst);
+                shared.wake_everyone();
                 for h in handles {
                     let _ = h.join();
                 }
-                return Err(shared
-                    .take_failure()
-                    .unwrap_or(NativeError::BadProgram("thread start failed".into())));
+                return Err(NativeError::Spawn {
+                    thread: name,
+                    source,
+                });
             }
         }
     }
@@ -416,7 +430,10 @@ fn worker(
     cpu: Option<usize>,
     name: String,
 ) -> Option<ThreadOut> {
-    let _finish = FinishGuard(shared);
+    let mut guard = FinishGuard {
+        shared,
+        ready_reported: false,
+    };
     let setup = (|| -> Result<sys::Mapping, NativeError> {
         if let Some(cpu) = cpu {
             sys::pin_current_thread(cpu).map_err(|source| NativeError::Pin {
@@ -449,8 +466,7 @@ fn worker(
             None
         }
     };
-    shared.ready.fetch_add(1, Ordering::SeqCst);
-    sys::futex_wake(&shared.ready, 1);
+    guard.report_ready();
     let private = private?;
     // The start gate: block until the controller opens it, so all threads
     // begin together and none burns a CPU the others need to get ready.

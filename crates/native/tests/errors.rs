@@ -109,3 +109,36 @@ fn a_deadlock_ends_in_a_timeout_error_and_every_thread_stops() {
         );
     }
 }
+
+#[test]
+fn a_thread_failing_before_the_gate_stops_the_whole_run_cleanly() {
+    // One group's private buffer cannot be mapped (1 PiB); the other group's
+    // threads are already waiting at the start gate and must be sent home.
+    let mut p = program(TINY);
+    let mut huge = p.groups[0].clone();
+    huge.name = "huge".into();
+    huge.threads = 1;
+    huge.ops = vec![smplab_workload::Op::Touch {
+        buffer: smplab_workload::BufferRef::Private,
+        bytes: 1 << 50,
+        stride: 4096,
+        write: true,
+    }];
+    p.groups.push(huge);
+    let err = execute(&p, &NativeOptions::default()).expect_err("cannot map 1 PiB");
+    assert!(matches!(err, NativeError::Memory { .. }), "{err:?}");
+    assert_eq!(err.exit_status(), exit::RESOURCE_LIMIT);
+    assert!(err.to_string().contains("smplab-huge-0"), "{err}");
+}
+
+#[test]
+fn an_unmappable_shared_buffer_is_a_resource_error() {
+    let mut p = program(TINY);
+    p.buffers.push(smplab_workload::program::BufferDef {
+        name: "big".into(),
+        bytes: 1 << 50,
+    });
+    let err = execute(&p, &NativeOptions::default()).expect_err("cannot map 1 PiB");
+    assert_eq!(err.exit_status(), exit::RESOURCE_LIMIT);
+    assert!(err.to_string().contains("shared buffer `big`"), "{err}");
+}
