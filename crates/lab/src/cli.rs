@@ -239,6 +239,10 @@ fn lab_run(a: &LabRunArgs) -> i32 {
         }
     };
     let status = print_summary(&summary);
+    print!(
+        "{}",
+        crate::report::text_summary(&crate::metrics::Results::new(&store), 40)
+    );
     if a.report {
         let dir = report_dir(&path);
         match write_report(

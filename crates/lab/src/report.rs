@@ -487,6 +487,48 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
     h
 }
 
+/// A short text table of every configuration (for `lab run`'s last words).
+pub fn text_summary(results: &Results, max_rows: usize) -> String {
+    let mut out = format!(
+        "{:<60} {:>4} {:>10} {:>11} {:>8} {:>10}\n",
+        "configuration", "reps", "wall ms", "slowdown", "idle", "exits/s"
+    );
+    for (i, p) in results.points().enumerate() {
+        if i == max_rows {
+            out.push_str(&format!(
+                "... {} more in the report\n",
+                results.configs.len() - max_rows
+            ));
+            break;
+        }
+        let exits: f64 = results.exits_per_s(p).values().map(|s| s.median).sum();
+        let mut label = p.label();
+        if label.chars().count() > 60 {
+            label = label.chars().take(59).collect::<String>() + "…";
+        }
+        out.push_str(&format!(
+            "{:<60} {:>4} {:>10} {:>11} {:>8} {:>10}\n",
+            label,
+            results.get(p).map_or(0, |v| v.len()),
+            results
+                .wall(p)
+                .map_or("–".into(), |s| format!("{:.2}", s.median * 1e3)),
+            results
+                .slowdown(p)
+                .map_or("–".into(), |s| format!("{:+.1}%", s.median * 100.0)),
+            results
+                .idle_fraction(p)
+                .map_or("–".into(), |s| format!("{:.0}%", s.median * 100.0)),
+            if exits > 0.0 {
+                svg::fmt_num(exits)
+            } else {
+                "–".into()
+            }
+        ));
+    }
+    out
+}
+
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
@@ -876,5 +918,8 @@ pub(crate) mod tests {
         assert!(cols > 10);
         assert!(exits_csv(&results).contains("io_out"));
         assert!(predictions_csv(&results).contains("slowdown"));
+        let t = text_summary(&results, 5);
+        assert_eq!(t.lines().count(), 7, "{t}");
+        assert!(t.contains("more in the report"));
     }
 }
