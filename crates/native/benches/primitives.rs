@@ -7,7 +7,8 @@
 //!
 //! Targets (issue 2): both within 1.2x of the plain version. Compare the
 //! numbers of one run with each other, never across runs or machines.
-//! Run: `cargo bench -p smplab-native --bench primitives` (about a minute).
+//! Run: `cargo bench -p smplab-native --bench primitives` (about a minute and
+//! a half).
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use smplab_native::primitives::{Barrier, BarrierWait, Ctx, FutexMutex, SpinKind, SpinLock};
@@ -174,6 +175,12 @@ fn two_thread_rounds(iters: u64, wait: &(dyn Fn(&mut bool) + Sync)) -> Duration 
 
 fn spin_barrier_round(c: &mut Criterion) {
     let mut g = c.benchmark_group("spin_barrier_2_threads_round");
+    // Two spinning threads need both CPUs of a 2-core machine; any other
+    // runnable process turns a round of ~150 ns into a time slice. Many short,
+    // equal samples let the undisturbed ones show (compare the fastest samples
+    // in target/criterion/*/new/sample.json when the machine is busy).
+    g.sampling_mode(criterion::SamplingMode::Flat);
+    g.sample_size(100);
     g.bench_function("plain_sense_reversing", |b| {
         b.iter_custom(|iters| {
             let bar = PlainSpinBarrier::new(2);

@@ -317,6 +317,23 @@ impl Gen {
     }
 }
 
+/// Run `f`, but if it has not returned after `limit` (which only a bug in the
+/// executor's own timeout/teardown could cause), report the seed and abort the
+/// test process instead of hanging it.
+fn watchdog<T>(limit: Duration, seed: u64, f: impl FnOnce() -> T) -> T {
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let dog = std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(limit) {
+            eprintln!("watchdog: seed {seed} still running after {limit:?}; aborting");
+            std::process::abort();
+        }
+    });
+    let r = f();
+    let _ = done.send(());
+    let _ = dog.join();
+    r
+}
+
 proptest! {
     // 48 cases by default (a few seconds in a debug build); PROPTEST_CASES
     // raises it for a soak run.
@@ -333,7 +350,7 @@ proptest! {
             // gets anywhere near this.
             timeout: Some(Duration::from_secs(60)),
         };
-        let ex = execute(&p, &opts)
+        let ex = watchdog(Duration::from_secs(180), seed, || execute(&p, &opts))
             .map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}\n{p:#?}")))?;
         prop_assert_eq!(ex.counts.to_map(), p.expected_counts(), "seed {}", seed);
         prop_assert_eq!(ex.threads.len() as u32, p.total_threads());
