@@ -43,10 +43,16 @@ impl FutexMutex {
 
     #[cold]
     fn lock_slow(&self, ctx: &mut Ctx<'_>) -> Result<(), Aborted> {
+        // Spin phase: each pass that finds the lock taken counts one spin
+        // iteration, as for spin locks.
         let mut spins = 0u64;
         while spins < u64::from(self.spin_limit) {
             spins += 1;
             relax(true);
+            if let Err(e) = ctx.check_spin(spins) {
+                ctx.stats.spin_iterations += spins;
+                return Err(e);
+            }
             // Read first so waiters do not bounce the line with failed CASes.
             if self.state.load(Ordering::Relaxed) == FREE
                 && self
@@ -54,12 +60,9 @@ impl FutexMutex {
                     .compare_exchange(FREE, LOCKED, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                ctx.stats.spin_iterations += spins;
+                // This pass found it free: the `spins - 1` before it did not.
+                ctx.stats.spin_iterations += spins - 1;
                 return Ok(());
-            }
-            if let Err(e) = ctx.check_spin(spins) {
-                ctx.stats.spin_iterations += spins;
-                return Err(e);
             }
         }
         ctx.stats.spin_iterations += spins;
