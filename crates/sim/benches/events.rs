@@ -1,1 +1,62 @@
-fn main() {}
+//! Event throughput of the simulator against a bare binary-heap event loop in
+//! the same run (the issue asks for >= 5 million events/s on one core for a
+//! representative model, reported as a ratio to this baseline).
+//!
+//! `cargo bench -p smplab-sim --bench events`
+
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use smplab_sim::{simulate_raw, Platform, Scenario, VmSpec};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// The baseline: entities that each reschedule themselves at a pseudo-random
+/// delay; nothing else. Same heap size as the model (one pending event per
+/// vCPU, give or take).
+fn bare_heap(entities: u32, events: u64) -> u64 {
+    let mut heap = BinaryHeap::with_capacity(entities as usize);
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    for e in 0..entities {
+        heap.push(Reverse((e as u64, e)));
+    }
+    let mut sum = 0u64;
+    for _ in 0..events {
+        let Some(Reverse((t, e))) = heap.pop() else {
+            break;
+        };
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        sum = sum.wrapping_add(t);
+        heap.push(Reverse((t + 1 + (x % 10_000), e)));
+    }
+    sum
+}
+
+/// A representative model: two 16-vCPU VMs on 16 pCPUs, one blocking
+/// pipeline (dedup) and one barrier program (streamcluster), HLT idle, PLE.
+fn model() -> Scenario {
+    let k = Platform::builtin("kvm2015").unwrap();
+    let a = VmSpec::from_workload("dedup", Some(16), 0.5, 16).unwrap();
+    let b = VmSpec::from_workload("streamcluster", Some(16), 2.0, 16).unwrap();
+    let mut s = Scenario::new(k, 16, vec![a, b]);
+    s.native_reference = false;
+    s
+}
+
+fn bench(c: &mut Criterion) {
+    let s = model();
+    let (events, _) = simulate_raw(&s).unwrap();
+    let mut g = c.benchmark_group("events");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(events));
+    g.bench_with_input(BenchmarkId::new("bare_heap", events), &events, |b, &n| {
+        b.iter(|| black_box(bare_heap(32, n)))
+    });
+    g.bench_with_input(BenchmarkId::new("sim_model", events), &s, |b, s| {
+        b.iter(|| black_box(simulate_raw(s).unwrap()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -44,6 +44,11 @@ impl Sim {
             let now = self.now;
             let vc = &mut self.vcpus[v as usize];
             debug_assert_eq!(vc.host, HostState::Running);
+            if vc.overhead_left > 0 && vc.irqs.is_empty() && vc.cur != NONE && self.fold_overhead(v)
+            {
+                continue;
+            }
+            let vc = &mut self.vcpus[v as usize];
             if vc.overhead_left > 0 {
                 let d = vc.overhead_left;
                 vc.overhead_left = 0;
@@ -71,6 +76,34 @@ impl Sim {
                 Flow::Again | Flow::Continue => continue,
             }
         }
+    }
+
+    /// When the current thread's next step is timed work, pay the pending
+    /// overhead as part of that segment: same end time, one event fewer.
+    fn fold_overhead(&mut self, v: u32) -> bool {
+        let vc = &self.vcpus[v as usize];
+        if vc.next_device_in != u64::MAX {
+            // Device exits are timed by running time; keep overhead apart.
+            return false;
+        }
+        let t = vc.cur;
+        let th = &self.threads[t as usize];
+        if th.state != TState::Running {
+            return false;
+        }
+        let timed =
+            th.seg_left > 0 || matches!(self.ins(t), Ins::Compute { .. } | Ins::Touch { .. });
+        if !timed {
+            return false;
+        }
+        let d = std::mem::take(&mut self.vcpus[v as usize].overhead_left);
+        let th = &mut self.threads[t as usize];
+        if th.seg_left > 0 {
+            th.seg_left += d;
+        } else {
+            th.carry += d;
+        }
+        true
     }
 
     /// Take the next ready thread: own queue first, then the busiest sibling's.

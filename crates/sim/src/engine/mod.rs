@@ -306,6 +306,9 @@ pub(crate) struct Sim {
     pub vms_done: u32,
     pub gang_groups: Vec<Vec<u32>>,
     pub gang_cursor: usize,
+    /// SMPLAB_SIM_STATS set: count events by kind (printed to stderr at the end).
+    pub stats: bool,
+    pub kind_counts: [u64; 14],
 }
 
 /// What the engine hands back per VM.
@@ -378,6 +381,8 @@ impl Sim {
             vms_done: 0,
             gang_groups: Vec::new(),
             gang_cursor: 0,
+            stats: std::env::var_os("SMPLAB_SIM_STATS").is_some(),
+            kind_counts: [0; 14],
         };
         for i in 0..s.pcpus {
             sim.set_bit_idle(i, true);
@@ -727,6 +732,12 @@ impl Sim {
             self.handle(ev.kind);
         }
         let end = stopped_at.unwrap_or(self.now);
+        if self.stats {
+            eprintln!(
+                "smplab-sim events by kind [step:stale overhead handler segment spin idlepoll halting haltpoll | slice wake ipi timer gang sdbfalse]: {:?}",
+                self.kind_counts
+            );
+        }
         self.now = end;
         for v in 0..self.vcpus.len() as u32 {
             self.set_acct(v, Acct::Off);
@@ -735,10 +746,33 @@ impl Sim {
     }
 
     fn handle(&mut self, kind: Kind) {
+        if self.stats {
+            let i = match kind {
+                Kind::Step { vcpu, .. } => match self.vcpus[vcpu as usize].act {
+                    Act::Off => 13,
+                    Act::Overhead => 1,
+                    Act::Handler => 2,
+                    Act::Segment => 3,
+                    Act::Spin => 4,
+                    Act::IdlePoll => 5,
+                    Act::Halting => 6,
+                    Act::HaltPoll => 7,
+                },
+                Kind::Slice { .. } => 8,
+                Kind::Wake { .. } => 9,
+                Kind::Ipi { .. } => 10,
+                Kind::Timer { .. } => 11,
+                Kind::Gang => 12,
+                Kind::SdbFalse { .. } => 13,
+            };
+            self.kind_counts[i] += 1;
+        }
         match kind {
             Kind::Step { vcpu, gen } => {
                 if self.vcpus[vcpu as usize].gen == gen {
                     self.step(vcpu);
+                } else if self.stats {
+                    self.kind_counts[0] += 1;
                 }
             }
             Kind::Slice { pcpu, gen } => {
