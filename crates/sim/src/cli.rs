@@ -234,3 +234,73 @@ pub fn summary(s: &Scenario, records: &[RunRecord]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    fn args(a: &[&str]) -> SimArgs {
+        let mut v = vec!["smplab-sim"];
+        v.extend_from_slice(a);
+        Cmd::try_parse_from(v).expect("flags parse").sim
+    }
+
+    #[test]
+    fn flags_build_a_scenario() {
+        let a = args(&[
+            "--platform",
+            "kvm2015",
+            "--pcpus",
+            "8",
+            "--vms",
+            "2",
+            "--vcpus",
+            "4",
+            "--workload",
+            "spinlock",
+            "--threads",
+            "4",
+            "--scale",
+            "0.01",
+            "--policy",
+            "fair:100us",
+            "--idle",
+            "haltpoll",
+            "--sdb",
+        ]);
+        let s = scenario_from_args(&a).unwrap();
+        assert_eq!(s.vms.len(), 2);
+        assert_eq!(s.policy.time_slice_ns, Some(100_000));
+        assert_eq!(s.vms[0].idle, Idle::HaltPoll(200_000));
+        assert_eq!(run(&a), exit::OK);
+        let records = simulate(&s).unwrap();
+        let text = summary(&s, &records);
+        assert!(text.contains("vm 1 spinlock"), "{text}");
+        assert!(text.contains("slowdown"), "{text}");
+    }
+
+    #[test]
+    fn bad_input_exits_with_bad_input() {
+        assert_eq!(run(&args(&["--workload", "nosuch"])), exit::BAD_INPUT);
+        assert_eq!(
+            run(&args(&["--workload", "spinlock", "--policy", "lottery"])),
+            exit::BAD_INPUT
+        );
+        let dir = std::env::temp_dir().join(format!("smplab-sim-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = dir.join("bad.toml");
+        std::fs::write(&spec, "platform = \"kvm2015\"\npcpus = 0\n").unwrap();
+        let a = args(&["--spec", spec.to_str().unwrap()]);
+        let e = scenario_from_args(&a).unwrap_err().to_string();
+        assert!(e.contains("bad.toml:2:9"), "{e}");
+        assert_eq!(run(&a), exit::BAD_INPUT);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

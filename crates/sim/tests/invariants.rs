@@ -70,3 +70,22 @@ fn deterministic_for_a_seed() {
         assert_eq!(x.sim.as_ref().unwrap().exits, y.sim.as_ref().unwrap().exits);
     }
 }
+
+#[test]
+fn sweep_runs_in_parallel_in_input_order() {
+    let platform = Platform::builtin("kvm2015").unwrap();
+    let scenarios: Vec<Scenario> = [2u32, 4, 8]
+        .iter()
+        .map(|&p| {
+            let mut s = Scenario::new(platform.clone(), p, vec![vm("vips", 4, 0.05, 4)]);
+            s.native_reference = false;
+            s
+        })
+        .collect();
+    let out = smplab_sim::sweep(&scenarios, false);
+    assert_eq!(out.len(), 3);
+    for (s, r) in scenarios.iter().zip(&out) {
+        let r = r.as_ref().unwrap();
+        assert_eq!(r[0].sim.as_ref().unwrap().pcpus, s.pcpus);
+    }
+}
