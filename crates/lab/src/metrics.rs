@@ -343,6 +343,22 @@ const KVM_EXIT_STATS: &[(&str, &str)] = &[
     ("request_irq_exits", "request_irq"),
 ];
 
+/// Work done by a point's runs: mean compute-kernel iterations per record,
+/// or 1 when the records do not count them (then speedups compare times).
+pub fn work(records: &[RunRecord]) -> f64 {
+    let w: Vec<f64> = records
+        .iter()
+        .filter_map(|r| r.counters.ops.get("compute_iters").copied())
+        .filter(|&n| n > 0)
+        .map(|n| n as f64)
+        .collect();
+    if w.is_empty() {
+        1.0
+    } else {
+        w.iter().sum::<f64>() / w.len() as f64
+    }
+}
+
 /// Exit counts by reason for one run, summed over vCPUs.
 ///
 /// Measured runs combine two sources: smplab-vmm counts the exits that reach
@@ -580,7 +596,7 @@ impl Results<'_> {
             return (vec![], None);
         };
         let n0 = first.vcpus.unwrap_or(1) as f64;
-        let Some(t0) = self.wall(first).map(|s| s.median) else {
+        let Some(t0) = self.time_per_work(first).map(|s| s.median) else {
             return (vec![], None);
         };
         let inputs = self.amdahl_inputs(first);
@@ -591,7 +607,7 @@ impl Results<'_> {
                 let n = q.vcpus.unwrap_or(1) as f64;
                 let measured = Summary::of(
                     &es.iter()
-                        .map(|e| t0 / mean_wall_s(&e.records) * n0)
+                        .map(|e| t0 / (mean_wall_s(&e.records) / work(&e.records)) * n0)
                         .collect::<Vec<_>>(),
                 )?;
                 Some(SpeedupPoint {
@@ -605,8 +621,21 @@ impl Results<'_> {
         (out, inputs)
     }
 
+    /// Wall time per unit of work (per compute-kernel iteration, when the
+    /// records count them): speedups divide these, so a profile whose work
+    /// grows with its thread count (weak scaling) is judged by throughput,
+    /// as seed 004's kernel compile with a fixed job is.
+    pub fn time_per_work(&self, p: &Point) -> Option<Summary> {
+        let es = self.get(p)?;
+        Summary::of(
+            &es.iter()
+                .map(|e| mean_wall_s(&e.records) / work(&e.records))
+                .collect::<Vec<_>>(),
+        )
+    }
+
     /// Native parallel fraction of `p`'s workload from its native runs: the
-    /// speedup from the fewest to the most threads measured.
+    /// speedup (per unit of work) from the fewest to the most threads measured.
     pub fn native_parallel_fraction(&self, p: &Point) -> Option<f64> {
         let mut natives: Vec<(u32, f64)> = self
             .points()
@@ -616,7 +645,7 @@ impl Results<'_> {
                     && q.variant == p.variant
                     && q.scale == p.scale
             })
-            .filter_map(|q| Some((q.threads, self.wall(q)?.median)))
+            .filter_map(|q| Some((q.threads, self.time_per_work(q)?.median)))
             .collect();
         natives.sort_by_key(|x| x.0);
         let (n1, t1) = *natives.first()?;
@@ -1034,6 +1063,36 @@ mod tests {
         let expect = amdahl(i.p_native * (1.0 - 0.01 * 2.0), 2.0);
         assert!((proj - expect).abs() < 1e-3);
         assert!(curve[1].native_bound.unwrap() > proj);
+    }
+
+    #[test]
+    fn speedup_is_per_unit_of_work() {
+        // Weak scaling: twice the threads do twice the iterations in the same
+        // time -> speedup 2 and P = 1, not speedup 1.
+        let mut n1 = rec(Executor::Native, "blackscholes", 1, S);
+        n1.counters.ops.insert("compute_iters".into(), 1_000_000);
+        let mut n2 = rec(Executor::Native, "blackscholes", 2, S);
+        n2.counters.ops.insert("compute_iters".into(), 2_000_000);
+        let mut v1 = rec(Executor::Vm, "blackscholes", 1, 2 * S);
+        v1.counters.ops.insert("compute_iters".into(), 1_000_000);
+        let mut v2 = rec(Executor::Vm, "blackscholes", 2, 2 * S);
+        v2.counters.ops.insert("compute_iters".into(), 2_000_000);
+        let store = Store::from_entries(vec![
+            entry(native("blackscholes", 1, 0), vec![n1]),
+            entry(native("blackscholes", 2, 0), vec![n2]),
+            entry(vm_point("blackscholes", 1, 0), vec![v1]),
+            entry(vm_point("blackscholes", 2, 0), vec![v2]),
+        ]);
+        let r = Results::new(&store);
+        assert!(
+            (r.native_parallel_fraction(&vm_point("blackscholes", 1, 0))
+                .unwrap()
+                - 1.0)
+                .abs()
+                < 1e-9
+        );
+        let (curve, _) = r.speedup_vs_vcpus(&vm_point("blackscholes", 2, 0));
+        assert!((curve[1].measured.median - 2.0).abs() < 1e-9);
     }
 
     #[test]

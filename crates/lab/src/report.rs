@@ -376,10 +376,15 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
                 dashed: true,
             });
         }
-        let mut q = p.clone();
-        q.vcpus = None;
+        let title = format!(
+            "Speedup vs vCPUs: {} {}{}{}",
+            p.executor,
+            p.workload,
+            p.sync.as_ref().map_or(String::new(), |s| format!(" {s}")),
+            p.idle.as_ref().map_or(String::new(), |s| format!(" {s}"))
+        );
         sp.push_str(&svg::line_chart(
-            &format!("Speedup vs vCPUs: {}", q.label()),
+            &title,
             "vCPUs (threads = vCPUs)",
             "speedup",
             &lines,
@@ -395,7 +400,7 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
         }
     }
     if !sp.is_empty() {
-        h.push_str("<h2>Speedup versus vCPUs</h2><p>Measured speedup beside seed 004's projection S(N) = 1/((1−P(N)) + P(N)/N) with P(N) = P·(1 − exit handling per CPU · N · synchronous share), inputs from the smallest run.</p><figure>");
+        h.push_str("<h2>Speedup versus vCPUs</h2><p>Measured speedup (throughput per compute iteration, so profiles whose work grows with the thread count compare fairly) beside seed 004's projection S(N) = 1/((1−P(N)) + P(N)/N) with P(N) = P·(1 − exit handling per CPU · N · synchronous share), inputs from the smallest run. Without device exits the projection coincides with the native Amdahl bound.</p><figure>");
         h.push_str(&sp);
         h.push_str("</figure>");
     }
