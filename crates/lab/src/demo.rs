@@ -121,6 +121,12 @@ pub fn summary_table(results: &Results, scale: f64) -> String {
 }
 
 pub fn run(args: &DemoArgs) -> i32 {
+    run_with(&RealRunner::default(), args)
+}
+
+/// The demo with any runner (tests use a fake one). Calibration needs the
+/// real VM executor and runs only when `runner` offers both vm and sim.
+pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
     if !(args.scale.is_finite() && args.scale > 0.0) || args.reps == 0 {
         eprintln!("--scale must be positive and --reps at least 1");
         return exit::BAD_INPUT;
@@ -137,7 +143,6 @@ pub fn run(args: &DemoArgs) -> i32 {
             return exit::RUN_FAILED;
         }
     };
-    let runner = RealRunner::default();
     let mut notes = Vec::new();
     let mut can = |e: Executor, what: &str| match runner.availability(e) {
         Ok(()) => true,
@@ -185,7 +190,7 @@ pub fn run(args: &DemoArgs) -> i32 {
                 "[1/4] calibrating the simulator to this host (exit, IPI, HLT wakeup, timer costs)"
             );
             match crate::calibrate::measure(
-                &runner,
+                runner,
                 &mut store,
                 args.scale,
                 args.reps.min(2),
@@ -229,7 +234,7 @@ pub fn run(args: &DemoArgs) -> i32 {
             }
         }
     }
-    match run_points(&points, &mut store, &runner, &opts) {
+    match run_points(&points, &mut store, runner, &opts) {
         Ok(s) => failed += s.failed,
         Err(e) => {
             eprintln!("error: {e}");
@@ -265,7 +270,7 @@ pub fn run(args: &DemoArgs) -> i32 {
         for p in &mut pts {
             p.timeout_s = 120;
         }
-        match run_points(&pts, &mut store, &runner, &opts) {
+        match run_points(&pts, &mut store, runner, &opts) {
             Ok(s) => failed += s.failed,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -347,4 +352,64 @@ pub fn run(args: &DemoArgs) -> i32 {
 /// Whether `dir` holds a finished demo (used by tests).
 pub fn has_report(dir: &Path) -> bool {
     dir.join("report").join("index.html").is_file()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::fake::FakeRunner;
+
+    #[test]
+    fn without_kvm_or_qemu_it_runs_what_it_can_and_says_what_it_skipped() {
+        let out = crate::testutil::temp_dir("demo");
+        let mut runner = FakeRunner::new();
+        runner.unavailable = vec![Executor::Vm, Executor::Qemu];
+        let args = DemoArgs {
+            out: out.clone(),
+            reps: 1,
+            scale: 0.05,
+            fresh: true,
+            quiet: true,
+        };
+        let code = run_with(&runner, &args);
+        assert_eq!(code, exit::OK);
+        assert!(has_report(&out));
+        let html = std::fs::read_to_string(out.join("report/index.html")).unwrap();
+        assert!(
+            html.contains("Skipped smplab-vmm runs"),
+            "notes name what was skipped"
+        );
+        assert!(html.contains("Skipped QEMU runs"));
+        assert!(
+            out.join("demo-measured.toml").is_file(),
+            "specs are written for reruns"
+        );
+        let store = Store::read(&out.join("results.jsonl")).unwrap();
+        assert!(store
+            .entries()
+            .iter()
+            .all(|e| e.point.executor != Executor::Vm));
+        assert!(store
+            .entries()
+            .iter()
+            .any(|e| e.point.executor == Executor::Sim));
+        assert!(store
+            .entries()
+            .iter()
+            .any(|e| e.point.executor == Executor::Native));
+        // Resuming runs nothing new.
+        let before = store.entries().len();
+        let args = DemoArgs {
+            fresh: false,
+            ..args
+        };
+        assert_eq!(run_with(&runner, &args), exit::OK);
+        assert_eq!(
+            Store::read(&out.join("results.jsonl"))
+                .unwrap()
+                .entries()
+                .len(),
+            before
+        );
+    }
 }
