@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 
-const EXIT_PATH_READS: u32 = 20_000;
-const REPS: usize = 5;
+const EXIT_PATH_READS: u32 = 10_000;
+const REPS: usize = 9;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -285,7 +285,17 @@ fn bus_dispatch(c: &mut Criterion) {
     group.finish();
 }
 
+/// The host's 1-minute load average, printed with each table: figures taken on a
+/// busy shared host are noisier (the best-of columns resist that best).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
 fn main() {
+    println!("host load average at start: {}", load_average());
     let kvm_ok = Kvm::new().and_then(|k| k.create_vm()).is_ok();
     // SMPLAB_BENCH_ONLY=exit|scaling|memory|bus runs one part (for quick iteration).
     let only = std::env::var("SMPLAB_BENCH_ONLY").unwrap_or_default();
@@ -300,6 +310,7 @@ fn main() {
         if wants("memory") {
             memory_overhead();
         }
+        println!("host load average at end: {}", load_average());
     } else {
         println!("note: /dev/kvm unusable; only the bus micro-benchmarks run");
     }
