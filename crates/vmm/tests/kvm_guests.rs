@@ -336,7 +336,10 @@ fn more_vcpus_than_host_cores_all_finish() {
         ..GuestProgram::default()
     };
     for sync in [SyncMode::Global, SyncMode::Hybrid] {
-        let run = run_vm(&config(&program, 4, sync)).unwrap_or_else(|e| panic!("{sync}: {e}"));
+        let mut cfg = config(&program, 4, sync);
+        // All four vCPUs confined to the host CPUs this process may use.
+        cfg.placement = smplab_vmm::Placement::Confined(smplab_vmm::placement::allowed_cpus());
+        let run = run_vm(&cfg).unwrap_or_else(|e| panic!("{sync}: {e}"));
         assert_eq!(run.exit_code, 0);
         let work = &run.section.exit_latency[&format!("work/{sync}")];
         assert_eq!(work.count, 80);
