@@ -284,6 +284,7 @@ impl Sim {
         if at == u64::MAX {
             let vc = &mut self.vcpus[v as usize];
             vc.gen = vc.gen.wrapping_add(1);
+            vc.step_at = u64::MAX;
         } else {
             self.schedule_step(v, at.max(now));
         }
@@ -344,6 +345,7 @@ impl Sim {
         let vc = &mut self.vcpus[v as usize];
         vc.act = Act::Off;
         vc.gen = vc.gen.wrapping_add(1);
+        vc.step_at = u64::MAX;
         self.set_acct(v, Acct::Run);
     }
 
@@ -499,6 +501,7 @@ impl Sim {
             vc.act = Act::Off;
             vc.host = HostState::Halted;
             vc.gen = vc.gen.wrapping_add(1);
+            vc.step_at = u64::MAX;
             self.set_acct(v, Acct::Off);
             self.release(v);
             return;
@@ -564,6 +567,7 @@ impl Sim {
         vc.act = Act::Off;
         vc.host = HostState::Halted;
         vc.gen = vc.gen.wrapping_add(1);
+        vc.step_at = u64::MAX;
         self.set_acct(v, Acct::Idle);
         self.release(v);
     }

@@ -146,16 +146,51 @@ impl Sim {
         self.arm_sdb_false_positive(p);
     }
 
-    /// Make sure a slice-end event is pending for `p` while others wait.
+    /// Make sure the current dispatch on `p` has a slice end while others wait.
     pub(super) fn arm_slice(&mut self, p: u32) {
-        let pc = &mut self.pcpus[p as usize];
-        if pc.slice_armed || pc.cur == NONE || pc.rq.is_empty() {
+        let pc = &self.pcpus[p as usize];
+        if pc.cur == NONE || pc.rq.is_empty() {
             return;
         }
-        pc.slice_armed = true;
-        let (dispatched, gen) = (pc.dispatched_at, pc.slice_gen);
-        let at = (dispatched + self.slice_len()).max(self.now);
-        self.push(at, Kind::Slice { pcpu: p, gen });
+        if pc.slice_end == u64::MAX {
+            let at = (pc.dispatched_at + self.slice_len()).max(self.now);
+            self.pcpus[p as usize].slice_end = at;
+        }
+        let at = self.pcpus[p as usize].slice_end;
+        self.ensure_slice_event(p, at);
+    }
+
+    /// One pending Slice event per pCPU at most, reused across dispatches: an
+    /// earlier event re-arms itself for the current slice end when it fires.
+    /// (Pushing one per dispatch would leave tens of thousands of stale events
+    /// in the heap of a large overcommitted host.)
+    fn ensure_slice_event(&mut self, p: u32, at: u64) {
+        let pc = &mut self.pcpus[p as usize];
+        if pc.slice_event_at <= at {
+            return;
+        }
+        pc.slice_event_at = at;
+        self.push(at, Kind::Slice { pcpu: p, gen: 0 });
+    }
+
+    /// A Slice event fires.
+    pub(super) fn slice_event(&mut self, p: u32) {
+        let now = self.now;
+        let pc = &mut self.pcpus[p as usize];
+        if pc.slice_event_at != now {
+            return;
+        }
+        pc.slice_event_at = u64::MAX;
+        if pc.slice_end == u64::MAX {
+            return;
+        }
+        if now < pc.slice_end {
+            let at = pc.slice_end;
+            self.ensure_slice_event(p, at);
+            return;
+        }
+        pc.slice_end = u64::MAX;
+        self.slice_expired(p);
     }
 
     /// The length of one host slice. Host ticks, wakeups and other load keep
@@ -199,7 +234,7 @@ impl Sim {
         pc.last_vcpu = v;
         pc.dispatched_at = self.now;
         pc.slice_gen = pc.slice_gen.wrapping_add(1);
-        pc.slice_armed = false;
+        pc.slice_end = u64::MAX;
         pc.sdb_armed = false;
         pc.want_preempt = false;
         self.set_bit_idle(p, false);
@@ -225,7 +260,7 @@ impl Sim {
         let pc = &mut self.pcpus[p as usize];
         pc.cur = NONE;
         pc.slice_gen = pc.slice_gen.wrapping_add(1);
-        pc.slice_armed = false;
+        pc.slice_end = u64::MAX;
         pc.want_preempt = false;
     }
 
@@ -294,8 +329,7 @@ impl Sim {
         true
     }
 
-    pub(super) fn slice_end(&mut self, p: u32) {
-        self.pcpus[p as usize].slice_armed = false;
+    pub(super) fn slice_expired(&mut self, p: u32) {
         let v = self.pcpus[p as usize].cur;
         if v == NONE || self.pcpus[p as usize].rq.is_empty() {
             return;
@@ -305,9 +339,8 @@ impl Sim {
             if self.now < deadline && !self.vcpu_safe(v) {
                 let pc = &mut self.pcpus[p as usize];
                 pc.want_preempt = true;
-                pc.slice_armed = true;
-                let gen = pc.slice_gen;
-                self.push(deadline, Kind::Slice { pcpu: p, gen });
+                pc.slice_end = deadline;
+                self.ensure_slice_event(p, deadline);
                 return;
             }
         }

@@ -107,6 +107,9 @@ pub(crate) struct Vcpu {
     pub act: Act,
     /// Generation: bumped whenever the pending Step event becomes stale.
     pub gen: u32,
+    /// Time of the pending Step event of the current generation (u64::MAX:
+    /// none), so rescheduling to the same instant pushes nothing.
+    pub step_at: u64,
     pub act_end: u64,
     pub seg_start: u64,
     pub overhead_left: u64,
@@ -142,8 +145,12 @@ pub(crate) struct Vcpu {
 pub(crate) struct Pcpu {
     pub cur: u32,
     pub rq: VecDeque<u32>,
+    /// Bumped per dispatch (SDB false-positive events check it).
     pub slice_gen: u32,
-    pub slice_armed: bool,
+    /// When the current dispatch's slice ends (u64::MAX: not armed).
+    pub slice_end: u64,
+    /// Time of the pending Slice event (u64::MAX: none).
+    pub slice_event_at: u64,
     pub sdb_armed: bool,
     pub dispatched_at: u64,
     pub last_vcpu: u32,
@@ -309,6 +316,8 @@ pub(crate) struct Sim {
     /// SMPLAB_SIM_STATS set: count events by kind (printed to stderr at the end).
     pub stats: bool,
     pub kind_counts: [u64; 14],
+    /// Compiled programs by program (see `add_vm`).
+    pub code_cache: Vec<(smplab_workload::Program, Arc<Vec<GroupCode>>)>,
 }
 
 /// What the engine hands back per VM.
@@ -362,7 +371,8 @@ impl Sim {
                     cur: NONE,
                     rq: VecDeque::new(),
                     slice_gen: 0,
-                    slice_armed: false,
+                    slice_end: u64::MAX,
+                    slice_event_at: u64::MAX,
                     sdb_armed: false,
                     dispatched_at: 0,
                     last_vcpu: NONE,
@@ -383,6 +393,7 @@ impl Sim {
             gang_cursor: 0,
             stats: std::env::var_os("SMPLAB_SIM_STATS").is_some(),
             kind_counts: [0; 14],
+            code_cache: Vec::new(),
         };
         for i in 0..s.pcpus {
             sim.set_bit_idle(i, true);
@@ -429,7 +440,21 @@ impl Sim {
         n_vms: u32,
     ) -> Result<(), SimError> {
         let p = &self.platform;
-        let code = Arc::new(compile(&spec.program, p));
+        // Identical programs share one compiled copy: with hundreds of VMs
+        // running a few profiles this keeps the interpreter's code in cache.
+        let code = match self
+            .code_cache
+            .iter()
+            .find(|(prog, _)| prog == &spec.program)
+        {
+            Some((_, c)) => Arc::clone(c),
+            None => {
+                let c = Arc::new(compile(&spec.program, p));
+                self.code_cache.push((spec.program.clone(), Arc::clone(&c)));
+                c
+            }
+        };
+        let p = &self.platform;
         let prog = &spec.program;
         let costs = if virtualized {
             Costs {
@@ -540,6 +565,7 @@ impl Sim {
                 last_pcpu: NONE,
                 act: Act::Off,
                 gen: 0,
+                step_at: u64::MAX,
                 act_end: 0,
                 seg_start: 0,
                 overhead_left: 0,
@@ -691,6 +717,10 @@ impl Sim {
     #[inline]
     pub fn schedule_step(&mut self, v: u32, at: u64) {
         let vc = &mut self.vcpus[v as usize];
+        if vc.step_at == at {
+            return;
+        }
+        vc.step_at = at;
         vc.gen = vc.gen.wrapping_add(1);
         let gen = vc.gen;
         self.q.push(at, Kind::Step { vcpu: v, gen });
@@ -734,8 +764,9 @@ impl Sim {
         let end = stopped_at.unwrap_or(self.now);
         if self.stats {
             eprintln!(
-                "smplab-sim events by kind [step:stale overhead handler segment spin idlepoll halting haltpoll | slice wake ipi timer gang sdbfalse]: {:?}",
-                self.kind_counts
+                "smplab-sim events by kind [step:stale overhead handler segment spin idlepoll halting haltpoll | slice wake ipi timer gang sdbfalse]: {:?}; pending at end {}",
+                self.kind_counts,
+                self.q.len()
             );
         }
         self.now = end;
@@ -770,16 +801,13 @@ impl Sim {
         match kind {
             Kind::Step { vcpu, gen } => {
                 if self.vcpus[vcpu as usize].gen == gen {
+                    self.vcpus[vcpu as usize].step_at = u64::MAX;
                     self.step(vcpu);
                 } else if self.stats {
                     self.kind_counts[0] += 1;
                 }
             }
-            Kind::Slice { pcpu, gen } => {
-                if self.pcpus[pcpu as usize].slice_gen == gen {
-                    self.slice_end(pcpu);
-                }
-            }
+            Kind::Slice { pcpu, .. } => self.slice_event(pcpu),
             Kind::Wake { vcpu } => self.wake_arrives(vcpu),
             Kind::Ipi { vcpu, from } => self.ipi_arrives(vcpu, from),
             Kind::Timer { thread } => self.timer_fires(thread),
