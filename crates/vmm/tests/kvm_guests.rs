@@ -223,11 +223,16 @@ fn threads_are_named_and_placement_and_stats_work() {
     let cpu = smplab_vmm::placement::allowed_cpus()[0];
     cfg.placement = smplab_vmm::Placement::Pinned(vec![cpu]);
     cfg.io_cpu = Some(cpu);
-    cfg.timeout = Some(Duration::from_millis(400));
+    // Long enough for a loaded CI host to have started every thread; the watcher
+    // stops as soon as it has seen them all.
+    cfg.timeout = Some(Duration::from_millis(1500));
     let watcher = std::thread::spawn(|| {
         let mut names = std::collections::BTreeSet::new();
         let start = std::time::Instant::now();
-        while start.elapsed() < Duration::from_millis(300) {
+        let wanted = ["smplab-vcpu-0", "smplab-vcpu-1", "smplab-io"];
+        while start.elapsed() < Duration::from_millis(1400)
+            && !wanted.iter().all(|w| names.contains(*w))
+        {
             if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
                 for task in tasks.flatten() {
                     if let Ok(name) = std::fs::read_to_string(task.path().join("comm")) {
