@@ -7,7 +7,8 @@
 //! 2. Scalability: 1, 2 and 3 (overcommitted on a 2-core host) vCPUs hammering the
 //!    work device; per mode exits/s and speedup over 1 vCPU next to the thesis's
 //!    Amdahl projection (eq. 5.1) from the 1-vCPU exit rate, handling time and
-//!    share of serialized requests.
+//!    share of serialized requests, and the bound of one serial server
+//!    (`model::serial_server_bound`).
 //! 3. VMM memory overhead: RSS minus resident guest RAM at 2 vCPUs (target ≤ 16 MiB).
 //! 4. Criterion micro-benchmarks of one bus dispatch per mode (no KVM), against a
 //!    direct call of the same device.
@@ -17,7 +18,7 @@
 use criterion::Criterion;
 use kvm_ioctls::{Kvm, VcpuExit};
 use smplab_vmm::devices::{ConcurrentDevice, WorkDevice};
-use smplab_vmm::model::{projected_speedup, AmdahlInputs};
+use smplab_vmm::model::{projected_speedup, serial_server_bound, AmdahlInputs};
 use smplab_vmm::test_guest::{GuestProgram, BSP_LOAD_ADDR};
 use smplab_vmm::{run_vm, AddressSpace, BusBuilder, ConsoleSink, KernelImage, SyncMode, VmConfig};
 use std::sync::Arc;
@@ -167,8 +168,8 @@ fn scalability_at(work_ns: u64, variants: &[(SyncMode, bool)]) {
         work_ns / 1000
     );
     println!(
-        "{:<16} {:>5} {:>12} {:>9} {:>9}  note",
-        "mode", "vcpus", "exits/s", "speedup", "amdahl"
+        "{:<16} {:>5} {:>12} {:>9} {:>9} {:>9}  note",
+        "mode", "vcpus", "exits/s", "speedup", "eq. 5.1", "server"
     );
     for &(mode, exclusive) in variants {
         let label = if exclusive {
@@ -193,7 +194,7 @@ fn scalability_at(work_ns: u64, variants: &[(SyncMode, bool)]) {
             }
             // Best of three: interference from other work on the host only lowers it.
             let rate = rates.iter().copied().fold(0.0, f64::max);
-            let (speedup, projection) = match base {
+            let (speedup, projection, bound) = match base {
                 None => {
                     // Share of serialized requests: every work access serializes under
                     // the global lock, in the I/O thread (reads are synchronous) and
@@ -212,9 +213,13 @@ fn scalability_at(work_ns: u64, variants: &[(SyncMode, bool)]) {
                         serialized_share: serialized,
                     };
                     base = Some((rate, inputs));
-                    (1.0, 1.0)
+                    (1.0, 1.0, 1.0)
                 }
-                Some((base_rate, inputs)) => (rate / base_rate, projected_speedup(&inputs, vcpus)),
+                Some((base_rate, inputs)) => (
+                    rate / base_rate,
+                    projected_speedup(&inputs, vcpus),
+                    serial_server_bound(&inputs, vcpus),
+                ),
             };
             let note = if vcpus as usize > host_cpus {
                 "overcommitted"
@@ -222,7 +227,7 @@ fn scalability_at(work_ns: u64, variants: &[(SyncMode, bool)]) {
                 ""
             };
             println!(
-                "{label:<16} {vcpus:>5} {rate:>12.0} {speedup:>8.2}x {projection:>8.2}x  {note}"
+                "{label:<16} {vcpus:>5} {rate:>12.0} {speedup:>8.2}x {projection:>8.2}x {bound:>8.2}x  {note}"
             );
         }
     }

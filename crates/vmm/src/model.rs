@@ -24,6 +24,21 @@ pub fn projected_speedup(inputs: &AmdahlInputs, n: u32) -> f64 {
     1.0 / ((1.0 - p) + p / n_f)
 }
 
+/// Upper bound on the speedup when the serialized part of exit handling is one
+/// server: it can complete at most 1 / handling_secs serialized requests per
+/// second, so N vCPUs cannot beat `1 / (rate_1 * handling * share)` times the
+/// 1-vCPU throughput, nor N. (Not in the thesis; shown next to eq. 5.1, which
+/// saturates at 1x once N times the per-CPU handling share exceeds 1.)
+pub fn serial_server_bound(inputs: &AmdahlInputs, n: u32) -> f64 {
+    let n_f = f64::from(n.max(1));
+    let load = inputs.exits_per_sec_per_cpu * inputs.handling_secs * inputs.serialized_share;
+    if load <= 0.0 {
+        n_f
+    } else {
+        n_f.min(1.0 / load).max(1.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +64,23 @@ mod tests {
         );
         assert!((native - 11.64).abs() < 0.05, "{native}");
         assert!((projected_speedup(&inputs, 1) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn serial_server_bound_caps_at_the_server_rate() {
+        let inputs = AmdahlInputs {
+            parallel_fraction: 1.0,
+            exits_per_sec_per_cpu: 50_000.0,
+            handling_secs: 10e-6,
+            serialized_share: 1.0,
+        };
+        // The server is half busy with one vCPU: at most 2x.
+        assert!((serial_server_bound(&inputs, 4) - 2.0).abs() < 1e-9);
+        assert!((serial_server_bound(&inputs, 1) - 1.0).abs() < 1e-9);
+        let bypass = AmdahlInputs {
+            serialized_share: 0.0,
+            ..inputs
+        };
+        assert!((serial_server_bound(&bypass, 3) - 3.0).abs() < 1e-9);
     }
 }
