@@ -230,11 +230,42 @@ static void __attribute__((noreturn, noinline, cold)) fault(struct frame *f)
 
 static void __attribute__((noreturn)) watchdog_fire(void)
 {
-    char buf[128], *p = buf;
+    char buf[160], *p = buf;
     p = kfmt_str(p, "\nsmplab-guest: WATCHDOG: the workload did not finish within ");
     p = kfmt_dec(p, g_params.watchdog_tsc / (g_params.tsc_hz / 1000 ? g_params.tsc_hz / 1000 : 1));
-    p = kfmt_str(p, " ms\n");
+    p = kfmt_str(p, " ms; scheduler state:\n");
     kputs_n(buf, p - buf);
+    /* Where everything is, so a hang can be diagnosed from the console. */
+    for (u32 i = 0; i < g_ncpus; i++) {
+        struct cpu *c = &cpus[i];
+        p = buf;
+        p = kfmt_str(p, "  cpu ");
+        p = kfmt_dec(p, i);
+        p = kfmt_str(p, " state=");
+        p = kfmt_dec(p, c->state);
+        p = kfmt_str(p, " cur=");
+        p = kfmt_dec(p, c->cur ? (u64)c->cur->id : 9999);
+        p = kfmt_str(p, " rq_len=");
+        p = kfmt_dec(p, c->rq_len);
+        p = kfmt_str(p, "\n");
+        kputs_n(buf, p - buf);
+    }
+    for (u32 i = 0; i < g_nthreads && i < MAX_THREADS; i++) {
+        struct thread *t = &threads[i];
+        p = buf;
+        p = kfmt_str(p, "  thread ");
+        p = kfmt_dec(p, i);
+        p = kfmt_str(p, " state=");
+        p = kfmt_dec(p, (u64)t->state);
+        p = kfmt_str(p, " cpu=");
+        p = kfmt_dec(p, (u64)t->cpu);
+        p = kfmt_str(p, " on_cpu=");
+        p = kfmt_dec(p, t->on_cpu);
+        p = kfmt_str(p, " futex=");
+        p = kfmt_hex(p, t->state == T_BLOCKED ? t->futex_addr : 0);
+        p = kfmt_str(p, "\n");
+        kputs_n(buf, p - buf);
+    }
     poweroff(3);
 }
 
@@ -346,8 +377,11 @@ static void kick(struct cpu *self, struct cpu *target)
         send_ipi(self, target->id, VEC_WAKE);
 }
 
+static void balance_kick(struct cpu *c);
+
 /* Wake placement: the thread's last CPU if idle, else any idle CPU, else its
- * last CPU's queue. */
+ * last CPU's queue (and a halted CPU, if one appeared meanwhile, is woken to
+ * steal it). */
 static void make_runnable(struct cpu *self, struct thread *t)
 {
     struct cpu *target = &cpus[t->cpu];
@@ -364,6 +398,8 @@ static void make_runnable(struct cpu *self, struct thread *t)
     self->wakeups++;
     rq_push(target, t);
     kick(self, target);
+    if (target->state == CPU_RUNNING)
+        balance_kick(self);
 }
 
 /* ---------- context switching ---------- */
@@ -404,6 +440,23 @@ void finish_switch(struct thread *last) { __atomic_store_n(&last->on_cpu, 0, __A
 
 static u32 last_thread_id[MAX_CPUS];
 
+/* Threads are still queued after this CPU picked one: wake one halted CPU so
+ * its idle loop steals one (and, picking, kicks the next: a chain until the
+ * queues are empty or no CPU is halted). Without this, threads queued behind
+ * a spinning thread (after a yield, say) could wait for ever while other
+ * vCPUs sleep. */
+static void balance_kick(struct cpu *c)
+{
+    u32 n = g_ncpus;
+    for (u32 i = 0; i < n; i++) {
+        struct cpu *o = &cpus[i];
+        if (o != c && o->state == CPU_HALTED) {
+            send_ipi(c, o->id, VEC_WAKE);
+            return;
+        }
+    }
+}
+
 /* Switch this CPU from its current thread to `next`. Returns when the current
  * thread is switched back to, possibly on another CPU: callers must not use
  * their `struct cpu *` afterwards. */
@@ -429,6 +482,8 @@ static void context_switch(struct cpu *c, struct thread *next)
         c->context_switches++;
         last_thread_id[c->id] = next->id + 1;
     }
+    if (g_queued && !next->is_idle)
+        balance_kick(c);
     tss[c->id].rsp0 = next->kstack_top;
     finish_switch(switch_stack(&prev->ksp, next->ksp, prev));
 }

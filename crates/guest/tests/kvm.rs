@@ -42,7 +42,7 @@ fn opts(vcpus: u32, idle: IdlePolicy) -> VmRunOptions {
     VmRunOptions {
         vcpus,
         idle,
-        timeout: Duration::from_secs(120),
+        timeout: Duration::from_secs(60),
         ..VmRunOptions::default()
     }
 }
@@ -219,5 +219,156 @@ fn every_builtin_completes_oversubscribed_under_every_idle_policy() {
             let r = vm(&p, &opts(2, idle));
             assert_eq!(r.counters.ops, p.expected_counts(), "{name} with {idle}");
         }
+    }
+}
+
+/// A program using every op kind, every lock/barrier flavour, sleep and yield
+/// (no built-in profile sleeps or yields).
+fn every_op_program(threads: u32) -> Program {
+    use smplab_workload::program::*;
+    use smplab_workload::{BarrierWait, BufferRef, Op, Rmw, SpinKind};
+    let spin = |kind, pause| SpinLockDef {
+        name: format!("{kind:?}"),
+        kind,
+        pause,
+    };
+    let body = vec![
+        Op::SpinLock(0),
+        Op::Compute { iters: 300 },
+        Op::SpinUnlock(0),
+        Op::SpinLock(1),
+        Op::SpinUnlock(1),
+        Op::SpinLock(2),
+        Op::SpinUnlock(2),
+        Op::MutexLock(0),
+        Op::Compute { iters: 100 },
+        Op::MutexUnlock(0),
+        Op::MutexLock(1),
+        Op::MutexUnlock(1),
+        Op::Atomic {
+            counter: 0,
+            rmw: Rmw::Add,
+        },
+        Op::Atomic {
+            counter: 0,
+            rmw: Rmw::Cas,
+        },
+        Op::Atomic {
+            counter: 1,
+            rmw: Rmw::Swap,
+        },
+        Op::Touch {
+            buffer: BufferRef::Shared(0),
+            bytes: 8192,
+            stride: 64,
+            write: true,
+        },
+        Op::Touch {
+            buffer: BufferRef::Private,
+            bytes: 4096,
+            stride: 128,
+            write: false,
+        },
+        Op::Barrier(0),
+        Op::Barrier(1),
+        Op::Barrier(2),
+    ];
+    let worker = Group {
+        name: "worker".into(),
+        threads,
+        ops: vec![
+            Op::Repeat { count: 50, body },
+            Op::SleepNs(200_000),
+            Op::Yield(3),
+            Op::Shootdown { pages: 2 },
+            Op::Repeat {
+                count: 20,
+                body: vec![Op::Push(0), Op::Compute { iters: 500 }],
+            },
+        ],
+    };
+    let consumer = Group {
+        name: "consumer".into(),
+        threads: 1,
+        ops: vec![Op::Repeat {
+            count: 20 * threads as u64,
+            body: vec![Op::Pop(0), Op::Compute { iters: 1000 }],
+        }],
+    };
+    Program {
+        name: "every-op".into(),
+        description: String::new(),
+        imitates: String::new(),
+        n: threads,
+        scale: 1.0,
+        spin_locks: vec![
+            spin(SpinKind::Tas, false),
+            spin(SpinKind::Ttas, true),
+            spin(SpinKind::Ticket, true),
+        ],
+        mutexes: vec![
+            MutexDef {
+                name: "m0".into(),
+                spin_limit: 0,
+            },
+            MutexDef {
+                name: "m1".into(),
+                spin_limit: 100,
+            },
+        ],
+        barriers: [
+            BarrierWait::Spin,
+            BarrierWait::Block,
+            BarrierWait::SpinThenBlock,
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(i, wait)| BarrierDef {
+            name: format!("b{i}"),
+            parties: threads,
+            wait,
+            spin_limit: 500,
+            pause: i == 2,
+        })
+        .collect(),
+        queues: vec![QueueDef {
+            name: "q".into(),
+            capacity: 2,
+        }],
+        counters: vec![
+            CounterDef { name: "c0".into() },
+            CounterDef { name: "c1".into() },
+        ],
+        buffers: vec![BufferDef {
+            name: "shared".into(),
+            bytes: 8192,
+        }],
+        groups: vec![worker, consumer],
+    }
+}
+
+#[test]
+fn every_op_kind_counts_match_under_vm_and_native() {
+    if !kvm_usable() {
+        return;
+    }
+    for (threads, vcpus) in [(2, 4), (2, 2), (3, 2)] {
+        let p = every_op_program(threads);
+        for idle in [
+            IdlePolicy::Hlt,
+            IdlePolicy::Poll,
+            IdlePolicy::HaltPoll { ns: 30_000 },
+        ] {
+            let r = vm(&p, &opts(vcpus, idle));
+            assert_eq!(
+                r.counters.ops,
+                p.expected_counts(),
+                "{threads} threads on {vcpus} vCPUs, {idle}"
+            );
+            assert!(r.counters.ops["sleep"] > 0 && r.counters.ops["yield"] > 0);
+        }
+        let native = smplab_native::run(&p, info(&p), &Default::default())
+            .unwrap_or_else(|e| panic!("native: {e}"));
+        assert_eq!(native.counters.ops, p.expected_counts());
     }
 }
