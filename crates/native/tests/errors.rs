@@ -23,12 +23,22 @@ ops = [{ compute = 100 }]
 #[test]
 fn pinning_to_a_cpu_outside_the_allowed_set_is_bad_input() {
     let p = program(TINY);
-    for cpu in [100_000usize, usize::MAX, smplab_native::sys::MAX_CPUS + 1] {
+    let allowed = smplab_native::sys::allowed_cpus().expect("affinity");
+    let ok = allowed[0];
+    // Beyond what an affinity mask can name, absurd, and just past the last
+    // CPU this process may use.
+    let past_last = allowed.iter().max().copied().unwrap_or(0) + 1;
+    for cpu in [
+        100_000usize,
+        usize::MAX,
+        smplab_native::sys::MAX_CPUS + 1,
+        past_last,
+    ] {
         let err = run(
             &p,
             WorkloadInfo::default(),
             &NativeOptions {
-                pin: Some(vec![0, cpu]),
+                pin: Some(vec![ok, cpu]),
                 ..Default::default()
             },
         )

@@ -82,12 +82,14 @@ fn record_carries_the_pin_list_and_serializes() {
     let program = Source::resolve("blackscholes")
         .and_then(|s| s.instantiate(Some(2), SCALE))
         .expect("instantiates");
+    // The first CPU this process may use (not necessarily 0 under taskset).
+    let cpu = smplab_native::sys::allowed_cpus().expect("affinity")[0];
     let o = NativeOptions {
-        pin: Some(vec![0]),
+        pin: Some(vec![cpu]),
         ..opts()
     };
     let rec = run(&program, WorkloadInfo::default(), &o).expect("runs pinned");
-    assert_eq!(rec.config.get("pin"), Some(&serde_json::json!([0])));
+    assert_eq!(rec.config.get("pin"), Some(&serde_json::json!([cpu])));
     let back = smplab_record::RunRecord::from_json(&rec.to_json_pretty()).expect("round trip");
     assert_eq!(back.counters, rec.counters);
 }
