@@ -17,7 +17,6 @@ use shared::Shared;
 use smplab_record::{exit, Executor, RunRecord, ThreadTiming, WorkloadInfo};
 use smplab_workload::program::OpCounts;
 use smplab_workload::Program;
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -513,11 +512,6 @@ fn worker(
         tallies: w.tallies,
         sink: w.sink,
     })
-}
-
-/// Per-op counts as the record's map (handy for comparisons in tests).
-pub fn counts_map(c: &OpCounts) -> BTreeMap<String, u64> {
-    c.to_map()
 }
 
 #[cfg(test)]

@@ -132,7 +132,10 @@ impl Mapping {
     }
 
     /// Change the protection of the first `pages` pages (clamped to the mapping).
-    pub fn protect(&self, pages: usize, prot: libc::c_int) -> io::Result<()> {
+    /// Crate-private: a write racing with a removed write permission would
+    /// kill the process, so only the shootdown op (whose region no op writes
+    /// after set-up) may call it.
+    pub(crate) fn protect(&self, pages: usize, prot: libc::c_int) -> io::Result<()> {
         let len = pages.saturating_mul(PAGE).min(self.len);
         if len == 0 {
             return Ok(());
