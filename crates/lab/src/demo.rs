@@ -245,12 +245,16 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
     // 3. Diagnosis of one profile, measured and simulated.
     println!("[3/4] diagnosing {DIAGNOSED}: one factor removed at a time");
     let mut plans = Vec::new();
+    // Longer runs for the measured diagnosis: its credits are differences of
+    // wall times, and scheduling noise on a shared host is per run, not per
+    // unit of work.
+    let diag_scale = (args.scale * 5.0).min(1.0).max(args.scale);
     if vm {
         plans.push(Plan::new(diagnose::baseline(
             Executor::Vm,
             DIAGNOSED,
             2,
-            args.scale,
+            diag_scale,
             "",
         )));
     }

@@ -188,6 +188,14 @@ pub struct Attribution {
     pub interaction: Option<f64>,
     /// Factors the plan wanted but whose runs are missing or failed.
     pub missing: Vec<String>,
+    /// The measured runs happened on a PVM host (guest kernel code emulated).
+    pub pvm_host: bool,
+}
+
+/// Two ranges of repetitions overlap: the difference of their medians is
+/// within run-to-run spread.
+fn overlaps(a: &Summary, b: &Summary) -> bool {
+    a.min <= b.max && b.min <= a.max
 }
 
 /// Slowdowns in a diagnosis are all against the *original* program's native
@@ -256,7 +264,14 @@ pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
     let all = slowdown_vs(results, &plan.all_removed, native_s);
     let interaction =
         all.map(|a| s0.median - a.median - rows.iter().map(|r| r.contribution).sum::<f64>());
+    let pvm_host = b.executor != Executor::Sim
+        && results.get(b).is_some_and(|es| {
+            es.iter()
+                .flat_map(|e| e.records.iter())
+                .any(|r| r.host.kvm.backing == smplab_record::host::KvmBacking::Pvm)
+        });
     Some(Attribution {
+        pvm_host,
         workload: b.workload.clone(),
         executor: b.executor,
         vcpus: b.vcpus.unwrap_or(0),
@@ -312,12 +327,16 @@ pub fn table(a: &Attribution) -> String {
         "  {:<22} {:>16} {:>14}  {}\n",
         "factor removed", "slowdown without", "attributed", "how"
     ));
+    let mut noisy = false;
     for r in &a.rows {
+        let within = overlaps(&r.slowdown_without, &a.baseline) && r.slowdown_without.n > 1;
+        noisy |= within;
         s.push_str(&format!(
-            "  {:<22} {:>15.1}% {:>13.1}%  {}\n",
+            "  {:<22} {:>15.1}% {:>13.1}%{} {}\n",
             r.factor,
             r.slowdown_without.median * 100.0,
             r.contribution * 100.0,
+            if within { "~" } else { " " },
             r.removal
         ));
     }
@@ -339,6 +358,20 @@ pub fn table(a: &Attribution) -> String {
         s.push_str(&format!("  {m}: no successful run, not attributed\n"));
     }
     s = s.replace("NaN%", "   ");
+    if noisy {
+        s.push_str("  ~ the ranges over repetitions with and without the factor overlap: the credit is within run-to-run noise.\n");
+    }
+    if let Some(all) = a.all_removed {
+        if a.baseline.median > 0.0 && all.median > 0.5 * a.baseline.median {
+            s.push_str(&format!(
+                "  Most of the slowdown ({:.0}% of it) remains with every factor removed: its main cause is not among these factors.\n",
+                all.median / a.baseline.median * 100.0
+            ));
+            if a.pvm_host {
+                s.push_str("  On this PVM host guest kernel code (CPL0: blocking, wakeups, IPIs, the scheduler) runs in KVM's\n  instruction emulator, ~1000x slower than natively (PLATFORM.md) - the likely remainder.\n");
+            }
+        }
+    }
     s.push_str(
         "  Factors interact: each is removed from the baseline alone, so the attributions need not add up;\n  the interaction line is the difference, and the order of removal would change a sequential split.\n",
     );
@@ -455,6 +488,38 @@ mod tests {
         assert!(svg.contains("<svg") && svg.contains("interaction"));
         assert_eq!(detect(&results).len(), 1);
         assert_eq!(fake_wall_ns(&plan.native), 1_000_000_000);
+    }
+
+    #[test]
+    fn noise_and_a_large_remainder_are_called_out() {
+        use crate::store::{Entry, Status};
+        use crate::testutil::rec;
+        let base = baseline(Executor::Vm, "dedup", 2, 0.1, "");
+        let plan = Plan::new(base.clone());
+        let ms = 1_000_000u64;
+        let mut es = vec![];
+        for rep in 0..2u32 {
+            let at = |p: &Point, wall: u64, e: Executor| {
+                let mut p = p.clone();
+                p.rep = rep;
+                Entry::new(p, Status::Ok, 0.0, vec![rec(e, "dedup", 2, wall)])
+            };
+            es.push(at(&plan.native, 100 * ms, Executor::Native));
+            es.push(at(&base, (200 + 20 * rep as u64) * ms, Executor::Vm));
+            // Removing HLT: 210/230 ms, overlapping the baseline's 200/220.
+            es.push(at(
+                &plan.removed[0].1,
+                (210 + 20 * rep as u64) * ms,
+                Executor::Vm,
+            ));
+            es.push(at(&plan.all_removed, 190 * ms, Executor::Vm));
+        }
+        let store = Store::from_entries(es);
+        let a = attribute(&Results::new(&store), &plan).unwrap();
+        let t = table(&a);
+        assert!(t.contains("%~"), "{t}");
+        assert!(t.contains("within run-to-run noise"), "{t}");
+        assert!(t.contains("remains with every factor removed"), "{t}");
     }
 
     #[test]

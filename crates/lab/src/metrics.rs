@@ -891,6 +891,27 @@ mod tests {
         // idle 1 s over 2 vCPUs × 3 s; spin 3 s over 6 vCPU-seconds.
         assert!((r.idle_fraction(&p).unwrap().median - 1.0 / 6.0).abs() < 1e-12);
         assert!((r.spin_fraction(&p).unwrap().median - 0.5).abs() < 1e-12);
+        assert!(r.spin_rate(&p).is_some());
+    }
+
+    #[test]
+    fn spin_rate_of_measured_runs() {
+        let p = vm_point("spinlock", 2, 0);
+        let mut a = rec(Executor::Vm, "spinlock", 2, 2 * S);
+        a.counters.spin_iterations = 4_000_000;
+        let mut b = rec(Executor::Vm, "spinlock", 2, S);
+        b.counters.spin_iterations = 1_000_000;
+        let mut p1 = p.clone();
+        p1.rep = 1;
+        let store = Store::from_entries(vec![entry(p.clone(), vec![a]), entry(p1, vec![b])]);
+        let r = Results::new(&store);
+        let s = r.spin_rate(&p).unwrap();
+        // 2 M/s and 1 M/s: median 1.5 M/s.
+        assert!((s.median - 1.5e6).abs() < 1e-6);
+        assert!(
+            r.spin_fraction(&p).is_none(),
+            "no spin time without the simulator"
+        );
     }
 
     #[test]

@@ -319,6 +319,32 @@ mod tests {
         assert!(Store::open(&path).is_ok());
     }
 
+    proptest::proptest! {
+        /// A kill can cut the file at any byte: opening it keeps exactly the
+        /// entries whose lines were complete, and appending afterwards works.
+        #[test]
+        fn any_cut_keeps_the_complete_prefix(cut_frac in 0.0f64..1.0, n in 1usize..6) {
+            let path = temp_path("cut");
+            let mut full = String::new();
+            let mut ends = Vec::new();
+            for rep in 0..n {
+                let e = Entry::new(vm_point("dedup", 2, rep as u32), Status::Ok, 0.5, vec![]);
+                full.push_str(&serde_json::to_string(&e).unwrap());
+                full.push('\n');
+                ends.push(full.len());
+            }
+            let cut = (full.len() as f64 * cut_frac) as usize;
+            std::fs::write(&path, &full.as_bytes()[..cut]).unwrap();
+            let complete = ends.iter().filter(|&&e| e <= cut).count();
+            let mut s = Store::open(&path).unwrap();
+            proptest::prop_assert_eq!(s.entries().len(), complete);
+            s.append(Entry::new(vm_point("x", 2, 0), Status::Ok, 0.0, vec![])).unwrap();
+            drop(s);
+            let again = Store::read(&path).unwrap();
+            proptest::prop_assert_eq!(again.entries().len(), complete + 1);
+        }
+    }
+
     #[test]
     fn corrupt_middle_line_is_located() {
         let path = temp_path("corrupt");
