@@ -8,7 +8,7 @@
 //! | profile field | probe | estimate |
 //! |---|---|---|
 //! | `vmm.user_exit_ns` | smplab-vmm's port-read loop guest, 2 000 vs 20 000 reads | Δwall / Δreads |
-//! | `vmm.exit_ns` | blackscholes, 1 vCPU, guest timer 0 vs 1 000 Hz | Δwall / ticks |
+//! | `vmm.exit_ns` | blackscholes, 1 vCPU, guest timer 0 vs 4 000 Hz | Δwall / ticks |
 //! | `vmm.ipi_receive_ns` | shootdown, 2 vCPUs, polling idle, vs native | (T_vm − T_native) / IPIs received |
 //! | `vmm.hlt_wake_ns` | ocean_ncp, 2 vCPUs, HLT vs polling idle | (T_hlt − T_poll) / halts |
 //! | `vmm.halt_poll_wake_ns` | ocean_ncp, guest halt-polling vs polling idle | (T_haltpoll − T_poll) / halts |
@@ -80,18 +80,21 @@ pub struct Probes {
 
 impl Probes {
     pub fn new(scale: f64, halt_poll_window_ns: u64) -> Probes {
+        // The wakeup probes divide a wall-time difference by a few dozen
+        // halts: run them longer than the others so noise averages out.
+        let long = long_scale(scale);
         Probes {
             compute_native: point(Executor::Native, "blackscholes", 1, scale, None),
             shootdown_native: point(Executor::Native, "shootdown", 2, scale, None),
             // Polling idle: IPI targets are busy, the case PLATFORM.md measures at ~22 µs.
             shootdown_vm: point(Executor::Vm, "shootdown", 2, scale, Some("poll")),
-            wake_hlt: point(Executor::Vm, "ocean_ncp", 2, scale, Some("hlt")),
-            wake_poll: point(Executor::Vm, "ocean_ncp", 2, scale, Some("poll")),
+            wake_hlt: point(Executor::Vm, "ocean_ncp", 2, long, Some("hlt")),
+            wake_poll: point(Executor::Vm, "ocean_ncp", 2, long, Some("poll")),
             wake_haltpoll: point(
                 Executor::Vm,
                 "ocean_ncp",
                 2,
-                scale,
+                long,
                 Some(&format!("haltpoll:{halt_poll_window_ns}")),
             ),
         }
@@ -352,7 +355,12 @@ pub fn as_map(cal: &Calibration) -> BTreeMap<String, f64> {
 /// Loop lengths of the exit round-trip probe.
 const LOOP_READS: [u32; 2] = [2_000, 20_000];
 /// Guest timer rate of the timer probe (the guest's own maximum is 5 kHz).
-const TIMER_HZ: u32 = 1_000;
+const TIMER_HZ: u32 = 4_000;
+
+/// Scale of the probes whose per-event cost is small against run-to-run noise.
+pub fn long_scale(scale: f64) -> f64 {
+    (scale * 5.0).clamp(scale, 2.0)
+}
 
 /// Run every probe on this host and derive the calibration. Probe runs of the
 /// lab runner go into `store` (resumable); the two direct probes run each time.
@@ -413,11 +421,11 @@ pub fn measure(
     // Timer tick: tickless vs ticking guest.
     let (mut ticking, mut tickless, mut timer_err) = (Vec::new(), Vec::new(), None);
     for _ in 0..reps {
-        match crate::exec::timer_probe_wall_ns(TIMER_HZ, scale) {
+        match crate::exec::timer_probe_wall_ns(TIMER_HZ, long_scale(scale)) {
             Ok(w) => ticking.push((TIMER_HZ, 1, w)),
             Err(e) => timer_err = Some(e),
         }
-        match crate::exec::timer_probe_wall_ns(0, scale) {
+        match crate::exec::timer_probe_wall_ns(0, long_scale(scale)) {
             Ok(w) => tickless.push(w),
             Err(e) => timer_err = Some(e),
         }
