@@ -48,6 +48,11 @@ const C_SLEEP: usize = counter_index(counter_names::SLEEP);
 const C_YIELD: usize = counter_index(counter_names::YIELD);
 const C_SHOOTDOWN: usize = counter_index(counter_names::SHOOTDOWN);
 
+/// Compute iterations between abort checks (about 20-40 ms at ~1-2 ns each).
+const COMPUTE_SLICE: u64 = 1 << 24;
+/// Longest single nanosleep; longer sleeps are split.
+const SLEEP_SLICE_NS: u64 = 100_000_000;
+
 /// Why a thread stopped before finishing its ops.
 #[derive(Debug)]
 pub(crate) enum Stop {
@@ -157,7 +162,19 @@ impl<'a> Worker<'a> {
         let s = self.shared;
         match op {
             Op::Compute { iters } => {
-                self.state = std::hint::black_box(compute::compute(*iters, self.state));
+                // In slices of COMPUTE_SLICE iterations (tens of milliseconds)
+                // with an abort check between them, so even an absurd count can
+                // be torn down. The instruction stream is the same loop; the
+                // state carries across slices exactly as across iterations.
+                let mut left = *iters;
+                while left > 0 {
+                    let n = left.min(COMPUTE_SLICE);
+                    self.state = std::hint::black_box(compute::compute(n, self.state));
+                    left -= n;
+                    if left > 0 && self.ctx.aborted() {
+                        return Err(Stop::Aborted);
+                    }
+                }
                 self.bump(C_COMPUTE, 1);
                 self.bump(C_COMPUTE_ITERS, *iters);
             }
@@ -238,13 +255,27 @@ impl<'a> Worker<'a> {
                 self.bump(C_ATOMIC, 1);
             }
             Op::SleepNs(ns) => {
-                sys::sleep_ns(*ns);
+                // Long sleeps in slices, so a teardown does not wait them out;
+                // the total is still at least `ns`.
+                let mut left = *ns;
+                while left > 0 {
+                    let n = left.min(SLEEP_SLICE_NS);
+                    sys::sleep_ns(n);
+                    left -= n;
+                    if left > 0 && self.ctx.aborted() {
+                        return Err(Stop::Aborted);
+                    }
+                }
                 self.bump(C_SLEEP, 1);
             }
             Op::Yield(times) => {
                 for _ in 0..*times {
                     sys::yield_now();
                     self.bump(C_YIELD, 1);
+                    // A system call per pass: the flag check is free.
+                    if self.ctx.aborted() {
+                        return Err(Stop::Aborted);
+                    }
                 }
             }
             Op::Shootdown { pages } => {

@@ -152,3 +152,25 @@ fn an_unmappable_shared_buffer_is_a_resource_error() {
     assert_eq!(err.exit_status(), exit::RESOURCE_LIMIT);
     assert!(err.to_string().contains("shared buffer `big`"), "{err}");
 }
+
+#[test]
+fn long_compute_sleep_and_yield_ops_are_torn_down_by_a_timeout() {
+    for op in [
+        "{ compute = 1000000000000 }",
+        "{ sleep_us = 100000000 }",
+        "{ yield = 1000000000000 }",
+    ] {
+        let text =
+            format!("name = \"long\"\n[[groups]]\nname = \"w\"\nthreads = 1\nops = [{op}]\n");
+        let err = execute(
+            &program(&text),
+            &NativeOptions {
+                timeout: Some(Duration::from_millis(200)),
+                ..Default::default()
+            },
+        )
+        .expect_err("far too long");
+        // Timeout, not Stuck: the thread noticed the abort.
+        assert!(matches!(err, NativeError::Timeout(_)), "{op}: {err:?}");
+    }
+}
