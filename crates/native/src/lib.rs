@@ -99,6 +99,8 @@ pub struct ThreadReport {
     pub index: u32,
     /// CPU it was pinned to, if any.
     pub cpu: Option<usize>,
+    /// CPU it was running on when it finished its last op.
+    pub last_cpu: Option<usize>,
     pub wall_ns: u64,
     pub cpu_ns: u64,
     pub stats: Stats,
@@ -484,6 +486,7 @@ fn worker(
     let end = Instant::now();
     let cpu1 = sys::thread_cpu_ns();
     let (vol1, invol1) = sys::thread_context_switches();
+    let last_cpu = sys::current_cpu();
     match result {
         Ok(()) => {}
         Err(Stop::Aborted) => return None,
@@ -502,6 +505,7 @@ fn worker(
             group: program.groups[group].name.clone(),
             index,
             cpu,
+            last_cpu,
             wall_ns: end.saturating_duration_since(start).as_nanos() as u64,
             cpu_ns: cpu1.saturating_sub(cpu0),
             stats: w.ctx.stats,

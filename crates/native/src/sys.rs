@@ -257,3 +257,10 @@ pub fn sleep_ns(ns: u64) {
         req = rem;
     }
 }
+
+/// The CPU the calling thread is running on right now.
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu takes no arguments; -1 signals an error.
+    let c = unsafe { libc::sched_getcpu() };
+    usize::try_from(c).ok()
+}

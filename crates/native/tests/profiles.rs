@@ -93,3 +93,25 @@ fn record_carries_the_pin_list_and_serializes() {
     let back = smplab_record::RunRecord::from_json(&rec.to_json_pretty()).expect("round trip");
     assert_eq!(back.counters, rec.counters);
 }
+
+#[test]
+fn pinned_threads_run_where_they_were_pinned() {
+    let program = Source::resolve("ocean_ncp")
+        .and_then(|s| s.instantiate(Some(3), SCALE))
+        .expect("instantiates");
+    let allowed = smplab_native::sys::allowed_cpus().expect("affinity");
+    let pin: Vec<usize> = allowed.iter().copied().take(2).collect();
+    let ex = execute(
+        &program,
+        &NativeOptions {
+            pin: Some(pin.clone()),
+            ..opts()
+        },
+    )
+    .expect("runs pinned");
+    for (i, t) in ex.threads.iter().enumerate() {
+        let want = pin[i % pin.len()];
+        assert_eq!(t.cpu, Some(want));
+        assert_eq!(t.last_cpu, Some(want), "thread {i} ran off its CPU");
+    }
+}
