@@ -89,3 +89,17 @@ fn sweep_runs_in_parallel_in_input_order() {
         assert_eq!(r[0].sim.as_ref().unwrap().pcpus, s.pcpus);
     }
 }
+
+#[test]
+fn this_machine_profile_runs() {
+    let platform = Platform::builtin("pvm-here").unwrap();
+    let mut v = vm("shootdown", 2, 0.05, 2);
+    v.ple = smplab_sim::Ple::Amd;
+    let s = Scenario::new(platform, 2, vec![v]);
+    let r = simulate(&s).unwrap();
+    let sim = r[0].sim.as_ref().unwrap();
+    assert_eq!(sim.platform, "pvm-here");
+    // Every shootdown IPIs the other vCPU.
+    assert_eq!(sim.ipis, s.vms[0].program.expected_counts()["shootdown"]);
+    assert!(r[0].timing.wall_ns > sim.native_wall_ns.unwrap());
+}

@@ -356,7 +356,13 @@ impl Sim {
         let iter = vc.spin_iter_ns;
         let t = vc.cur;
         let vm = vc.vm;
-        self.threads[t as usize].cpu_ns += elapsed;
+        let th = &mut self.threads[t as usize];
+        th.cpu_ns += elapsed;
+        if th.spin_budget != u64::MAX {
+            // Budgets count spinning time only: a preempted spinner resumes
+            // with what it has left.
+            th.spin_budget = th.spin_budget.saturating_sub(elapsed);
+        }
         self.vms[vm as usize].spin_iters += elapsed as f64 / iter;
     }
 
