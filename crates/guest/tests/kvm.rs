@@ -372,3 +372,39 @@ fn every_op_kind_counts_match_under_vm_and_native() {
         assert_eq!(native.counters.ops, p.expected_counts());
     }
 }
+
+/// A longer sweep over thread counts, vCPU counts and idle policies, for
+/// hunting scheduler races: `cargo test -p smplab-guest --test kvm -- --ignored`.
+#[test]
+#[ignore]
+fn stress_sweep() {
+    if !kvm_usable() {
+        return;
+    }
+    for vcpus in [1, 2, 3, 4] {
+        for n in [1, 2, 3, 5] {
+            for idle in [
+                IdlePolicy::Hlt,
+                IdlePolicy::Poll,
+                IdlePolicy::HaltPoll { ns: 10_000 },
+            ] {
+                for name in builtin::names() {
+                    let p = program(name, n, 0.02);
+                    let r = vm(&p, &opts(vcpus, idle));
+                    assert_eq!(
+                        r.counters.ops,
+                        p.expected_counts(),
+                        "{name} n={n} vcpus={vcpus} {idle}"
+                    );
+                }
+                let p = every_op_program(n.max(2));
+                let r = vm(&p, &opts(vcpus, idle));
+                assert_eq!(
+                    r.counters.ops,
+                    p.expected_counts(),
+                    "every-op n={n} vcpus={vcpus} {idle}"
+                );
+            }
+        }
+    }
+}
