@@ -329,7 +329,9 @@ pub fn table(a: &Attribution) -> String {
     ));
     let mut noisy = false;
     for r in &a.rows {
-        let within = overlaps(&r.slowdown_without, &a.baseline) && r.slowdown_without.n > 1;
+        let within = overlaps(&r.slowdown_without, &a.baseline)
+            && r.slowdown_without.n > 1
+            && r.contribution.abs() > 1e-9;
         noisy |= within;
         s.push_str(&format!(
             "  {:<22} {:>15.1}% {:>13.1}%{} {}\n",

@@ -294,7 +294,7 @@ impl<'a> Results<'a> {
         merge_histograms(&hs)
     }
 
-    fn per_rep(&self, p: &Point, f: impl Fn(&RunRecord) -> Option<f64>) -> Option<Summary> {
+    pub fn per_rep(&self, p: &Point, f: impl Fn(&RunRecord) -> Option<f64>) -> Option<Summary> {
         let es = self.get(p)?;
         let v: Vec<f64> = es
             .iter()
@@ -778,6 +778,114 @@ impl Results<'_> {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Macro versus micro (seed 003): which low-level rate moves with the slowdown?
+
+/// Per-second rates of low-level events of one configuration (medians over
+/// repetitions): exits by reason (`exit:REASON`), guest IPIs, halts, wakeups
+/// and context switches, workload blocks and spin iterations.
+pub fn micro_rates(results: &Results, p: &Point) -> BTreeMap<String, f64> {
+    let mut out: BTreeMap<String, f64> = BTreeMap::new();
+    for (k, s) in results.exits_per_s(p) {
+        if k != "result_stream" {
+            out.insert(format!("exit:{k}"), s.median);
+        }
+    }
+    let rate = |f: Counter| {
+        results.per_rep(p, |r| {
+            let wall = r.timing.wall_ns as f64 / 1e9;
+            (wall > 0.0).then_some(f(r)? as f64 / wall)
+        })
+    };
+    type Counter = fn(&RunRecord) -> Option<u64>;
+    let fields: [(&str, Counter); 6] = [
+        ("guest IPIs", |r| Some(r.guest.as_ref()?.ipis_sent)),
+        ("guest halts", |r| Some(r.guest.as_ref()?.halts)),
+        ("guest wakeups", |r| Some(r.guest.as_ref()?.wakeups)),
+        ("guest context switches", |r| {
+            Some(r.guest.as_ref()?.context_switches)
+        }),
+        ("blocks", |r| Some(r.counters.blocks)),
+        ("spin iterations", |r| Some(r.counters.spin_iterations)),
+    ];
+    for (name, f) in fields {
+        if let Some(s) = rate(f) {
+            out.insert(name.to_string(), s.median);
+        }
+    }
+    out
+}
+
+/// Pearson correlation of two equally long series; `None` when either is
+/// constant or there are fewer than three pairs.
+pub fn pearson(xs: &[f64], ys: &[f64]) -> Option<f64> {
+    let n = xs.len();
+    if n < 3 || ys.len() != n {
+        return None;
+    }
+    let mx = xs.iter().sum::<f64>() / n as f64;
+    let my = ys.iter().sum::<f64>() / n as f64;
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (x, y) in xs.iter().zip(ys) {
+        sxy += (x - mx) * (y - my);
+        sxx += (x - mx).powi(2);
+        syy += (y - my).powi(2);
+    }
+    (sxx > 0.0 && syy > 0.0).then(|| sxy / (sxx * syy).sqrt())
+}
+
+/// One micro rate's correlation with the slowdown across configurations.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Correlation {
+    pub micro: String,
+    pub r: f64,
+    /// `(configuration label, micro rate, slowdown)` pairs.
+    pub pairs: Vec<(String, f64, f64)>,
+}
+
+/// For the one-VM configurations of `executor` (outside studies), correlate
+/// each micro rate with the slowdown; strongest |r| first. A missing rate
+/// counts as 0 when other configurations have it (an absent exit reason did
+/// not happen).
+pub fn correlate_with_slowdown(results: &Results, executor: Executor) -> Vec<Correlation> {
+    // (label, slowdown, micro rates) per configuration.
+    type Row = (String, f64, BTreeMap<String, f64>);
+    let rows: Vec<Row> = results
+        .points()
+        .filter(|p| p.executor == executor && p.vms == 1 && p.study.is_none())
+        .filter_map(|p| {
+            Some((
+                p.label(),
+                results.slowdown(p)?.median,
+                micro_rates(results, p),
+            ))
+        })
+        .collect();
+    let names: std::collections::BTreeSet<&String> = rows.iter().flat_map(|r| r.2.keys()).collect();
+    let mut out: Vec<Correlation> = names
+        .into_iter()
+        .filter_map(|name| {
+            let xs: Vec<f64> = rows
+                .iter()
+                .map(|r| r.2.get(name).copied().unwrap_or(0.0))
+                .collect();
+            let ys: Vec<f64> = rows.iter().map(|r| r.1).collect();
+            let r = pearson(&xs, &ys)?;
+            Some(Correlation {
+                micro: name.clone(),
+                r,
+                pairs: rows
+                    .iter()
+                    .zip(&xs)
+                    .map(|(row, x)| (row.0.clone(), *x, row.1))
+                    .collect(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| b.r.abs().total_cmp(&a.r.abs()));
+    out
+}
+
 /// Per metric: median absolute relative error of predictions.
 pub fn prediction_error_by_metric(preds: &[Prediction]) -> BTreeMap<String, Summary> {
     let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
@@ -1114,6 +1222,43 @@ mod tests {
         );
         let (curve, _) = r.speedup_vs_vcpus(&vm_point("blackscholes", 2, 0));
         assert!((curve[1].measured.median - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn pearson_and_macro_micro_correlation() {
+        assert!((pearson(&[1.0, 2.0, 3.0], &[2.0, 4.0, 6.0]).unwrap() - 1.0).abs() < 1e-12);
+        assert!((pearson(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]).unwrap() + 1.0).abs() < 1e-12);
+        assert!(pearson(&[1.0, 1.0, 1.0], &[1.0, 2.0, 3.0]).is_none());
+        assert!(pearson(&[1.0, 2.0], &[1.0, 2.0]).is_none());
+        // Three workloads: slowdown follows the halt rate, not the spin rate.
+        let mut es = vec![];
+        for (wl, halts, spins, vm_s) in [
+            ("a", 100u64, 7u64, 2u64),
+            ("b", 300, 1, 4),
+            ("c", 200, 9, 3),
+        ] {
+            es.push(entry(
+                native(wl, 2, 0),
+                vec![rec(Executor::Native, wl, 2, S)],
+            ));
+            let mut r = rec(Executor::Vm, wl, 2, vm_s * S);
+            r.guest = Some(smplab_record::guest::GuestSection {
+                halts: halts * vm_s,
+                ..Default::default()
+            });
+            r.counters.spin_iterations = spins * vm_s;
+            let mut p = vm_point(wl, 2, 0);
+            p.workload = wl.into();
+            es.push(entry(p, vec![r]));
+        }
+        let store = Store::from_entries(es);
+        let r = Results::new(&store);
+        let c = correlate_with_slowdown(&r, Executor::Vm);
+        assert_eq!(c[0].micro, "guest halts");
+        assert!((c[0].r - 1.0).abs() < 1e-9);
+        assert_eq!(c[0].pairs.len(), 3);
+        let spin = c.iter().find(|x| x.micro == "spin iterations").unwrap();
+        assert!(spin.r.abs() < 0.9);
     }
 
     #[test]

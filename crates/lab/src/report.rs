@@ -453,6 +453,52 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
         h.push_str("</table>");
     }
 
+    // Macro versus micro (seed 003): which low-level rate moves with the slowdown?
+    let mut corr = String::new();
+    for e in [Executor::Vm, Executor::Qemu, Executor::Sim] {
+        let c = crate::metrics::correlate_with_slowdown(&results, e);
+        let Some(top) = c.first() else {
+            continue;
+        };
+        let _ = write!(
+            corr,
+            "<h3>{e}: {} configurations</h3><table><tr><th>micro rate (per second)</th><th>Pearson r with slowdown</th></tr>",
+            top.pairs.len()
+        );
+        for x in c.iter().take(8) {
+            let _ = write!(
+                corr,
+                "<tr><td>{}</td><td>{:+.2}</td></tr>",
+                esc(&x.micro),
+                x.r
+            );
+        }
+        corr.push_str("</table><figure>");
+        let pts: Vec<(usize, f64, f64, String)> = top
+            .pairs
+            .iter()
+            .map(|(l, x, y)| (executor_index(e), *x, *y * 100.0, l.clone()))
+            .collect();
+        let mut legend = vec![String::new(); executor_index(e) + 1];
+        legend[executor_index(e)] = e.to_string();
+        corr.push_str(&svg::xy_scatter(
+            &format!(
+                "{e}: slowdown vs {} per second (r = {:+.2})",
+                top.micro, top.r
+            ),
+            &format!("{} per second", top.micro),
+            "slowdown %",
+            false,
+            &legend,
+            &pts,
+        ));
+        corr.push_str("</figure>");
+    }
+    if !corr.is_empty() {
+        h.push_str("<h2>Macro versus micro</h2><p>Seed 003's combinative evaluation within one executor: every low-level rate (exits by reason, guest IPIs, halts, wakeups, context switches, blocks, spins) correlated with the slowdown across configurations, strongest first. A correlation across different workloads points at a candidate bottleneck; it is not a proof of cause — the diagnosis below tests causes one at a time.</p>");
+        h.push_str(&corr);
+    }
+
     // Diagnoses found in the store.
     for plan in diagnose::detect(&results) {
         if let Some(a) = diagnose::attribute(&results, &plan) {
@@ -896,6 +942,7 @@ pub(crate) mod tests {
             "Latency distributions",
             "Speedup versus vCPUs",
             "Simulator predictions beside measurements",
+            "Macro versus micro",
             "Failed and skipped points",
         ] {
             assert!(html.contains(section), "missing {section}");

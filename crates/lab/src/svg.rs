@@ -461,18 +461,38 @@ pub fn fmt_ns(ns: u64) -> String {
 
 /// Predicted-versus-measured scatter with the y = x diagonal; one colour per metric.
 pub fn scatter(title: &str, metrics: &[String], points: &[(usize, f64, f64, String)]) -> String {
-    let f = Frame::new(520.0, 420.0, 56.0, 60.0 + metrics.len() as f64 * 15.0);
+    xy_scatter(title, "measured", "predicted (sim)", true, metrics, points)
+}
+
+/// An x-y scatter: `(series, x, y, label)` points, both axes from the data
+/// (sharing one range when `diagonal`, which also draws y = x).
+pub fn xy_scatter(
+    title: &str,
+    xlabel: &str,
+    ylabel: &str,
+    diagonal: bool,
+    series: &[String],
+    points: &[(usize, f64, f64, String)],
+) -> String {
+    let f = Frame::new(520.0, 420.0, 56.0, 60.0 + series.len() as f64 * 15.0);
     let mut s = f.open(title);
-    let vals = points
-        .iter()
-        .flat_map(|p| [p.1, p.2])
-        .filter(|v| v.is_finite());
-    let (lo, hi) = nice_range(vals.clone().fold(0.0, f64::min), vals.fold(0.0, f64::max));
-    f.y_axis(&mut s, lo, hi, "predicted (sim)", false);
-    let x_of = |x: f64| f.left + f.pw() * (x - lo) / (hi - lo);
+    let fin = |v: &f64| v.is_finite();
+    let xs = points.iter().map(|p| p.1).filter(fin);
+    let ys = points.iter().map(|p| p.2).filter(fin);
+    let (ylo, yhi, xlo, xhi) = if diagonal {
+        let all = xs.clone().chain(ys.clone());
+        let (lo, hi) = nice_range(all.clone().fold(0.0, f64::min), all.fold(0.0, f64::max));
+        (lo, hi, lo, hi)
+    } else {
+        let (ylo, yhi) = nice_range(ys.clone().fold(0.0, f64::min), ys.fold(0.0, f64::max));
+        let (xlo, xhi) = nice_range(xs.clone().fold(0.0, f64::min), xs.fold(0.0, f64::max));
+        (ylo, yhi, xlo, xhi)
+    };
+    f.y_axis(&mut s, ylo, yhi, ylabel, false);
+    let x_of = |x: f64| f.left + f.pw() * (x - xlo) / (xhi - xlo);
     let axis_y = f.top + f.ph();
     for i in 0..=5 {
-        let v = lo + (hi - lo) * i as f64 / 5.0;
+        let v = xlo + (xhi - xlo) * i as f64 / 5.0;
         let _ = write!(
             s,
             "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"middle\">{v}</text>",
@@ -483,32 +503,41 @@ pub fn scatter(title: &str, metrics: &[String], points: &[(usize, f64, f64, Stri
     }
     let _ = write!(
         s,
-        "<line x1=\"{x0}\" y1=\"{axis_y}\" x2=\"{x1}\" y2=\"{axis_y}\" stroke=\"#333333\"/><line class=\"diagonal\" x1=\"{dx0:.1}\" y1=\"{dy0:.1}\" x2=\"{dx1:.1}\" y2=\"{dy1:.1}\" stroke=\"#888888\" stroke-dasharray=\"4 4\"/><text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\">measured</text>",
+        "<line x1=\"{x0}\" y1=\"{axis_y}\" x2=\"{x1}\" y2=\"{axis_y}\" stroke=\"#333333\"/><text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\">{xl}</text>",
         x0 = f.left,
         x1 = f.left + f.pw(),
-        dx0 = x_of(lo),
-        dy0 = f.y_of(lo, lo, hi),
-        dx1 = x_of(hi),
-        dy1 = f.y_of(hi, lo, hi),
         cx = f.left + f.pw() / 2.0,
-        ly = axis_y + 30.0
+        ly = axis_y + 30.0,
+        xl = esc(xlabel)
     );
-    for (m, meas, pred, label) in points {
-        if !(meas.is_finite() && pred.is_finite()) {
+    if diagonal {
+        let _ = write!(
+            s,
+            "<line class=\"diagonal\" x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#888888\" stroke-dasharray=\"4 4\"/>",
+            x_of(xlo),
+            f.y_of(ylo, ylo, yhi),
+            x_of(xhi),
+            f.y_of(yhi, ylo, yhi)
+        );
+    }
+    for (m, x, y, label) in points {
+        if !(x.is_finite() && y.is_finite()) {
             continue;
         }
         let _ = write!(
             s,
-            "<circle class=\"pt\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"{c}\"><title>{l}: measured {a}, predicted {b}</title></circle>",
-            x_of(*meas),
-            f.y_of(*pred, lo, hi),
+            "<circle class=\"pt\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"{c}\"><title>{l}: {xl} {a}, {yl} {b}</title></circle>",
+            x_of(*x),
+            f.y_of(*y, ylo, yhi),
             c = colour(*m),
             l = esc(label),
-            a = fmt_num(*meas),
-            b = fmt_num(*pred)
+            xl = esc(xlabel),
+            yl = esc(ylabel),
+            a = fmt_num(*x),
+            b = fmt_num(*y)
         );
     }
-    legend(&mut s, f.left, axis_y + 40.0, metrics);
+    legend(&mut s, f.left, axis_y + 40.0, series);
     s.push_str("</svg>");
     s
 }
