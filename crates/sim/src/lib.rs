@@ -51,6 +51,17 @@ pub fn simulate(s: &Scenario) -> Result<Vec<RunRecord>, SimError> {
     Ok(record::records(s, &out, &native, host_seconds))
 }
 
+/// Seed 000's weighted speedup: the sum over instances of (wall time of one
+/// instance alone) / (its wall time here). 1.0 means the same throughput as
+/// one VM alone; `records` are the VMs of one multi-VM run.
+pub fn weighted_speedup(alone_wall_ns: u64, records: &[RunRecord]) -> f64 {
+    records
+        .iter()
+        .filter(|r| r.timing.wall_ns > 0)
+        .map(|r| alone_wall_ns as f64 / r.timing.wall_ns as f64)
+        .sum()
+}
+
 /// Events processed and simulated end time, without building records (for
 /// benchmarks and the scale check).
 pub fn simulate_raw(s: &Scenario) -> Result<(u64, u64), SimError> {

@@ -103,3 +103,24 @@ fn this_machine_profile_runs() {
     assert_eq!(sim.ipis, s.vms[0].program.expected_counts()["shootdown"]);
     assert!(r[0].timing.wall_ns > sim.native_wall_ns.unwrap());
 }
+
+#[test]
+fn example_specs_load_and_run() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/specs");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        let mut s = smplab_sim::spec::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        // Keep the debug test short: a few simulated milliseconds suffice to
+        // show the spec runs.
+        s.horizon_ns = Some(3_000_000);
+        s.native_reference = false;
+        let r = simulate(&s).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(r.len(), s.vms.len());
+        n += 1;
+    }
+    assert!(n >= 4);
+}

@@ -77,10 +77,10 @@ fn seed000_polling_idle_reduces_blocking_slowdown() {
 fn weighted_speedup(v: &VmSpec, vms: usize) -> f64 {
     let base = run(&Scenario::new(kvm(), 16, vec![v.clone()]))[0]
         .timing
-        .wall_ns as f64;
+        .wall_ns;
     let mut s = Scenario::new(kvm(), 16, vec![v.clone(); vms]);
     s.native_reference = false;
-    run(&s).iter().map(|r| base / r.timing.wall_ns as f64).sum()
+    smplab_sim::weighted_speedup(base, &run(&s))
 }
 
 /// Seed 000 Fig. 2/5: two 16-vCPU streamcluster VMs on 16 pCPUs lose at least

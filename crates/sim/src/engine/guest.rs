@@ -444,6 +444,7 @@ impl Sim {
                 Act::Halting | Act::HaltPoll => {
                     if costs.virtualized {
                         self.send_ipi_cost(waker, vm);
+                        self.vcpus[u as usize].exits[exit::IPI_RECEIVE] += 1;
                     }
                     self.interrupt_act(u);
                     self.defer(u, costs.halt_poll_wake);
