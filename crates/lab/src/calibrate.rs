@@ -484,10 +484,10 @@ pub fn run(args: &crate::cli::CalibrateArgs) -> i32 {
             return exit::RUN_FAILED;
         }
     };
-    print!("{}", table(&cal));
+    out!("{}", table(&cal));
     match write_profile(&cal, &args.out) {
         Ok(()) => {
-            println!("profile: {}", args.out.display());
+            outln!("profile: {}", args.out.display());
             if cal.unmeasured.is_empty() {
                 exit::OK
             } else {

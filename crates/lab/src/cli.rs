@@ -149,15 +149,19 @@ fn default_store(name: &str) -> PathBuf {
 
 /// Print a sweep's outcome; the exit status it implies.
 pub fn print_summary(s: &SweepSummary) -> i32 {
-    println!(
+    outln!(
         "{} points: {} already done, {} ok, {} failed, {} skipped",
-        s.total, s.already_done, s.ok, s.failed, s.skipped
+        s.total,
+        s.already_done,
+        s.ok,
+        s.failed,
+        s.skipped
     );
     for (label, reason) in s.problems.iter().take(20) {
-        println!("  {label}: {}", reason.lines().next().unwrap_or(""));
+        outln!("  {label}: {}", reason.lines().next().unwrap_or(""));
     }
     if s.problems.len() > 20 {
-        println!("  ... {} more in the store", s.problems.len() - 20);
+        outln!("  ... {} more in the store", s.problems.len() - 20);
     }
     if s.failed + s.skipped > 0 {
         exit::PARTIAL
@@ -239,7 +243,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
         }
     };
     let status = print_summary(&summary);
-    print!(
+    out!(
         "{}",
         crate::report::text_summary(&crate::metrics::Results::new(&store), 40)
     );
@@ -253,7 +257,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
                 notes: vec![],
             },
         ) {
-            Ok(f) => println!("report: {}", f.html.display()),
+            Ok(f) => outln!("report: {}", f.html.display()),
             Err(e) => {
                 eprintln!("error: {e}");
                 return exit::RUN_FAILED;
@@ -286,9 +290,9 @@ fn lab_report(a: &LabReportArgs) -> i32 {
         },
     ) {
         Ok(f) => {
-            println!("report: {}", f.html.display());
+            outln!("report: {}", f.html.display());
             for c in f.csv {
-                println!("csv: {}", c.display());
+                outln!("csv: {}", c.display());
             }
             exit::OK
         }
@@ -330,7 +334,7 @@ fn lab_status(a: &LabStatusArgs) -> i32 {
             None => pending += 1,
         }
     }
-    println!(
+    outln!(
         "{}: {} points: {ok} ok, {failed} failed, {skipped} skipped, {pending} pending ({})",
         spec.name,
         spec.points.len(),
@@ -405,7 +409,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
         eprintln!("no attribution: the baseline or native runs failed (see above)");
         return exit::RUN_FAILED;
     };
-    println!("{}", table(&a));
+    outln!("{}", table(&a));
     let dir = report_dir(&path);
     match write_report(
         &store,
@@ -415,7 +419,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
             notes: vec![],
         },
     ) {
-        Ok(f) => println!("report: {}", f.html.display()),
+        Ok(f) => outln!("report: {}", f.html.display()),
         Err(e) => eprintln!("error: {e}"),
     }
     status

@@ -154,7 +154,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
     let vm = can(Executor::Vm, "smplab-vmm runs and the calibration");
     let qemu = can(Executor::Qemu, "QEMU runs");
     let sim = can(Executor::Sim, "simulator runs");
-    println!(
+    outln!(
         "smplab demo: {} profiles × native{}{}{}, {} repetitions, scale {} → {}",
         WORKLOADS.len(),
         if vm { ", smplab-vmm" } else { "" },
@@ -169,7 +169,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
         out.display()
     );
     for n in &notes {
-        println!("  {n}");
+        outln!("  {n}");
     }
     let opts = SweepOptions {
         retry_failed: false,
@@ -183,10 +183,10 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
     let mut platform = "pvm-here".to_string();
     if vm && sim {
         if calibrated.exists() && !args.fresh {
-            println!("[1/4] calibration: reusing {}", calibrated.display());
+            outln!("[1/4] calibration: reusing {}", calibrated.display());
             platform = calibrated.display().to_string();
         } else {
-            println!(
+            outln!(
                 "[1/4] calibrating the simulator to this host (exit, IPI, HLT wakeup, timer costs)"
             );
             match crate::calibrate::measure(
@@ -197,7 +197,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
                 !args.quiet,
             ) {
                 Ok(cal) => {
-                    print!("{}", crate::calibrate::table(&cal));
+                    out!("{}", crate::calibrate::table(&cal));
                     match crate::calibrate::write_profile(&cal, &calibrated) {
                         Ok(()) => platform = calibrated.display().to_string(),
                         Err(e) => notes.push(format!(
@@ -212,11 +212,11 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
             }
         }
     } else {
-        println!("[1/4] calibration skipped (needs KVM and the simulator)");
+        outln!("[1/4] calibration skipped (needs KVM and the simulator)");
     }
 
     // 2. The sweeps.
-    println!("[2/4] sweeps: native, smplab-vmm, QEMU, simulator");
+    outln!("[2/4] sweeps: native, smplab-vmm, QEMU, simulator");
     let mut points = Vec::new();
     for (file, text) in specs(args.reps, args.scale, &platform) {
         let _ = std::fs::create_dir_all(out);
@@ -243,7 +243,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
     }
 
     // 3. Diagnosis of one profile, measured and simulated.
-    println!("[3/4] diagnosing {DIAGNOSED}: one factor removed at a time");
+    outln!("[3/4] diagnosing {DIAGNOSED}: one factor removed at a time");
     let mut plans = Vec::new();
     // Longer runs for the measured diagnosis: its credits are differences of
     // wall times, and scheduling noise on a shared host is per run, not per
@@ -284,21 +284,21 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
     }
 
     // 4. Summary and report.
-    println!("[4/4] report");
+    outln!("[4/4] report");
     let results = Results::new(&store);
-    println!();
-    print!("{}", summary_table(&results, args.scale));
+    outln!();
+    out!("{}", summary_table(&results, args.scale));
     for plan in &plans {
         if let Some(a) = diagnose::attribute(&results, plan) {
-            println!();
-            print!("{}", diagnose::table(&a));
+            outln!();
+            out!("{}", diagnose::table(&a));
         }
     }
     let preds = results.predictions(None);
     if !preds.is_empty() {
-        println!("\nSimulator prediction error (median |relative error| over configurations):");
+        outln!("\nSimulator prediction error (median |relative error| over configurations):");
         for (m, s) in crate::metrics::prediction_error_by_metric(&preds) {
-            println!("  {m:<18} {:>6.0}%  ({} pairs)", s.median * 100.0, s.n);
+            outln!("  {m:<18} {:>6.0}%  ({} pairs)", s.median * 100.0, s.n);
         }
     }
     let problems: Vec<_> = store
@@ -307,13 +307,13 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
         .filter(|e| matches!(e.status, Status::Failed { .. }))
         .collect();
     if !problems.is_empty() {
-        println!(
+        outln!(
             "\n{} points failed (reasons in the report):",
             problems.len()
         );
         for e in problems.iter().take(5) {
             if let Status::Failed { reason } = &e.status {
-                println!(
+                outln!(
                     "  {}: {}",
                     e.point.label(),
                     reason.lines().next().unwrap_or("")
@@ -331,8 +331,8 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
         },
     ) {
         Ok(f) => {
-            println!("\nreport: {}", f.html.display());
-            println!(
+            outln!("\nreport: {}", f.html.display());
+            outln!(
                 "store:  {}   (rerun `smplab demo` to resume; specs: {})",
                 store_path.display(),
                 out.join("demo-*.toml").display()
@@ -344,7 +344,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
         }
     }
     for n in &notes {
-        println!("note: {n}");
+        outln!("note: {n}");
     }
     if failed > 0 || !problems.is_empty() {
         exit::PARTIAL

@@ -13,6 +13,22 @@
 //!
 //! See docs/lab.md for formats, definitions and caveats.
 
+/// `println!` that ignores a closed stdout (`smplab demo | head` must not
+/// panic on EPIPE).
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+/// `print!` that ignores a closed stdout.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
 pub mod calibrate;
 pub mod cli;
 pub mod demo;
