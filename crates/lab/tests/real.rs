@@ -223,3 +223,36 @@ fn calibrated_profile_is_a_valid_simulator_platform() {
     .expect("sweep");
     assert_eq!(s.ok, 1, "{:?}", s.problems);
 }
+
+#[test]
+fn timed_out_points_are_failed_with_the_reason() {
+    if !have("KVM", "SMPLAB_REQUIRE_KVM", kvm_unavailable()) {
+        return;
+    }
+    // A workload far longer than its 1 s limit: the guest watchdog (vm) and
+    // the native executor's timeout end it; both points are stored as failed.
+    let spec = ExperimentSpec::from_text(
+        "t.toml",
+        "name = \"t\"\nrepetitions = 1\ntimeout_s = 1\n[matrix]\nexecutor = [\"vm\", \"native\"]\nworkload = \"spinlock\"\nvcpus = 2\nscale = 100\n",
+    )
+    .expect("spec");
+    let mut store = Store::from_entries(vec![]);
+    let s = run_points(
+        &spec.points,
+        &mut store,
+        &RealRunner::default(),
+        &SweepOptions::default(),
+    )
+    .expect("sweep");
+    assert_eq!(s.failed, 2, "{:?}", s.problems);
+    let reasons: Vec<String> = store
+        .entries()
+        .iter()
+        .map(|e| match &e.status {
+            Status::Failed { reason } => reason.clone(),
+            other => panic!("expected failed, got {other:?}"),
+        })
+        .collect();
+    assert!(reasons[0].contains("watchdog"), "{}", reasons[0]);
+    assert!(reasons[1].contains("did not finish"), "{}", reasons[1]);
+}
