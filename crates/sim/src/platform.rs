@@ -215,6 +215,21 @@ impl Platform {
         if !(self.cpu.spin_iter_pause_ns > 0.0 && self.cpu.spin_iter_nopause_ns > 0.0) {
             return Err(bad("cpu.spin_iter_*_ns must be positive"));
         }
+        let floats = [
+            ("cpu.touch_ns_per_access", self.cpu.touch_ns_per_access),
+            (
+                "cache.refill_llc_ns_per_line",
+                self.cache.refill_llc_ns_per_line,
+            ),
+            (
+                "cache.refill_remote_ns_per_line",
+                self.cache.refill_remote_ns_per_line,
+            ),
+            ("cache.remote_share_factor", self.cache.remote_share_factor),
+        ];
+        if let Some((name, _)) = floats.iter().find(|(_, v)| !(*v >= 0.0 && v.is_finite())) {
+            return Err(bad(&format!("{name} must be a finite number >= 0")));
+        }
         if self.cache.pcpus_per_llc == 0 || self.cache.line_bytes == 0 {
             return Err(bad(
                 "cache.pcpus_per_llc and cache.line_bytes must be at least 1",

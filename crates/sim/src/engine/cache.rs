@@ -3,8 +3,9 @@
 //! - Warm-up: a vCPU dispatched on a pCPU where something else ran since
 //!   pays for refilling its thread's footprint (capped at the private cache):
 //!   from the LLC if it ran in the same LLC domain before, from memory or a
-//!   remote LLC otherwise. Shared-buffer lines are only refilled if the previous
-//!   occupant belonged to another VM (siblings share them).
+//!   remote LLC otherwise. Private and shared-buffer lines alike: threads of
+//!   the built-in profiles mostly walk their own part of a shared buffer, so a
+//!   sibling that ran on the pCPU in between does not leave them warm.
 //! - Remote sharing: a walk of a shared buffer costs `1 + remote_share_factor
 //!   × (fraction of the VM's other running vCPUs that run in another LLC
 //!   domain)` times its base cost.
