@@ -53,9 +53,12 @@ pub struct LabRunArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct LabReportArgs {
-    /// Results store to report on (a results.jsonl, or the directory holding one).
-    pub store: PathBuf,
-    /// Output directory. Default: `report/` next to the store.
+    /// Results stores to report on (results.jsonl files, or directories holding
+    /// one); several are merged into one report (a point in more than one
+    /// counts once: the last store given wins).
+    #[arg(required = true)]
+    pub store: Vec<PathBuf>,
+    /// Output directory. Default: `report/` next to the first store.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Page title.
@@ -268,19 +271,30 @@ fn lab_run(a: &LabRunArgs) -> i32 {
 }
 
 fn lab_report(a: &LabReportArgs) -> i32 {
-    let path = store_file(&a.store);
-    let store = match Store::read(&path) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::BAD_INPUT;
+    let paths: Vec<PathBuf> = a.store.iter().map(|p| store_file(p)).collect();
+    let mut entries = Vec::new();
+    for p in &paths {
+        match Store::read(p) {
+            Ok(s) => entries.extend(s.entries().iter().cloned()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return exit::BAD_INPUT;
+            }
         }
-    };
+    }
+    let path = paths[0].clone();
+    let store = Store::from_entries_at(entries, &path);
     let dir = a.out.clone().unwrap_or_else(|| report_dir(&path));
-    let title = a
-        .title
-        .clone()
-        .unwrap_or_else(|| format!("smplab lab report: {}", path.display()));
+    let title = a.title.clone().unwrap_or_else(|| {
+        format!(
+            "smplab lab report: {}",
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    });
     match write_report(
         &store,
         &dir,
@@ -478,6 +492,37 @@ mod tests {
         let t = Top::parse_from(["smplab", "demo", "--reps", "1"]);
         assert!(matches!(t.cmd, Cmd::Demo(ref d) if d.reps == 1));
         let _ = Top::parse_from(["smplab", "calibrate"]);
+    }
+
+    #[test]
+    fn report_merges_several_stores() {
+        use crate::point::tests::vm_point;
+        use crate::store::{Entry, Status};
+        let dir = crate::testutil::temp_dir("merge");
+        for (name, wl) in [("a", "dedup"), ("b", "vips")] {
+            let mut s = Store::open(&dir.join(name).join("results.jsonl")).unwrap();
+            let r = crate::testutil::rec(smplab_record::Executor::Vm, wl, 2, 1_000_000);
+            s.append(Entry::new(vm_point(wl, 2, 0), Status::Ok, 0.0, vec![r]))
+                .unwrap();
+        }
+        let code = lab(&LabArgs {
+            command: LabCommand::Report(LabReportArgs {
+                store: vec![dir.join("a"), dir.join("b").join("results.jsonl")],
+                out: Some(dir.join("out")),
+                title: None,
+            }),
+        });
+        assert_eq!(code, exit::OK);
+        let html = std::fs::read_to_string(dir.join("out/index.html")).unwrap();
+        assert!(html.contains("vm dedup") && html.contains("vm vips"));
+        let code = lab(&LabArgs {
+            command: LabCommand::Report(LabReportArgs {
+                store: vec![dir.join("missing")],
+                out: None,
+                title: None,
+            }),
+        });
+        assert_eq!(code, exit::BAD_INPUT);
     }
 
     #[test]

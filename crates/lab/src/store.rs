@@ -205,6 +205,15 @@ impl Store {
         }
     }
 
+    /// An in-memory store that reports `path` as where it came from (merged
+    /// stores for one report).
+    pub fn from_entries_at(entries: Vec<Entry>, path: &Path) -> Self {
+        Store {
+            path: path.to_path_buf(),
+            ..Self::from_entries(entries)
+        }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
