@@ -1,4 +1,5 @@
-//! The event queue: a 4-ary min-heap of compact, copyable events ordered by
+//! The event queue: a calendar of time buckets (with a 4-ary heap for far
+//! events) holding compact, copyable events ordered by
 //! (time, sequence number). The sequence number makes ties deterministic (FIFO
 //! among events scheduled for the same instant). No per-event allocation: the
 //! heap's buffer grows to the peak number of pending events and stays.
@@ -42,33 +43,18 @@ impl Event {
     }
 }
 
-/// A 4-ary min-heap on (time, seq). Half the depth of a binary heap and the
-/// four children of a node share a cache line or two, which matters because
-/// popping is the single hottest operation of the simulator.
+/// A 4-ary min-heap on (time, seq): the calendar's overflow for far events.
 #[derive(Debug, Default)]
-pub struct Queue {
+struct Heap {
     heap: Vec<Event>,
-    seq: u32,
-    pub popped: u64,
 }
 
-impl Queue {
-    pub fn with_capacity(n: usize) -> Queue {
-        Queue {
-            heap: Vec::with_capacity(n),
-            seq: 0,
-            popped: 0,
-        }
+impl Heap {
+    fn peek(&self) -> Option<&Event> {
+        self.heap.first()
     }
 
-    #[inline]
-    pub fn push(&mut self, time: u64, kind: Kind) {
-        self.seq = self.seq.wrapping_add(1);
-        let e = Event {
-            time,
-            seq: self.seq,
-            kind,
-        };
+    fn push(&mut self, e: Event) {
         // Sift up with a hole.
         let mut i = self.heap.len();
         self.heap.push(e);
@@ -83,10 +69,8 @@ impl Queue {
         self.heap[i] = e;
     }
 
-    #[inline]
-    pub fn pop(&mut self) -> Option<Event> {
+    fn pop(&mut self) -> Option<Event> {
         let last = self.heap.pop()?;
-        self.popped += 1;
         let n = self.heap.len();
         if n == 0 {
             return Some(last);
@@ -115,11 +99,135 @@ impl Queue {
         self.heap[i] = last;
         Some(top)
     }
+}
+
+/// log2 of the number of calendar buckets and of their width in ns: 4096
+/// buckets of 1.024 µs cover the next 4.2 ms, where nearly all events fall.
+const BUCKETS_LOG2: u32 = 12;
+const WIDTH_LOG2: u32 = 10;
+const BUCKETS: u64 = 1 << BUCKETS_LOG2;
+
+/// The event queue: a calendar of time buckets for the near future plus a
+/// heap for the rest. Pushing is O(1); popping sorts the current bucket (a
+/// handful of events) once. Order is exactly (time, seq), as with a heap.
+#[derive(Debug)]
+pub struct Queue {
+    buckets: Vec<Vec<Event>>,
+    /// Absolute index (time >> WIDTH_LOG2) of the current bucket.
+    cur: u64,
+    /// The current bucket is sorted in descending order (pop from the end).
+    cur_sorted: bool,
+    near: usize,
+    far: Heap,
+    seq: u32,
+    pub popped: u64,
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        Queue::with_capacity(0)
+    }
+}
+
+impl Queue {
+    pub fn with_capacity(n: usize) -> Queue {
+        Queue {
+            buckets: (0..BUCKETS).map(|_| Vec::new()).collect(),
+            cur: 0,
+            cur_sorted: false,
+            near: 0,
+            far: Heap {
+                heap: Vec::with_capacity(n),
+            },
+            seq: 0,
+            popped: 0,
+        }
+    }
+
+    #[inline]
+    fn slot(idx: u64) -> usize {
+        (idx & (BUCKETS - 1)) as usize
+    }
+
+    #[inline]
+    fn place(&mut self, e: Event) {
+        let idx = e.time >> WIDTH_LOG2;
+        // Events are never scheduled in the past, so idx >= cur, except for
+        // the very first pushes before anything was popped (cur = 0).
+        if idx < self.cur + BUCKETS {
+            let idx = idx.max(self.cur);
+            let b = &mut self.buckets[Self::slot(idx)];
+            if idx == self.cur && self.cur_sorted {
+                // Keep the current bucket sorted (descending).
+                let pos = b.partition_point(|x| e.before(x));
+                b.insert(pos, e);
+            } else {
+                b.push(e);
+            }
+            self.near += 1;
+        } else {
+            self.far.push(e);
+        }
+    }
+
+    #[inline]
+    pub fn push(&mut self, time: u64, kind: Kind) {
+        self.seq = self.seq.wrapping_add(1);
+        self.place(Event {
+            time,
+            seq: self.seq,
+            kind,
+        });
+    }
+
+    /// Move far events that now fall inside the calendar window.
+    fn pull_far(&mut self) {
+        while let Some(e) = self.far.peek() {
+            if (e.time >> WIDTH_LOG2) >= self.cur + BUCKETS {
+                break;
+            }
+            if let Some(e) = self.far.pop() {
+                self.place(e);
+            }
+        }
+    }
+
+    #[inline]
+    pub fn pop(&mut self) -> Option<Event> {
+        loop {
+            let slot = Self::slot(self.cur);
+            if !self.buckets[slot].is_empty() {
+                if !self.cur_sorted {
+                    self.buckets[slot].sort_unstable_by_key(|e| std::cmp::Reverse((e.time, e.seq)));
+                    self.cur_sorted = true;
+                }
+                let b = &mut self.buckets[slot];
+                let e = b.pop();
+                if b.is_empty() && b.capacity() > 1024 {
+                    // A burst (every vCPU starting at once) must not pin its
+                    // memory in this bucket for the rest of the run.
+                    b.shrink_to(64);
+                }
+                self.near -= 1;
+                self.popped += 1;
+                return e;
+            }
+            if self.near == 0 {
+                // Jump straight to the next far event.
+                let t = self.far.peek()?.time;
+                self.cur = t >> WIDTH_LOG2;
+            } else {
+                self.cur += 1;
+            }
+            self.cur_sorted = false;
+            self.pull_far();
+        }
+    }
 
     /// Pending events (including stale ones not yet popped).
     #[allow(dead_code)]
     pub fn len(&self) -> usize {
-        self.heap.len()
+        self.near + self.far.heap.len()
     }
 }
 
@@ -159,6 +267,7 @@ mod tests {
             q.push(t, Kind::Wake { vcpu: i });
             expect.push((t, i));
             if i % 3 == 0 {
+                // Interleaved pops: later pushes land in the current bucket too.
                 let e = q.pop().unwrap();
                 expect.sort();
                 let first = expect.remove(0);
@@ -169,6 +278,43 @@ mod tests {
         for (t, i) in expect {
             let e = q.pop().unwrap();
             assert_eq!((e.time, e.kind), (t, Kind::Wake { vcpu: i }));
+        }
+        assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn calendar_handles_far_events_and_gaps() {
+        // Like the simulator: never push into the past; times from the same
+        // instant up to seconds ahead (beyond the calendar window).
+        let mut q = Queue::default();
+        let mut x = 99u64;
+        let mut now = 0u64;
+        let mut pending: Vec<(u64, u32)> = Vec::new();
+        for i in 0..4_000u32 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let delta = match x >> 61 {
+                0 => 0,
+                1 => (x >> 20) % 1_000,
+                2 | 3 => (x >> 20) % 100_000,
+                4 => (x >> 20) % 10_000_000,
+                _ => (x >> 20) % 2_000_000_000,
+            };
+            q.push(now + delta, Kind::Timer { thread: i });
+            pending.push((now + delta, i));
+            if x.is_multiple_of(2) {
+                pending.sort();
+                let (t, id) = pending.remove(0);
+                let e = q.pop().unwrap();
+                assert_eq!((e.time, e.kind), (t, Kind::Timer { thread: id }));
+                now = t;
+            }
+        }
+        pending.sort();
+        for (t, id) in pending {
+            let e = q.pop().unwrap();
+            assert_eq!((e.time, e.kind), (t, Kind::Timer { thread: id }));
         }
         assert!(q.pop().is_none());
     }
