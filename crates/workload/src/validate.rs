@@ -455,7 +455,7 @@ impl Cx<'_> {
     /// own scope), never taken twice by one thread, never released unheld.
     fn check_locks(&mut self, group: &str, ops: &[Spanned<OpSpec>]) {
         let mut held: Vec<(String, bool, Range<usize>)> = Vec::new();
-        self.check_lock_scope(group, ops, &mut held);
+        self.check_lock_scope(group, ops, &mut held, &[]);
         for (name, spin, span) in held {
             self.diags.push(self.loc.span(
                 span,
@@ -467,11 +467,14 @@ impl Cx<'_> {
         }
     }
 
+    /// `held`: locks taken in this op list; `outer`: locks held by enclosing
+    /// op lists (a repeat body runs with them held).
     fn check_lock_scope(
         &mut self,
         group: &str,
         ops: &[Spanned<OpSpec>],
         held: &mut Vec<(String, bool, Range<usize>)>,
+        outer: &[String],
     ) {
         for op in ops {
             let (name, spin, acquire) = match op.get_ref() {
@@ -479,9 +482,34 @@ impl Cx<'_> {
                 OpSpec::SpinUnlock(n) => (n, true, false),
                 OpSpec::Lock(n) => (n, false, true),
                 OpSpec::Unlock(n) => (n, false, false),
+                OpSpec::Barrier(n) | OpSpec::Push(n) | OpSpec::Pop(n) => {
+                    // Waiting for other threads while holding a lock deadlocks as
+                    // soon as one of them needs that lock before it gets here.
+                    let holding = held.iter().map(|h| &h.0).chain(outer).next();
+                    if let Some(lock) = holding {
+                        let what = if matches!(op.get_ref(), OpSpec::Barrier(_)) {
+                            "at barrier"
+                        } else {
+                            "on queue"
+                        };
+                        self.diags.push(self.loc.span(
+                            n.span(),
+                            format!(
+                                "group `{group}` waits {what} `{}` while holding `{lock}`: a thread that needs `{lock}` before it gets there can never arrive; release `{lock}` first",
+                                n.get_ref()
+                            ),
+                        ));
+                    }
+                    continue;
+                }
                 OpSpec::Repeat(r) => {
                     let mut inner = Vec::new();
-                    self.check_lock_scope(group, &r.ops, &mut inner);
+                    let enclosing: Vec<String> = outer
+                        .iter()
+                        .cloned()
+                        .chain(held.iter().map(|h| h.0.clone()))
+                        .collect();
+                    self.check_lock_scope(group, &r.ops, &mut inner, &enclosing);
                     for (name, spin, span) in inner {
                         self.diags.push(self.loc.span(
                             span,
@@ -498,9 +526,12 @@ impl Cx<'_> {
             let pos = held
                 .iter()
                 .position(|(h, s, _)| h == name.get_ref() && *s == spin);
+            let held_outside = outer.iter().any(|h| h == name.get_ref());
             match (acquire, pos) {
-                (true, None) => held.push((name.get_ref().clone(), spin, name.span())),
-                (true, Some(_)) => self.diags.push(self.loc.span(
+                (true, None) if !held_outside => {
+                    held.push((name.get_ref().clone(), spin, name.span()))
+                }
+                (true, _) => self.diags.push(self.loc.span(
                     name.span(),
                     format!(
                         "group `{group}` takes `{}` again while holding it (self-deadlock)",
@@ -513,8 +544,13 @@ impl Cx<'_> {
                 (false, None) => self.diags.push(self.loc.span(
                     name.span(),
                     format!(
-                        "group `{group}` releases `{}` without holding it",
-                        name.get_ref()
+                        "group `{group}` releases `{}` without holding it{}",
+                        name.get_ref(),
+                        if held_outside {
+                            " in this op list (it was taken outside the repeat)"
+                        } else {
+                            ""
+                        }
                     ),
                 )),
             }
@@ -528,6 +564,8 @@ impl Cx<'_> {
         let nq = program.queues.len();
         let mut users = vec![0u64; nb];
         let mut arrivals = vec![0u64; nb];
+        // Most times one thread reaches each barrier.
+        let mut per_thread_max = vec![0u64; nb];
         let mut pushes = vec![0u64; nq];
         let mut pops = vec![0u64; nq];
         for g in &program.groups {
@@ -537,6 +575,7 @@ impl Cx<'_> {
             tally(&g.ops, 1, &mut b, &mut pu, &mut po);
             for i in 0..nb {
                 if b[i] > 0 {
+                    per_thread_max[i] = per_thread_max[i].max(b[i]);
                     users[i] += g.threads as u64;
                     arrivals[i] = arrivals[i].saturating_add(b[i].saturating_mul(g.threads as u64));
                 }
@@ -556,6 +595,14 @@ impl Cx<'_> {
                     spec.span(),
                     format!(
                         "barrier `{name}` needs {parties} parties but only {} thread(s) ever wait on it, so it can never open",
+                        users[i]
+                    ),
+                ));
+            } else if parties < users[i] && per_thread_max[i] > 1 {
+                self.diags.push(self.loc.span(
+                    spec.span(),
+                    format!(
+                        "barrier `{name}` has {parties} parties but {} threads wait on it, some more than once: threads that run ahead can fill generations among themselves and strand the rest; make parties equal the number of threads that wait on it",
                         users[i]
                     ),
                 ));

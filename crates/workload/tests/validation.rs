@@ -209,3 +209,42 @@ fn zero_thread_parameter_and_bad_scale() {
         Err(WorkloadError::BadScale(_))
     ));
 }
+
+#[test]
+fn waiting_while_holding_a_lock() {
+    let text = format!(
+        "{HEAD}[mutexes.m]\n[barriers.b]\nparties = 2\n[[groups]]\nname = \"g\"\nthreads = 2\nops = [ {{ lock = \"m\" }}, {{ repeat = {{ count = 1, ops = [ {{ barrier = \"b\" }} ] }} }}, {{ unlock = \"m\" }} ]\n"
+    );
+    let e = errors(&text);
+    assert!(
+        e.iter()
+            .any(|l| l.contains("waits at barrier `b` while holding `m`")),
+        "{e:?}"
+    );
+    let text = format!("{HEAD}[spin_locks.l]\n[queues.q]\ncapacity = 1\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [ {{ spin_lock = \"l\" }}, {{ push = \"q\" }}, {{ pop = \"q\" }}, {{ spin_unlock = \"l\" }} ]\n");
+    let e = errors(&text);
+    assert!(
+        e.iter()
+            .any(|l| l.contains("waits on queue `q` while holding `l`")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn taking_a_lock_held_by_an_enclosing_scope() {
+    let text = format!("{HEAD}[mutexes.m]\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [ {{ lock = \"m\" }}, {{ repeat = {{ count = 2, ops = [ {{ lock = \"m\" }}, {{ unlock = \"m\" }} ] }} }}, {{ unlock = \"m\" }} ]\n");
+    let e = errors(&text);
+    assert!(e.iter().any(|l| l.contains("self-deadlock")), "{e:?}");
+}
+
+#[test]
+fn barrier_with_fewer_parties_than_repeat_users() {
+    // 3 threads, 2 parties, each arriving twice: two threads can pass both
+    // generations together and strand the third.
+    let text = format!("{HEAD}[barriers.b]\nparties = 2\n[[groups]]\nname = \"g\"\nthreads = 3\nops = [ {{ repeat = {{ count = 2, ops = [ {{ barrier = \"b\" }} ] }} }} ]\n");
+    let e = errors(&text);
+    assert!(e[0].contains("some more than once"), "{e:?}");
+    // Arriving once each, any order completes.
+    let text = format!("{HEAD}[barriers.b]\nparties = 2\n[[groups]]\nname = \"g\"\nthreads = 4\nops = [ {{ barrier = \"b\" }} ]\n");
+    assert!(errors(&text).is_empty());
+}
