@@ -748,11 +748,14 @@ static u64 sys_smp_start(struct cpu *c, const struct boot_params *p)
         g_ncpus = i + 1; /* so wakers see the AP once it is up */
         lapic_w(LAPIC_ICR_HI, i << 24);
         lapic_w(LAPIC_ICR_LO, 0x4500); /* INIT */
-        for (int tries = 0; tries < 2 && !ap_ready; tries++) {
+        /* An AP comes up in ~0.23 ms on PVM, but on a loaded host its vCPU
+         * thread may not run for a while: wait up to 3 x 1 s, re-sending SIPI
+         * (ignored by an AP that already started). */
+        for (int tries = 0; tries < 3 && !ap_ready; tries++) {
             lapic_w(LAPIC_ICR_HI, i << 24);
             lapic_w(LAPIC_ICR_LO, 0x4600 | (0x8000 >> 12)); /* SIPI */
             u64 t0 = rdtsc();
-            u64 wait = g_params.tsc_hz ? g_params.tsc_hz / 10 : 300000000UL;
+            u64 wait = g_params.tsc_hz ? g_params.tsc_hz : 3000000000UL;
             while (!ap_ready && rdtsc() - t0 < wait)
                 cpu_relax();
         }
