@@ -74,19 +74,25 @@ fn out_of_range_index_in_a_hand_built_program_is_bad_input() {
     assert!(err.to_string().contains("barrier #3"), "{err}");
 }
 
-/// Valid by the validator's rules but deadlocks at run time: each thread takes
-/// the mutex and then waits at a 2-party barrier, so the second thread blocks
-/// on the mutex and the barrier never opens.
+/// Valid by the validator's rules but deadlocks at run time (the gap
+/// docs/workload-format.md names): two threads meet at two 2-party barriers in
+/// opposite orders, so each waits at a barrier the other never reaches.
 const DEADLOCK: &str = r#"
 name = "deadlock"
-[mutexes.m]
 [barriers.b]
+parties = 2
+wait = "block"
+[barriers.c]
 parties = 2
 wait = "block"
 [[groups]]
 name = "w"
-threads = 2
-ops = [{ lock = "m" }, { barrier = "b" }, { unlock = "m" }]
+threads = 1
+ops = [{ barrier = "b" }, { barrier = "c" }]
+[[groups]]
+name = "v"
+threads = 1
+ops = [{ barrier = "c" }, { barrier = "b" }]
 "#;
 
 #[test]
@@ -94,11 +100,15 @@ fn a_deadlock_ends_in_a_timeout_error_and_every_thread_stops() {
     let p = program(DEADLOCK);
     for wait in ["block", "spin", "spin-then-block"] {
         let mut p = p.clone();
-        p.barriers[0].wait = match wait {
+        let mode = match wait {
             "spin" => smplab_workload::BarrierWait::Spin,
             "block" => smplab_workload::BarrierWait::Block,
             _ => smplab_workload::BarrierWait::SpinThenBlock,
         };
+        for b in &mut p.barriers {
+            b.wait = mode;
+            b.spin_limit = 1000;
+        }
         let t0 = Instant::now();
         let err = execute(
             &p,
