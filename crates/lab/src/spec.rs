@@ -623,6 +623,23 @@ sync = ["global", "hybrid"]
     }
 
     #[test]
+    fn the_example_in_docs_parses() {
+        let doc = include_str!("../../../docs/lab.md");
+        let start = doc
+            .find("```toml\n")
+            .expect("docs/lab.md has a toml example")
+            + 8;
+        let len = doc[start..].find("```").expect("closed block");
+        let s = ExperimentSpec::from_text("docs/lab.md", &doc[start..start + len])
+            .unwrap_or_else(|e| panic!("docs example: {e}"));
+        assert_eq!(s.name, "overhead");
+        assert!(s
+            .points
+            .iter()
+            .any(|p| p.executor == Executor::Qemu && p.sync.is_none()));
+    }
+
+    #[test]
     fn validators() {
         assert!(valid_idle("haltpoll:200000"));
         assert!(!valid_idle("haltpoll:x"));
