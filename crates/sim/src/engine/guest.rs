@@ -444,7 +444,9 @@ impl Sim {
                 Act::Halting | Act::HaltPoll => {
                     if costs.virtualized {
                         self.send_ipi_cost(waker, vm);
-                        self.vcpus[u as usize].exits[exit::IPI_RECEIVE] += 1;
+                        if !costs.apicv {
+                            self.vcpus[u as usize].exits[exit::IPI_RECEIVE] += 1;
+                        }
                     }
                     self.interrupt_act(u);
                     self.defer(u, costs.halt_poll_wake);
@@ -460,7 +462,9 @@ impl Sim {
                     }
                     let vc = &mut self.vcpus[u as usize];
                     vc.overhead_left += costs.ipi_receive;
-                    vc.exits[exit::IPI_RECEIVE] += 1;
+                    if !costs.apicv {
+                        vc.exits[exit::IPI_RECEIVE] += 1;
+                    }
                 }
                 // Bare metal: the idle loop MWAITs on its need-resched flag
                 // (TIF_POLLING_NRFLAG), so a wakeup is a store, not an IPI; it
@@ -585,7 +589,7 @@ impl Sim {
         let costs = self.vms[vm].costs;
         let vc = &mut self.vcpus[u as usize];
         vc.irqs.push_back(from);
-        if costs.virtualized {
+        if costs.virtualized && !costs.apicv {
             vc.exits[exit::IPI_RECEIVE] += 1;
         }
         match vc.host {

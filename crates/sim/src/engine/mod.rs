@@ -86,6 +86,8 @@ pub(crate) mod exit {
     pub const DEVICE: usize = 6;
     pub const TIMER: usize = 7;
     pub const N: usize = 8;
+    /// `apic_eoi` counts the exits of interrupt receipt (EOI write, kick):
+    /// none with APICv, which handles them in hardware.
     pub const NAMES: [&str; N] = [
         "hlt",
         "apic_icr",
@@ -242,6 +244,8 @@ pub(crate) struct QueueSt {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Costs {
     pub virtualized: bool,
+    /// APIC virtualization: EOIs and interrupt acceptance need no exit.
+    pub apicv: bool,
     pub ipi_send: u64,
     pub ipi_receive: u64,
     pub hlt_exit: u64,
@@ -459,6 +463,7 @@ impl Sim {
         let costs = if virtualized {
             Costs {
                 virtualized,
+                apicv: spec.apicv,
                 ipi_send: if spec.apicv {
                     p.vmm.ipi_send_apicv_ns
                 } else {
@@ -489,6 +494,7 @@ impl Sim {
         } else {
             Costs {
                 virtualized,
+                apicv: false,
                 ipi_send: p.native.ipi_send_ns,
                 ipi_receive: p.native.ipi_receive_ns,
                 hlt_exit: 0,
