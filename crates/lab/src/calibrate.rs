@@ -42,6 +42,8 @@ pub struct Calibration {
     pub estimates: Vec<Estimate>,
     /// `(field or quantity, why it is not measured)`.
     pub unmeasured: Vec<(String, String)>,
+    /// Related observations that are not profile fields (KVM halt stats).
+    pub info: Vec<(String, String)>,
 }
 
 fn point(executor: Executor, workload: &str, n: u32, scale: f64, idle: Option<&str>) -> Point {
@@ -327,7 +329,59 @@ pub fn table(cal: &Calibration) -> String {
     for (f, why) in &cal.unmeasured {
         s.push_str(&format!("  {f:<26} not measured: {why}\n"));
     }
+    for (what, v) in &cal.info {
+        s.push_str(&format!("  {what:<26} {v}\n"));
+    }
     s
+}
+
+/// KVM's own halt statistics over the HLT-idle probe runs (summed over
+/// vCPUs and repetitions): how often host halt polling caught the wakeup, and
+/// how long halted vCPUs waited. Informational: the profile has no field for
+/// them.
+pub fn kvm_halt_info(records: &[&RunRecord]) -> Vec<(String, String)> {
+    let mut sum: BTreeMap<&str, u64> = BTreeMap::new();
+    for r in records {
+        let Some(v) = &r.vmm else { continue };
+        for stats in &v.kvm_vcpu_stats {
+            for k in [
+                "halt_attempted_poll",
+                "halt_successful_poll",
+                "halt_poll_success_ns",
+                "halt_wait_ns",
+                "halt_wakeup",
+            ] {
+                *sum.entry(k).or_default() += stats.get(k).copied().unwrap_or(0);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let get = |k: &str| sum.get(k).copied().unwrap_or(0);
+    if get("halt_attempted_poll") > 0 {
+        out.push((
+            "kvm halt polling".to_string(),
+            format!(
+                "{} of {} host halt polls caught the wakeup ({:.0}%), after {:.1} µs on average",
+                get("halt_successful_poll"),
+                get("halt_attempted_poll"),
+                get("halt_successful_poll") as f64 / get("halt_attempted_poll") as f64 * 100.0,
+                get("halt_poll_success_ns") as f64
+                    / get("halt_successful_poll").max(1) as f64
+                    / 1e3
+            ),
+        ));
+    }
+    if get("halt_wakeup") > 0 {
+        out.push((
+            "kvm halt wait".to_string(),
+            format!(
+                "{:.1} µs blocked per wakeup on average ({} wakeups)",
+                get("halt_wait_ns") as f64 / get("halt_wakeup") as f64 / 1e3,
+                get("halt_wakeup")
+            ),
+        ));
+    }
+    out
 }
 
 /// Per-tick cost of the guest timer: `(T_ticking − T_tickless) / ticks`,
@@ -384,7 +438,9 @@ pub fn measure(
         },
     )?;
     let mut cal = Calibration::default();
-    derive(&Results::new(store), &probes, &mut cal);
+    let results = Results::new(store);
+    derive(&results, &probes, &mut cal);
+    cal.info = kvm_halt_info(&records(&results, &probes.wake_hlt));
 
     // Exit round trip: the port-read loop at two lengths.
     let mut samples = Vec::new();
@@ -596,6 +652,30 @@ mod tests {
     }
 
     #[test]
+    fn kvm_halt_statistics_are_summarized() {
+        let mut r = rec(Executor::Vm, "ocean_ncp", 2, MS);
+        let mut k = BTreeMap::new();
+        k.insert("halt_attempted_poll".to_string(), 10u64);
+        k.insert("halt_successful_poll".to_string(), 4u64);
+        k.insert("halt_poll_success_ns".to_string(), 20_000u64);
+        k.insert("halt_wait_ns".to_string(), 600_000u64);
+        k.insert("halt_wakeup".to_string(), 6u64);
+        r.vmm = Some(smplab_record::vmm::VmmSection {
+            kvm_vcpu_stats: vec![k],
+            ..Default::default()
+        });
+        let info = kvm_halt_info(&[&r]);
+        assert!(
+            info[0].1.contains("4 of 10")
+                && info[0].1.contains("40%")
+                && info[0].1.contains("5.0 µs"),
+            "{info:?}"
+        );
+        assert!(info[1].1.contains("100.0 µs"), "{info:?}");
+        assert!(kvm_halt_info(&[]).is_empty());
+    }
+
+    #[test]
     fn slope_and_timer_cost() {
         // 9.5 µs per read plus 30 ms of set-up.
         let s = slope(&[(2000, 30 * MS + 19 * MS), (20000, 30 * MS + 190 * MS)]).unwrap();
@@ -625,6 +705,7 @@ mod tests {
                 },
             ],
             unmeasured: vec![],
+            info: vec![],
         };
         let out = apply_to_profile(base, "calibrated", &cal).unwrap();
         let t: toml::Table = out.parse().unwrap();
@@ -644,6 +725,7 @@ mod tests {
                 how: String::new(),
             }],
             unmeasured: vec![],
+            info: vec![],
         };
         assert!(apply_to_profile(base, "c", &bad).is_err());
     }

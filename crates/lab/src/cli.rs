@@ -258,6 +258,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
             &ReportOptions {
                 title: format!("smplab lab: {}", spec.name),
                 notes: vec![],
+                sections: vec![],
             },
         ) {
             Ok(f) => outln!("report: {}", f.html.display()),
@@ -301,6 +302,7 @@ fn lab_report(a: &LabReportArgs) -> i32 {
         &ReportOptions {
             title,
             notes: vec![],
+            sections: vec![],
         },
     ) {
         Ok(f) => {
@@ -431,6 +433,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
         &ReportOptions {
             title: format!("smplab diagnose: {} on {}", args.workload, args.executor),
             notes: vec![],
+            sections: vec![],
         },
     ) {
         Ok(f) => outln!("report: {}", f.html.display()),

@@ -180,6 +180,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
     // 1. Calibrate the simulator to this host, so its 2-vCPU predictions can
     //    be set beside the measurements.
     let calibrated = out.join("calibrated.toml");
+    let mut sections: Vec<(String, String)> = Vec::new();
     let mut platform = "pvm-here".to_string();
     if vm && sim {
         if calibrated.exists() && !args.fresh {
@@ -197,7 +198,9 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
                 !args.quiet,
             ) {
                 Ok(cal) => {
-                    out!("{}", crate::calibrate::table(&cal));
+                    let t = crate::calibrate::table(&cal);
+                    out!("{t}");
+                    sections.push(("Calibration of this host".into(), t));
                     match crate::calibrate::write_profile(&cal, &calibrated) {
                         Ok(()) => platform = calibrated.display().to_string(),
                         Err(e) => notes.push(format!(
@@ -287,7 +290,9 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
     outln!("[4/4] report");
     let results = Results::new(&store);
     outln!();
-    out!("{}", summary_table(&results, args.scale));
+    let summary = summary_table(&results, args.scale);
+    out!("{summary}");
+    sections.insert(0, ("Demo summary".into(), summary));
     for plan in &plans {
         if let Some(a) = diagnose::attribute(&results, plan) {
             outln!();
@@ -328,6 +333,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
         &ReportOptions {
             title: "smplab demo".into(),
             notes: notes.clone(),
+            sections,
         },
     ) {
         Ok(f) => {

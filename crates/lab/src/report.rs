@@ -25,6 +25,8 @@ pub struct ReportOptions {
     pub title: String,
     /// Free-text notes shown at the top (what was skipped and why, ...).
     pub notes: Vec<String>,
+    /// Extra preformatted sections `(heading, text)` (the demo's calibration).
+    pub sections: Vec<(String, String)>,
 }
 
 /// Files a report wrote.
@@ -513,6 +515,10 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
         }
     }
 
+    for (title, text) in &opts.sections {
+        let _ = write!(h, "<h2>{}</h2><pre>{}</pre>", esc(title), esc(text));
+    }
+
     // Problems.
     let problems: Vec<_> = latest.iter().filter(|e| !e.is_ok()).collect();
     if !problems.is_empty() {
@@ -933,6 +939,7 @@ pub(crate) mod tests {
             &ReportOptions {
                 title: "t".into(),
                 notes: vec!["qemu skipped: not installed".into()],
+                sections: vec![],
             },
         );
         for section in [

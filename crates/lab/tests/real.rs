@@ -196,6 +196,7 @@ fn calibrated_profile_is_a_valid_simulator_platform() {
             },
         ],
         unmeasured: vec![],
+        info: vec![],
     };
     let out = scratch("cal").join("calibrated.toml");
     write_profile(&cal, &out).expect("profile written");
