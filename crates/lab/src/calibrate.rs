@@ -358,18 +358,21 @@ pub fn kvm_halt_info(records: &[&RunRecord]) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let get = |k: &str| sum.get(k).copied().unwrap_or(0);
     if get("halt_attempted_poll") > 0 {
-        out.push((
-            "kvm halt polling".to_string(),
-            format!(
-                "{} of {} host halt polls caught the wakeup ({:.0}%), after {:.1} µs on average",
-                get("halt_successful_poll"),
+        out.push(("kvm halt polling".to_string(), {
+            let ok = get("halt_successful_poll");
+            let mut m = format!(
+                "{ok} of {} host halt polls caught the wakeup ({:.0}%)",
                 get("halt_attempted_poll"),
-                get("halt_successful_poll") as f64 / get("halt_attempted_poll") as f64 * 100.0,
-                get("halt_poll_success_ns") as f64
-                    / get("halt_successful_poll").max(1) as f64
-                    / 1e3
-            ),
-        ));
+                ok as f64 / get("halt_attempted_poll") as f64 * 100.0
+            );
+            if ok > 0 {
+                m.push_str(&format!(
+                    ", after {:.1} µs on average",
+                    get("halt_poll_success_ns") as f64 / ok as f64 / 1e3
+                ));
+            }
+            m
+        }));
     }
     if get("halt_wakeup") > 0 {
         out.push((
