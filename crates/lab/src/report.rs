@@ -135,6 +135,10 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
     }
     h.push_str("<p>Medians over repetitions; brackets and ± give the range (min–max). Slowdown is wall time over native wall time minus one (simulator: over its own native model). CSV exports: <a href=\"results.csv\">results.csv</a>, <a href=\"metrics.csv\">metrics.csv</a>, <a href=\"exits.csv\">exits.csv</a>, <a href=\"predictions.csv\">predictions.csv</a>. Definitions: docs/lab.md.</p>");
 
+    for (title, text) in &opts.sections {
+        let _ = write!(h, "<h2>{}</h2><pre>{}</pre>", esc(title), esc(text));
+    }
+
     // Summary table.
     h.push_str("<h2>Summary</h2><table><tr><th>configuration</th><th>reps</th><th>wall s</th><th>slowdown vs native</th><th>weighted speedup</th><th>idle</th><th>spin</th><th>exits/s</th><th>exit p50 / p99</th><th>lock wait p99</th></tr>");
     for p in results.points() {
@@ -513,10 +517,6 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
                 diagnose::charts(&a)
             );
         }
-    }
-
-    for (title, text) in &opts.sections {
-        let _ = write!(h, "<h2>{}</h2><pre>{}</pre>", esc(title), esc(text));
     }
 
     // Problems.
