@@ -86,6 +86,10 @@ pub struct DiagnoseArgs {
     /// vCPUs (and threads). Default: 2 for vm (this host's cores), 16 for sim.
     #[arg(long)]
     pub vcpus: Option<u32>,
+    /// VMs running the workload at once (seed 000 §IV-D diagnoses the
+    /// overcommitted case, where user-space spinning hurts most).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub vms: u32,
     /// Workload scale.
     #[arg(long, default_value_t = 0.1)]
     pub scale: f64,
@@ -389,6 +393,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
         .unwrap_or(if executor == Executor::Sim { 16 } else { 2 });
     let mut base = baseline(executor, &args.workload, vcpus, args.scale, &args.platform);
     base.timeout_s = args.timeout;
+    base.vms = args.vms;
     let plan = Plan::new(base);
     let path = args.store.clone().unwrap_or_else(|| {
         default_store(&format!(

@@ -179,6 +179,7 @@ pub struct Attribution {
     pub workload: String,
     pub executor: Executor,
     pub vcpus: u32,
+    pub vms: u32,
     pub native_wall_s: Summary,
     pub baseline: Summary,
     pub rows: Vec<FactorRow>,
@@ -275,6 +276,7 @@ pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
         workload: b.workload.clone(),
         executor: b.executor,
         vcpus: b.vcpus.unwrap_or(0),
+        vms: b.vms,
         native_wall_s: native,
         baseline: s0,
         rows,
@@ -285,7 +287,7 @@ pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
 }
 
 /// Find diagnosis plans in a store: every baseline-shaped configuration
-/// (HLT, as-is, unpinned, global, PLE on, no APICv, one VM) that has at least
+/// (HLT, as-is, unpinned, global, PLE on, no APICv, any number of VMs) that has at least
 /// one factor-removed sibling.
 pub fn detect(results: &Results) -> Vec<Plan> {
     let mut plans = Vec::new();
@@ -293,13 +295,14 @@ pub fn detect(results: &Results) -> Vec<Plan> {
         if !matches!(p.executor, Executor::Vm | Executor::Sim) {
             continue;
         }
-        let b = baseline(
+        let mut b = baseline(
             p.executor,
             &p.workload,
             p.vcpus.unwrap_or(1),
             p.scale,
             p.platform.as_deref().unwrap_or(""),
         );
+        b.vms = p.vms;
         if b.config_key() != p.config_key() || b.threads != p.threads {
             continue;
         }
@@ -314,10 +317,11 @@ pub fn detect(results: &Results) -> Vec<Plan> {
 /// The attribution as a text table.
 pub fn table(a: &Attribution) -> String {
     let mut s = format!(
-        "Diagnosis of {} on {} ({} vCPUs): native {:.3} s, baseline slowdown {:+.1} % (spread {:.1}–{:.1} %)\n",
+        "Diagnosis of {} on {} ({} vCPUs{}): native {:.3} s, baseline slowdown {:+.1} % (spread {:.1}–{:.1} %)\n",
         a.workload,
         a.executor,
         a.vcpus,
+        if a.vms > 1 { format!(", {} VMs at once", a.vms) } else { String::new() },
         a.native_wall_s.median,
         a.baseline.median * 100.0,
         a.baseline.min * 100.0,
@@ -490,6 +494,34 @@ mod tests {
         assert!(svg.contains("<svg") && svg.contains("interaction"));
         assert_eq!(detect(&results).len(), 1);
         assert_eq!(fake_wall_ns(&plan.native), 1_000_000_000);
+    }
+
+    #[test]
+    fn overcommitted_diagnosis_with_several_vms() {
+        let mut b = baseline(Executor::Vm, "spinlock", 2, 0.1, "");
+        b.vms = 2;
+        let plan = Plan::new(b);
+        assert!(plan.removed.iter().all(|(_, p)| p.vms == 2));
+        assert_eq!(plan.native.vms, 1);
+        let mut store = Store::from_entries(vec![]);
+        run_points(
+            &plan.points(2),
+            &mut store,
+            &FakeRunner::new(),
+            &SweepOptions::default(),
+        )
+        .unwrap();
+        let results = Results::new(&store);
+        let a = attribute(&results, &plan).unwrap();
+        // Fake: two VMs take 1.5x as long; baseline 2.0 s x 1.5 = 3.0 s vs 1.0 s native.
+        assert!((a.baseline.median - 2.0).abs() < 1e-9);
+        assert!(
+            (a.rows[0].contribution - 0.6).abs() < 1e-9,
+            "HLT: 0.4 x 1.5"
+        );
+        assert_eq!(a.vms, 2);
+        assert!(table(&a).contains("2 VMs at once"));
+        assert_eq!(detect(&results).len(), 1);
     }
 
     #[test]
