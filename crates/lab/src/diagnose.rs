@@ -317,12 +317,12 @@ pub fn detect(results: &Results) -> Vec<Plan> {
 /// The attribution as a text table.
 pub fn table(a: &Attribution) -> String {
     let mut s = format!(
-        "Diagnosis of {} on {} ({} vCPUs{}): native {:.3} s, baseline slowdown {:+.1} % (spread {:.1}–{:.1} %)\n",
+        "Diagnosis of {} on {} ({} vCPUs{}): native {:.3} ms, baseline slowdown {:+.1} % (spread {:.1}–{:.1} %)\n",
         a.workload,
         a.executor,
         a.vcpus,
         if a.vms > 1 { format!(", {} VMs at once", a.vms) } else { String::new() },
-        a.native_wall_s.median,
+        a.native_wall_s.median * 1e3,
         a.baseline.median * 100.0,
         a.baseline.min * 100.0,
         a.baseline.max * 100.0
@@ -368,7 +368,13 @@ pub fn table(a: &Attribution) -> String {
         s.push_str("  ~ the ranges over repetitions with and without the factor overlap: the credit is within run-to-run noise.\n");
     }
     if let Some(all) = a.all_removed {
-        if a.baseline.median > 0.0 && all.median > 0.5 * a.baseline.median {
+        if a.baseline.median > 0.0 && all.median >= a.baseline.median {
+            s.push_str(&format!(
+                "  Removing every factor at once does not reduce the slowdown ({:+.1}% against {:+.1}%): here the\n  removals cost more than the factors (e.g. blocking instead of spinning pays a guest context switch per wait).\n",
+                all.median * 100.0,
+                a.baseline.median * 100.0
+            ));
+        } else if a.baseline.median > 0.0 && all.median > 0.5 * a.baseline.median {
             s.push_str(&format!(
                 "  Most of the slowdown ({:.0}% of it) remains with every factor removed: its main cause is not among these factors.\n",
                 all.median / a.baseline.median * 100.0
@@ -494,6 +500,40 @@ mod tests {
         assert!(svg.contains("<svg") && svg.contains("interaction"));
         assert_eq!(detect(&results).len(), 1);
         assert_eq!(fake_wall_ns(&plan.native), 1_000_000_000);
+    }
+
+    #[test]
+    fn removals_that_cost_more_than_the_factors_are_called_out() {
+        use crate::store::{Entry, Status};
+        use crate::testutil::rec;
+        let base = baseline(Executor::Vm, "dedup", 2, 0.1, "");
+        let plan = Plan::new(base.clone());
+        let ms = 1_000_000u64;
+        let es = vec![
+            Entry::new(
+                plan.native.clone(),
+                Status::Ok,
+                0.0,
+                vec![rec(Executor::Native, "dedup", 2, 100 * ms)],
+            ),
+            Entry::new(
+                base,
+                Status::Ok,
+                0.0,
+                vec![rec(Executor::Vm, "dedup", 2, 150 * ms)],
+            ),
+            Entry::new(
+                plan.all_removed.clone(),
+                Status::Ok,
+                0.0,
+                vec![rec(Executor::Vm, "dedup", 2, 900 * ms)],
+            ),
+        ];
+        let store = Store::from_entries(es);
+        let t = table(&attribute(&Results::new(&store), &plan).unwrap());
+        assert!(t.contains("does not reduce the slowdown"), "{t}");
+        assert!(!t.contains("remains with every factor removed"), "{t}");
+        assert!(t.contains("native 100.000 ms"), "{t}");
     }
 
     #[test]
