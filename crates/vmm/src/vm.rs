@@ -957,3 +957,122 @@ pub fn kvm_capabilities() -> Result<Vec<(String, bool)>, VmmError> {
 pub fn max_vcpus() -> Result<u32, VmmError> {
     Ok(open_kvm()?.get_max_vcpus().min(u32::MAX as usize) as u32)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_with(modules: Vec<Vec<u8>>, cmdline: &str, mem_bytes: u64) -> VmConfig {
+        let mut config = VmConfig::new(KernelImage::Bytes(Vec::new()));
+        config.modules = modules;
+        config.cmdline = cmdline.to_string();
+        config.mem_bytes = mem_bytes;
+        config
+    }
+
+    #[test]
+    fn boot_data_follows_the_pvh_contract() {
+        let mem_bytes = 32 << 20;
+        let mem = GuestMemoryMmap::<()>::from_ranges(&ram_regions(mem_bytes)).unwrap();
+        let modules = vec![b"workload".to_vec(), vec![7u8; 5000]];
+        let config = config_with(modules.clone(), "cpus=2 idle=poll", mem_bytes);
+        write_boot_data(&mem, &config, 0x12_3456).unwrap();
+
+        let info: hvm_start_info = mem.read_obj(GuestAddress(START_INFO_ADDR)).unwrap();
+        assert_eq!(info.magic, XEN_HVM_START_MAGIC_VALUE);
+        assert_eq!(info.version, 1);
+        let mut cmd = vec![0u8; 17];
+        mem.read_slice(&mut cmd, GuestAddress(info.cmdline_paddr))
+            .unwrap();
+        assert_eq!(&cmd, b"cpus=2 idle=poll\0");
+
+        assert_eq!(info.nr_modules, 2);
+        let mut previous_end = 0x12_3456;
+        for (i, module) in modules.iter().enumerate() {
+            let entry: hvm_modlist_entry = mem
+                .read_obj(GuestAddress(info.modlist_paddr + 32 * i as u64))
+                .unwrap();
+            assert_eq!(entry.size, module.len() as u64);
+            assert_eq!(entry.paddr % 0x1000, 0, "modules are page-aligned");
+            assert!(entry.paddr >= previous_end, "modules follow the kernel");
+            let mut bytes = vec![0u8; module.len()];
+            mem.read_slice(&mut bytes, GuestAddress(entry.paddr))
+                .unwrap();
+            assert_eq!(&bytes, module);
+            previous_end = entry.paddr + entry.size;
+        }
+
+        let ram: Vec<(u64, u64)> = (0..info.memmap_entries)
+            .map(|i| {
+                let e: hvm_memmap_table_entry = mem
+                    .read_obj(GuestAddress(info.memmap_paddr + 24 * u64::from(i)))
+                    .unwrap();
+                assert_eq!(e.type_, XEN_HVM_MEMMAP_TYPE_RAM);
+                (e.addr, e.size)
+            })
+            .collect();
+        assert_eq!(
+            ram,
+            vec![
+                (0, LOW_RAM_END),
+                (HIGH_RAM_START, mem_bytes - HIGH_RAM_START)
+            ]
+        );
+    }
+
+    #[test]
+    fn memory_above_the_hole_is_mapped_above_4_gib() {
+        let regions = ram_regions(4 << 30);
+        assert_eq!(regions[0], (GuestAddress(0), MMIO_HOLE_START as usize));
+        assert_eq!(regions[1], (GuestAddress(FOUR_GIB), (1 << 30) as usize));
+        assert_eq!(ram_regions(64 << 20).len(), 1);
+    }
+
+    #[test]
+    fn oversized_boot_data_is_an_error() {
+        let mem_bytes = 4 << 20;
+        let mem = GuestMemoryMmap::<()>::from_ranges(&ram_regions(mem_bytes)).unwrap();
+        let too_big = config_with(vec![vec![0u8; 8 << 20]], "", mem_bytes);
+        let err = write_boot_data(&mem, &too_big, 0x10_0000).unwrap_err();
+        assert!(matches!(err, VmmError::BootDataTooLarge(_)), "{err}");
+        assert_eq!(err.exit_status(), smplab_record::exit::RESOURCE_LIMIT);
+        let long_cmdline = config_with(Vec::new(), &"x".repeat(5000), mem_bytes);
+        assert!(matches!(
+            write_boot_data(&mem, &long_cmdline, 0x10_0000),
+            Err(VmmError::BadConfig(_))
+        ));
+        let nul = config_with(Vec::new(), "a\0b", mem_bytes);
+        assert!(write_boot_data(&mem, &nul, 0x10_0000).is_err());
+    }
+
+    #[test]
+    fn non_elf_and_wrong_machine_are_bad_kernels() {
+        let mem = GuestMemoryMmap::<()>::from_ranges(&ram_regions(4 << 20)).unwrap();
+        for bytes in [
+            &b""[..],
+            b"\x7fEL",
+            b"MZ\x90\x00 not elf",
+            b"\x7fELF\x01\x01\x01",
+        ] {
+            assert!(matches!(
+                load_kernel(&mem, bytes),
+                Err(VmmError::BadKernel(_))
+            ));
+        }
+        let mut elf = crate::test_guest::GuestProgram::default().elf();
+        elf[18] = 3; // EM_386
+        assert!(matches!(
+            load_kernel(&mem, &elf),
+            Err(VmmError::BadKernel(_))
+        ));
+        // Truncated program headers.
+        let elf = crate::test_guest::GuestProgram::default().elf();
+        assert!(load_kernel(&mem, &elf[..100]).is_err());
+        // A segment beyond guest memory.
+        let far = crate::test_guest::pvh_elf(0x10_0000, &[(0x4000_0000, vec![0x90; 16])]);
+        assert!(matches!(
+            load_kernel(&mem, &far),
+            Err(VmmError::BadKernel(_))
+        ));
+    }
+}
