@@ -10,6 +10,8 @@
 #define PTE_PS 0x80
 #define TRAMP_BASE 0x8000
 #define TR(x) ((x) - tramp_start + TRAMP_BASE)
+/* offsetof(struct cpu, ipis_received), checked in kernel.c */
+#define CPU_IPIS_RECEIVED 88
 
 /* Xen PVH note: XEN_ELFNOTE_PHYS32_ENTRY (18). The descriptor is 8 bytes (as in
  * Linux); loaders that read 4 bytes get the same little-endian address. */
@@ -269,8 +271,51 @@ ISR_ERR 30
 ISR_NOERR 31
 ISR_DIRECT 32, trap_timer
 ISR_SYSCALL 129
-ISR_DIRECT 240, trap_wake
-ISR_DIRECT 241, trap_shootdown
+/* Wakeup IPI. Arriving at CPL0 it can only have interrupted an idle `hlt`
+ * (the kernel runs with interrupts off otherwise), whose loop rechecks the run
+ * queue itself: acknowledge and return in 7 instructions instead of saving a
+ * full frame. From CPL3 it may switch the polling idle thread to work. */
+    .globl isr240
+isr240:
+    testb $3, 8(%rsp)
+    jnz 1f
+    pushq %rax
+    movq $0xfee000b0, %rax
+    movl $0, (%rax)                 /* EOI */
+    incq %gs:CPU_IPIS_RECEIVED
+    popq %rax
+    iretq
+1:  pushq $0
+    pushq $240
+    PUSH_REGS
+    cld
+    movq %rsp, %rdi
+    call trap_wake
+    jmp trap_return
+/* TLB-shootdown IPI: flush g_sd_pages pages (at most 64), acknowledge,
+ * EOI. It never switches threads, so it saves only the two registers it uses. */
+    .globl isr241
+isr241:
+    pushq %rax
+    pushq %rcx
+    movl g_sd_pages(%rip), %ecx
+    cmpl $64, %ecx
+    jbe 1f
+    movl $64, %ecx
+1:  testl %ecx, %ecx
+    jz 3f
+    movq $0x40000000, %rax
+2:  subq $4096, %rax
+    invlpg (%rax)
+    decl %ecx
+    jnz 2b
+3:  lock incq g_sd_acks(%rip)
+    movq $0xfee000b0, %rax
+    movl $0, (%rax)                 /* EOI */
+    incq %gs:CPU_IPIS_RECEIVED
+    popq %rcx
+    popq %rax
+    iretq
 ISR_NOERR 255
 
 isr_common:

@@ -19,7 +19,7 @@ u64 g_lapic_hz;
 u32 boot_start_info;
 
 static volatile u32 g_nthreads;
-static volatile u32 g_sd_pages;
+volatile u32 g_sd_pages; /* read by isr241 (entry.S) */
 static volatile u32 sleep_lock;
 static struct thread *sleepers;
 static u64 watchdog_deadline;
@@ -86,6 +86,8 @@ struct bucket {
     struct thread *head;
 } __attribute__((aligned(64)));
 static struct bucket futex_table[64];
+
+_Static_assert(__builtin_offsetof(struct cpu, ipis_received) == 88, "CPU_IPIS_RECEIVED in entry.S");
 
 /* ---------- small helpers ---------- */
 
@@ -345,7 +347,7 @@ static struct thread *rq_pop(struct cpu *c)
 }
 
 /* Own queue first, then steal from the others (the load balancing). */
-static struct thread *pick(struct cpu *c)
+static struct thread *pick_any(struct cpu *c)
 {
     struct thread *t = rq_pop(c);
     if (t || !g_queued)
@@ -359,6 +361,20 @@ static struct thread *pick(struct cpu *c)
             return t;
     }
     return 0;
+}
+
+/* A thread to switch to, or none. A thread whose kernel stack is still in use
+ * (it was woken while switching out on another CPU) goes back on this CPU's
+ * queue instead of being waited for: two CPUs each waiting for the thread the
+ * other is leaving would deadlock. The caller idles and retries. */
+static struct thread *pick(struct cpu *c)
+{
+    struct thread *t = pick_any(c);
+    if (t && t != c->cur && __atomic_load_n(&t->on_cpu, __ATOMIC_ACQUIRE)) {
+        rq_push(c, t);
+        return 0;
+    }
+    return t;
 }
 
 static void send_ipi(struct cpu *self, u32 target, u32 vec)
@@ -472,7 +488,7 @@ static void context_switch(struct cpu *c, struct thread *next)
     if (next == prev)
         return;
     while (__atomic_load_n(&next->on_cpu, __ATOMIC_ACQUIRE))
-        cpu_relax(); /* still switching out on another CPU */
+        cpu_relax(); /* not reached: pick() never returns a thread still on a CPU */
     next->on_cpu = 1;
     next->cpu = c->id;
     next->state = T_RUNNING;
@@ -926,25 +942,14 @@ void trap_syscall(struct frame *f)
     syscall(this_cpu(), f);
 }
 
-void trap_shootdown(struct frame *f)
-{
-    /* The TLB shootdown handler: flush, then acknowledge. */
-    u32 pages = g_sd_pages;
-    for (u32 p = 0; p < pages && p < 64; p++)
-        __asm__ volatile("invlpg (%0)" : : "r"(0x40000000UL - (u64)(p + 1) * 4096) : "memory");
-    __atomic_fetch_add(&g_sd_acks, 1, __ATOMIC_SEQ_CST);
-    lapic_eoi();
-    this_cpu()->ipis_received++;
-}
-
 void trap_wake(struct frame *f)
 {
     struct cpu *c = this_cpu();
     lapic_eoi();
     c->ipis_received++;
-    /* A halted CPU just returns to its idle loop, which rechecks the queue. The
-     * CPL3 idle thread (interrupted while polling) is switched to the work. */
-    if ((f->cs & 3) == 3 && c->cur->is_idle)
+    /* Only reached from CPL3 (isr240 handles CPL0 itself): the CPL3 idle
+     * thread, interrupted while polling, is switched to the work. */
+    if (c->cur->is_idle)
         idle_run_work(c);
 }
 
