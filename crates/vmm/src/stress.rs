@@ -157,6 +157,15 @@ pub fn run_stress(mode: SyncMode, threads: usize, ops_per_thread: u64) -> Stress
             // Last value seen per (device, other writer): must never go backwards.
             let mut seen = vec![[0u64; 2]; threads];
             let (mut writes, mut reads) = (0u64, 0u64);
+            // The thesis's harness logs the course of events (§3.3.1): keep this
+            // thread's last operations, attached to its first reported violation.
+            let mut log = EventLog::default();
+            let report_error = |message: String, log: &EventLog| {
+                let mut errors = errors.lock().unwrap_or_else(|e| e.into_inner());
+                if errors.len() < 64 {
+                    errors.push(format!("{message}\n  last events of writer {writer}: {log}"));
+                }
+            };
             for _ in 0..ops_per_thread {
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
@@ -169,26 +178,35 @@ pub fn run_stress(mode: SyncMode, threads: usize, ops_per_thread: u64) -> Stress
                     let mut buf = [0u8; 8];
                     client.read(AddressSpace::Mmio, base + 8 * writer as u64, &mut buf);
                     let got = u64::from_le_bytes(buf);
+                    log.push(format!("R d{dev} w{writer}={got}"));
                     if got != seq[dev] {
-                        errors.lock().unwrap_or_else(|e| e.into_inner()).push(format!(
-                            "writer {writer} device {dev}: read {got}, last posted write was {}",
-                            seq[dev]
-                        ));
+                        report_error(
+                            format!(
+                                "writer {writer} device {dev}: read {got}, last posted write was {}",
+                                seq[dev]
+                            ),
+                            &log,
+                        );
                     }
                     let other = ((rng >> 16) as usize) % threads;
                     client.read(AddressSpace::Mmio, base + 8 * other as u64, &mut buf);
                     let got = u64::from_le_bytes(buf);
+                    log.push(format!("R d{dev} w{other}={got}"));
                     if got < seen[other][dev] {
-                        errors.lock().unwrap_or_else(|e| e.into_inner()).push(format!(
-                            "writer {writer} saw writer {other}'s device {dev} go back from {} to {got}",
-                            seen[other][dev]
-                        ));
+                        report_error(
+                            format!(
+                                "writer {writer} saw writer {other}'s device {dev} go back from {} to {got}",
+                                seen[other][dev]
+                            ),
+                            &log,
+                        );
                     }
                     seen[other][dev] = got;
                     reads += 2;
                 } else {
                     seq[dev] += 1;
                     client.write(AddressSpace::Mmio, base + 8 * writer as u64, &seq[dev].to_le_bytes());
+                    log.push(format!("W d{dev} w{writer}={}", seq[dev]));
                     writes += 1;
                 }
             }
@@ -238,6 +256,30 @@ pub fn run_stress(mode: SyncMode, threads: usize, ops_per_thread: u64) -> Stress
     report
 }
 
+/// The last few operations of one stress thread.
+#[derive(Default)]
+struct EventLog {
+    events: std::collections::VecDeque<String>,
+}
+
+impl EventLog {
+    const KEEP: usize = 16;
+
+    fn push(&mut self, event: String) {
+        if self.events.len() == Self::KEEP {
+            self.events.pop_front();
+        }
+        self.events.push_back(event);
+    }
+}
+
+impl std::fmt::Display for EventLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let events: Vec<&str> = self.events.iter().map(String::as_str).collect();
+        f.write_str(&events.join(", "))
+    }
+}
+
 fn failed(reason: String) -> StressReport {
     StressReport {
         errors: vec![reason],
@@ -282,6 +324,16 @@ mod tests {
         for mode in SyncMode::ALL {
             check(mode, 4, 1_000_000);
         }
+    }
+
+    #[test]
+    fn event_log_keeps_the_last_events() {
+        let mut log = EventLog::default();
+        for i in 0..20 {
+            log.push(format!("e{i}"));
+        }
+        let text = log.to_string();
+        assert!(text.starts_with("e4, ") && text.ends_with("e19"), "{text}");
     }
 
     #[test]
