@@ -178,7 +178,7 @@ pub fn run_stress(mode: SyncMode, threads: usize, ops_per_thread: u64) -> Stress
                     let mut buf = [0u8; 8];
                     client.read(AddressSpace::Mmio, base + 8 * writer as u64, &mut buf);
                     let got = u64::from_le_bytes(buf);
-                    log.push(format!("R d{dev} w{writer}={got}"));
+                    log.push(Event::Read { dev, slot: writer, value: got });
                     if got != seq[dev] {
                         report_error(
                             format!(
@@ -191,7 +191,7 @@ pub fn run_stress(mode: SyncMode, threads: usize, ops_per_thread: u64) -> Stress
                     let other = ((rng >> 16) as usize) % threads;
                     client.read(AddressSpace::Mmio, base + 8 * other as u64, &mut buf);
                     let got = u64::from_le_bytes(buf);
-                    log.push(format!("R d{dev} w{other}={got}"));
+                    log.push(Event::Read { dev, slot: other, value: got });
                     if got < seen[other][dev] {
                         report_error(
                             format!(
@@ -206,7 +206,7 @@ pub fn run_stress(mode: SyncMode, threads: usize, ops_per_thread: u64) -> Stress
                 } else {
                     seq[dev] += 1;
                     client.write(AddressSpace::Mmio, base + 8 * writer as u64, &seq[dev].to_le_bytes());
-                    log.push(format!("W d{dev} w{writer}={}", seq[dev]));
+                    log.push(Event::Write { dev, slot: writer, value: seq[dev] });
                     writes += 1;
                 }
             }
@@ -256,26 +256,45 @@ pub fn run_stress(mode: SyncMode, threads: usize, ops_per_thread: u64) -> Stress
     report
 }
 
-/// The last few operations of one stress thread.
+/// One operation of a stress thread (plain data: logging must not slow the race).
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    Read { dev: usize, slot: usize, value: u64 },
+    Write { dev: usize, slot: usize, value: u64 },
+}
+
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::Read { dev, slot, value } => write!(f, "R d{dev} w{slot}={value}"),
+            Event::Write { dev, slot, value } => write!(f, "W d{dev} w{slot}={value}"),
+        }
+    }
+}
+
+/// The last few operations of one stress thread, in a fixed ring.
 #[derive(Default)]
 struct EventLog {
-    events: std::collections::VecDeque<String>,
+    ring: [Option<Event>; EventLog::KEEP],
+    next: usize,
 }
 
 impl EventLog {
     const KEEP: usize = 16;
 
-    fn push(&mut self, event: String) {
-        if self.events.len() == Self::KEEP {
-            self.events.pop_front();
-        }
-        self.events.push_back(event);
+    fn push(&mut self, event: Event) {
+        self.ring[self.next % Self::KEEP] = Some(event);
+        self.next += 1;
     }
 }
 
 impl std::fmt::Display for EventLog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let events: Vec<&str> = self.events.iter().map(String::as_str).collect();
+        let start = self.next.saturating_sub(Self::KEEP);
+        let events: Vec<String> = (start..self.next)
+            .filter_map(|i| self.ring[i % Self::KEEP])
+            .map(|e| e.to_string())
+            .collect();
         f.write_str(&events.join(", "))
     }
 }
@@ -330,10 +349,17 @@ mod tests {
     fn event_log_keeps_the_last_events() {
         let mut log = EventLog::default();
         for i in 0..20 {
-            log.push(format!("e{i}"));
+            log.push(Event::Write {
+                dev: 0,
+                slot: 1,
+                value: i,
+            });
         }
         let text = log.to_string();
-        assert!(text.starts_with("e4, ") && text.ends_with("e19"), "{text}");
+        assert!(
+            text.starts_with("W d0 w1=4, ") && text.ends_with("W d0 w1=19"),
+            "{text}"
+        );
     }
 
     #[test]
