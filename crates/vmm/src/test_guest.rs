@@ -35,6 +35,9 @@ pub struct GuestProgram {
     pub exit_code: u32,
     /// Instead of exiting: `None` exits normally, `Some(kind)` misbehaves.
     pub misbehave: Option<Misbehave>,
+    /// Write console and result with `rep outsb` (and probe with a 4-byte
+    /// `rep insb`), as the smplab guest kernel does, instead of one `out` per byte.
+    pub string_io: bool,
 }
 
 /// Ways a test guest can go wrong on purpose.
@@ -60,6 +63,7 @@ impl Default for GuestProgram {
             probe_port: None,
             exit_code: 0,
             misbehave: None,
+            string_io: false,
         }
     }
 }
@@ -114,19 +118,64 @@ impl GuestProgram {
             c.extend(self.aps.to_le_bytes());
             c.extend([0x75, 0xf3]);
         }
-        out_bytes(&mut c, 0x3f8, &self.console);
-        out_bytes(&mut c, 0x520, &self.result);
-        if let Some(port) = self.probe_port {
-            mov_dx(&mut c, port);
-            c.push(0xec); // in al, dx
-            mov_dx(&mut c, 0x520);
-            c.push(0xee); // out dx, al
+        // Buffers the code refers to by address, appended after the code; each
+        // patch is (position of an imm32 in the code, buffer index).
+        let mut buffers: Vec<Vec<u8>> = Vec::new();
+        let mut patches: Vec<(usize, usize)> = Vec::new();
+        if self.string_io {
+            for (port, bytes) in [(0x3f8u16, &self.console), (0x520, &self.result)] {
+                if bytes.is_empty() {
+                    continue;
+                }
+                buffers.push(bytes.clone());
+                c.push(0xbe); // mov esi, imm32
+                patches.push((c.len(), buffers.len() - 1));
+                c.extend([0; 4]);
+                c.push(0xb9); // mov ecx, imm32
+                c.extend((bytes.len() as u32).to_le_bytes());
+                mov_dx(&mut c, port);
+                c.extend([0xfc, 0xf3, 0x6e]); // cld; rep outsb
+            }
+            if let Some(port) = self.probe_port {
+                // rep insb 4 bytes into a scratch buffer, then rep outsb them.
+                buffers.push(vec![0; 4]);
+                let scratch = buffers.len() - 1;
+                c.push(0xbf); // mov edi, imm32
+                patches.push((c.len(), scratch));
+                c.extend([0; 4]);
+                c.extend([0xb9, 4, 0, 0, 0]); // mov ecx, 4
+                mov_dx(&mut c, port);
+                c.extend([0xfc, 0xf3, 0x6c]); // cld; rep insb
+                c.push(0xbe); // mov esi, imm32
+                patches.push((c.len(), scratch));
+                c.extend([0; 4]);
+                c.extend([0xb9, 4, 0, 0, 0]); // mov ecx, 4
+                mov_dx(&mut c, 0x520);
+                c.extend([0xf3, 0x6e]); // rep outsb
+            }
+        } else {
+            out_bytes(&mut c, 0x3f8, &self.console);
+            out_bytes(&mut c, 0x520, &self.result);
+            if let Some(port) = self.probe_port {
+                mov_dx(&mut c, port);
+                c.push(0xec); // in al, dx
+                mov_dx(&mut c, 0x520);
+                c.push(0xee); // out dx, al
+            }
         }
         mov_dx(&mut c, 0x501);
         c.push(0xb8); // mov eax, imm32
         c.extend(self.exit_code.to_le_bytes());
         c.push(0xef); // out dx, eax
         c.extend([0xfa, 0xf4, 0xeb, 0xfd]); // cli; hlt; jmp hlt
+        let mut addresses = Vec::new();
+        for buffer in &buffers {
+            addresses.push(BSP_LOAD_ADDR + c.len() as u32);
+            c.extend(buffer);
+        }
+        for (pos, buffer) in patches {
+            c[pos..pos + 4].copy_from_slice(&addresses[buffer].to_le_bytes());
+        }
         c
     }
 

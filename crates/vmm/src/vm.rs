@@ -739,16 +739,6 @@ fn stop_vcpus(handles: Vec<JoinHandle<VcpuReport>>) -> Result<Vec<VcpuReport>, V
     Ok(reports)
 }
 
-/// Split a port access into device accesses: up to 8 bytes is one access; longer
-/// data (string I/O with a repeat count) is handled as byte-wide repeats.
-fn pio_chunks(len: usize) -> usize {
-    if len <= 8 {
-        len.max(1)
-    } else {
-        1
-    }
-}
-
 fn vcpu_thread(
     index: u32,
     mut vcpu: VcpuFd,
@@ -810,19 +800,16 @@ fn run_loop(
         if control.should_stop() {
             return Ok(());
         }
+        let mut pending_pio = None;
         let reason = match vcpu.run() {
-            Ok(VcpuExit::IoIn(port, data)) => {
-                let step = pio_chunks(data.len());
-                for chunk in data.chunks_mut(step) {
-                    client.read(AddressSpace::Pio, u64::from(port), chunk);
-                }
+            // The access width is only in kvm_run (the slice kvm-ioctls hands out
+            // is size * count bytes), so port I/O is handled after the match.
+            Ok(VcpuExit::IoIn(port, _)) => {
+                pending_pio = Some((port, true));
                 ExitReason::IoIn
             }
-            Ok(VcpuExit::IoOut(port, data)) => {
-                let step = pio_chunks(data.len());
-                for chunk in data.chunks(step) {
-                    client.write(AddressSpace::Pio, u64::from(port), chunk);
-                }
+            Ok(VcpuExit::IoOut(port, _)) => {
+                pending_pio = Some((port, false));
                 ExitReason::IoOut
             }
             Ok(VcpuExit::MmioRead(addr, data)) => {
@@ -924,7 +911,34 @@ fn run_loop(
                 })
             }
         };
+        if let Some((port, input)) = pending_pio {
+            handle_pio(vcpu, client, port, input);
+        }
         exits[reason as usize] += 1;
+    }
+}
+
+/// The port I/O of the exit just taken, split into the guest's accesses: `size`
+/// bytes each, `count` times (string I/O such as `rep outsb` repeats the access).
+fn handle_pio(vcpu: &mut VcpuFd, client: &mut BusClient, port: u16, input: bool) {
+    let run = vcpu.get_kvm_run();
+    // SAFETY: called right after KVM_RUN returned KVM_EXIT_IO, so `io` is the
+    // union member KVM filled in.
+    let io = unsafe { run.__bindgen_anon_1.io };
+    let size = usize::from(io.size).clamp(1, 8);
+    let len = size.saturating_mul(io.count as usize);
+    let base = (run as *mut kvm_bindings::kvm_run).cast::<u8>();
+    // SAFETY: for a port-I/O exit KVM puts the `size * count` data bytes at
+    // `data_offset` inside the kvm_run mapping of this vCPU (kvm-ioctls builds its
+    // IoIn/IoOut slices the same way); the slice is the only live reference into
+    // kvm_run and ends with this function, before the next KVM_RUN.
+    let data = unsafe { std::slice::from_raw_parts_mut(base.add(io.data_offset as usize), len) };
+    for chunk in data.chunks_mut(size) {
+        if input {
+            client.read(AddressSpace::Pio, u64::from(port), chunk);
+        } else {
+            client.write(AddressSpace::Pio, u64::from(port), chunk);
+        }
     }
 }
 

@@ -376,3 +376,23 @@ fn a_not_thread_safe_work_device_never_bypasses() {
         "thread-safe work device bypasses"
     );
 }
+
+#[test]
+fn string_io_is_split_into_the_guests_accesses() {
+    if !kvm_usable() {
+        return;
+    }
+    // `rep outsb` of 2 and 18 bytes and a 4-byte `rep insb`: KVM reports
+    // size 1 x count n, which must become n one-byte accesses in every mode.
+    let program = GuestProgram {
+        string_io: true,
+        probe_port: Some(0x1234),
+        ..GuestProgram::default()
+    };
+    for sync in SyncMode::ALL {
+        let run = run_vm(&config(&program, 1, sync)).unwrap_or_else(|e| panic!("{sync}: {e}"));
+        assert_eq!(run.console, b"smplab test guest\n", "{sync}");
+        assert_eq!(run.result, b"ok\xff\xff\xff\xff", "{sync}");
+        assert_eq!(run.section.unclaimed_accesses, 4, "{sync}");
+    }
+}
