@@ -61,4 +61,10 @@ pub struct IoThreadStats {
     pub mean_queue_depth: f64,
     /// Busy time / wall time of the I/O thread.
     pub utilization: f64,
+    /// Time a request waited in the queue (enqueue to dequeue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_wait: Option<LatencyHistogram>,
+    /// Time the I/O thread spent handling a request (device work).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handling: Option<LatencyHistogram>,
 }

@@ -473,6 +473,7 @@ impl BusClient {
             offset,
             len,
             reply,
+            enqueued: Instant::now(),
         };
         if !self.enqueue(request) {
             data.fill(0xff);
@@ -498,6 +499,7 @@ impl BusClient {
             offset,
             len: len as u8,
             data: bytes,
+            enqueued: Instant::now(),
         });
     }
 
@@ -548,12 +550,14 @@ enum Request {
         offset: u64,
         len: u8,
         reply: SyncSender<[u8; 8]>,
+        enqueued: Instant,
     },
     Write {
         slot: usize,
         offset: u64,
         len: u8,
         data: [u8; 8],
+        enqueued: Instant,
     },
     Shutdown,
 }
@@ -606,6 +610,8 @@ fn io_thread_loop(
     let mut busy = Duration::ZERO;
     let mut stats = IoThreadStats::default();
     let mut depth_sum: u128 = 0;
+    let mut queue_wait = new_histogram();
+    let mut handling = new_histogram();
     while let Ok(request) = poll_then_block(receiver) {
         if matches!(request, Request::Shutdown) {
             break;
@@ -619,7 +625,9 @@ fn io_thread_loop(
                 offset,
                 len,
                 reply,
+                enqueued,
             } => {
+                record(&mut queue_wait, begin.saturating_duration_since(enqueued));
                 let mut bytes = [0u8; 8];
                 if let Some(dev) = slots.get(slot) {
                     dev.read(offset, &mut bytes[..usize::from(len)]);
@@ -632,7 +640,9 @@ fn io_thread_loop(
                 offset,
                 len,
                 data,
+                enqueued,
             } => {
+                record(&mut queue_wait, begin.saturating_duration_since(enqueued));
                 stats.posted_writes += 1;
                 if let Some(dev) = slots.get(slot) {
                     dev.write(offset, &data[..usize::from(len)]);
@@ -642,7 +652,13 @@ fn io_thread_loop(
         stats.requests += 1;
         stats.max_queue_depth = stats.max_queue_depth.max(queued);
         depth_sum += u128::from(queued);
-        busy += begin.elapsed();
+        let spent = begin.elapsed();
+        record(&mut handling, spent);
+        busy += spent;
+    }
+    if !queue_wait.is_empty() {
+        stats.queue_wait = Some(LatencyHistogram::from_hdr(&queue_wait));
+        stats.handling = Some(LatencyHistogram::from_hdr(&handling));
     }
     if stats.requests > 0 {
         stats.mean_queue_depth = depth_sum as f64 / stats.requests as f64;

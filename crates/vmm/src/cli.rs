@@ -239,6 +239,12 @@ fn human_summary(run: &VmRun) -> String {
             "  I/O thread: {} requests ({} posted writes), queue depth mean {:.2} max {}, utilization {:.1}%\n",
             io.requests, io.posted_writes, io.mean_queue_depth, io.max_queue_depth, io.utilization * 100.0
         ));
+        if let (Some(wait), Some(work)) = (&io.queue_wait, &io.handling) {
+            out.push_str(&format!(
+                "  I/O thread: queue wait p50 {} ns p99 {} ns, handling p50 {} ns p99 {} ns\n",
+                wait.p50_ns, wait.p99_ns, work.p50_ns, work.p99_ns
+            ));
+        }
     }
     if s.unclaimed_accesses > 0 {
         out.push_str(&format!("  unclaimed reads: {}\n", s.unclaimed_accesses));

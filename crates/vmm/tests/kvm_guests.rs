@@ -325,7 +325,13 @@ fn cli_record_round_trips_as_json() {
     assert_eq!(parsed.workload.name, "kernel:guest.elf");
     let vmm = parsed.vmm.expect("vmm section");
     assert_eq!(vmm.vcpus, 2);
-    assert!(vmm.io_thread.expect("io thread stats").requests > 0);
+    let io = vmm.io_thread.expect("io thread stats");
+    assert!(io.requests > 0);
+    assert_eq!(
+        io.queue_wait.expect("queue wait histogram").count,
+        io.requests
+    );
+    assert_eq!(io.handling.expect("handling histogram").count, io.requests);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
