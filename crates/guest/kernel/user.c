@@ -907,8 +907,16 @@ static void emit_result(void)
     for (int k = 0; k < NOPS; k++)
         out_sp_u64(&o, total[k]);
     out_str(&o, "\n");
+    u64 now = rdtsc();
     for (u32 i = 0; i < g_ncpus; i++) {
         struct cpu *c = &cpus[i];
+        /* Idle time is accounted when a CPU leaves its idle context; add the
+         * idle period still running now (e.g. a vCPU halted since its thread
+         * ended). A racy read of another CPU's fields, good to a few us. */
+        struct thread *cur = c->cur;
+        u64 idle = c->idle_tsc;
+        if (cur && cur->is_idle && now > cur->run_start)
+            idle += now - cur->run_start;
         out_str(&o, "cpu");
         out_sp_u64(&o, i);
         out_sp_u64(&o, c->ipis_sent);
@@ -916,7 +924,7 @@ static void emit_result(void)
         out_sp_u64(&o, c->halts);
         out_sp_u64(&o, c->wakeups);
         out_sp_u64(&o, c->context_switches);
-        out_sp_u64(&o, c->idle_tsc);
+        out_sp_u64(&o, idle);
         out_sp_u64(&o, c->ticks);
         out_sp_u64(&o, c->syscalls);
         out_str(&o, "\n");
