@@ -640,6 +640,21 @@ sync = ["global", "hybrid"]
     }
 
     #[test]
+    fn the_shipped_specs_parse() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("specs");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "toml") {
+                let s = ExperimentSpec::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
+                assert!(!s.points.is_empty());
+                n += 1;
+            }
+        }
+        assert!(n >= 3);
+    }
+
+    #[test]
     fn validators() {
         assert!(valid_idle("haltpoll:200000"));
         assert!(!valid_idle("haltpoll:x"));
