@@ -47,6 +47,13 @@ pub struct RunArgs {
     /// Show the guest console (vm, qemu).
     #[arg(long)]
     pub console: bool,
+    /// Guest scheduler tick in Hz, 0 = tickless (vm, qemu). Default: tickless
+    /// when threads <= vCPUs, else 250 Hz so spinning threads get time-sliced.
+    #[arg(long)]
+    pub timer_hz: Option<u32>,
+    /// Guest memory, e.g. 256M (vm, qemu). Default: sized from the workload.
+    #[arg(long, value_parser = smplab_vmm::cli::parse_size)]
+    pub mem: Option<u64>,
     /// Print the full result record as JSON instead of a summary.
     #[arg(long)]
     pub json: bool,
@@ -144,6 +151,8 @@ pub fn run(args: &RunArgs) -> i32 {
                 pin,
                 timeout: std::time::Duration::from_secs(args.timeout.max(1)),
                 show_console: args.console,
+                timer_hz: args.timer_hz,
+                mem_bytes: args.mem,
                 ..Default::default()
             };
             let result = if matches!(args.executor, ExecutorArg::Vm) {
