@@ -208,6 +208,18 @@ impl<'a> Results<'a> {
         out
     }
 
+    /// Exits per second during the workload, all reasons but `result_stream`
+    /// (the guest's result written after the workload), medians summed.
+    pub fn workload_exits_per_s(&self, p: &Point) -> Option<f64> {
+        let e = self.exits_per_s(p);
+        let total: f64 = e
+            .iter()
+            .filter(|(k, _)| k.as_str() != RESULT_STREAM)
+            .map(|(_, s)| s.median)
+            .sum();
+        (!e.is_empty()).then_some(total)
+    }
+
     /// Exits per second by reason, medians over repetitions.
     pub fn exits_per_s(&self, p: &Point) -> BTreeMap<String, Summary> {
         let Some(es) = self.get(p) else {
@@ -343,6 +355,9 @@ const KVM_EXIT_STATS: &[(&str, &str)] = &[
     ("request_irq_exits", "request_irq"),
 ];
 
+/// The exit reason of the guest's result stream (after the workload).
+pub const RESULT_STREAM: &str = "result_stream";
+
 /// Work done by a point's runs: mean compute-kernel iterations per record,
 /// or 1 when the records do not count them (then speedups compare times).
 pub fn work(records: &[RunRecord]) -> f64 {
@@ -407,7 +422,7 @@ pub fn exit_counts(r: &RunRecord) -> BTreeMap<String, u64> {
             if let Some(out) = m.get_mut("io_out") {
                 let moved = stream.min(*out);
                 *out -= moved;
-                *m.entry("result_stream".into()).or_default() += moved;
+                *m.entry(RESULT_STREAM.into()).or_default() += moved;
             }
         }
     }
@@ -763,10 +778,9 @@ impl Results<'_> {
                 self.idle_fraction(s),
             );
             let total = |p: &Point| {
-                let e = self.exits_per_s(p);
-                (!e.is_empty()).then(|| Summary {
+                self.workload_exits_per_s(p).map(|median| Summary {
                     n: 1,
-                    median: e.values().map(|s| s.median).sum(),
+                    median,
                     min: 0.0,
                     max: 0.0,
                     mad: 0.0,
@@ -787,7 +801,7 @@ impl Results<'_> {
 pub fn micro_rates(results: &Results, p: &Point) -> BTreeMap<String, f64> {
     let mut out: BTreeMap<String, f64> = BTreeMap::new();
     for (k, s) in results.exits_per_s(p) {
-        if k != "result_stream" {
+        if k != RESULT_STREAM {
             out.insert(format!("exit:{k}"), s.median);
         }
     }

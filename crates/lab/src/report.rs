@@ -143,7 +143,7 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
     h.push_str("<h2>Summary</h2><table><tr><th>configuration</th><th>reps</th><th>wall s</th><th>slowdown vs native</th><th>weighted speedup</th><th>idle</th><th>spin</th><th>exits/s</th><th>exit p50 / p99</th><th>lock wait p99</th></tr>");
     for p in results.points() {
         let reps = results.get(p).map_or(0, |v| v.len());
-        let exits: f64 = results.exits_per_s(p).values().map(|s| s.median).sum();
+        let exits: f64 = results.workload_exits_per_s(p).unwrap_or(0.0);
         let el = results.exit_latency(p);
         let lw = results.lock_wait(p);
         let spin = results
@@ -261,7 +261,12 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
     let exit_rows: Vec<(String, BTreeMap<String, Summary>)> = results
         .points()
         .filter(|p| p.study.is_none())
-        .map(|p| (p.label(), results.exits_per_s(p)))
+        .map(|p| {
+            let mut e = results.exits_per_s(p);
+            // Written after the workload: shown in exits.csv, not in the stacks.
+            e.remove(crate::metrics::RESULT_STREAM);
+            (p.label(), e)
+        })
         .filter(|(_, m)| !m.is_empty())
         .collect();
     if !exit_rows.is_empty() {
@@ -297,7 +302,7 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
                 (l.clone(), v)
             })
             .collect();
-        h.push_str("<h2>Exits by reason</h2><figure>");
+        h.push_str("<h2>Exits by reason</h2><p>During the workload; the guest's result stream, written after it, is in exits.csv as <code>result_stream</code>.</p><figure>");
         h.push_str(&svg::stacked_bars(
             "Exits per second by reason",
             "exits per second (all vCPUs, all VMs)",
@@ -558,7 +563,7 @@ pub fn text_summary(results: &Results, max_rows: usize) -> String {
             ));
             break;
         }
-        let exits: f64 = results.exits_per_s(p).values().map(|s| s.median).sum();
+        let exits: f64 = results.workload_exits_per_s(p).unwrap_or(0.0);
         let mut label = p.label();
         if label.chars().count() > 60 {
             label = label.chars().take(59).collect::<String>() + "…";
@@ -727,12 +732,11 @@ pub fn metrics_csv(results: &Results) -> String {
                 .spin_rate(p)
                 .map_or(String::new(), |s| s.median.to_string()),
         );
-        let ex = results.exits_per_s(p);
-        f.push(if ex.is_empty() {
-            String::new()
-        } else {
-            ex.values().map(|s| s.median).sum::<f64>().to_string()
-        });
+        f.push(
+            results
+                .workload_exits_per_s(p)
+                .map_or(String::new(), |x| x.to_string()),
+        );
         let el = results.exit_latency(p);
         f.push(el.map_or(String::new(), |e| e[0].median.to_string()));
         f.push(el.map_or(String::new(), |e| e[2].median.to_string()));
