@@ -59,7 +59,12 @@ impl Sim {
                 return;
             }
             if !vc.irqs.is_empty() {
-                let d = self.platform.cpu.shootdown_handler_ns;
+                // A handler interrupted by preemption resumes where it was:
+                // restarting it could never finish under short host slices.
+                let d = match std::mem::take(&mut vc.handler_left) {
+                    0 => self.platform.cpu.shootdown_handler_ns,
+                    left => left,
+                };
                 vc.act = Act::Handler;
                 vc.act_end = now + d;
                 self.set_acct(v, Acct::Run);
@@ -339,6 +344,9 @@ impl Sim {
             Act::Spin => self.end_spin(v),
             Act::Overhead => {
                 vc.overhead_left += vc.act_end.saturating_sub(now);
+            }
+            Act::Handler => {
+                vc.handler_left = vc.act_end.saturating_sub(now).max(1);
             }
             _ => {}
         }

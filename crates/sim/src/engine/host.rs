@@ -392,7 +392,10 @@ impl Sim {
         let p = self.vcpus[v as usize].pcpu;
         let vm = self.vcpus[v as usize].vm;
         let rq = &self.pcpus[p as usize].rq;
-        if let Some(pos) = rq.iter().position(|&u| self.vcpus[u as usize].vm == vm) {
+        if let Some(pos) = rq
+            .iter()
+            .position(|&u| self.vcpus[u as usize].vm == vm && self.yield_candidate(u))
+        {
             if pos > 0 {
                 let pc = &mut self.pcpus[p as usize];
                 if let Some(u) = pc.rq.remove(pos) {
@@ -405,7 +408,11 @@ impl Sim {
             let n = self.vms[vm as usize].n_vcpus;
             let cand = (first..first + n).find(|&u| {
                 let uc = &self.vcpus[u as usize];
-                u != v && uc.host == HostState::Queued && uc.lo <= p && p < uc.hi
+                u != v
+                    && uc.host == HostState::Queued
+                    && uc.lo <= p
+                    && p < uc.hi
+                    && self.yield_candidate(u)
             });
             if let Some(u) = cand {
                 let q = self.vcpus[u as usize].pcpu;
@@ -419,6 +426,17 @@ impl Sim {
             }
         }
         self.preempt(p)
+    }
+
+    /// Worth a directed yield: a preempted vCPU that has work which is not
+    /// itself spinning (KVM skips vCPUs that are in a spin loop or idle);
+    /// yielding to an idle poller could ping-pong between pollers forever.
+    fn yield_candidate(&self, u: u32) -> bool {
+        let uc = &self.vcpus[u as usize];
+        if !uc.irqs.is_empty() || !uc.rq.is_empty() {
+            return true;
+        }
+        uc.cur != NONE && self.threads[uc.cur as usize].state == super::TState::Running
     }
 
     // ---- gang scheduling ----

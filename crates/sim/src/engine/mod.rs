@@ -115,6 +115,8 @@ pub(crate) struct Vcpu {
     pub act_end: u64,
     pub seg_start: u64,
     pub overhead_left: u64,
+    /// What is left of an interrupted shootdown handler (0: none).
+    pub handler_left: u64,
     /// Current thread or NONE.
     pub cur: u32,
     /// Guest run queue of ready threads.
@@ -319,6 +321,8 @@ pub(crate) struct Sim {
     pub gang_cursor: usize,
     /// SMPLAB_SIM_STATS set: count events by kind (printed to stderr at the end).
     pub stats: bool,
+    /// SMPLAB_SIM_TRACE set: print every event to stderr (debugging).
+    pub trace: bool,
     pub kind_counts: [u64; 14],
     /// Compiled programs by program (see `add_vm`).
     pub code_cache: Vec<(smplab_workload::Program, Arc<Vec<GroupCode>>)>,
@@ -396,6 +400,7 @@ impl Sim {
             gang_groups: Vec::new(),
             gang_cursor: 0,
             stats: std::env::var_os("SMPLAB_SIM_STATS").is_some(),
+            trace: std::env::var_os("SMPLAB_SIM_TRACE").is_some(),
             kind_counts: [0; 14],
             code_cache: Vec::new(),
         };
@@ -575,6 +580,7 @@ impl Sim {
                 act_end: 0,
                 seg_start: 0,
                 overhead_left: 0,
+                handler_left: 0,
                 cur: NONE,
                 rq,
                 irqs: VecDeque::new(),
@@ -769,6 +775,19 @@ impl Sim {
         }
         let end = stopped_at.unwrap_or(self.now);
         if self.stats {
+            for (i, th) in self
+                .threads
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.state != TState::Done)
+                .take(8)
+            {
+                let vc = &self.vcpus[th.vcpu as usize];
+                eprintln!(
+                    "smplab-sim unfinished thread {i} (vm {}): state {:?} wait {:?} pc {} seg_left {} carry {}; vcpu {} host {:?} act {:?} cur {} rq {:?} overhead {} pcpu {}",
+                    th.vm, th.state, th.wait, th.pc, th.seg_left, th.carry, th.vcpu, vc.host, vc.act, vc.cur, vc.rq, vc.overhead_left, vc.pcpu
+                );
+            }
             eprintln!(
                 "smplab-sim events by kind [step:stale overhead handler segment spin idlepoll halting haltpoll | slice wake ipi timer gang sdbfalse]: {:?}; pending at end {}",
                 self.kind_counts,
@@ -783,6 +802,19 @@ impl Sim {
     }
 
     fn handle(&mut self, kind: Kind) {
+        if self.trace {
+            let desc = match kind {
+                Kind::Step { vcpu, gen } => {
+                    let vc = &self.vcpus[vcpu as usize];
+                    format!(
+                        "step v{vcpu} gen {gen}/{} act {:?} host {:?} end {} ovh {}",
+                        vc.gen, vc.act, vc.host, vc.act_end, vc.overhead_left
+                    )
+                }
+                k => format!("{k:?}"),
+            };
+            eprintln!("t={} {desc}", self.now);
+        }
         if self.stats {
             let i = match kind {
                 Kind::Step { vcpu, .. } => match self.vcpus[vcpu as usize].act {
