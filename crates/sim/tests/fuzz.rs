@@ -1,0 +1,118 @@
+//! Random small scenarios over every setting (policies, idle modes, affinity,
+//! PLE, APICv, SDB with false positives, device sync, both platforms): each
+//! must finish with exactly the program's op counts. A one-second simulated
+//! horizon turns a livelock (events flowing, no progress) into a failure
+//! instead of a hang. `examples/fuzz.rs` runs more cases.
+
+use smplab_sim::*;
+
+#[test]
+fn random_scenarios_finish_with_exact_counts() {
+    let mut x: u64 = 2026;
+    let mut r = move |n: u64| {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    };
+    let names = [
+        "blackscholes",
+        "canneal",
+        "dedup",
+        "fluidanimate",
+        "ocean_ncp",
+        "streamcluster",
+        "vips",
+        "volrend",
+        "spinlock",
+        "shootdown",
+    ];
+    let platforms = [
+        Platform::builtin("kvm2015").unwrap(),
+        Platform::builtin("pvm-here").unwrap(),
+    ];
+    for i in 0..150u64 {
+        let pcpus = 1 + r(8) as u32;
+        let nvms = 1 + r(3) as usize;
+        let policy = match r(5) {
+            0 => "fair",
+            1 => "fair:50us",
+            2 => "fair:200us+safepoint:100us",
+            3 => "partition:100us",
+            _ => "gang:200us",
+        };
+        let mut vms = Vec::new();
+        for _ in 0..nvms {
+            let name = names[r(names.len() as u64) as usize];
+            let vcpus = 1 + r(if policy.starts_with("gang") {
+                pcpus as u64
+            } else {
+                8
+            }) as u32;
+            let n = 1 + r(6) as u32;
+            let mut v = VmSpec::from_workload(name, Some(n), 0.02, vcpus).unwrap();
+            v.idle = [Idle::Hlt, Idle::Poll, Idle::HaltPoll(20_000)][r(3) as usize];
+            v.affinity = [
+                Affinity::Float,
+                Affinity::Pin,
+                Affinity::Range {
+                    first: 0,
+                    count: 1 + r(pcpus as u64) as u32,
+                },
+            ][r(3) as usize];
+            v.ple = [Ple::Off, Ple::Intel, Ple::Amd][r(3) as usize];
+            v.apicv = r(2) == 0;
+            if r(2) == 0 {
+                v.sdb = Some(Sdb {
+                    detect_ns: None,
+                    false_positive_rate: Some([0.0, 0.01, 0.5][r(3) as usize]),
+                });
+            }
+            if r(3) == 0 {
+                v.devices = Some(Devices {
+                    exits_per_ms: [0.5, 10.0, 200.0][r(3) as usize],
+                    sync: [
+                        DeviceSync::Global,
+                        DeviceSync::IoThread,
+                        DeviceSync::Hybrid { bypass: 0.3 },
+                        DeviceSync::Fine,
+                    ][r(4) as usize],
+                    synchronous: 0.6,
+                });
+            }
+            if r(4) == 0 {
+                v.program = v.program.spin_to_block();
+            }
+            vms.push(v);
+        }
+        let mut s = Scenario::new(platforms[r(2) as usize].clone(), pcpus, vms);
+        s.policy = Policy::parse(policy).unwrap();
+        s.seed = r(1000);
+        s.topology = Topology {
+            pcpus_per_llc: Some(1 + r(4) as u32),
+        };
+        if s.check().is_err() {
+            continue;
+        }
+        if let Some(only) = std::env::var("FUZZ_ONLY")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            if i != only {
+                continue;
+            }
+            s.horizon_ns = std::env::var("FUZZ_HORIZON_MS")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(|ms| ms * 1_000_000);
+            eprintln!("platform {}", s.platform.name);
+        }
+        s.horizon_ns = Some(1_000_000_000);
+        s.native_reference = i % 4 == 0;
+        let recs = simulate(&s).unwrap_or_else(|e| panic!("case {i}: {e}"));
+        for (v, rec) in s.vms.iter().zip(&recs) {
+            assert!(rec.is_ok(), "case {i}: {:?}\n{s:?}", rec.outcome);
+            assert_eq!(rec.counters.ops, v.program.expected_counts(), "case {i}");
+        }
+    }
+}
