@@ -400,6 +400,28 @@ pub fn set_cpuid(kvm: &Kvm, vcpu: &VcpuFd, index: u32) -> Result<(), VmmError> {
         .map_err(VmmError::kvm("KVM_SET_CPUID2"))
 }
 
+/// Ask for transparent huge pages on guest RAM (as QEMU does): with THP in
+/// `madvise` mode, the host's default, RAM is otherwise backed by 4 KiB pages
+/// and KVM can only map the guest with 4 KiB entries, which costs TLB reach on
+/// memory-heavy workloads. Advice only: failure leaves 4 KiB pages.
+fn advise_huge_pages(mem: &GuestMemoryMmap) {
+    for region in mem.iter() {
+        let Ok(host) = mem.get_host_address(region.start_addr()) else {
+            continue;
+        };
+        // SAFETY: `host` and `len` describe one mapping owned by `mem`, which
+        // outlives this call; madvise(MADV_HUGEPAGE) changes no contents and no
+        // protection, it only lets the kernel back the range with huge pages.
+        unsafe {
+            libc::madvise(
+                host.cast::<libc::c_void>(),
+                region.len() as usize,
+                libc::MADV_HUGEPAGE,
+            );
+        }
+    }
+}
+
 fn register_memory(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<(), VmmError> {
     for (slot, region) in mem.iter().enumerate() {
         let host = region
@@ -465,6 +487,7 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
             reason: e.to_string(),
         }
     })?;
+    advise_huge_pages(&mem);
     let loaded = load_kernel(&mem, &kernel)?;
     write_boot_data(&mem, config, loaded.kernel_end)?;
 
