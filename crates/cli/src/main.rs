@@ -47,6 +47,14 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // Behave like other Unix tools when stdout is a pipe that closes early
+    // (`smplab run --json | head`): die quietly on SIGPIPE instead of letting
+    // Rust turn the EPIPE into a panic.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread
+    // exists; no handler code runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let status = match &cli.cmd {
         Cmd::Workloads(a) => workloads::run(a),
