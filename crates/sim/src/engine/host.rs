@@ -433,10 +433,18 @@ impl Sim {
     /// yielding to an idle poller could ping-pong between pollers forever.
     fn yield_candidate(&self, u: u32) -> bool {
         let uc = &self.vcpus[u as usize];
-        if !uc.irqs.is_empty() || !uc.rq.is_empty() {
+        if !uc.irqs.is_empty() {
             return true;
         }
-        uc.cur != NONE && self.threads[uc.cur as usize].state == super::TState::Running
+        let cur = (uc.cur != NONE).then(|| &self.threads[uc.cur as usize]);
+        // A vCPU spinning in the kernel for shootdown acks cannot run its queued
+        // threads until the acks arrive: yielding to it only spins again, and two
+        // such vCPUs of one VM would take turns forever ahead of the queued vCPU
+        // that owes them the acks.
+        if cur.is_some_and(|t| t.wait == super::Wait::Shootdown) {
+            return false;
+        }
+        !uc.rq.is_empty() || cur.is_some_and(|t| t.state == super::TState::Running)
     }
 
     // ---- gang scheduling ----
