@@ -2,13 +2,21 @@
 //! PLE, APICv, SDB with false positives, device sync, both platforms): each
 //! must finish with exactly the program's op counts. A one-second simulated
 //! horizon turns a livelock (events flowing, no progress) into a failure
-//! instead of a hang. `examples/fuzz.rs` runs more cases.
+//! instead of a hang. More cases and another seed:
+//! `SMPLAB_SIM_FUZZ_CASES=2000 SMPLAB_SIM_FUZZ_SEED=7 cargo test -p smplab-sim --test fuzz`.
 
 use smplab_sim::*;
 
 #[test]
 fn random_scenarios_finish_with_exact_counts() {
-    let mut x: u64 = 2026;
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let cases = env("SMPLAB_SIM_FUZZ_CASES", 150);
+    let mut x: u64 = env("SMPLAB_SIM_FUZZ_SEED", 2026);
     let mut r = move |n: u64| {
         x = x
             .wrapping_mul(6364136223846793005)
@@ -31,7 +39,7 @@ fn random_scenarios_finish_with_exact_counts() {
         Platform::builtin("kvm2015").unwrap(),
         Platform::builtin("pvm-here").unwrap(),
     ];
-    for i in 0..150u64 {
+    for i in 0..cases {
         let pcpus = 1 + r(8) as u32;
         let nvms = 1 + r(3) as usize;
         let policy = match r(5) {
