@@ -112,27 +112,20 @@ impl Locator<'_> {
 }
 
 /// Check an idle policy: `hlt`, `poll`, or `haltpoll:NS`.
-pub fn valid_idle(s: &str) -> bool {
-    match s {
-        "hlt" | "poll" => true,
-        _ => s
-            .strip_prefix("haltpoll:")
-            .is_some_and(|ns| ns.parse::<u64>().is_ok()),
-    }
+pub fn valid_idle(s: &str) -> Result<(), String> {
+    s.parse::<smplab_guest::IdlePolicy>()
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// Check a pinning value: `none`, `pinned`, or a CPU list like `0,1` / `0-1`.
-pub fn valid_pin(s: &str) -> bool {
-    s == "none"
-        || s == "pinned"
-        || (!s.is_empty()
-            && s.split(',').all(|p| {
-                let p = p.trim();
-                match p.split_once('-') {
-                    Some((a, b)) => a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok(),
-                    None => p.parse::<u32>().is_ok(),
-                }
-            }))
+pub fn valid_pin(s: &str) -> Result<(), String> {
+    if s == "none" || s == "pinned" {
+        return Ok(());
+    }
+    smplab_record::cpus::parse_cpu_list(s)
+        .map(|_| ())
+        .map_err(|e| format!("bad pinning `{s}` ({e}); use none, pinned or a CPU list like 0,1"))
 }
 
 impl ExperimentSpec {
@@ -342,44 +335,12 @@ fn expand(loc: &Locator, raw: &SpecFile, diags: &mut Vec<SpecDiagnostic>) -> Exp
     let idle = m
         .idle
         .as_ref()
-        .map(|v| {
-            strings(
-                loc,
-                "idle",
-                v,
-                |s| {
-                    if valid_idle(s) {
-                        Ok(())
-                    } else {
-                        Err(format!(
-                            "unknown idle policy `{s}`; use hlt, poll or haltpoll:NS"
-                        ))
-                    }
-                },
-                diags,
-            )
-        })
+        .map(|v| strings(loc, "idle", v, valid_idle, diags))
         .unwrap_or_else(|| vec!["hlt".into()]);
     let pin = m
         .pin
         .as_ref()
-        .map(|v| {
-            strings(
-                loc,
-                "pin",
-                v,
-                |s| {
-                    if valid_pin(s) {
-                        Ok(())
-                    } else {
-                        Err(format!(
-                            "bad pinning `{s}`; use none, pinned or a CPU list like 0,1"
-                        ))
-                    }
-                },
-                diags,
-            )
-        })
+        .map(|v| strings(loc, "pin", v, valid_pin, diags))
         .unwrap_or_else(|| vec!["none".into()]);
     let platform = m
         .platform
@@ -656,9 +617,12 @@ sync = ["global", "hybrid"]
 
     #[test]
     fn validators() {
-        assert!(valid_idle("haltpoll:200000"));
-        assert!(!valid_idle("haltpoll:x"));
-        assert!(valid_pin("0,1") && valid_pin("0-1") && valid_pin("pinned"));
-        assert!(!valid_pin("compact"));
+        assert!(valid_idle("haltpoll:200000").is_ok());
+        assert!(valid_idle("haltpoll:x").is_err());
+        assert!(valid_idle("haltpoll:0").is_err());
+        assert!(
+            valid_pin("0,1").is_ok() && valid_pin("0-1").is_ok() && valid_pin("pinned").is_ok()
+        );
+        assert!(valid_pin("compact").is_err());
     }
 }
