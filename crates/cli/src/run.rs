@@ -76,18 +76,7 @@ pub fn load_program(
         crate::report_error(&e);
         exit::BAD_INPUT
     })?;
-    let mut info = WorkloadInfo {
-        name: program.name.clone(),
-        source: if source.is_builtin() {
-            "builtin".into()
-        } else {
-            source.origin.clone()
-        },
-        n: program.n,
-        threads: program.total_threads(),
-        params: Default::default(),
-    };
-    info.params.insert("scale".into(), serde_json::json!(scale));
+    let info = source.workload_info(&program);
     Ok((program, info))
 }
 

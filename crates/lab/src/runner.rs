@@ -5,7 +5,6 @@
 use crate::point::{Point, Variant};
 use smplab_record::{RunRecord, WorkloadInfo};
 use smplab_workload::{Program, Source};
-use std::collections::BTreeMap;
 
 /// Why a point produced no result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,25 +47,15 @@ pub fn prepare(point: &Point) -> Result<(Program, WorkloadInfo), RunError> {
         Variant::AsIs => program,
         Variant::SpinToBlock => program.spin_to_block(),
     };
-    let mut params = BTreeMap::new();
-    params.insert("scale".to_string(), serde_json::json!(point.scale));
+    // Named after the workload, not the variant's program; the variant is a parameter.
+    let mut info = source.workload_info(&program);
+    info.name = source.spec.name.clone();
     if point.variant != Variant::AsIs {
-        params.insert(
+        info.params.insert(
             "variant".to_string(),
             serde_json::json!(point.variant.as_str()),
         );
     }
-    let info = WorkloadInfo {
-        name: source.spec.name.clone(),
-        source: if source.is_builtin() {
-            "builtin".into()
-        } else {
-            source.origin.clone()
-        },
-        n: point.threads,
-        threads: program.total_threads(),
-        params,
-    };
     Ok((program, info))
 }
 

@@ -5,7 +5,7 @@
 //! `smplab sim --spec FILE.toml` simulates a full scenario.
 
 use crate::scenario::{
-    parse_duration, workload_info, Affinity, Idle, Ple, Policy, Scenario, Sdb, Topology, VmSpec,
+    parse_duration, Affinity, Idle, Ple, Policy, Scenario, Sdb, Topology, VmSpec,
 };
 use crate::{simulate, Platform, SimError};
 use smplab_record::{exit, RunRecord};
@@ -104,7 +104,7 @@ pub fn scenario_from_args(a: &SimArgs) -> Result<Scenario, SimError> {
     if a.spin_to_block {
         program = program.spin_to_block();
     }
-    let info = workload_info(&source, &program);
+    let info = source.workload_info(&program);
     let mut vm = VmSpec::new(program, info, a.vcpus);
     vm.idle = Idle::parse(&a.idle, platform.defaults.halt_poll_ns)
         .map_err(|m| bad(format!("--idle: {m}")))?;

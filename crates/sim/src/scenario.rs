@@ -215,25 +215,8 @@ impl VmSpec {
     ) -> Result<VmSpec, crate::SimError> {
         let source = smplab_workload::Source::resolve(name)?;
         let program = source.instantiate(n, scale)?;
-        let info = workload_info(&source, &program);
+        let info = source.workload_info(&program);
         Ok(VmSpec::new(program, info, vcpus))
-    }
-}
-
-/// The record's workload description for an instantiated program.
-pub fn workload_info(source: &smplab_workload::Source, program: &Program) -> WorkloadInfo {
-    let mut params = std::collections::BTreeMap::new();
-    params.insert("scale".to_string(), serde_json::json!(program.scale));
-    WorkloadInfo {
-        name: program.name.clone(),
-        source: if source.is_builtin() {
-            "builtin".into()
-        } else {
-            source.origin.clone()
-        },
-        n: program.n,
-        threads: program.total_threads(),
-        params,
     }
 }
 

@@ -5,8 +5,8 @@
 use crate::error::{locate, SimError};
 use crate::platform::Platform;
 use crate::scenario::{
-    parse_duration, workload_info, Affinity, DeviceSync, Devices, Idle, Ple, Policy, Scenario, Sdb,
-    Topology, VmSpec,
+    parse_duration, Affinity, DeviceSync, Devices, Idle, Ple, Policy, Scenario, Sdb, Topology,
+    VmSpec,
 };
 use serde::Deserialize;
 use serde_spanned::Spanned;
@@ -151,7 +151,7 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
         if vcpus == 0 {
             return Err(at(v.vcpus.span(), "vcpus must be at least 1".into()));
         }
-        let info = workload_info(&source, &program);
+        let info = source.workload_info(&program);
         let mut spec = VmSpec::new(program, info, vcpus);
         if let Some(s) = &v.idle {
             spec.idle = Idle::parse(s.get_ref(), platform.defaults.halt_poll_ns)

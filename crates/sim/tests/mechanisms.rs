@@ -70,7 +70,7 @@ fn platform() -> Platform {
 fn vm(workload: &str, vcpus: u32) -> VmSpec {
     let src = Source::from_text("test", workload).unwrap();
     let program = src.instantiate(None, 1.0).unwrap();
-    let info = smplab_sim::scenario::workload_info(&src, &program);
+    let info = src.workload_info(&program);
     let mut v = VmSpec::new(program, info, vcpus);
     v.ple = Ple::Off;
     v

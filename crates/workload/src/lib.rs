@@ -68,6 +68,23 @@ impl Source {
         self.origin.starts_with("builtin:")
     }
 
+    /// How a result record describes `program`, instantiated from this source.
+    pub fn workload_info(&self, program: &Program) -> smplab_record::WorkloadInfo {
+        let mut params = std::collections::BTreeMap::new();
+        params.insert("scale".to_string(), serde_json::json!(program.scale));
+        smplab_record::WorkloadInfo {
+            name: program.name.clone(),
+            source: if self.is_builtin() {
+                "builtin".into()
+            } else {
+                self.origin.clone()
+            },
+            n: program.n,
+            threads: program.total_threads(),
+            params,
+        }
+    }
+
     /// Instantiate with thread parameter `n` (None: the file's default) and scale.
     pub fn instantiate(&self, n: Option<u32>, scale: f64) -> Result<Program, WorkloadError> {
         let n = n.unwrap_or(self.spec.default_threads);
