@@ -106,6 +106,21 @@ impl Frame {
             cx = self.w / 2.0
         )
     }
+    /// The X axis line at the bottom of the plot area, with its label (the
+    /// caller writes the tick labels, which differ between charts).
+    fn x_axis_line(&self, s: &mut String, label: &str) {
+        let axis_y = self.top + self.ph();
+        let _ = write!(
+            s,
+            "<line x1=\"{x0}\" y1=\"{axis_y}\" x2=\"{x1}\" y2=\"{axis_y}\" stroke=\"#333333\"/><text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\">{xl}</text>",
+            x0 = self.left,
+            x1 = self.left + self.pw(),
+            cx = self.left + self.pw() / 2.0,
+            ly = axis_y + 30.0,
+            xl = esc(label)
+        );
+    }
+
     /// Y axis from `lo` to `hi` with gridlines and a label.
     fn y_axis(&self, s: &mut String, lo: f64, hi: f64, label: &str, log: bool) {
         let ticks = 5;
@@ -375,15 +390,7 @@ pub fn line_chart(title: &str, xlabel: &str, ylabel: &str, lines: &[Line]) -> St
             v = fmt_num(x)
         );
     }
-    let _ = write!(
-        s,
-        "<line x1=\"{x0}\" y1=\"{axis_y}\" x2=\"{x1}\" y2=\"{axis_y}\" stroke=\"#333333\"/><text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\">{xl}</text>",
-        x0 = f.left,
-        x1 = f.left + f.pw(),
-        cx = f.left + f.pw() / 2.0,
-        ly = axis_y + 30.0,
-        xl = esc(xlabel)
-    );
+    f.x_axis_line(&mut s, xlabel);
     for (i, l) in lines.iter().enumerate() {
         let pts: Vec<String> = l
             .points
@@ -501,15 +508,7 @@ pub fn xy_scatter(
             v = fmt_num(v)
         );
     }
-    let _ = write!(
-        s,
-        "<line x1=\"{x0}\" y1=\"{axis_y}\" x2=\"{x1}\" y2=\"{axis_y}\" stroke=\"#333333\"/><text x=\"{cx}\" y=\"{ly}\" text-anchor=\"middle\">{xl}</text>",
-        x0 = f.left,
-        x1 = f.left + f.pw(),
-        cx = f.left + f.pw() / 2.0,
-        ly = axis_y + 30.0,
-        xl = esc(xlabel)
-    );
+    f.x_axis_line(&mut s, xlabel);
     if diagonal {
         let _ = write!(
             s,

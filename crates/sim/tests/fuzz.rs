@@ -23,18 +23,7 @@ fn random_scenarios_finish_with_exact_counts() {
             .wrapping_add(1442695040888963407);
         (x >> 33) % n
     };
-    let names = [
-        "blackscholes",
-        "canneal",
-        "dedup",
-        "fluidanimate",
-        "ocean_ncp",
-        "streamcluster",
-        "vips",
-        "volrend",
-        "spinlock",
-        "shootdown",
-    ];
+    let names: Vec<&str> = smplab_workload::builtin::names().collect();
     let platforms = [
         Platform::builtin("kvm2015").unwrap(),
         Platform::builtin("pvm-here").unwrap(),

@@ -3,19 +3,6 @@
 
 use smplab_sim::{simulate, Idle, Platform, Policy, Scenario, VmSpec};
 
-const PROFILES: &[&str] = &[
-    "blackscholes",
-    "canneal",
-    "dedup",
-    "fluidanimate",
-    "ocean_ncp",
-    "streamcluster",
-    "vips",
-    "volrend",
-    "spinlock",
-    "shootdown",
-];
-
 fn vm(name: &str, n: u32, scale: f64, vcpus: u32) -> VmSpec {
     VmSpec::from_workload(name, Some(n), scale, vcpus).expect("builtin workload")
 }
@@ -23,7 +10,7 @@ fn vm(name: &str, n: u32, scale: f64, vcpus: u32) -> VmSpec {
 #[test]
 fn all_profiles_complete_with_exact_counts() {
     let platform = Platform::builtin("kvm2015").unwrap();
-    for name in PROFILES {
+    for name in smplab_workload::builtin::names() {
         for (policy, pcpus, vms, idle) in [
             ("fair", 4, 1, Idle::Hlt),
             ("fair:100us", 2, 2, Idle::Poll),
