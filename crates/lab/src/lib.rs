@@ -40,6 +40,7 @@ pub mod report;
 pub mod runner;
 pub mod simglue;
 pub mod spec;
+pub mod stats;
 pub mod store;
 pub mod svg;
 pub mod sweep;
