@@ -12,6 +12,7 @@ pub mod kvm_stats;
 pub mod model;
 pub mod placement;
 pub mod rss;
+pub mod start_gate;
 pub mod stress;
 pub mod test_guest;
 pub mod vm;
@@ -19,6 +20,7 @@ pub mod vm;
 pub use bus::{AddressSpace, Bus, BusBuilder, BusClient, Route, SyncMode, UnknownSyncMode};
 pub use error::{RegisterDump, VmmError};
 pub use placement::Placement;
+pub use start_gate::{GateTicket, StartGate};
 pub use vm::{kvm_capabilities, max_vcpus, run_vm};
 
 use std::path::PathBuf;
@@ -62,6 +64,9 @@ pub struct VmConfig {
     /// Register the work device as its not-thread-safe flavour
     /// ([`devices::ExclusiveWorkDevice`]), so it cannot bypass in `hybrid`/`fine`.
     pub work_exclusive: bool,
+    /// A start gate shared with other VMs: the guest's "go" on the window port
+    /// (docs/guest-abi.md) waits until every VM sharing it is ready.
+    pub start_gate: Option<StartGate>,
 }
 
 impl VmConfig {
@@ -80,6 +85,7 @@ impl VmConfig {
             console: ConsoleSink::Stdout,
             work_ns: 0,
             work_exclusive: false,
+            start_gate: None,
         }
     }
 }

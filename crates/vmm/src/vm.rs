@@ -2,8 +2,10 @@
 
 use crate::bus::{AddressSpace, BusBuilder, BusClient, ClientStats, SyncMode};
 use crate::control::RunControl;
+use crate::devices::window::{window_section, VcpuWindow, WindowCounts, WindowState};
 use crate::devices::{
-    ConsoleWriter, DebugExit, ExclusiveWorkDevice, PmTimer, ResultPort, Uart, WorkDevice,
+    ConsoleWriter, DebugExit, ExclusiveWorkDevice, PmTimer, ResultPort, Uart, WindowDevice,
+    WorkDevice,
 };
 use crate::error::{RegisterDump, VmmError};
 use crate::kvm_stats;
@@ -36,6 +38,7 @@ pub const DEBUG_EXIT_PORT: u64 = 0x501;
 pub const RESULT_PORT: u64 = 0x520;
 pub const WORK_PORT: u64 = 0x530;
 pub const PM_TIMER_PORT: u64 = 0x608;
+pub const WINDOW_PORT: u64 = 0x540;
 
 // Boot data layout in low memory (below the conventional 0x9fc00 RAM end).
 const GDT_ADDR: u64 = 0x500;
@@ -117,6 +120,7 @@ struct VcpuReport {
     vcpu: VcpuFd,
     exits: [u64; EXIT_REASONS.len()],
     client: ClientStats,
+    window: Option<WindowCounts>,
     outcome: Result<(), VmmError>,
 }
 
@@ -471,6 +475,8 @@ fn console_writer(sink: &ConsoleSink) -> Result<(ConsoleWriter, CapturedConsole)
 /// the timeout passes.
 pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     let wall_start = Instant::now();
+    // First, so a run that fails before its guest is ready withdraws from the gate.
+    let gate_ticket = config.start_gate.as_ref().map(crate::StartGate::ticket);
     let kvm = open_kvm()?;
     if !kvm.check_extension(Cap::Irqchip) || !kvm.check_extension(Cap::UserMemory) {
         return Err(VmmError::KvmCapabilityMissing(
@@ -572,6 +578,23 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
             Arc::new(PmTimer::new(tsc_hz)),
         )
         .map_err(bus_err)?;
+    let window = Arc::new(WindowState::default());
+    let vcpu_stats = vcpus.iter().map(|v| kvm_stats::open_stats(v).ok());
+    let window_device = WindowDevice::new(
+        window.clone(),
+        gate_ticket,
+        vcpu_stats.collect(),
+        control.clone(),
+    );
+    builder
+        .add_concurrent(
+            AddressSpace::Pio,
+            WINDOW_PORT,
+            4,
+            "window",
+            Arc::new(window_device),
+        )
+        .map_err(bus_err)?;
     let bus = builder
         .build(config.sync, config.io_cpu)
         .map_err(|source| VmmError::Thread {
@@ -593,9 +616,13 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         let cpus = config.placement.cpus_for_vcpu(index as usize);
         let mem_bytes = config.mem_bytes;
         let name = format!("smplab-vcpu-{index}");
+        let vcpu_window = VcpuWindow::new(window.clone());
         let spawned = std::thread::Builder::new()
             .name(name.clone())
-            .spawn(move || vcpu_thread(index, vcpu, client, &control_for_thread, cpus, mem_bytes));
+            .spawn(move || {
+                let control = &control_for_thread;
+                vcpu_thread(index, vcpu, client, control, cpus, mem_bytes, vcpu_window)
+            });
         match spawned {
             Ok(handle) => handles.push(handle),
             Err(source) => {
@@ -609,7 +636,7 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     let stopped = spawn_error.is_some() || control.wait_for_stop(config.timeout);
     control.request_stop();
     let run_wall = run_start.elapsed();
-    let reports = match stop_vcpus(handles) {
+    let mut reports = match stop_vcpus(handles) {
         Ok(reports) => reports,
         Err(e) => {
             // A vCPU thread may still be inside KVM_RUN: keep the guest memory
@@ -629,6 +656,8 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         ..VmmSection::default()
     };
     let mut first_error = spawn_error;
+    let windows = reports.iter_mut().map(|r| r.window.take()).collect();
+    section.window = window_section(&window, windows, &EXIT_REASONS, &names, config.sync);
     for report in &reports {
         section.exits_per_vcpu.push(
             EXIT_REASONS
@@ -769,6 +798,7 @@ fn vcpu_thread(
     control: &RunControl,
     cpus: Option<Vec<usize>>,
     mem_bytes: u64,
+    mut window: VcpuWindow,
 ) -> VcpuReport {
     /// Requests a VM stop when the thread ends for any reason, a panic included,
     /// so the waiting thread can never wait on a vCPU that is gone.
@@ -795,12 +825,14 @@ fn vcpu_thread(
             control,
             &mut exits,
             mem_bytes,
+            &mut window,
         )
     })();
     VcpuReport {
         index,
         vcpu,
         exits,
+        window: window.finish(&exits, &client.stats),
         client: client.stats,
         outcome,
     }
@@ -813,6 +845,7 @@ fn run_loop(
     control: &RunControl,
     exits: &mut [u64; EXIT_REASONS.len()],
     mem_bytes: u64,
+    window: &mut VcpuWindow,
 ) -> Result<(), VmmError> {
     let crash = |vcpu: &VcpuFd, reason: String| VmmError::GuestCrash {
         vcpu: index,
@@ -824,7 +857,10 @@ fn run_loop(
             return Ok(());
         }
         let mut pending_pio = None;
-        let reason = match vcpu.run() {
+        let ran = vcpu.run();
+        // Before the exit is handled and counted: split counts at window edges.
+        window.observe(&exits[..], &client.stats);
+        let reason = match ran {
             // The access width is only in kvm_run (the slice kvm-ioctls hands out
             // is size * count bytes), so port I/O is handled after the match.
             Ok(VcpuExit::IoIn(port, _)) => {
