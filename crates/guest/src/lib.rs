@@ -684,6 +684,30 @@ mod tests {
     }
 
     #[test]
+    fn pin_lists_are_checked_before_anything_starts() {
+        for cpu in [1024, 5000, usize::MAX] {
+            let e = check_pin(&[0, cpu]).unwrap_err();
+            assert!(matches!(e, GuestError::NoSuchCpu { .. }), "{e}");
+            assert_eq!(e.exit_status(), exit::RESOURCE_LIMIT);
+        }
+        let e = check_pin(&[1023]).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        assert_eq!(check_pin(&[]).unwrap_err().exit_status(), exit::BAD_INPUT);
+        assert!(check_pin(&[0]).is_ok());
+        // run_qemu refuses before it looks for QEMU or forks it.
+        let p = smplab_workload::Source::resolve("spinlock")
+            .and_then(|s| s.instantiate(Some(1), 0.01))
+            .expect("builtin");
+        let opts = VmRunOptions {
+            pin: Some(vec![4096]),
+            qemu_binary: Some("/nonexistent/qemu".into()),
+            ..VmRunOptions::default()
+        };
+        let e = run_qemu(&p, Default::default(), &opts).unwrap_err();
+        assert!(matches!(e, GuestError::NoSuchCpu { cpu: 4096, .. }), "{e}");
+    }
+
+    #[test]
     fn exit_statuses_map_to_record_statuses() {
         assert!(check_exit(0, b"", 1).is_ok());
         assert_eq!(
