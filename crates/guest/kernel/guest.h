@@ -52,12 +52,13 @@ enum {
 };
 
 /* Workload-window port (docs/guest-abi.md): written READY when every worker
- * exists and waits at the start gate, read until it answers GO (all-ones: no
- * such device, e.g. QEMU), written DONE when the last worker has ended. */
+ * exists and waits at the start gate, read while it answers WAIT (anything
+ * else, GO or the all-ones of a port no device claims, as under QEMU, means
+ * go), written DONE when the last worker has ended. */
 #define WINDOW_READY 1
 #define WINDOW_DONE 2
-#define WINDOW_WAIT 0
-#define WINDOW_GO 1
+#define WINDOW_WAIT 0x54494157u /* "WAIT" */
+#define WINDOW_GO 0x21204f47u   /* "GO !" */
 
 /* Idle policies. */
 enum { IDLE_HLT = 0, IDLE_POLL = 1, IDLE_HALTPOLL = 2 };

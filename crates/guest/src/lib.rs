@@ -12,7 +12,7 @@
 pub mod result;
 
 use smplab_record::{exit, Executor, RunRecord, WorkloadInfo};
-use smplab_vmm::{ConsoleSink, KernelImage, Placement, StartGate, SyncMode, VmConfig, VmmError};
+use smplab_vmm::{ConsoleSink, KernelImage, Placement, SyncMode, VmConfig, VmmError};
 use smplab_workload::Program;
 use std::io::Read;
 use std::path::PathBuf;
@@ -20,6 +20,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use result::{GuestResult, ResultError};
+/// The start gate K VMs share (`VmRunOptions::start_gate`).
+pub use smplab_vmm::StartGate;
 
 /// The guest kernel: an ELF64 x86-64 image with a PVH entry point.
 pub const GUEST_ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/smplab-guest.elf"));

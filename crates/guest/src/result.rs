@@ -15,8 +15,8 @@
 //!                                   # start gate: TSC of the last spawn, of the last
 //!                                   # arrival, of the release; ticks (all vCPUs) at
 //!                                   # release; TSC and ticks when the last worker
-//!                                   # ended; the window port's answer (1 = go,
-//!                                   # 4294967295 = no such port)
+//!                                   # ended; the window port's answer (0x21204f47
+//!                                   # "GO !" from smplab-vmm, 4294967295 = no such port)
 //! thread GROUP INDEX START_TSC END_TSC CPU_TSC SPINS BLOCKS WAKEUPS CSW_VOL CSW_INVOL
 //! ops C0 ... C12                    # in smplab_workload::program::counter_names::ALL order
 //! cpu ID IPIS_SENT IPIS_RECEIVED HALTS WAKEUPS CONTEXT_SWITCHES IDLE_TSC TICKS SYSCALLS
@@ -67,8 +67,8 @@ pub struct GuestGate {
     /// The last worker ended (kernel side).
     pub done_tsc: u64,
     pub done_ticks: u64,
-    /// What the window port answered (1 = go from smplab-vmm, all-ones = no
-    /// such port, as under QEMU).
+    /// What the window port answered (`0x21204f47`, "GO !" from smplab-vmm;
+    /// all-ones = no such port, as under QEMU).
     pub vmm_reply: u64,
 }
 

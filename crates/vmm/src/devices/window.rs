@@ -31,10 +31,12 @@ use std::time::Duration;
 pub const READY: u32 = 1;
 /// Written by the guest: the last worker has ended.
 pub const DONE: u32 = 2;
-/// Read answer: the host gate is still closed; read again.
-pub const WAIT: u32 = 0;
+/// Read answer: the host gate is still closed; read again. A distinctive
+/// value, so a guest never mistakes a port some other VMM's device answers
+/// with 0 for a reason to wait for ever.
+pub const WAIT: u32 = u32::from_le_bytes(*b"WAIT");
 /// Read answer: start the workload.
-pub const GO: u32 = 1;
+pub const GO: u32 = u32::from_le_bytes(*b"GO !");
 /// Longest a single read blocks before answering [`WAIT`].
 pub const WAIT_SLICE: Duration = Duration::from_millis(2);
 
