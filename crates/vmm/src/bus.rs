@@ -167,11 +167,29 @@ struct Entry {
 pub struct BusBuilder {
     entries: Vec<(AddressSpace, u64, u64, String, usize)>,
     slots: Vec<DeviceSlot>,
+    defect: Option<Defect>,
+}
+
+/// A bug built into a bus on purpose, so a test can show that the stress
+/// harness ([`crate::stress`]) catches it. Never set outside tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) enum Defect {
+    /// The I/O thread holds each posted write back and delivers it after the
+    /// request that follows it (a posted write overtaken by a later access).
+    ReorderPostedWrites,
 }
 
 impl BusBuilder {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Build the bus with `defect` (tests of the stress harness only).
+    #[cfg(test)]
+    pub(crate) fn with_defect(mut self, defect: Defect) -> Self {
+        self.defect = Some(defect);
+        self
     }
 
     /// Register a not-thread-safe device; returns the shared handle so the VMM can
@@ -253,7 +271,7 @@ impl BusBuilder {
             .collect();
         entries.sort_by_key(|e| (e.space, e.base));
         let io_thread = if mode.has_io_thread() {
-            Some(IoThread::start(slots.clone(), io_cpu)?)
+            Some(IoThread::start(slots.clone(), io_cpu, self.defect)?)
         } else {
             None
         };
@@ -574,7 +592,11 @@ struct IoThread {
 }
 
 impl IoThread {
-    fn start(slots: Arc<[DeviceSlot]>, io_cpu: Option<usize>) -> std::io::Result<Self> {
+    fn start(
+        slots: Arc<[DeviceSlot]>,
+        io_cpu: Option<usize>,
+        defect: Option<Defect>,
+    ) -> std::io::Result<Self> {
         let (sender, receiver) = mpsc::sync_channel::<Request>(QUEUE_CAPACITY);
         let depth = Arc::new(AtomicU64::new(0));
         let thread_depth = depth.clone();
@@ -586,7 +608,7 @@ impl IoThread {
                     // only loses the pinning, not correctness.
                     let _ = crate::placement::pin_current_thread(&[cpu]);
                 }
-                io_thread_loop(&slots, &receiver, &thread_depth)
+                io_thread_loop(&slots, &receiver, &thread_depth, defect)
             })?;
         Ok(IoThread {
             sender,
@@ -605,57 +627,47 @@ fn io_thread_loop(
     slots: &[DeviceSlot],
     receiver: &Receiver<Request>,
     depth: &AtomicU64,
+    defect: Option<Defect>,
 ) -> IoThreadStats {
     let started = Instant::now();
-    let mut busy = Duration::ZERO;
-    let mut stats = IoThreadStats::default();
-    let mut depth_sum: u128 = 0;
-    let mut queue_wait = new_histogram();
-    let mut handling = new_histogram();
+    let mut server = IoServer {
+        slots,
+        busy: Duration::ZERO,
+        stats: IoThreadStats::default(),
+        depth_sum: 0,
+        queue_wait: new_histogram(),
+        handling: new_histogram(),
+    };
+    // Defect::ReorderPostedWrites: the posted write being held back.
+    let mut held: Option<Request> = None;
     while let Ok(request) = poll_then_block(receiver) {
         if matches!(request, Request::Shutdown) {
             break;
         }
-        let begin = Instant::now();
         let queued = depth.fetch_sub(1, Ordering::Relaxed);
-        match request {
-            Request::Shutdown => break,
-            Request::Read {
-                slot,
-                offset,
-                len,
-                reply,
-                enqueued,
-            } => {
-                record(&mut queue_wait, begin.saturating_duration_since(enqueued));
-                let mut bytes = [0u8; 8];
-                if let Some(dev) = slots.get(slot) {
-                    dev.read(offset, &mut bytes[..usize::from(len)]);
-                }
-                // The reader may have gone away (VM stopping); nothing to do then.
-                let _ = reply.send(bytes);
-            }
-            Request::Write {
-                slot,
-                offset,
-                len,
-                data,
-                enqueued,
-            } => {
-                record(&mut queue_wait, begin.saturating_duration_since(enqueued));
-                stats.posted_writes += 1;
-                if let Some(dev) = slots.get(slot) {
-                    dev.write(offset, &data[..usize::from(len)]);
-                }
-            }
+        if defect == Some(Defect::ReorderPostedWrites)
+            && held.is_none()
+            && matches!(request, Request::Write { .. })
+        {
+            held = Some(request);
+            continue;
         }
-        stats.requests += 1;
-        stats.max_queue_depth = stats.max_queue_depth.max(queued);
-        depth_sum += u128::from(queued);
-        let spent = begin.elapsed();
-        record(&mut handling, spent);
-        busy += spent;
+        server.serve(request, queued);
+        if let Some(late) = held.take() {
+            server.serve(late, queued);
+        }
     }
+    if let Some(late) = held.take() {
+        server.serve(late, 0);
+    }
+    let IoServer {
+        busy,
+        mut stats,
+        depth_sum,
+        queue_wait,
+        handling,
+        ..
+    } = server;
     if !queue_wait.is_empty() {
         stats.queue_wait = Some(LatencyHistogram::from_hdr(&queue_wait));
         stats.handling = Some(LatencyHistogram::from_hdr(&handling));
@@ -668,6 +680,66 @@ fn io_thread_loop(
         stats.utilization = busy.as_secs_f64() / wall;
     }
     stats
+}
+
+/// The I/O thread's devices and its running measurements.
+struct IoServer<'a> {
+    slots: &'a [DeviceSlot],
+    busy: Duration,
+    stats: IoThreadStats,
+    depth_sum: u128,
+    queue_wait: Histogram<u64>,
+    handling: Histogram<u64>,
+}
+
+impl IoServer<'_> {
+    /// Serve one request; `queued` is the queue depth when it was taken out.
+    fn serve(&mut self, request: Request, queued: u64) {
+        let begin = Instant::now();
+        match request {
+            Request::Shutdown => return,
+            Request::Read {
+                slot,
+                offset,
+                len,
+                reply,
+                enqueued,
+            } => {
+                record(
+                    &mut self.queue_wait,
+                    begin.saturating_duration_since(enqueued),
+                );
+                let mut bytes = [0u8; 8];
+                if let Some(dev) = self.slots.get(slot) {
+                    dev.read(offset, &mut bytes[..usize::from(len)]);
+                }
+                // The reader may have gone away (VM stopping); nothing to do then.
+                let _ = reply.send(bytes);
+            }
+            Request::Write {
+                slot,
+                offset,
+                len,
+                data,
+                enqueued,
+            } => {
+                record(
+                    &mut self.queue_wait,
+                    begin.saturating_duration_since(enqueued),
+                );
+                self.stats.posted_writes += 1;
+                if let Some(dev) = self.slots.get(slot) {
+                    dev.write(offset, &data[..usize::from(len)]);
+                }
+            }
+        }
+        self.stats.requests += 1;
+        self.stats.max_queue_depth = self.stats.max_queue_depth.max(queued);
+        self.depth_sum += u128::from(queued);
+        let spent = begin.elapsed();
+        record(&mut self.handling, spent);
+        self.busy += spent;
+    }
 }
 
 #[cfg(test)]
