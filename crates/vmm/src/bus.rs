@@ -185,8 +185,8 @@ impl BusBuilder {
         Self::default()
     }
 
-    /// Build the bus with `defect` (tests of the stress harness only).
-    #[cfg(test)]
+    /// Build the bus with `defect` (tests of the stress harness only; not
+    /// reachable outside this crate).
     pub(crate) fn with_defect(mut self, defect: Defect) -> Self {
         self.defect = Some(defect);
         self
