@@ -101,7 +101,7 @@ fn one_kick_stops_a_vcpu_spinning_at_cpl3_wherever_it_lands() {
     }
     let counts = *vcpu.exit_counts();
     assert!(
-        counts.get(ExitReason::Intr) >= (rounds as u64) * 5,
+        counts.get(ExitReason::Intr) >= rounds * 5,
         "kicks should have interrupted KVM_RUN in most rounds: {counts:?}"
     );
     // Every return of KVM_RUN was counted under exactly one reason, and the
