@@ -9,7 +9,8 @@ use smplab_vmm::control::RunControl;
 use smplab_vmm::test_guest::{GuestProgram, Misbehave, SPIN_USER_CS};
 use smplab_vmm::vm::{open_kvm, Irqchip, Vm};
 use smplab_vmm::{
-    run_vm, BusBuilder, ConsoleSink, ExitReason, KernelImage, SyncMode, Vcpu, VmConfig, VmmError,
+    run_vm, BusBuilder, ConsoleSink, Exit, ExitAction, ExitReason, KernelImage, SyncMode, Vcpu,
+    VmConfig, VmmError,
 };
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -88,6 +89,24 @@ fn one_kick_stops_a_vcpu_spinning_at_cpl3_wherever_it_lands() {
         (SPIN_USER_CS, 3, 1),
         "the guest was not spinning in 64-bit user mode when stopped"
     );
+
+    // A kick that lands before KVM_RUN (here: before the thread even runs, so
+    // no signal can reach it) is not lost: `immediate_exit` ends the next
+    // KVM_RUN at once. Without it this KVM_RUN would spin at CPL3 forever.
+    vcpu.kicker().kick();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut vcpu = vcpu;
+        let exit = vcpu.run();
+        let _ = tx.send((vcpu, exit));
+    });
+    let (back, exit) = rx
+        .recv_timeout(LOST_KICK)
+        .expect("a kick before KVM_RUN was lost: KVM_RUN never returned");
+    vcpu = back;
+    let exit = exit.expect("KVM_RUN");
+    assert_eq!(exit, Exit::Interrupted);
+    assert_eq!(vcpu.handle_exit(exit).expect("handled"), ExitAction::Resume);
 
     // Kicks landing before, around and during KVM_RUN: each one stops it.
     let delays_us = [0u64, 0, 1, 5, 20, 50, 100, 200, 500, 1000, 3000];
