@@ -11,6 +11,7 @@ pub mod control;
 pub mod devices;
 pub mod error;
 pub mod exits;
+mod io_thread;
 pub mod kvm_stats;
 pub mod model;
 pub mod placement;
