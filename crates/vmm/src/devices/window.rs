@@ -17,6 +17,7 @@
 use super::{fill_le, le_value, ConcurrentDevice};
 use crate::bus::{ClientStats, SyncMode};
 use crate::control::RunControl;
+use crate::exits::{ExitCounts, ExitReason};
 use crate::start_gate::GateTicket;
 use smplab_record::vmm::VmmWindow;
 use smplab_record::window::StartGateRecord;
@@ -212,21 +213,21 @@ impl ConcurrentDevice for WindowDevice {
 
 /// One vCPU's statistics at a window edge.
 struct Snapshot {
-    exits: Vec<u64>,
+    exits: ExitCounts,
     stats: ClientStats,
 }
 
 /// One vCPU's exits inside the window.
 pub struct WindowCounts {
-    /// Per exit reason, in the vCPU loop's counter order.
-    pub exits: Vec<u64>,
+    /// Reason name -> count, leaving out reasons never seen (the record form).
+    pub exits: BTreeMap<String, u64>,
     pub stats: ClientStats,
 }
 
-/// Splits one vCPU thread's exit counts at the window's edges. The thread
+/// Splits one vCPU thread's exit counts at the window's edges. The vCPU
 /// calls [`VcpuWindow::observe`] right after each `KVM_RUN` returns, before it
-/// handles and counts the exit: an exit observed inside the window is counted
-/// inside it. (So the guest's "go" read falls before the window and its
+/// handles and counts the exit (`Vcpu::handle_exit`): an exit observed inside
+/// the window is counted inside it. (So the guest's "go" read falls before the window and its
 /// "done" write inside it.)
 pub struct VcpuWindow {
     state: Arc<WindowState>,
@@ -247,7 +248,7 @@ impl VcpuWindow {
 
     /// Note the counts so far if the phase changed since the last call.
     #[inline]
-    pub fn observe(&mut self, exits: &[u64], stats: &ClientStats) {
+    pub fn observe(&mut self, exits: &ExitCounts, stats: &ClientStats) {
         let now = self.state.phase();
         if now != self.seen {
             self.transition(now, exits, stats);
@@ -255,9 +256,9 @@ impl VcpuWindow {
     }
 
     #[cold]
-    fn transition(&mut self, now: Phase, exits: &[u64], stats: &ClientStats) {
+    fn transition(&mut self, now: Phase, exits: &ExitCounts, stats: &ClientStats) {
         let snap = || Snapshot {
-            exits: exits.to_vec(),
+            exits: *exits,
             stats: stats.clone(),
         };
         if self.at_go.is_none() && now >= Phase::InWindow {
@@ -271,11 +272,11 @@ impl VcpuWindow {
 
     /// The exits inside the window, given the thread's final counts; `None`
     /// if the window never opened.
-    pub fn finish(mut self, exits: &[u64], stats: &ClientStats) -> Option<WindowCounts> {
+    pub fn finish(mut self, exits: &ExitCounts, stats: &ClientStats) -> Option<WindowCounts> {
         self.observe(exits, stats);
         let go = self.at_go?;
         let (end_exits, end_stats) = match &self.at_done {
-            Some(done) => (&done.exits[..], &done.stats),
+            Some(done) => (&done.exits, &done.stats),
             None => (exits, stats),
         };
         let mut window = end_stats.clone();
@@ -291,10 +292,11 @@ impl VcpuWindow {
             .unclaimed_writes
             .saturating_sub(go.stats.unclaimed_writes);
         Some(WindowCounts {
-            exits: end_exits
+            exits: ExitReason::ALL
                 .iter()
-                .zip(&go.exits)
-                .map(|(end, start)| end.saturating_sub(*start))
+                .map(|&r| (r, end_exits.get(r).saturating_sub(go.exits.get(r))))
+                .filter(|(_, n)| *n > 0)
+                .map(|(r, n)| (r.name().to_string(), n))
                 .collect(),
             stats: window,
         })
@@ -306,7 +308,6 @@ impl VcpuWindow {
 pub fn window_section(
     state: &WindowState,
     per_vcpu: Vec<Option<WindowCounts>>,
-    reasons: &[&str],
     device_names: &[String],
     mode: SyncMode,
 ) -> Option<VmmWindow> {
@@ -319,14 +320,7 @@ pub fn window_section(
             exits_per_vcpu.push(BTreeMap::new());
             continue;
         };
-        exits_per_vcpu.push(
-            reasons
-                .iter()
-                .zip(&counts.exits)
-                .filter(|(_, n)| **n > 0)
-                .map(|(name, n)| (name.to_string(), *n))
-                .collect(),
-        );
+        exits_per_vcpu.push(counts.exits.clone());
         match &mut merged {
             None => merged = Some(counts.stats.clone()),
             Some(m) => m.merge(&counts.stats),
@@ -393,7 +387,7 @@ mod tests {
         assert_eq!(read(&dev), GO, "go is sticky");
         dev.write(0, &DONE.to_le_bytes());
         assert_eq!(state.phase(), Phase::AfterDone);
-        let s = window_section(&state, vec![], &[], &[], SyncMode::Fine).expect("window");
+        let s = window_section(&state, vec![], &[], SyncMode::Fine).expect("window");
         assert!(s.ready_ns <= s.go_ns && s.go_ns <= s.done_ns.expect("done"));
         assert!(s.start_gate.is_none());
     }
@@ -408,31 +402,41 @@ mod tests {
         b.write(0, &READY.to_le_bytes());
         assert_eq!(read(&a), GO);
         assert_eq!(read(&b), GO);
-        let s = window_section(&state_a, vec![], &[], &[], SyncMode::Fine).expect("window");
+        let s = window_section(&state_a, vec![], &[], SyncMode::Fine).expect("window");
         let g = s.start_gate.expect("gate");
         assert_eq!((g.parties, g.arrived), (2, 2));
     }
 
     #[test]
     fn vcpu_counts_are_split_at_the_edges() {
+        let counts = |io_in: u64, hlt: u64| {
+            let mut c = ExitCounts::default();
+            (0..io_in).for_each(|_| c.count(ExitReason::IoIn));
+            (0..hlt).for_each(|_| c.count(ExitReason::Hlt));
+            c
+        };
+        let map = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+            pairs.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+        };
         let state = Arc::new(WindowState::default());
         let mut w = VcpuWindow::new(state.clone());
         let stats = ClientStats::new(1);
-        w.observe(&[5, 1], &stats);
+        w.observe(&counts(5, 1), &stats);
         state.phase.store(Phase::InWindow as u8, Ordering::Release);
-        w.observe(&[6, 1], &stats); // 6 exits before go
+        w.observe(&counts(6, 1), &stats); // 6 + 1 exits before go
         state.phase.store(Phase::AfterDone as u8, Ordering::Release);
-        w.observe(&[9, 4], &stats); // 3 + 3 inside
-        let counts = w.finish(&[20, 20], &stats).expect("window opened");
-        assert_eq!(counts.exits, vec![3, 3]);
+        w.observe(&counts(9, 4), &stats); // 3 + 3 inside
+        let inside = w.finish(&counts(20, 20), &stats).expect("window opened");
+        assert_eq!(inside.exits, map(&[("io_in", 3), ("hlt", 3)]));
         // A window still open at the end counts up to the end.
         let state = Arc::new(WindowState::default());
         state.phase.store(Phase::InWindow as u8, Ordering::Release);
         let mut w = VcpuWindow::new(state);
-        w.observe(&[2], &stats);
-        assert_eq!(w.finish(&[7], &stats).expect("open").exits, vec![5]);
+        w.observe(&counts(2, 0), &stats);
+        let open = w.finish(&counts(7, 0), &stats).expect("open");
+        assert_eq!(open.exits, map(&[("io_in", 5)]));
         // Never opened: nothing.
         let w = VcpuWindow::new(Arc::new(WindowState::default()));
-        assert!(w.finish(&[7], &stats).is_none());
+        assert!(w.finish(&counts(7, 0), &stats).is_none());
     }
 }
