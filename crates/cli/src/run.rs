@@ -91,7 +91,12 @@ pub fn parse_pin(pin: &Option<String>) -> Result<Option<Vec<usize>>, i32> {
         .map(Some)
         .map_err(|e| {
             crate::report_error(format!("--pin: {e}"));
-            exit::BAD_INPUT
+            // A well-formed list naming a CPU this host lacks is a request the
+            // host cannot meet; a malformed list is bad input.
+            match e {
+                smplab_record::cpus::CpuListError::NoSuchCpu { .. } => exit::RESOURCE_LIMIT,
+                _ => exit::BAD_INPUT,
+            }
         })
 }
 

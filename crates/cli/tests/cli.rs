@@ -58,9 +58,23 @@ fn unknown_workload_and_bad_pin_are_bad_input() {
         status(&smplab(&["run", "--workload", "nosuch"])),
         exit::BAD_INPUT
     );
-    let o = smplab(&["run", "--workload", "spinlock", "--pin", "0,9999"]);
+    let o = smplab(&["run", "--workload", "spinlock", "--pin", "0,x"]);
     assert_eq!(status(&o), exit::BAD_INPUT);
-    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    // Well-formed but the host lacks the CPU (QEMU's forked child used to
+    // panic on CPUs >= 1024): what the host cannot provide.
+    for executor in ["native", "qemu"] {
+        let o = smplab(&[
+            "run",
+            "--executor",
+            executor,
+            "--workload",
+            "spinlock",
+            "--pin",
+            "0,9999",
+        ]);
+        assert_eq!(status(&o), exit::RESOURCE_LIMIT, "{executor}");
+        assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    }
     assert_eq!(
         status(&smplab(&[
             "run",
@@ -133,4 +147,11 @@ fn doctor_json_reports_kvm_and_cores() {
     assert!(v["host"]["cores"].as_u64().unwrap() >= 1);
     assert!(v["host"]["kvm"]["backing"].is_string());
     assert!(v["executors"].as_array().unwrap().len() >= 4);
+}
+
+#[test]
+fn more_threads_than_the_host_can_start_is_status_5_not_an_abort() {
+    let o = smplab(&["run", "--workload", "dedup", "--threads", "100000"]);
+    assert_eq!(status(&o), exit::RESOURCE_LIMIT, "{}", stderr(&o));
+    assert!(stderr(&o).contains("lower --threads"), "{}", stderr(&o));
 }

@@ -48,7 +48,17 @@ enum {
     SYS_POWEROFF = 11,   /* (status): write status to port 0x501 */
     SYS_PMTIMER = 12,    /* () -> rax = ACPI PM timer, rdx = tsc */
     SYS_SMP_START = 13,  /* (struct boot_params *) -> CPUs online */
+    SYS_GATE = 14,       /* () -> the VMM's answer: tell it "ready", wait for "go" (port 0x540) */
 };
+
+/* Workload-window port (docs/guest-abi.md): written READY when every worker
+ * exists and waits at the start gate, read while it answers WAIT (anything
+ * else, GO or the all-ones of a port no device claims, as under QEMU, means
+ * go), written DONE when the last worker has ended. */
+#define WINDOW_READY 1
+#define WINDOW_DONE 2
+#define WINDOW_WAIT 0x54494157u /* "WAIT" */
+#define WINDOW_GO 0x21204f47u   /* "GO !" */
 
 /* Idle policies. */
 enum { IDLE_HLT = 0, IDLE_POLL = 1, IDLE_HALTPOLL = 2 };
@@ -130,6 +140,9 @@ extern volatile u64 g_sd_acks;        /* shootdown acknowledgements */
 extern struct boot_params g_params;
 extern u64 g_boot_tsc;
 extern u64 g_lapic_hz;
+extern volatile u64 g_last_spawn_tsc; /* TSC just before the last thread became runnable */
+extern volatile u64 g_done_tsc;       /* TSC when the last worker ended (kernel side) */
+extern volatile u64 g_done_ticks;     /* timer ticks of all vCPUs at that moment */
 extern u32 boot_start_info;
 
 void user_init(u64 start_info); /* CPL3 entry of the init thread */

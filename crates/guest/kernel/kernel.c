@@ -17,6 +17,9 @@ struct boot_params g_params = {.cpus = 1, .console = 1};
 u64 g_boot_tsc;
 u64 g_lapic_hz;
 u32 boot_start_info;
+volatile u64 g_last_spawn_tsc;
+volatile u64 g_done_tsc;
+volatile u64 g_done_ticks;
 
 static volatile u32 g_nthreads;
 volatile u32 g_sd_pages; /* read by isr241 (entry.S) */
@@ -61,6 +64,7 @@ extern void thread_start(void);
 #define PORT_EXIT 0x501
 #define PORT_RESULT 0x520
 #define PORT_PMTMR 0x608
+#define PORT_WINDOW 0x540
 
 struct idt_entry {
     u16 off0, sel;
@@ -107,6 +111,7 @@ void *memset(void *d, int c, usize n)
 }
 
 static inline void outb(u16 port, u8 v) { __asm__ volatile("outb %0, %1" : : "a"(v), "Nd"(port)); }
+static inline void outl(u16 port, u32 v) { __asm__ volatile("outl %0, %1" : : "a"(v), "Nd"(port)); }
 static inline u32 inl(u16 port)
 {
     u32 v;
@@ -804,6 +809,8 @@ static void sys_spawn(struct cpu *c, struct frame *f)
     make_thread(t, (i32)i, thread_kstacks[i], f->rdi, f->rsi, f->rdx, 0);
     u32 hint = (u32)f->r10;
     t->cpu = hint < g_ncpus ? hint : 0;
+    /* Before the thread can run: every thread exists by this TSC value. */
+    g_last_spawn_tsc = rdtsc();
     rq_push(&cpus[t->cpu], t);
     kick(c, &cpus[t->cpu]);
     f->rax = i;
@@ -832,8 +839,17 @@ static void syscall(struct cpu *c, struct frame *f)
         t->run_start = now;
         t->state = T_DEAD;
         volatile u32 *done = (volatile u32 *)f->rdi;
-        if (done && __atomic_add_fetch(done, 1, __ATOMIC_SEQ_CST) == (u32)f->rsi)
+        if (done && __atomic_add_fetch(done, 1, __ATOMIC_SEQ_CST) == (u32)f->rsi) {
+            /* The last worker: the workload window closes here, before the
+             * init thread wakes to write the result stream. */
+            u64 ticks = 0;
+            for (u32 i = 0; i < g_ncpus; i++)
+                ticks += cpus[i].ticks;
+            g_done_ticks = ticks;
+            g_done_tsc = now;
+            outl(PORT_WINDOW, WINDOW_DONE);
             futex_wake_addr(c, (u64)done, 1);
+        }
         schedule(c);
         return; /* not reached: nothing switches back to a dead thread */
     }
@@ -921,6 +937,16 @@ static void syscall(struct cpu *c, struct frame *f)
     case SYS_SMP_START:
         f->rax = sys_smp_start(c, (const struct boot_params *)f->rdi);
         return;
+    case SYS_GATE: {
+        /* READY, then read until the VMM says GO: it answers WAIT while its
+         * host-side start gate (other VMs) is closed. All-ones: no device. */
+        outl(PORT_WINDOW, WINDOW_READY);
+        u32 v;
+        while ((v = inl(PORT_WINDOW)) == WINDOW_WAIT)
+            ;
+        f->rax = v;
+        return;
+    }
     default:
         f->rax = (u64)-1;
         return;

@@ -370,6 +370,11 @@ static struct group *groups;
 static struct worker *workers;
 static volatile u32 g_done;
 static volatile u32 g_sd_lock;
+/* The start gate (worker_main): arrivals, the release flag, and what the
+ * releasing worker saw. */
+static volatile u32 g_arrived;
+static volatile u32 g_go;
+static u64 g_all_arrived_tsc, g_release_tsc, g_release_ticks, g_gate_reply;
 
 struct rd {
     const u8 *b;
@@ -828,8 +833,41 @@ static void run_ops(struct worker *w, const u8 *b, u64 len)
     }
 }
 
+static u64 ticks_now(void)
+{
+    u64 t = 0;
+    for (u32 i = 0; i < g_ncpus; i++)
+        t += cpus[i].ticks;
+    return t;
+}
+
+/* The start gate, at CPL3 where waiting costs nothing on PVM hosts: every
+ * worker exists and waits here before any starts, as native threads wait at
+ * theirs. The last to arrive tells the VMM "ready", waits for its "go" (the
+ * host's gate across VMs), and releases everyone with one store. A waiter
+ * that sees queued threads yields now and then so they can arrive even on a
+ * tickless guest with more threads than vCPUs. */
+static void start_gate(void)
+{
+    if (__atomic_add_fetch(&g_arrived, 1, __ATOMIC_SEQ_CST) == total_threads) {
+        g_all_arrived_tsc = rdtsc();
+        g_gate_reply = (u32)sys0(SYS_GATE);
+        g_release_ticks = ticks_now();
+        g_release_tsc = rdtsc();
+        __atomic_store_n(&g_go, 1, __ATOMIC_RELEASE);
+        return;
+    }
+    u64 spins = 0;
+    while (!__atomic_load_n(&g_go, __ATOMIC_ACQUIRE)) {
+        cpu_relax();
+        if (g_queued && (++spins & 0x3fff) == 0)
+            sys0(SYS_YIELD);
+    }
+}
+
 static void __attribute__((noreturn)) worker_main(struct worker *w)
 {
+    start_gate();
     w->start = rdtsc();
     run_ops(w, w->ops, w->ops_len);
     w->end = rdtsc();
@@ -884,6 +922,14 @@ static void emit_result(void)
     out_sp_u64(&o, g_lapic_hz);
     out_str(&o, "\nboot_tsc");
     out_sp_u64(&o, g_boot_tsc);
+    out_str(&o, "\ngate");
+    out_sp_u64(&o, g_last_spawn_tsc);
+    out_sp_u64(&o, g_all_arrived_tsc);
+    out_sp_u64(&o, g_release_tsc);
+    out_sp_u64(&o, g_release_ticks);
+    out_sp_u64(&o, g_done_tsc);
+    out_sp_u64(&o, g_done_ticks);
+    out_sp_u64(&o, g_gate_reply);
     out_str(&o, "\n");
     for (u32 i = 0; i < total_threads; i++) {
         struct worker *w = &workers[i];

@@ -20,6 +20,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use result::{GuestResult, ResultError};
+/// The start gate K VMs share (`VmRunOptions::start_gate`).
+pub use smplab_vmm::StartGate;
 
 /// The guest kernel: an ELF64 x86-64 image with a PVH entry point.
 pub const GUEST_ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/smplab-guest.elf"));
@@ -108,6 +110,12 @@ pub struct VmRunOptions {
     /// Extra guest command-line words, appended last (docs/guest-abi.md), e.g.
     /// `selftest=fault`.
     pub extra_cmdline: String,
+    /// smplab-vmm only: a start gate shared with the other VMs of a multi-VM
+    /// run, so their workloads are released together (docs/guest-abi.md,
+    /// window port). Make one with `StartGate::new(k, max_wait)` and give
+    /// each of the K runs a clone; `smplab_record::overlap_of_records` then
+    /// says how much their windows overlapped.
+    pub start_gate: Option<StartGate>,
 }
 
 impl Default for VmRunOptions {
@@ -126,6 +134,7 @@ impl Default for VmRunOptions {
             kernel: None,
             qemu_binary: None,
             extra_cmdline: String::new(),
+            start_gate: None,
         }
     }
 }
@@ -158,6 +167,14 @@ pub enum GuestError {
     QemuFailed { status: String, stderr: String },
     #[error("QEMU still running after the {seconds:.1} s timeout; raise --timeout. Guest console so far:\n{console}")]
     QemuTimeout { seconds: f64, console: String },
+    #[error("--pin names host CPU {cpu}, which {reason}; this host's CPUs are 0-{last}")]
+    NoSuchCpu {
+        cpu: usize,
+        last: usize,
+        reason: &'static str,
+    },
+    #[error("--pin is empty; give a comma-separated list of host CPUs such as 0,1")]
+    EmptyPin,
     #[error("cannot prepare the QEMU run ({what}): {source}")]
     Io {
         what: String,
@@ -174,7 +191,8 @@ impl GuestError {
             GuestError::TooManyVcpus { .. } | GuestError::TooMuchMemory { .. } => {
                 exit::RESOURCE_LIMIT
             }
-            GuestError::TooManyThreads { .. } => exit::BAD_INPUT,
+            GuestError::TooManyThreads { .. } | GuestError::EmptyPin => exit::BAD_INPUT,
+            GuestError::NoSuchCpu { .. } => exit::RESOURCE_LIMIT,
             GuestError::GuestRejected { .. } => exit::INTERNAL,
             GuestError::GuestException { .. } | GuestError::UnexpectedExit { .. } => {
                 exit::GUEST_CRASH
@@ -264,8 +282,55 @@ fn check(program: &Program, opts: &VmRunOptions) -> Result<u64, GuestError> {
     if mem > MAX_MEM_BYTES {
         return Err(GuestError::TooMuchMemory { needed: mem });
     }
+    if let Some(pin) = &opts.pin {
+        check_pin(pin)?;
+    }
     Ok(mem)
 }
+
+/// Check a pin list against the host before anything is started (QEMU's
+/// affinity is set in its forked child, where a bad CPU cannot be reported
+/// well): a CPU beyond what a `cpu_set_t` holds or the host has, or one this
+/// process may not use, is [`GuestError::NoSuchCpu`].
+pub fn check_pin(pin: &[usize]) -> Result<(), GuestError> {
+    if pin.is_empty() {
+        return Err(GuestError::EmptyPin);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, and
+    // sched_getaffinity writes at most size_of::<cpu_set_t>() bytes into it.
+    let allowed = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0)
+            .then_some(set)
+    };
+    let last = cores.saturating_sub(1).max(
+        (0..CPU_SET_BITS)
+            // SAFETY: i < CPU_SET_BITS, the capacity of the set.
+            .filter(|&i| allowed.is_some_and(|set| unsafe { libc::CPU_ISSET(i, &set) }))
+            .max()
+            .unwrap_or(0),
+    );
+    for &cpu in pin {
+        let reason = if cpu >= CPU_SET_BITS {
+            Some("is beyond the 1024 CPUs a CPU set can name")
+        } else if cpu > last {
+            Some("does not exist")
+        } else {
+            // SAFETY: cpu < CPU_SET_BITS, the capacity of the set.
+            allowed
+                .filter(|set| !unsafe { libc::CPU_ISSET(cpu, set) })
+                .map(|_| "this process may not run on")
+        };
+        if let Some(reason) = reason {
+            return Err(GuestError::NoSuchCpu { cpu, last, reason });
+        }
+    }
+    Ok(())
+}
+
+/// CPUs a `libc::cpu_set_t` can hold (CPU_SETSIZE).
+const CPU_SET_BITS: usize = 8 * std::mem::size_of::<libc::cpu_set_t>();
 
 fn kernel_bytes(opts: &VmRunOptions) -> Result<Vec<u8>, GuestError> {
     match &opts.kernel {
@@ -338,6 +403,7 @@ pub fn run_vm(
     };
     cfg.io_cpu = opts.io_cpu;
     cfg.timeout = Some(opts.timeout);
+    cfg.start_gate = opts.start_gate.clone();
     cfg.console = if opts.show_console {
         ConsoleSink::Stdout
     } else {
@@ -354,10 +420,30 @@ pub fn run_vm(
     if let Some(io) = opts.io_cpu {
         rec.set_config("io_cpu", io);
     }
-    parsed.fill(&mut rec, program);
+    let console = || String::from_utf8_lossy(&run.console).into_owned();
+    parsed
+        .fill(&mut rec, program)
+        .map_err(|e| GuestError::BadResult(e, console()))?;
+    if let Some(window) = host_window(&run.section) {
+        rec.timing.window = Some(window);
+    }
     rec.timing.total_ns = Some(run.wall.as_nanos() as u64);
     rec.vmm = Some(run.section);
     Ok(rec)
+}
+
+/// The workload window as smplab-vmm saw it on the host clock: the guest's
+/// "ready", the VMM's "go", the guest's "done" (absent if the run stopped
+/// before "done").
+fn host_window(section: &smplab_record::vmm::VmmSection) -> Option<smplab_record::WorkloadWindow> {
+    let w = section.window.as_ref()?;
+    Some(smplab_record::WorkloadWindow {
+        clock: smplab_record::WindowClock::HostMonotonic,
+        threads_ready_ns: w.ready_ns,
+        start_ns: w.go_ns,
+        end_ns: w.done_ns?,
+        start_gate: w.start_gate,
+    })
 }
 
 /// Whether `binary` can be run (a path, or a name found on PATH).
@@ -451,7 +537,8 @@ pub fn run_qemu(
             cmd.pre_exec(move || {
                 let mut set: libc::cpu_set_t = std::mem::zeroed();
                 libc::CPU_ZERO(&mut set);
-                for &c in &cpus {
+                // check_pin (in check) kept every CPU below CPU_SET_BITS.
+                for &c in cpus.iter().filter(|&&c| c < CPU_SET_BITS) {
                     libc::CPU_SET(c, &mut set);
                 }
                 if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
@@ -526,7 +613,9 @@ pub fn run_qemu(
         .map_err(|e| GuestError::BadResult(e, String::from_utf8_lossy(&console).into_owned()))?;
     let mut rec = base_record(Executor::Qemu, info, program, opts, mem);
     rec.set_config("qemu", binary.display().to_string());
-    parsed.fill(&mut rec, program);
+    parsed
+        .fill(&mut rec, program)
+        .map_err(|e| GuestError::BadResult(e, String::from_utf8_lossy(&console).into_owned()))?;
     rec.timing.total_ns = Some(wall.as_nanos() as u64);
     Ok(rec)
 }
@@ -594,6 +683,30 @@ mod tests {
         assert!(e.to_string().contains("apt-get install qemu-system-x86"));
         assert_eq!(e.exit_status(), exit::EXTERNAL_TOOL);
         assert!(find_binary(std::path::Path::new("/nonexistent/qemu")).is_none());
+    }
+
+    #[test]
+    fn pin_lists_are_checked_before_anything_starts() {
+        for cpu in [1024, 5000, usize::MAX] {
+            let e = check_pin(&[0, cpu]).unwrap_err();
+            assert!(matches!(e, GuestError::NoSuchCpu { .. }), "{e}");
+            assert_eq!(e.exit_status(), exit::RESOURCE_LIMIT);
+        }
+        let e = check_pin(&[1023]).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        assert_eq!(check_pin(&[]).unwrap_err().exit_status(), exit::BAD_INPUT);
+        assert!(check_pin(&[0]).is_ok());
+        // run_qemu refuses before it looks for QEMU or forks it.
+        let p = smplab_workload::Source::resolve("spinlock")
+            .and_then(|s| s.instantiate(Some(1), 0.01))
+            .expect("builtin");
+        let opts = VmRunOptions {
+            pin: Some(vec![4096]),
+            qemu_binary: Some("/nonexistent/qemu".into()),
+            ..VmRunOptions::default()
+        };
+        let e = run_qemu(&p, Default::default(), &opts).unwrap_err();
+        assert!(matches!(e, GuestError::NoSuchCpu { cpu: 4096, .. }), "{e}");
     }
 
     #[test]

@@ -11,6 +11,12 @@
 //! timer_hz HZ
 //! lapic_hz HZ
 //! boot_tsc TSC                      # TSC when the kernel was entered
+//! gate SPAWNED ARRIVED RELEASE RELEASE_TICKS DONE DONE_TICKS REPLY
+//!                                   # start gate: TSC of the last spawn, of the last
+//!                                   # arrival, of the release; ticks (all vCPUs) at
+//!                                   # release; TSC and ticks when the last worker
+//!                                   # ended; the window port's answer (0x21204f47
+//!                                   # "GO !" from smplab-vmm, 4294967295 = no such port)
 //! thread GROUP INDEX START_TSC END_TSC CPU_TSC SPINS BLOCKS WAKEUPS CSW_VOL CSW_INVOL
 //! ops C0 ... C12                    # in smplab_workload::program::counter_names::ALL order
 //! cpu ID IPIS_SENT IPIS_RECEIVED HALTS WAKEUPS CONTEXT_SWITCHES IDLE_TSC TICKS SYSCALLS
@@ -43,6 +49,27 @@ pub enum ResultError {
     Truncated,
     #[error("the serial console holds no framed result record ({SERIAL_BEGIN} ... {SERIAL_END})")]
     NoSerialFrame,
+    #[error("the guest's result record is corrupt: {0}; the guest kernel misbehaved or its memory was overwritten, so this run's numbers cannot be trusted")]
+    Corrupt(String),
+}
+
+/// The guest's start gate and workload window, in guest TSC cycles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GuestGate {
+    /// Just before the last workload thread became runnable.
+    pub last_spawn_tsc: u64,
+    /// The last worker arrived at the gate.
+    pub all_arrived_tsc: u64,
+    /// The gate released the workers.
+    pub release_tsc: u64,
+    /// Timer ticks of all vCPUs at the release.
+    pub release_ticks: u64,
+    /// The last worker ended (kernel side).
+    pub done_tsc: u64,
+    pub done_ticks: u64,
+    /// What the window port answered (`0x21204f47`, "GO !" from smplab-vmm;
+    /// all-ones = no such port, as under QEMU).
+    pub vmm_reply: u64,
 }
 
 /// One workload thread as the guest measured it.
@@ -83,6 +110,8 @@ pub struct GuestResult {
     pub timer_hz: u32,
     pub lapic_hz: u64,
     pub boot_tsc: u64,
+    /// Absent from guests older than the start gate.
+    pub gate: Option<GuestGate>,
     pub threads: Vec<GuestThread>,
     pub ops: [u64; 13],
     pub vcpus: Vec<GuestCpu>,
@@ -154,6 +183,18 @@ pub fn parse(bytes: &[u8]) -> Result<GuestResult, ResultError> {
             "timer_hz" => r.timer_hz = narrow(n, nums::<1>(n, &rest)?[0])?,
             "lapic_hz" => r.lapic_hz = nums::<1>(n, &rest)?[0],
             "boot_tsc" => r.boot_tsc = nums::<1>(n, &rest)?[0],
+            "gate" => {
+                let v = nums::<7>(n, &rest)?;
+                r.gate = Some(GuestGate {
+                    last_spawn_tsc: v[0],
+                    all_arrived_tsc: v[1],
+                    release_tsc: v[2],
+                    release_ticks: v[3],
+                    done_tsc: v[4],
+                    done_ticks: v[5],
+                    vmm_reply: v[6],
+                });
+            }
             "thread" => {
                 let v = nums::<10>(n, &rest)?;
                 r.threads.push(GuestThread {
@@ -204,6 +245,15 @@ pub fn parse(bytes: &[u8]) -> Result<GuestResult, ResultError> {
     Ok(r)
 }
 
+/// Sum guest-supplied numbers, refusing a total that overflows: no real run
+/// comes near 2^64 events, so an overflow means the record is corrupt.
+fn checked_sum(what: &str, values: impl IntoIterator<Item = u64>) -> Result<u64, ResultError> {
+    values
+        .into_iter()
+        .try_fold(0u64, |acc, v| acc.checked_add(v))
+        .ok_or_else(|| ResultError::Corrupt(format!("the {what} overflow 64 bits when summed")))
+}
+
 impl GuestResult {
     /// TSC cycles to nanoseconds with this run's TSC frequency.
     pub fn ns(&self, cycles: u64) -> u64 {
@@ -211,11 +261,67 @@ impl GuestResult {
         (cycles as u128 * 1_000_000_000u128 / hz).min(u64::MAX as u128) as u64
     }
 
-    /// Workload wall time: first thread start to last thread end.
+    /// Check what cannot be true of a real run: a thread ending before it
+    /// started, counters whose totals overflow.
+    pub fn validate(&self) -> Result<(), ResultError> {
+        for t in &self.threads {
+            if t.end_tsc < t.start_tsc {
+                return Err(ResultError::Corrupt(format!(
+                    "thread {}/{} ends (TSC {}) before it starts (TSC {})",
+                    t.group, t.index, t.end_tsc, t.start_tsc
+                )));
+            }
+        }
+        let threads = &self.threads;
+        let cpus = &self.vcpus;
+        checked_sum("thread spin counts", threads.iter().map(|t| t.spins))?;
+        checked_sum("thread block counts", threads.iter().map(|t| t.blocks))?;
+        checked_sum("thread wakeup counts", threads.iter().map(|t| t.wakeups))?;
+        checked_sum(
+            "voluntary switches",
+            threads.iter().map(|t| t.csw_voluntary),
+        )?;
+        checked_sum(
+            "involuntary switches",
+            threads.iter().map(|t| t.csw_involuntary),
+        )?;
+        checked_sum("IPIs sent", cpus.iter().map(|c| c.ipis_sent))?;
+        checked_sum("IPIs received", cpus.iter().map(|c| c.ipis_received))?;
+        checked_sum("halts", cpus.iter().map(|c| c.halts))?;
+        checked_sum("vCPU wakeups", cpus.iter().map(|c| c.wakeups))?;
+        checked_sum("context switches", cpus.iter().map(|c| c.context_switches))?;
+        checked_sum("timer ticks", cpus.iter().map(|c| c.ticks))?;
+        if let Some(g) = &self.gate {
+            if g.done_ticks < g.release_ticks {
+                return Err(ResultError::Corrupt(format!(
+                    "timer ticks went down over the workload ({} at release, {} at the end)",
+                    g.release_ticks, g.done_ticks
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Workload wall time: the first worker's start (its first TSC read after
+    /// the start gate released it) to the last worker's end.
     pub fn wall_ns(&self) -> u64 {
         let start = self.threads.iter().map(|t| t.start_tsc).min().unwrap_or(0);
         let end = self.threads.iter().map(|t| t.end_tsc).max().unwrap_or(0);
         self.ns(end.saturating_sub(start))
+    }
+
+    /// The workload window on the guest's TSC clock (ns since the TSC was 0):
+    /// all workers existed, the gate released them, the last one ended.
+    pub fn tsc_window(&self) -> Option<smplab_record::WorkloadWindow> {
+        let g = self.gate?;
+        let end = self.threads.iter().map(|t| t.end_tsc).max()?;
+        Some(smplab_record::WorkloadWindow {
+            clock: smplab_record::WindowClock::GuestTsc,
+            threads_ready_ns: self.ns(g.all_arrived_tsc),
+            start_ns: self.ns(g.release_tsc),
+            end_ns: self.ns(end),
+            start_gate: None,
+        })
     }
 
     /// Per-operation counts keyed like `RunRecord::counters.ops`.
@@ -228,28 +334,40 @@ impl GuestResult {
     }
 
     /// The guest section of the record.
-    pub fn section(&self) -> GuestSection {
+    pub fn section(&self) -> Result<GuestSection, ResultError> {
+        self.validate()?;
         let first_start = self
             .threads
             .iter()
             .map(|t| t.start_tsc)
             .min()
             .unwrap_or(self.boot_tsc);
-        GuestSection {
+        let since_boot = |tsc: u64| self.ns(tsc.saturating_sub(self.boot_tsc));
+        let cpus = &self.vcpus;
+        Ok(GuestSection {
             vcpus: self.cpus,
             idle: self.idle.clone(),
-            ipis_sent: self.vcpus.iter().map(|c| c.ipis_sent).sum(),
-            ipis_received: self.vcpus.iter().map(|c| c.ipis_received).sum(),
-            halts: self.vcpus.iter().map(|c| c.halts).sum(),
-            wakeups: self.vcpus.iter().map(|c| c.wakeups).sum(),
-            context_switches: self.vcpus.iter().map(|c| c.context_switches).sum(),
-            boot_ns: self.ns(first_start.saturating_sub(self.boot_tsc)),
-            idle_ns_per_vcpu: self.vcpus.iter().map(|c| self.ns(c.idle_tsc)).collect(),
+            ipis_sent: checked_sum("IPIs sent", cpus.iter().map(|c| c.ipis_sent))?,
+            ipis_received: checked_sum("IPIs received", cpus.iter().map(|c| c.ipis_received))?,
+            halts: checked_sum("halts", cpus.iter().map(|c| c.halts))?,
+            wakeups: checked_sum("vCPU wakeups", cpus.iter().map(|c| c.wakeups))?,
+            context_switches: checked_sum(
+                "context switches",
+                cpus.iter().map(|c| c.context_switches),
+            )?,
+            boot_ns: since_boot(first_start),
+            idle_ns_per_vcpu: cpus.iter().map(|c| self.ns(c.idle_tsc)).collect(),
             tsc_hz: self.tsc_hz,
             timer_hz: self.timer_hz,
             lapic_hz: self.lapic_hz,
-            per_vcpu: self
-                .vcpus
+            timer_ticks: checked_sum("timer ticks", cpus.iter().map(|c| c.ticks))?,
+            window_timer_ticks: self
+                .gate
+                .map(|g| g.done_ticks.saturating_sub(g.release_ticks))
+                .unwrap_or(0),
+            threads_created_ns: self.gate.map(|g| since_boot(g.last_spawn_tsc)).unwrap_or(0),
+            release_ns: self.gate.map(|g| since_boot(g.release_tsc)).unwrap_or(0),
+            per_vcpu: cpus
                 .iter()
                 .map(|c| GuestVcpuCounters {
                     ipis_sent: c.ipis_sent,
@@ -262,14 +380,18 @@ impl GuestResult {
                     syscalls: c.syscalls,
                 })
                 .collect(),
-        }
+        })
     }
 
-    /// Fill the common record fields and the guest section.
-    pub fn fill(&self, rec: &mut RunRecord, program: &Program) {
+    /// Fill the common record fields and the guest section. The workload
+    /// window is the guest's own (guest TSC); a VMM that saw the window on the
+    /// host clock replaces it.
+    pub fn fill(&self, rec: &mut RunRecord, program: &Program) -> Result<(), ResultError> {
+        let section = self.section()?;
+        let threads = &self.threads;
         rec.timing.wall_ns = self.wall_ns();
-        rec.timing.threads = self
-            .threads
+        rec.timing.window = self.tsc_window();
+        rec.timing.threads = threads
             .iter()
             .map(|t| ThreadTiming {
                 group: program
@@ -283,14 +405,20 @@ impl GuestResult {
             })
             .collect();
         rec.counters.ops = self.ops_map();
-        rec.counters.spin_iterations = self.threads.iter().map(|t| t.spins).sum();
-        rec.counters.blocks = self.threads.iter().map(|t| t.blocks).sum();
-        rec.counters.wakeups = self.threads.iter().map(|t| t.wakeups).sum();
-        rec.counters.context_switches_voluntary =
-            self.threads.iter().map(|t| t.csw_voluntary).sum();
-        rec.counters.context_switches_involuntary =
-            self.threads.iter().map(|t| t.csw_involuntary).sum();
-        rec.guest = Some(self.section());
+        let c = &mut rec.counters;
+        c.spin_iterations = checked_sum("thread spin counts", threads.iter().map(|t| t.spins))?;
+        c.blocks = checked_sum("thread block counts", threads.iter().map(|t| t.blocks))?;
+        c.wakeups = checked_sum("thread wakeup counts", threads.iter().map(|t| t.wakeups))?;
+        c.context_switches_voluntary = checked_sum(
+            "voluntary switches",
+            threads.iter().map(|t| t.csw_voluntary),
+        )?;
+        c.context_switches_involuntary = checked_sum(
+            "involuntary switches",
+            threads.iter().map(|t| t.csw_involuntary),
+        )?;
+        rec.guest = Some(section);
+        Ok(())
     }
 }
 
@@ -313,7 +441,7 @@ ops 2 2000 0 0 1 0 1 0 0 0 0 0 0\ncpu 0 1 2 3 4 5 2000 6 7\ncpu 1 2 1 0 1 1 0 0 
         assert_eq!(r.vcpus[0].syscalls, 7);
         // 6000 cycles at 2 GHz.
         assert_eq!(r.wall_ns(), 3000);
-        let s = r.section();
+        let s = r.section().expect("valid");
         assert_eq!(s.ipis_sent, 3);
         assert_eq!(s.halts, 3);
         assert_eq!(s.idle_ns_per_vcpu, vec![1000, 0]);
@@ -338,6 +466,66 @@ ops 2 2000 0 0 1 0 1 0 0 0 0 0 0\ncpu 0 1 2 3 4 5 2000 6 7\ncpu 1 2 1 0 1 1 0 0 
             Err(ResultError::Malformed { .. })
         ));
         assert!(matches!(parse(&[0xff, 0xfe]), Err(ResultError::NotText)));
+    }
+
+    #[test]
+    fn the_gate_line_places_creation_before_the_window() {
+        let with_gate = SAMPLE.replace(
+            "boot_tsc 1000\n",
+            "boot_tsc 1000\ngate 2000 2500 2900 4 9500 10 4294967295\n",
+        );
+        let r = parse(with_gate.as_bytes()).expect("parses");
+        let g = r.gate.expect("gate line");
+        assert_eq!((g.release_tsc, g.vmm_reply), (2900, u64::from(u32::MAX)));
+        let s = r.section().expect("valid");
+        // 2 GHz: creation at 500 ns, release at 950 ns, first start at 1000 ns.
+        assert_eq!(
+            (s.threads_created_ns, s.release_ns, s.boot_ns),
+            (500, 950, 1000)
+        );
+        assert_eq!((s.timer_ticks, s.window_timer_ticks), (6, 6));
+        let w = r.tsc_window().expect("window");
+        assert_eq!(w.clock, smplab_record::WindowClock::GuestTsc);
+        assert_eq!(
+            (w.threads_ready_ns, w.start_ns, w.end_ns),
+            (1250, 1450, 4500)
+        );
+        assert!(parse(SAMPLE.as_bytes())
+            .expect("old")
+            .tsc_window()
+            .is_none());
+    }
+
+    #[test]
+    fn nonsense_counters_are_a_corrupt_record_not_a_panic() {
+        let huge = u64::MAX;
+        let overflow = SAMPLE.replace(
+            "cpu 0 1 2 3 4 5 2000 6 7\ncpu 1 2 1 0",
+            &format!("cpu 0 {huge} 2 3 4 5 2000 6 7\ncpu 1 2 1 0"),
+        );
+        let r = parse(overflow.as_bytes()).expect("parses: each number fits");
+        let e = r.section().unwrap_err();
+        assert!(matches!(e, ResultError::Corrupt(_)), "{e}");
+        assert!(e.to_string().contains("IPIs sent"), "{e}");
+        let spins = SAMPLE.replace(
+            "thread 0 1 4000 9000 4000 0 0",
+            &format!("thread 0 1 4000 9000 4000 {huge} 0"),
+        );
+        let r = parse(spins.as_bytes()).expect("parses");
+        let program = smplab_workload::Source::resolve("spinlock")
+            .and_then(|s| s.instantiate(Some(2), 0.01))
+            .expect("builtin");
+        let mut rec = RunRecord::new(smplab_record::Executor::Vm, Default::default());
+        assert!(matches!(
+            r.fill(&mut rec, &program),
+            Err(ResultError::Corrupt(_))
+        ));
+        let backwards = SAMPLE.replace("thread 0 0 3000 5000", "thread 0 0 3000 2000");
+        let e = parse(backwards.as_bytes())
+            .expect("parses")
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("before it starts"), "{e}");
     }
 
     #[test]

@@ -155,6 +155,11 @@ fn qemu_runs_a_workload() {
             assert_eq!(r.counters.ops, p.expected_counts());
             assert_eq!(r.guest.as_ref().map(|g| g.vcpus), Some(2));
             assert_eq!(r.executor, smplab_record::Executor::Qemu);
+            // No window device under QEMU: the guest goes on its own, and the
+            // window is the guest's own (TSC) one.
+            let w = r.timing.window.expect("guest window");
+            assert_eq!(w.clock, smplab_record::WindowClock::GuestTsc);
+            assert!(w.threads_ready_ns <= w.start_ns && w.start_ns <= w.end_ns);
         }
         Err(smplab_guest::GuestError::QemuMissing { .. })
             if std::env::var("SMPLAB_REQUIRE_QEMU").as_deref() != Ok("1") =>
@@ -407,4 +412,110 @@ fn stress_sweep() {
             }
         }
     }
+}
+
+fn io_out(exits: &[std::collections::BTreeMap<String, u64>]) -> u64 {
+    exits.iter().filter_map(|m| m.get("io_out")).sum()
+}
+
+#[test]
+fn the_workload_window_opens_after_every_thread_exists() {
+    if !kvm_usable() {
+        return;
+    }
+    // More threads than vCPUs, so spawning is serial and takes a while.
+    let p = program("dedup", 2, 0.02);
+    let r = vm(&p, &opts(2, IdlePolicy::Hlt));
+    let g = r.guest.as_ref().expect("guest section");
+    // Guest clock: the last thread was created before the gate released the
+    // workers, and the first worker started after the release.
+    assert!(g.threads_created_ns > 0, "{g:?}");
+    assert!(g.threads_created_ns <= g.release_ns, "{g:?}");
+    assert!(
+        g.release_ns <= g.boot_ns,
+        "first start after release: {g:?}"
+    );
+    assert!(g.window_timer_ticks <= g.timer_ticks, "{g:?}");
+    // Host clock: ready, go and done from smplab-vmm, in order.
+    let w = r.timing.window.expect("window");
+    assert_eq!(w.clock, smplab_record::WindowClock::HostMonotonic);
+    assert!(
+        w.threads_ready_ns <= w.start_ns && w.start_ns < w.end_ns,
+        "{w:?}"
+    );
+    assert!(w.start_gate.is_none());
+    // The window's exits leave out the result stream (hundreds of io_out
+    // bytes written after the workload): only the "done" write is inside.
+    let v = r.vmm.as_ref().expect("vmm section");
+    let vw = v.window.as_ref().expect("vmm window");
+    assert_eq!(vw.exits_per_vcpu.len(), 2);
+    let (inside, all) = (io_out(&vw.exits_per_vcpu), io_out(&v.exits_per_vcpu));
+    assert!(
+        inside < all && all - inside > 100,
+        "window io_out {inside}, run {all}"
+    );
+    assert!(
+        !vw.exit_latency.contains_key("result/fine"),
+        "{:?}",
+        vw.exit_latency.keys()
+    );
+    assert!(v.exit_latency.contains_key("result/fine"));
+    assert_eq!(vw.kvm_vcpu_stats.len(), 2);
+}
+
+#[test]
+fn vms_sharing_a_start_gate_are_released_together() {
+    if !kvm_usable() {
+        return;
+    }
+    let gate = smplab_vmm::StartGate::new(2, Duration::from_secs(50));
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let mut o = opts(1, IdlePolicy::Hlt);
+            o.start_gate = Some(gate.clone());
+            std::thread::spawn(move || {
+                let p = program("blackscholes", 1, 0.02);
+                vm(&p, &o)
+            })
+        })
+        .collect();
+    let records: Vec<RunRecord> = runs.into_iter().map(|h| h.join().expect("vm")).collect();
+    let windows: Vec<_> = records
+        .iter()
+        .map(|r| r.timing.window.expect("window"))
+        .collect();
+    for w in &windows {
+        let g = w.start_gate.expect("gate record");
+        assert_eq!(g.outcome, smplab_record::window::GateOutcome::Opened);
+        assert_eq!((g.parties, g.arrived), (2, 2));
+    }
+    // Neither VM went before both were ready.
+    let last_ready = windows.iter().map(|w| w.threads_ready_ns).max();
+    assert!(
+        windows.iter().all(|w| Some(w.start_ns) >= last_ready),
+        "{windows:?}"
+    );
+    let overlap = smplab_record::overlap_of_records(&records).expect("same clock");
+    assert!((0.0..=1.0).contains(&overlap));
+}
+
+#[test]
+fn a_vm_that_fails_early_does_not_hold_its_sibling_at_the_gate() {
+    if !kvm_usable() {
+        return;
+    }
+    let gate = smplab_vmm::StartGate::new(2, Duration::from_secs(3600));
+    let mut bad = opts(1, IdlePolicy::Hlt);
+    bad.start_gate = Some(gate.clone());
+    bad.kernel = Some("/nonexistent/kernel.elf".into());
+    let p = program("blackscholes", 1, 0.01);
+    assert!(run_vm(&p, info(&p), &bad).is_err());
+    let mut good = opts(1, IdlePolicy::Hlt);
+    good.start_gate = Some(gate);
+    let r = vm(&p, &good);
+    let g = r.timing.window.and_then(|w| w.start_gate).expect("gate");
+    assert_eq!(
+        (g.outcome, g.arrived),
+        (smplab_record::window::GateOutcome::Opened, 1)
+    );
 }

@@ -7,14 +7,18 @@
 //! barrier and queue themselves, public for the bench and tests.
 
 mod exec;
+mod limits;
 pub mod primitives;
 mod shared;
 pub mod sys;
 
 use exec::{Stop, Tallies, Worker};
+pub use limits::{thread_limit, ThreadLimit};
 use primitives::{Ctx, Stats};
 use shared::Shared;
-use smplab_record::{exit, Executor, RunRecord, ThreadTiming, WorkloadInfo};
+use smplab_record::{
+    exit, Executor, RunRecord, ThreadTiming, WindowClock, WorkloadInfo, WorkloadWindow,
+};
 use smplab_workload::program::OpCounts;
 use smplab_workload::Program;
 use std::sync::atomic::Ordering;
@@ -48,6 +52,12 @@ pub enum NativeError {
         what: String,
         source: std::io::Error,
     },
+    #[error("the workload has {threads} threads but this host can start only {limit} more, limited by {limited_by}; lower --threads")]
+    TooManyThreads {
+        threads: u64,
+        limit: u64,
+        limited_by: String,
+    },
     #[error("cannot start thread {thread}: {source}; lower --threads or raise the process/thread limit (ulimit -u)")]
     Spawn {
         thread: String,
@@ -80,7 +90,15 @@ impl NativeError {
             NativeError::EmptyPin | NativeError::BadCpu { .. } | NativeError::BadProgram(_) => {
                 exit::BAD_INPUT
             }
-            NativeError::Memory { .. } => exit::RESOURCE_LIMIT,
+            NativeError::Memory { .. } | NativeError::TooManyThreads { .. } => exit::RESOURCE_LIMIT,
+            NativeError::Spawn { source, .. }
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::OutOfMemory
+                ) =>
+            {
+                exit::RESOURCE_LIMIT
+            }
             NativeError::Timeout(_) => exit::TIMEOUT,
             NativeError::Panic { .. } => exit::INTERNAL,
             NativeError::Affinity(_)
@@ -112,8 +130,12 @@ pub struct ThreadReport {
 /// Everything a run measured, plus the end state of every shared object.
 #[derive(Debug, Clone)]
 pub struct Execution {
-    /// First thread start to last thread end.
+    /// The first thread's start (its first clock read after the gate opened)
+    /// to the last thread's end (its clock read after its last op).
     pub wall_ns: u64,
+    /// Every thread ready at the gate, the gate opening, the last thread's
+    /// end, on the host's CLOCK_MONOTONIC.
+    pub window: WorkloadWindow,
     pub threads: Vec<ThreadReport>,
     pub counts: OpCounts,
     pub stats: Stats,
@@ -159,6 +181,7 @@ pub fn run(
         record.set_config("timeout_ms", t.as_millis().min(u64::MAX as u128) as u64);
     }
     record.timing.wall_ns = ex.wall_ns;
+    record.timing.window = Some(ex.window);
     record.timing.threads = ex
         .threads
         .iter()
@@ -263,6 +286,7 @@ pub fn execute(program: &Program, opts: &NativeOptions) -> Result<Execution, Nat
     if let Some(pin) = &opts.pin {
         check_pin(pin)?;
     }
+    check_threads(program)?;
     let shared = Arc::new(Shared::new(program)?);
     let program = Arc::new(program.clone());
     let plan = program.threads();
@@ -302,6 +326,8 @@ pub fn execute(program: &Program, opts: &NativeOptions) -> Result<Execution, Nat
         }
         sys::futex_wait(&shared.ready, r, Some(POLL));
     }
+    let ready_ns = sys::monotonic_ns();
+    let released_ns = sys::monotonic_ns();
     shared.gate.store(1, Ordering::SeqCst);
     sys::futex_wake(&shared.gate, u32::MAX);
     let opened = Instant::now();
@@ -366,7 +392,26 @@ pub fn execute(program: &Program, opts: &NativeOptions) -> Result<Execution, Nat
     if let Some(e) = shared.take_failure() {
         return Err(e);
     }
-    Ok(summarize(&shared, outs))
+    let mut ex = summarize(&shared, outs);
+    ex.window.threads_ready_ns = ready_ns;
+    ex.window.start_ns = released_ns;
+    ex.window.end_ns = ex.window.end_ns.max(released_ns);
+    Ok(ex)
+}
+
+/// Refuse, before any thread starts, a program with more threads than the
+/// host can start (see `limits`).
+fn check_threads(program: &Program) -> Result<(), NativeError> {
+    let threads = u64::from(program.total_threads());
+    let limit = thread_limit();
+    if threads > limit.threads {
+        return Err(NativeError::TooManyThreads {
+            threads,
+            limit: limit.threads,
+            limited_by: limit.source,
+        });
+    }
+    Ok(())
 }
 
 fn summarize(shared: &Shared, outs: Vec<ThreadOut>) -> Execution {
@@ -376,6 +421,11 @@ fn summarize(shared: &Shared, outs: Vec<ThreadOut>) -> Execution {
         (Some(s), Some(e)) => e.saturating_duration_since(s).as_nanos() as u64,
         _ => 0,
     };
+    // Instant is CLOCK_MONOTONIC on Linux: place the last end on that clock.
+    let (now, now_ns) = (Instant::now(), sys::monotonic_ns());
+    let end_ns = end.map_or(now_ns, |e| {
+        now_ns.saturating_sub(now.saturating_duration_since(e).as_nanos() as u64)
+    });
     let mut counts = OpCounts::default();
     let mut stats = Stats::default();
     let mut tallies = Tallies::new(shared);
@@ -394,6 +444,13 @@ fn summarize(shared: &Shared, outs: Vec<ThreadOut>) -> Execution {
     std::hint::black_box(sink);
     Execution {
         wall_ns,
+        window: WorkloadWindow {
+            clock: WindowClock::HostMonotonic,
+            threads_ready_ns: 0,
+            start_ns: 0,
+            end_ns,
+            start_gate: None,
+        },
         threads,
         counts,
         stats,

@@ -184,3 +184,44 @@ fn long_compute_sleep_and_yield_ops_are_torn_down_by_a_timeout() {
         assert!(matches!(err, NativeError::Timeout(_)), "{op}: {err:?}");
     }
 }
+
+#[test]
+fn more_threads_than_the_host_can_start_is_refused_before_any_starts() {
+    // A thread the host cannot give used to abort the process (status 134,
+    // "failed to set up alternative stack guard page"); now it is refused
+    // before the first thread starts, naming the limit.
+    let limit = smplab_native::thread_limit();
+    let n = u32::try_from(limit.threads + 1).expect("a limit below 2^32");
+    let p = Source::from_text("test.toml", TINY)
+        .and_then(|s| s.instantiate(Some(n), 1.0))
+        .expect("valid workload");
+    let before = Instant::now();
+    let err = run(&p, WorkloadInfo::default(), &NativeOptions::default())
+        .expect_err("over the host's limit");
+    assert!(
+        matches!(err, NativeError::TooManyThreads { threads, .. } if threads == u64::from(n)),
+        "{err:?}"
+    );
+    assert_eq!(err.exit_status(), exit::RESOURCE_LIMIT);
+    assert!(err.to_string().contains(&limit.source), "{err}");
+    assert!(err.to_string().contains("lower --threads"), "{err}");
+    // Refused up front, not after starting thousands of threads.
+    assert!(before.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn the_record_window_opens_after_every_thread_is_ready() {
+    let p = program(TINY);
+    let r = run(&p, WorkloadInfo::default(), &NativeOptions::default()).expect("runs");
+    let w = r.timing.window.expect("native records its window");
+    assert_eq!(w.clock, smplab_record::WindowClock::HostMonotonic);
+    assert!(w.threads_ready_ns > 0);
+    assert!(w.threads_ready_ns <= w.start_ns, "{w:?}");
+    assert!(w.start_ns <= w.end_ns, "{w:?}");
+    // wall_ns starts at the first thread's start, after the gate opened.
+    assert!(
+        r.timing.wall_ns <= w.len_ns(),
+        "{} vs {w:?}",
+        r.timing.wall_ns
+    );
+}

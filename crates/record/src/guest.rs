@@ -18,7 +18,8 @@ pub struct GuestSection {
     pub wakeups: u64,
     /// Switches between different workload threads on a vCPU.
     pub context_switches: u64,
-    /// Time from VM start to the workload's first thread (boot), nanoseconds.
+    /// Time from VM start to the workload's first thread start (boot, thread
+    /// creation and the start gate), nanoseconds.
     /// Measured from the guest kernel's first instruction (the VMM's own set-up
     /// is in `timing.total_ns`).
     #[serde(default)]
@@ -36,6 +37,22 @@ pub struct GuestSection {
     /// LAPIC timer input frequency the guest calibrated against the TSC.
     #[serde(default)]
     pub lapic_hz: u64,
+    /// LAPIC timer interrupts the guest took over the whole run, summed over
+    /// vCPUs (the guest's own counter, not `timer_hz` × time).
+    #[serde(default)]
+    pub timer_ticks: u64,
+    /// Timer interrupts taken inside the workload window (gate release to the
+    /// last worker's end), summed over vCPUs.
+    #[serde(default)]
+    pub window_timer_ticks: u64,
+    /// Guest time from boot until every workload thread existed (the last
+    /// spawn), ns. With `release_ns` it shows thread creation is outside
+    /// `timing.wall_ns`: `threads_created_ns <= release_ns <= boot_ns`.
+    #[serde(default)]
+    pub threads_created_ns: u64,
+    /// Guest time from boot until the start gate released the workers, ns.
+    #[serde(default)]
+    pub release_ns: u64,
     /// The same counters per vCPU.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub per_vcpu: Vec<GuestVcpuCounters>,

@@ -14,12 +14,14 @@ pub mod host;
 pub mod sim;
 pub mod summary;
 pub mod vmm;
+pub mod window;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 pub use histogram::LatencyHistogram;
 pub use host::HostFacts;
+pub use window::{overlap, overlap_of_records, WindowClock, WorkloadWindow};
 
 /// Version of the record layout. Readers reject records with a newer major.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -94,12 +96,18 @@ pub struct ThreadTiming {
 /// Timings of the run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Timing {
-    /// Wall time of the workload itself (first thread start to last thread end).
+    /// Wall time of the workload itself: from the first workload thread's
+    /// first clock read after the start gate opened to the last thread's clock
+    /// read after its last op. Every executor creates all threads before the
+    /// gate opens, so thread creation is outside it.
     pub wall_ns: u64,
     /// Wall time of the whole run including set-up (VM boot, ...), if different.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_ns: Option<u64>,
     pub threads: Vec<ThreadTiming>,
+    /// When the workload ran, on a clock runs on one host share (docs/record.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<window::WorkloadWindow>,
 }
 
 /// Counters every executor fills.

@@ -42,7 +42,8 @@ impl RunRecord {
         if let Outcome::Failed { reason } = &self.outcome {
             let _ = writeln!(s, "  FAILED: {reason}");
         }
-        let cpu: u64 = self.timing.threads.iter().map(|t| t.cpu_ns).sum();
+        // A stored record is user input: saturate rather than overflow.
+        let cpu = (self.timing.threads.iter().map(|t| t.cpu_ns)).fold(0u64, u64::saturating_add);
         let _ = write!(s, "  wall {}", fmt_ns(self.timing.wall_ns));
         if let Some(total) = self.timing.total_ns {
             let _ = write!(s, " (whole run {})", fmt_ns(total));

@@ -50,6 +50,42 @@ pub struct VmmSection {
     /// `rss_bytes - guest_resident_bytes`: the VMM's own memory overhead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vmm_overhead_bytes: Option<u64>,
+    /// The workload window as the guest signalled it on the window port
+    /// (docs/guest-abi.md), with the exits counted inside it. Absent when the
+    /// guest never said "ready" (a guest without the window protocol).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<VmmWindow>,
+}
+
+/// What smplab-vmm saw between its "go" to the guest and the guest's "done":
+/// the same statistics as the whole-run fields above, restricted to exits
+/// handled inside the workload window (so neither boot nor the result stream
+/// written after the workload is in them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct VmmWindow {
+    /// Host `CLOCK_MONOTONIC` (ns) when the guest said every worker exists.
+    pub ready_ns: u64,
+    /// Host `CLOCK_MONOTONIC` (ns) when the VMM answered "go".
+    pub go_ns: u64,
+    /// Host `CLOCK_MONOTONIC` (ns) when the guest said the last worker ended;
+    /// absent if the run stopped first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done_ns: Option<u64>,
+    /// The start gate shared with other VMs, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_gate: Option<crate::window::StartGateRecord>,
+    /// Exits handled inside the window, per vCPU, by reason.
+    #[serde(default)]
+    pub exits_per_vcpu: Vec<BTreeMap<String, u64>>,
+    /// Exit-handling latency inside the window, per `device/mode` key.
+    #[serde(default)]
+    pub exit_latency: BTreeMap<String, LatencyHistogram>,
+    /// Global-lock wait inside the window (`global` mode only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_lock_wait: Option<LatencyHistogram>,
+    /// KVM binary stats per vCPU: value at "done" minus value at "go".
+    #[serde(default)]
+    pub kvm_vcpu_stats: Vec<BTreeMap<String, u64>>,
 }
 
 /// The dedicated I/O thread's load.

@@ -66,6 +66,7 @@ pub(crate) fn records(
                         cpu_ns: cpu,
                     })
                     .collect(),
+                window: None,
             };
             r.counters = Counters {
                 ops: counter_names::ALL

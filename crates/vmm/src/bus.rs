@@ -370,6 +370,7 @@ impl Bus {
 }
 
 /// Per-client measurements, merged by the VMM after the run.
+#[derive(Clone)]
 pub struct ClientStats {
     /// Handling latency per bus entry (indexed like [`Bus::entry_names`]).
     pub latency: Vec<Histogram<u64>>,
@@ -380,7 +381,7 @@ pub struct ClientStats {
 }
 
 impl ClientStats {
-    fn new(entries: usize) -> Self {
+    pub(crate) fn new(entries: usize) -> Self {
         ClientStats {
             latency: (0..entries).map(|_| new_histogram()).collect(),
             global_lock_wait: new_histogram(),

@@ -147,6 +147,7 @@ fn config_from_args(args: &VmmArgs) -> Result<VmConfig, VmmError> {
         console,
         work_ns: args.work_ns,
         work_exclusive: args.work_exclusive,
+        start_gate: None,
     })
 }
 
@@ -209,7 +210,8 @@ pub fn record_for(args: &VmmArgs, outcome: &Result<VmRun, VmmError>) -> RunRecor
 fn human_summary(run: &VmRun) -> String {
     let s = &run.section;
     let mut out = String::new();
-    let total_exits: u64 = s.exits_per_vcpu.iter().flat_map(|m| m.values()).sum();
+    let total_exits =
+        (s.exits_per_vcpu.iter().flat_map(|m| m.values().copied())).fold(0u64, u64::saturating_add);
     out.push_str(&format!(
         "guest exit code {} after {:.3} s ({} vCPUs, sync {}), {} exits counted\n",
         run.exit_code,

@@ -17,6 +17,7 @@ pub mod model;
 pub mod placement;
 pub mod rss;
 pub mod run;
+pub mod start_gate;
 pub mod stress;
 pub mod test_guest;
 pub mod vcpu;
@@ -27,6 +28,7 @@ pub use error::{RegisterDump, VmmError};
 pub use exits::{ExitCounts, ExitReason};
 pub use placement::Placement;
 pub use run::run_vm;
+pub use start_gate::{GateTicket, StartGate};
 pub use vcpu::{Exit, ExitAction, Kicker, Vcpu, VcpuInterrupts};
 pub use vm::{kvm_capabilities, max_vcpus, Irqchip, Vm};
 
@@ -71,6 +73,9 @@ pub struct VmConfig {
     /// Register the work device as its not-thread-safe flavour
     /// ([`devices::ExclusiveWorkDevice`]), so it cannot bypass in `hybrid`/`fine`.
     pub work_exclusive: bool,
+    /// A start gate shared with other VMs: the guest's "go" on the window port
+    /// (docs/guest-abi.md) waits until every VM sharing it is ready.
+    pub start_gate: Option<StartGate>,
 }
 
 impl VmConfig {
@@ -89,6 +94,7 @@ impl VmConfig {
             console: ConsoleSink::Stdout,
             work_ns: 0,
             work_exclusive: false,
+            start_gate: None,
         }
     }
 }

@@ -25,8 +25,10 @@ use crate::boot::{load_kernel, read_kernel, set_pvh_entry, write_boot_data, MIN_
 use crate::bus::{AddressSpace, BusBuilder};
 use crate::collect::{Collector, VmMeasurements};
 use crate::control::RunControl;
+use crate::devices::window::{window_section, VcpuWindow, WindowState};
 use crate::devices::{
-    ConsoleWriter, DebugExit, ExclusiveWorkDevice, PmTimer, ResultPort, Uart, WorkDevice,
+    ConsoleWriter, DebugExit, ExclusiveWorkDevice, PmTimer, ResultPort, Uart, WindowDevice,
+    WorkDevice,
 };
 use crate::error::VmmError;
 use crate::placement::{allowed_cpus, pin_current_thread};
@@ -43,6 +45,7 @@ pub const DEBUG_EXIT_PORT: u64 = 0x501;
 pub const RESULT_PORT: u64 = 0x520;
 pub const WORK_PORT: u64 = 0x530;
 pub const PM_TIMER_PORT: u64 = 0x608;
+pub const WINDOW_PORT: u64 = 0x540;
 
 /// How long the stopping thread waits for kicked vCPU threads to return before
 /// it reports a bug (a kick is never lost, so this only catches a stuck thread).
@@ -126,6 +129,7 @@ fn attach_devices(
     config: &VmConfig,
     control: Arc<RunControl>,
     tsc_hz: u64,
+    window: WindowDevice,
 ) -> Result<Devices, VmmError> {
     let (console, captured) = console_writer(&config.console)?;
     let mut builder = BusBuilder::new();
@@ -181,6 +185,15 @@ fn attach_devices(
             Arc::new(PmTimer::new(tsc_hz)),
         )
         .map_err(bus_err)?;
+    builder
+        .add_concurrent(
+            AddressSpace::Pio,
+            WINDOW_PORT,
+            4,
+            "window",
+            Arc::new(window),
+        )
+        .map_err(bus_err)?;
     let bus = builder
         .build(config.sync, config.io_cpu)
         .map_err(|source| VmmError::Thread {
@@ -211,6 +224,8 @@ struct VcpuThread {
 /// the timeout passes.
 pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     let wall_start = Instant::now();
+    // First, so a run that fails before its guest is ready withdraws from the gate.
+    let gate_ticket = config.start_gate.as_ref().map(crate::StartGate::ticket);
     let kvm = open_kvm()?;
     let max_vcpus = u32::try_from(kvm.get_max_vcpus()).unwrap_or(u32::MAX);
     validate(config, max_vcpus)?;
@@ -235,15 +250,22 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         .unwrap_or_else(crate::devices::pm_timer::calibrate_tsc_hz);
 
     let control = Arc::new(RunControl::new());
-    let devices = attach_devices(config, control.clone(), tsc_hz)?;
+    let window = Arc::new(WindowState::default());
+    let vcpu_stats = vcpu_fds
+        .iter()
+        .map(|fd| crate::kvm_stats::open_stats(fd).ok());
+    let window_device = WindowDevice::new(
+        window.clone(),
+        gate_ticket,
+        vcpu_stats.collect(),
+        control.clone(),
+    );
+    let devices = attach_devices(config, control.clone(), tsc_hz, window_device)?;
     let mut vcpus = Vec::new();
     for (index, fd) in (0..config.vcpus).zip(vcpu_fds) {
-        vcpus.push(Vcpu::new(
-            index,
-            fd,
-            devices.bus.client(),
-            config.mem_bytes,
-        )?);
+        let mut vcpu = Vcpu::new(index, fd, devices.bus.client(), config.mem_bytes)?;
+        vcpu.set_window(VcpuWindow::new(window.clone()));
+        vcpus.push(vcpu);
     }
     let vm_stats_file = vm.stats_file();
 
@@ -253,7 +275,7 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     let stopped = spawn_error.is_some() || control.wait_for_stop(config.timeout);
     control.request_stop();
     let run_wall = run_start.elapsed();
-    let reports = match stop_vcpus(threads) {
+    let mut reports = match stop_vcpus(threads) {
         Ok(reports) => reports,
         Err(e) => {
             // A vCPU thread may still be inside KVM_RUN: keep the VM and its
@@ -264,6 +286,9 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     };
     let io_thread = devices.bus.shutdown();
 
+    let windows = reports.iter_mut().map(|r| r.vcpu.take_window_counts());
+    let names = devices.bus.entry_names();
+    let window = window_section(&window, windows.collect(), &names, config.sync);
     let mut collector = Collector::new(config.sync, config.vcpus);
     for report in &reports {
         collector.add_vcpu(&report.vcpu);
@@ -279,6 +304,7 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
             tsc_hz,
         },
     );
+    section.window = window;
 
     let mut first_error = spawn_error;
     for report in reports {

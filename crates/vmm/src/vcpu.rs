@@ -13,6 +13,7 @@
 
 use crate::bus::{AddressSpace, BusClient, ClientStats};
 use crate::control::RunControl;
+use crate::devices::window::{VcpuWindow, WindowCounts};
 use crate::error::{RegisterDump, VmmError};
 use crate::exits::{ExitCounts, ExitReason};
 use kvm_ioctls::{VcpuExit, VcpuFd};
@@ -238,6 +239,8 @@ pub struct Vcpu {
     kicker: Kicker,
     /// RAM size, for the message of a guest access outside it.
     mem_bytes: u64,
+    /// Splits the counts at the workload window's edges (devices::window).
+    window: Option<VcpuWindow>,
 }
 
 impl Vcpu {
@@ -263,7 +266,19 @@ impl Vcpu {
             kvm_runs: 0,
             kicker,
             mem_bytes,
+            window: None,
         })
+    }
+
+    /// Count exits inside the workload window apart (see [`VcpuWindow`]).
+    pub fn set_window(&mut self, window: VcpuWindow) {
+        self.window = Some(window);
+    }
+
+    /// This vCPU's exits inside the workload window, once it has stopped;
+    /// `None` without a window or if it never opened.
+    pub fn take_window_counts(&mut self) -> Option<WindowCounts> {
+        self.window.take()?.finish(&self.exits, &self.bus.stats)
     }
 
     pub fn index(&self) -> u32 {
@@ -370,6 +385,9 @@ impl Vcpu {
     /// Count `exit` and act on it: devices, the interrupt controller, or an error
     /// (with this vCPU's registers) for an exit the guest cannot continue from.
     pub fn handle_exit(&mut self, exit: Exit) -> Result<ExitAction, VmmError> {
+        if let Some(window) = &mut self.window {
+            window.observe(&self.exits, &self.bus.stats);
+        }
         self.exits.count(exit.reason());
         match exit {
             Exit::Pio { port, input } => self.handle_pio(port, input),

@@ -13,12 +13,14 @@ pub mod debug_exit;
 pub mod pm_timer;
 pub mod result_port;
 pub mod uart;
+pub mod window;
 pub mod work;
 
 pub use debug_exit::DebugExit;
 pub use pm_timer::PmTimer;
 pub use result_port::ResultPort;
 pub use uart::{ConsoleWriter, Uart};
+pub use window::WindowDevice;
 pub use work::{ExclusiveWorkDevice, WorkDevice};
 
 /// A device model that is not thread-safe: each access needs exclusive access.
