@@ -8,6 +8,7 @@ pub mod cli;
 pub mod control;
 pub mod devices;
 pub mod error;
+pub mod irqchip;
 pub mod kvm_stats;
 pub mod model;
 pub mod placement;
