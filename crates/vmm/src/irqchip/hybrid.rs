@@ -59,7 +59,8 @@ impl HybridLapic {
     fn mirror(&self, regs: &LapicRegs) {
         let a = regs.addressing();
         let enabled = if regs.enabled() { ROUTING_ENABLED } else { 0 };
-        let value = u32::from(a.apic_id) | u32::from(a.ldr) << 8 | u32::from(a.dfr_model) << 16 | enabled;
+        let value =
+            u32::from(a.apic_id) | u32::from(a.ldr) << 8 | u32::from(a.dfr_model) << 16 | enabled;
         self.routing.store(value, Ordering::Release);
     }
 
@@ -389,7 +390,9 @@ impl HybridPic {
 
     pub fn pending_vector(&self) -> Option<u8> {
         let config = lock(&self.config);
-        config.select(self.irr.load(Ordering::SeqCst)).map(|s| s.vector)
+        config
+            .select(self.irr.load(Ordering::SeqCst))
+            .map(|s| s.vector)
     }
 
     /// INTA (on the vCPU taking ExtINT).
@@ -457,7 +460,8 @@ impl ConcurrentDevice for HybridPic {
                     IrqchipCounters::bump(&self.counters.bad_access);
                 }
                 let mut config = lock(&self.config);
-                if let PortEffect::ClearIrr(bits) = config.write_port(offset as usize, value as u8) {
+                if let PortEffect::ClearIrr(bits) = config.write_port(offset as usize, value as u8)
+                {
                     self.irr.fetch_and(!bits, Ordering::SeqCst);
                 }
                 self.elcr.store(config.elcr(), Ordering::Release);

@@ -167,7 +167,8 @@ impl ExclusiveLapics {
         };
         let (vector, next) = lapic.regs.timer_expired(deadline, now, &self.counters);
         if let Some(deadline_ns) = next {
-            self.sink.event(IrqchipEvent::TimerDeadline { vcpu, deadline_ns });
+            self.sink
+                .event(IrqchipEvent::TimerDeadline { vcpu, deadline_ns });
         }
         if let Some(vector) = vector {
             self.accept(vcpu, vector, false);

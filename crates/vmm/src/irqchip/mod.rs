@@ -384,12 +384,24 @@ pub fn register(
         }
         Flavor::Concurrent => {
             let set = Arc::new(HybridLapics::new(config, counters.clone()));
-            builder.add_concurrent(AddressSpace::Mmio, LAPIC_WINDOW, lapic_len, "lapic", set.clone())?;
+            builder.add_concurrent(
+                AddressSpace::Mmio,
+                LAPIC_WINDOW,
+                lapic_len,
+                "lapic",
+                set.clone(),
+            )?;
             (LapicsHandle::Concurrent(set.clone()), set)
         }
     };
     let ioapic = Ioapic::new(target, counters.clone());
-    let ioapic = builder.add_exclusive(AddressSpace::Mmio, IOAPIC_WINDOW, 2 * PAGE, "ioapic", ioapic)?;
+    let ioapic = builder.add_exclusive(
+        AddressSpace::Mmio,
+        IOAPIC_WINDOW,
+        2 * PAGE,
+        "ioapic",
+        ioapic,
+    )?;
     let pic = match flavor {
         Flavor::Exclusive => {
             let pic = ExclusivePic::new(config.sink.clone(), counters.clone());
@@ -403,7 +415,13 @@ pub fn register(
         }
         Flavor::Concurrent => {
             let pic = Arc::new(HybridPic::new(config.sink.clone(), counters.clone()));
-            builder.add_concurrent(AddressSpace::Mmio, PIC_WINDOW, PIC_WINDOW_LEN, "pic", pic.clone())?;
+            builder.add_concurrent(
+                AddressSpace::Mmio,
+                PIC_WINDOW,
+                PIC_WINDOW_LEN,
+                "pic",
+                pic.clone(),
+            )?;
             PicHandle::Concurrent(pic)
         }
     };

@@ -357,7 +357,8 @@ impl ExclusivePic {
 
     /// (IRR, ISR, IMR) of both chips, master in the low byte.
     pub fn registers(&self) -> (u16, u16, u16) {
-        let imr = u16::from(self.config.read_port(1, 0)) | u16::from(self.config.read_port(3, 0)) << 8;
+        let imr =
+            u16::from(self.config.read_port(1, 0)) | u16::from(self.config.read_port(3, 0)) << 8;
         (self.irr, self.config.isr(), imr)
     }
 }
@@ -393,7 +394,9 @@ impl ExclusiveDevice for ExclusivePic {
                     // only the first byte reaches this port.
                     IrqchipCounters::bump(&self.counters.bad_access);
                 }
-                if let PortEffect::ClearIrr(bits) = self.config.write_port(offset as usize, value as u8) {
+                if let PortEffect::ClearIrr(bits) =
+                    self.config.write_port(offset as usize, value as u8)
+                {
                     self.irr &= !bits;
                 }
             }

@@ -22,7 +22,6 @@ pub const REG_ESR: u64 = 0x280;
 pub const REG_ICR_LO: u64 = 0x300;
 pub const REG_ICR_HI: u64 = 0x310;
 pub const REG_LVT_TIMER: u64 = 0x320;
-pub const REG_LVT_ERROR: u64 = 0x370;
 pub const REG_TIMER_INIT: u64 = 0x380;
 pub const REG_TIMER_CUR: u64 = 0x390;
 pub const REG_TIMER_DIV: u64 = 0x3e0;
@@ -61,9 +60,6 @@ impl VectorSet {
     }
     pub fn highest(&self) -> Option<u8> {
         highest_in(&self.0)
-    }
-    pub fn is_empty(&self) -> bool {
-        self.0.iter().all(|w| *w == 0)
     }
 }
 
@@ -192,8 +188,7 @@ impl Addressing {
         if self.dfr_model == 0xf {
             dest & self.ldr != 0
         } else {
-            (dest == 0xff)
-                || (dest >> 4 == self.ldr >> 4 && dest & self.ldr & 0xf != 0)
+            (dest == 0xff) || (dest >> 4 == self.ldr >> 4 && dest & self.ldr & 0xf != 0)
         }
     }
 }
@@ -206,7 +201,11 @@ pub fn destinations(
     vcpus: u32,
     addressing: impl Fn(u32) -> Addressing,
 ) -> u64 {
-    let all = if vcpus >= 64 { u64::MAX } else { (1u64 << vcpus) - 1 };
+    let all = if vcpus >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << vcpus) - 1
+    };
     let own = sender.map_or(0, |s| 1u64 << s);
     match message.shorthand {
         Shorthand::SelfOnly => own,
@@ -266,7 +265,9 @@ impl Timer {
         } else {
             deadline - now
         };
-        u32::try_from(remaining / tick).unwrap_or(u32::MAX).min(self.initial)
+        u32::try_from(remaining / tick)
+            .unwrap_or(u32::MAX)
+            .min(self.initial)
     }
 }
 
@@ -361,7 +362,13 @@ impl LapicRegs {
     }
 
     /// A full, aligned 32-bit guest write of `value` to `reg`.
-    pub fn write(&mut self, reg: u64, value: u32, now: u64, counters: &IrqchipCounters) -> RegEffect {
+    pub fn write(
+        &mut self,
+        reg: u64,
+        value: u32,
+        now: u64,
+        counters: &IrqchipCounters,
+    ) -> RegEffect {
         match reg {
             REG_TPR => self.tpr = value as u8,
             REG_EOI => {
