@@ -70,6 +70,8 @@ pub mod harness;
 mod fuzz;
 #[cfg(all(test, loom))]
 mod loom_tests;
+#[cfg(test)]
+mod tests;
 
 pub use hybrid::{HybridLapics, HybridPic};
 pub use ioapic::{Ioapic, IOAPIC_PINS};
@@ -269,7 +271,7 @@ pub struct IrqchipCounters {
     pub dropped_disabled: AtomicU64,
     /// `TIMER_EXPIRED` writes for a deadline that is no longer armed.
     pub stale_timer: AtomicU64,
-    /// Periodic timer periods raised to [`lapic::MIN_PERIOD_NS`].
+    /// Periodic timer periods raised to `regs::MIN_PERIOD_NS` (200 µs).
     pub timer_clamped: AtomicU64,
     /// INTA cycles that found no deliverable vector (pull model: harmless).
     pub spurious_inta: AtomicU64,
