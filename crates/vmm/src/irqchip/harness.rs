@@ -536,7 +536,7 @@ fn receive(
                     return (spurious, nested);
                 }
                 spins += 1;
-                if spins % 16 == 0 {
+                if spins.is_multiple_of(16) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();

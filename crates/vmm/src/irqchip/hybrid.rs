@@ -435,7 +435,7 @@ impl ConcurrentDevice for HybridPic {
             0..=5 => {
                 let port = offset as usize;
                 let mut config = lock(&self.config);
-                if port < 4 && port % 2 == 0 && config.take_poll(port / 2) {
+                if port < 4 && port.is_multiple_of(2) && config.take_poll(port / 2) {
                     let selection = Self::take(&self.irr, &mut config);
                     u64::from(poll_byte(selection.as_ref(), port / 2))
                 } else {

@@ -57,9 +57,7 @@ impl ExclusiveLapics {
 
     /// Interrupt acknowledge on injection: the pending vector moves IRR → ISR.
     pub fn acknowledge(&mut self, vcpu: u32) -> Option<u8> {
-        let Some(lapic) = self.lapics.get_mut(vcpu as usize) else {
-            return None;
-        };
+        let lapic = self.lapics.get_mut(vcpu as usize)?;
         let Some(vector) = lapic.regs.deliverable(&lapic.irr.0) else {
             IrqchipCounters::bump(&self.counters.spurious_inta);
             return None;

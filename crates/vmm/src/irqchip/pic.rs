@@ -199,7 +199,7 @@ impl PicConfig {
         }
         let index = port / 2;
         let chip = &mut self.chips[index];
-        if port % 2 == 0 {
+        if port.is_multiple_of(2) {
             if value & 0x10 != 0 {
                 // ICW1: start initialization; clears IMR, ISR, rotation, modes.
                 let elcr = chip.elcr;
@@ -368,7 +368,7 @@ impl ExclusiveDevice for ExclusivePic {
         let value = match offset {
             0..=5 => {
                 let port = offset as usize;
-                if port < 4 && port % 2 == 0 && self.config.take_poll(port / 2) {
+                if port < 4 && port.is_multiple_of(2) && self.config.take_poll(port / 2) {
                     let selection = self.take();
                     u64::from(poll_byte(selection.as_ref(), port / 2))
                 } else {
