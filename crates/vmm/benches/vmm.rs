@@ -77,7 +77,7 @@ fn raw_kvm_loop(reads: u32) -> Duration {
     .expect("code");
     let mut vcpu = vm.create_vcpu(0).expect("vcpu");
     smplab_vmm::vm::set_cpuid(&kvm, &vcpu, 0).expect("cpuid");
-    smplab_vmm::vm::set_pvh_entry(&vcpu, u64::from(BSP_LOAD_ADDR)).expect("regs");
+    smplab_vmm::boot::set_pvh_entry(&vcpu, u64::from(BSP_LOAD_ADDR)).expect("regs");
     let start = Instant::now();
     loop {
         match vcpu.run().expect("KVM_RUN") {

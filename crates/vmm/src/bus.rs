@@ -20,16 +20,17 @@
 //! thread), which is the read-after-posted-write rule of the thesis's I/O thread.
 
 use crate::devices::{ConcurrentDevice, ExclusiveDevice};
+use crate::io_thread::{poll_then_block, record, IoThread, Request};
+pub use crate::io_thread::{POLL_BEFORE_BLOCK, QUEUE_CAPACITY};
 use hdrhistogram::Histogram;
 use smplab_record::histogram::new_histogram;
 use smplab_record::vmm::IoThreadStats;
 use smplab_record::LatencyHistogram;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::mpsc::{self, SyncSender};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// How device emulation is serialized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -121,7 +122,7 @@ pub enum DeviceSlot {
 }
 
 impl DeviceSlot {
-    fn read(&self, offset: u64, data: &mut [u8]) {
+    pub(crate) fn read(&self, offset: u64, data: &mut [u8]) {
         match self {
             DeviceSlot::Exclusive(dev) => dev
                 .lock()
@@ -131,7 +132,7 @@ impl DeviceSlot {
         }
     }
 
-    fn write(&self, offset: u64, data: &[u8]) {
+    pub(crate) fn write(&self, offset: u64, data: &[u8]) {
         match self {
             DeviceSlot::Exclusive(dev) => dev
                 .lock()
@@ -167,11 +168,29 @@ struct Entry {
 pub struct BusBuilder {
     entries: Vec<(AddressSpace, u64, u64, String, usize)>,
     slots: Vec<DeviceSlot>,
+    defect: Option<Defect>,
+}
+
+/// A bug built into a bus on purpose, so a test can show that the stress
+/// harness ([`crate::stress`]) catches it. Never set outside tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) enum Defect {
+    /// The I/O thread holds each posted write back and delivers it after the
+    /// request that follows it (a posted write overtaken by a later access).
+    ReorderPostedWrites,
 }
 
 impl BusBuilder {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Build the bus with `defect` (tests of the stress harness only; not
+    /// reachable outside this crate).
+    pub(crate) fn with_defect(mut self, defect: Defect) -> Self {
+        self.defect = Some(defect);
+        self
     }
 
     /// Register a not-thread-safe device; returns the shared handle so the VMM can
@@ -253,7 +272,7 @@ impl BusBuilder {
             .collect();
         entries.sort_by_key(|e| (e.space, e.base));
         let io_thread = if mode.has_io_thread() {
-            Some(IoThread::start(slots.clone(), io_cpu)?)
+            Some(IoThread::start(slots.clone(), io_cpu, self.defect)?)
         } else {
             None
         };
@@ -514,160 +533,6 @@ impl BusClient {
         }
         true
     }
-}
-
-/// How long a waiter polls its channel before blocking. A futex wake-up costs
-/// tens of microseconds on nested (PVM) hosts, more than an exit; a short poll
-/// phase (like QEMU's AioContext `poll-max-ns`, or KVM's halt polling) keeps
-/// back-to-back requests off that path. Bounded, so an idle VM costs no CPU.
-pub const POLL_BEFORE_BLOCK: Duration = Duration::from_micros(50);
-
-fn poll_then_block<T>(receiver: &Receiver<T>) -> Result<T, mpsc::RecvError> {
-    let start = Instant::now();
-    loop {
-        match receiver.try_recv() {
-            Ok(value) => return Ok(value),
-            Err(mpsc::TryRecvError::Disconnected) => return Err(mpsc::RecvError),
-            Err(mpsc::TryRecvError::Empty) => {
-                if start.elapsed() >= POLL_BEFORE_BLOCK {
-                    return receiver.recv();
-                }
-                // Yield rather than spin: when the host is short of cores the thread
-                // we wait for may need this one (sched_yield is cheap when idle).
-                std::thread::yield_now();
-            }
-        }
-    }
-}
-
-fn record(h: &mut Histogram<u64>, d: Duration) {
-    h.saturating_record(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1));
-}
-
-enum Request {
-    Read {
-        slot: usize,
-        offset: u64,
-        len: u8,
-        reply: SyncSender<[u8; 8]>,
-        enqueued: Instant,
-    },
-    Write {
-        slot: usize,
-        offset: u64,
-        len: u8,
-        data: [u8; 8],
-        enqueued: Instant,
-    },
-    Shutdown,
-}
-
-/// Requests the I/O thread's queue holds before a vCPU posting more waits: a
-/// guest cannot grow host memory without bound by flooding posted writes (the
-/// credit limit of a posted-write buffer).
-pub const QUEUE_CAPACITY: usize = 1024;
-
-struct IoThread {
-    sender: SyncSender<Request>,
-    depth: Arc<AtomicU64>,
-    handle: JoinHandle<IoThreadStats>,
-}
-
-impl IoThread {
-    fn start(slots: Arc<[DeviceSlot]>, io_cpu: Option<usize>) -> std::io::Result<Self> {
-        let (sender, receiver) = mpsc::sync_channel::<Request>(QUEUE_CAPACITY);
-        let depth = Arc::new(AtomicU64::new(0));
-        let thread_depth = depth.clone();
-        let handle = std::thread::Builder::new()
-            .name("smplab-io".to_string())
-            .spawn(move || {
-                if let Some(cpu) = io_cpu {
-                    // Placement was validated before the VM started; a failure here
-                    // only loses the pinning, not correctness.
-                    let _ = crate::placement::pin_current_thread(&[cpu]);
-                }
-                io_thread_loop(&slots, &receiver, &thread_depth)
-            })?;
-        Ok(IoThread {
-            sender,
-            depth,
-            handle,
-        })
-    }
-
-    fn stop(self) -> IoThreadStats {
-        let _ = self.sender.send(Request::Shutdown);
-        self.handle.join().unwrap_or_default()
-    }
-}
-
-fn io_thread_loop(
-    slots: &[DeviceSlot],
-    receiver: &Receiver<Request>,
-    depth: &AtomicU64,
-) -> IoThreadStats {
-    let started = Instant::now();
-    let mut busy = Duration::ZERO;
-    let mut stats = IoThreadStats::default();
-    let mut depth_sum: u128 = 0;
-    let mut queue_wait = new_histogram();
-    let mut handling = new_histogram();
-    while let Ok(request) = poll_then_block(receiver) {
-        if matches!(request, Request::Shutdown) {
-            break;
-        }
-        let begin = Instant::now();
-        let queued = depth.fetch_sub(1, Ordering::Relaxed);
-        match request {
-            Request::Shutdown => break,
-            Request::Read {
-                slot,
-                offset,
-                len,
-                reply,
-                enqueued,
-            } => {
-                record(&mut queue_wait, begin.saturating_duration_since(enqueued));
-                let mut bytes = [0u8; 8];
-                if let Some(dev) = slots.get(slot) {
-                    dev.read(offset, &mut bytes[..usize::from(len)]);
-                }
-                // The reader may have gone away (VM stopping); nothing to do then.
-                let _ = reply.send(bytes);
-            }
-            Request::Write {
-                slot,
-                offset,
-                len,
-                data,
-                enqueued,
-            } => {
-                record(&mut queue_wait, begin.saturating_duration_since(enqueued));
-                stats.posted_writes += 1;
-                if let Some(dev) = slots.get(slot) {
-                    dev.write(offset, &data[..usize::from(len)]);
-                }
-            }
-        }
-        stats.requests += 1;
-        stats.max_queue_depth = stats.max_queue_depth.max(queued);
-        depth_sum += u128::from(queued);
-        let spent = begin.elapsed();
-        record(&mut handling, spent);
-        busy += spent;
-    }
-    if !queue_wait.is_empty() {
-        stats.queue_wait = Some(LatencyHistogram::from_hdr(&queue_wait));
-        stats.handling = Some(LatencyHistogram::from_hdr(&handling));
-    }
-    if stats.requests > 0 {
-        stats.mean_queue_depth = depth_sum as f64 / stats.requests as f64;
-    }
-    let wall = started.elapsed().as_secs_f64();
-    if wall > 0.0 {
-        stats.utilization = busy.as_secs_f64() / wall;
-    }
-    stats
 }
 
 #[cfg(test)]

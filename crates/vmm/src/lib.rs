@@ -3,24 +3,33 @@
 //! shared/seeds/004. It boots a PVH ELF guest (docs/guest-abi.md) with N vCPUs and
 //! measures how device emulation is serialized. See docs/vmm.md.
 
+pub mod boot;
 pub mod bus;
 pub mod cli;
+pub mod collect;
 pub mod control;
 pub mod devices;
 pub mod error;
+pub mod exits;
+mod io_thread;
 pub mod irqchip;
 pub mod kvm_stats;
 pub mod model;
 pub mod placement;
 pub mod rss;
+pub mod run;
 pub mod stress;
 pub mod test_guest;
+pub mod vcpu;
 pub mod vm;
 
 pub use bus::{AddressSpace, Bus, BusBuilder, BusClient, Route, SyncMode, UnknownSyncMode};
 pub use error::{RegisterDump, VmmError};
+pub use exits::{ExitCounts, ExitReason};
 pub use placement::Placement;
-pub use vm::{kvm_capabilities, max_vcpus, run_vm};
+pub use run::run_vm;
+pub use vcpu::{Exit, ExitAction, Kicker, Vcpu, VcpuInterrupts};
+pub use vm::{kvm_capabilities, max_vcpus, Irqchip, Vm};
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -49,6 +49,83 @@ pub enum Misbehave {
     ReadOutsideRam,
     /// `cli; hlt` forever.
     Hang,
+    /// Switch to long mode and spin forever at CPL3 (`jmp $`), where PVM runs
+    /// the guest natively: only a signal or `immediate_exit` gets it out of KVM_RUN.
+    SpinAtCpl3,
+}
+
+/// Page tables of the [`Misbehave::SpinAtCpl3`] guest (PML4, PDPT, PD).
+const SPIN_PAGE_TABLES: u32 = 0x2_0000;
+/// Its GDT (null, code64 DPL0, data DPL0, code64 DPL3, data DPL3) and GDTR.
+const SPIN_GDT: u32 = 0x2_3000;
+const SPIN_GDTR: u32 = 0x2_3100;
+/// Its user stack top (inside the identity-mapped first 2 MiB).
+const SPIN_USER_STACK: u32 = 0x1f_e000;
+/// The user code selector (GDT entry 3, RPL 3).
+pub const SPIN_USER_CS: u16 = 0x1b;
+
+/// `mov dword [addr], value` (32-bit mode).
+fn store32(code: &mut Vec<u8>, addr: u32, value: u32) {
+    code.extend([0xc7, 0x05]);
+    code.extend(addr.to_le_bytes());
+    code.extend(value.to_le_bytes());
+}
+
+/// 32-bit code that enters long mode with the first 2 MiB identity-mapped
+/// (user-accessible), then `iretq`s to a CPL3 `jmp $`.
+fn spin_at_cpl3_code() -> Vec<u8> {
+    let mut c = Vec::new();
+    // PML4[0] -> PDPT, PDPT[0] -> PD, PD[0] = 2 MiB page at 0 (P|RW|US|PS).
+    store32(&mut c, SPIN_PAGE_TABLES, SPIN_PAGE_TABLES + 0x1007);
+    store32(&mut c, SPIN_PAGE_TABLES + 0x1000, SPIN_PAGE_TABLES + 0x2007);
+    store32(&mut c, SPIN_PAGE_TABLES + 0x2000, 0x87);
+    // GDT high dwords (the low dwords stay 0: base 0, limit ignored in long mode).
+    for (selector, high) in [
+        (0x08, 0x0020_9a00u32), // code, 64-bit, DPL0
+        (0x10, 0x0000_9200),    // data, DPL0
+        (0x18, 0x0020_fa00),    // code, 64-bit, DPL3
+        (0x20, 0x0000_f200),    // data, DPL3
+    ] {
+        store32(&mut c, SPIN_GDT + selector + 4, high);
+    }
+    // GDTR: limit 0x27, base SPIN_GDT.
+    store32(&mut c, SPIN_GDTR, 0x27 | ((SPIN_GDT & 0xffff) << 16));
+    store32(&mut c, SPIN_GDTR + 4, SPIN_GDT >> 16);
+    c.extend([0x0f, 0x01, 0x15]); // lgdt [SPIN_GDTR]
+    c.extend(SPIN_GDTR.to_le_bytes());
+    c.extend([0x0f, 0x20, 0xe0, 0x83, 0xc8, 0x20, 0x0f, 0x22, 0xe0]); // cr4 |= PAE
+    c.push(0xb8); // mov eax, imm32; mov cr3, eax
+    c.extend(SPIN_PAGE_TABLES.to_le_bytes());
+    c.extend([0x0f, 0x22, 0xd8]);
+    c.extend([0xb9, 0x80, 0x00, 0x00, 0xc0]); // mov ecx, EFER
+    c.extend([0x0f, 0x32, 0x0d, 0x00, 0x01, 0x00, 0x00, 0x0f, 0x30]); // rdmsr; or LME; wrmsr
+    c.extend([
+        0x0f, 0x20, 0xc0, 0x0d, 0x00, 0x00, 0x00, 0x80, 0x0f, 0x22, 0xc0,
+    ]); // cr0 |= PG
+        // jmp far 0x08:long_mode
+    c.push(0xea);
+    let far_target = c.len();
+    c.extend([0; 4]);
+    c.extend([0x08, 0x00]);
+    let long_mode = BSP_LOAD_ADDR + c.len() as u32;
+    c[far_target..far_target + 4].copy_from_slice(&long_mode.to_le_bytes());
+    // 64-bit: a kernel stack, then an iretq frame for CPL3.
+    c.extend([0x48, 0xc7, 0xc4]); // mov rsp, imm32
+    c.extend((SPIN_USER_STACK + 0x1000).to_le_bytes());
+    c.extend([0x6a, 0x23]); // push ss = user data
+    c.push(0x68); // push user rsp
+    c.extend(SPIN_USER_STACK.to_le_bytes());
+    c.push(0x68); // push rflags = IF | reserved bit 1
+    c.extend(0x202u32.to_le_bytes());
+    c.extend([0x6a, SPIN_USER_CS as u8]); // push cs = user code
+    c.push(0x68); // push rip
+    let rip_at = c.len();
+    c.extend([0; 4]);
+    c.extend([0x48, 0xcf]); // iretq
+    let user = BSP_LOAD_ADDR + c.len() as u32;
+    c[rip_at..rip_at + 4].copy_from_slice(&user.to_le_bytes());
+    c.extend([0xeb, 0xfe]); // user: jmp $
+    c
 }
 
 impl Default for GuestProgram {
@@ -88,11 +165,14 @@ impl GuestProgram {
     /// 32-bit BSP code.
     pub fn bsp_code(&self) -> Vec<u8> {
         let mut c = Vec::new();
+        if self.misbehave == Some(Misbehave::SpinAtCpl3) {
+            return spin_at_cpl3_code();
+        }
         if let Some(kind) = self.misbehave {
             match kind {
                 Misbehave::Crash => c.extend([0x0f, 0x0b]),
                 Misbehave::ReadOutsideRam => c.extend([0x8b, 0x05, 0x00, 0x00, 0x00, 0xd0]),
-                Misbehave::Hang => {}
+                Misbehave::Hang | Misbehave::SpinAtCpl3 => {}
             }
             c.extend([0xfa, 0xf4, 0xeb, 0xfd]); // cli; hlt; jmp hlt
             return c;

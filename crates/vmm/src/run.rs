@@ -1,0 +1,414 @@
+//! Running a VM: build the [`Vm`], its devices and [`Vcpu`]s from a [`VmConfig`],
+//! run one thread per vCPU until the guest exits, crashes or times out, stop them
+//! and collect the record section.
+//!
+//! Threads: the caller's thread (builds, waits, stops, collects), one thread per
+//! vCPU (`smplab-vcpu-N`), and the I/O thread (`smplab-io`, iothread and hybrid
+//! modes only).
+//!
+//! Lock order (a thread holding a lock only ever takes locks further down):
+//! 1. `RunControl` state (stop request, exit code): held for a few stores, never
+//!    while taking another lock.
+//! 2. A vCPU's `Kicker` target: taken by the waiting thread to kick, by the vCPU
+//!    thread to register itself; nothing else is taken under it (the signal and
+//!    the waker need no lock).
+//! 3. The bus's global lock (`global` mode), then
+//! 4. one device's own lock (an exclusive device). The I/O thread takes only
+//!    device locks; no device handler takes a bus lock, and the debug-exit device
+//!    takes only (1). The console capture buffer and the result port are read
+//!    after every vCPU and the I/O thread stopped.
+//!
+//! Stopping: [`RunControl::request_stop`] first, then one [`Kicker::kick`] per
+//! vCPU (see [`crate::vcpu`]); no re-signalling.
+
+use crate::boot::{load_kernel, read_kernel, set_pvh_entry, write_boot_data, MIN_MEM_BYTES};
+use crate::bus::{AddressSpace, BusBuilder};
+use crate::collect::{Collector, VmMeasurements};
+use crate::control::RunControl;
+use crate::devices::{
+    ConsoleWriter, DebugExit, ExclusiveWorkDevice, PmTimer, ResultPort, Uart, WorkDevice,
+};
+use crate::error::VmmError;
+use crate::placement::{allowed_cpus, pin_current_thread};
+use crate::vcpu::{Kicker, Vcpu};
+use crate::vm::{open_kvm, Irqchip, Vm};
+use crate::{ConsoleSink, VmConfig, VmRun};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+// The guest ABI's ports (docs/guest-abi.md).
+pub const UART_PORT: u64 = 0x3f8;
+pub const DEBUG_EXIT_PORT: u64 = 0x501;
+pub const RESULT_PORT: u64 = 0x520;
+pub const WORK_PORT: u64 = 0x530;
+pub const PM_TIMER_PORT: u64 = 0x608;
+
+/// How long the stopping thread waits for kicked vCPU threads to return before
+/// it reports a bug (a kick is never lost, so this only catches a stuck thread).
+const STOP_GIVE_UP: Duration = Duration::from_secs(30);
+
+fn validate(config: &VmConfig, max_vcpus: u32) -> Result<(), VmmError> {
+    if config.vcpus == 0 {
+        return Err(VmmError::BadConfig("a VM needs at least 1 vCPU".into()));
+    }
+    if config.vcpus > max_vcpus {
+        return Err(VmmError::TooManyVcpus {
+            requested: config.vcpus,
+            max: max_vcpus,
+        });
+    }
+    if config.mem_bytes < MIN_MEM_BYTES {
+        return Err(VmmError::BadConfig(format!(
+            "guest memory {} bytes is below the minimum of {MIN_MEM_BYTES} bytes (2 MiB)",
+            config.mem_bytes
+        )));
+    }
+    if usize::try_from(config.mem_bytes).is_err() || config.mem_bytes > (1 << 46) {
+        return Err(VmmError::Memory {
+            bytes: config.mem_bytes,
+            reason: "larger than this host can map".into(),
+        });
+    }
+    let allowed = allowed_cpus();
+    let named = config
+        .placement
+        .all_cpus()
+        .iter()
+        .chain(config.io_cpu.iter());
+    for &cpu in named {
+        if !allowed.contains(&cpu) {
+            return Err(VmmError::Placement {
+                thread: "vCPU/I/O".into(),
+                cpus: vec![cpu],
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "host CPU {cpu} is not among the CPUs this process may use {allowed:?}"
+                    ),
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The buffer of a [`ConsoleSink::Capture`] console.
+type CapturedConsole = Option<Arc<Mutex<Vec<u8>>>>;
+
+fn console_writer(sink: &ConsoleSink) -> Result<(ConsoleWriter, CapturedConsole), VmmError> {
+    Ok(match sink {
+        ConsoleSink::Stdout => (ConsoleWriter::Stdout(std::io::stdout()), None),
+        ConsoleSink::File(path) => {
+            let file = std::fs::File::create(path).map_err(|source| VmmError::Console {
+                path: path.clone(),
+                source,
+            })?;
+            (ConsoleWriter::File(std::io::BufWriter::new(file)), None)
+        }
+        ConsoleSink::Capture => {
+            let buf = Arc::new(Mutex::new(Vec::new()));
+            (ConsoleWriter::Capture(buf.clone()), Some(buf))
+        }
+        ConsoleSink::Discard => (ConsoleWriter::Discard, None),
+    })
+}
+
+/// The guest's devices on a bus in the configured sync mode.
+struct Devices {
+    bus: Arc<crate::bus::Bus>,
+    uart: Arc<Mutex<Uart>>,
+    result_port: Arc<Mutex<ResultPort>>,
+    captured: CapturedConsole,
+}
+
+fn attach_devices(
+    config: &VmConfig,
+    control: Arc<RunControl>,
+    tsc_hz: u64,
+) -> Result<Devices, VmmError> {
+    let (console, captured) = console_writer(&config.console)?;
+    let mut builder = BusBuilder::new();
+    let bus_err = |e: crate::bus::BusError| VmmError::BadConfig(e.to_string());
+    let uart = builder
+        .add_exclusive(AddressSpace::Pio, UART_PORT, 8, "uart", Uart::new(console))
+        .map_err(bus_err)?;
+    builder
+        .add_concurrent(
+            AddressSpace::Pio,
+            DEBUG_EXIT_PORT,
+            2,
+            "debug_exit",
+            Arc::new(DebugExit::new(control)),
+        )
+        .map_err(bus_err)?;
+    let result_port = builder
+        .add_exclusive(
+            AddressSpace::Pio,
+            RESULT_PORT,
+            1,
+            "result",
+            ResultPort::new(),
+        )
+        .map_err(bus_err)?;
+    if config.work_exclusive {
+        builder
+            .add_exclusive(
+                AddressSpace::Pio,
+                WORK_PORT,
+                4,
+                "work",
+                ExclusiveWorkDevice::new(config.work_ns),
+            )
+            .map_err(bus_err)?;
+    } else {
+        builder
+            .add_concurrent(
+                AddressSpace::Pio,
+                WORK_PORT,
+                4,
+                "work",
+                Arc::new(WorkDevice::new(config.work_ns)),
+            )
+            .map_err(bus_err)?;
+    }
+    builder
+        .add_concurrent(
+            AddressSpace::Pio,
+            PM_TIMER_PORT,
+            4,
+            "pm_timer",
+            Arc::new(PmTimer::new(tsc_hz)),
+        )
+        .map_err(bus_err)?;
+    let bus = builder
+        .build(config.sync, config.io_cpu)
+        .map_err(|source| VmmError::Thread {
+            name: "smplab-io".into(),
+            source,
+        })?;
+    Ok(Devices {
+        bus,
+        uart,
+        result_port,
+        captured,
+    })
+}
+
+/// What a vCPU thread hands back when it stops.
+struct VcpuReport {
+    vcpu: Vcpu,
+    outcome: Result<(), VmmError>,
+}
+
+/// A running vCPU thread and the handle that kicks it.
+struct VcpuThread {
+    handle: JoinHandle<VcpuReport>,
+    kicker: Kicker,
+}
+
+/// Build and run a VM until the guest writes the debug-exit port, crashes, or
+/// the timeout passes.
+pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
+    let wall_start = Instant::now();
+    let kvm = open_kvm()?;
+    let max_vcpus = u32::try_from(kvm.get_max_vcpus()).unwrap_or(u32::MAX);
+    validate(config, max_vcpus)?;
+    let kernel = read_kernel(&config.kernel)?;
+    let vm = Vm::new(kvm, config.mem_bytes, Irqchip::Kernel)?;
+    let loaded = load_kernel(vm.memory(), &kernel)?;
+    write_boot_data(vm.memory(), config, loaded.kernel_end)?;
+
+    let mut vcpu_fds = Vec::new();
+    for index in 0..config.vcpus {
+        let fd = vm.create_vcpu_fd(index)?;
+        if index == 0 {
+            set_pvh_entry(&fd, loaded.entry)?;
+        }
+        vcpu_fds.push(fd);
+    }
+    let tsc_hz = vcpu_fds
+        .first()
+        .and_then(|v| v.get_tsc_khz().ok())
+        .map(|khz| u64::from(khz) * 1000)
+        .filter(|&hz| hz > 0)
+        .unwrap_or_else(crate::devices::pm_timer::calibrate_tsc_hz);
+
+    let control = Arc::new(RunControl::new());
+    let devices = attach_devices(config, control.clone(), tsc_hz)?;
+    let mut vcpus = Vec::new();
+    for (index, fd) in (0..config.vcpus).zip(vcpu_fds) {
+        vcpus.push(Vcpu::new(
+            index,
+            fd,
+            devices.bus.client(),
+            config.mem_bytes,
+        )?);
+    }
+    let vm_stats_file = vm.stats_file();
+
+    // vCPU threads.
+    let run_start = Instant::now();
+    let (threads, spawn_error) = spawn_vcpus(config, vcpus, &control);
+    let stopped = spawn_error.is_some() || control.wait_for_stop(config.timeout);
+    control.request_stop();
+    let run_wall = run_start.elapsed();
+    let reports = match stop_vcpus(threads) {
+        Ok(reports) => reports,
+        Err(e) => {
+            // A vCPU thread may still be inside KVM_RUN: keep the VM and its
+            // guest memory mapped for it (leaked) rather than unmap it under it.
+            std::mem::forget(vm);
+            return Err(e);
+        }
+    };
+    let io_thread = devices.bus.shutdown();
+
+    let mut collector = Collector::new(config.sync, config.vcpus);
+    for report in &reports {
+        collector.add_vcpu(&report.vcpu);
+    }
+    let mut section = collector.finish(
+        &devices.bus.entry_names(),
+        VmMeasurements {
+            io_thread,
+            unclaimed_accesses: devices.bus.unclaimed_accesses(),
+            vm_stats: vm_stats_file.as_ref(),
+            memory: vm.memory(),
+            run_wall,
+            tsc_hz,
+        },
+    );
+
+    let mut first_error = spawn_error;
+    for report in reports {
+        if let Err(e) = report.outcome {
+            if first_error.is_none() {
+                first_error = Some(e);
+            }
+        } else if !stopped && report.vcpu.index() == 0 && first_error.is_none() {
+            first_error = Some(VmmError::Timeout {
+                seconds: config.timeout.unwrap_or_default().as_secs_f64(),
+                registers: report.vcpu.registers(),
+            });
+        }
+    }
+    // Every vCPU is gone now; the VM and its memory may go too.
+    drop(vm);
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+
+    let result = devices
+        .result_port
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    let _ = devices
+        .uart
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .flush();
+    let console = devices
+        .captured
+        .map(|buf| std::mem::take(&mut *buf.lock().unwrap_or_else(|e| e.into_inner())))
+        .unwrap_or_default();
+    let exit_code = control.exit_code().ok_or_else(|| VmmError::VcpuThread {
+        vcpu: 0,
+        reason: "the VM stopped without an exit code".into(),
+    })?;
+    section.exit_code = Some(exit_code);
+    Ok(VmRun {
+        exit_code,
+        result,
+        console,
+        wall: wall_start.elapsed(),
+        section,
+    })
+}
+
+/// One thread per vCPU; on a spawn failure, the threads started so far and the
+/// error (a stop is requested then).
+fn spawn_vcpus(
+    config: &VmConfig,
+    vcpus: Vec<Vcpu>,
+    control: &Arc<RunControl>,
+) -> (Vec<VcpuThread>, Option<VmmError>) {
+    let mut threads = Vec::new();
+    for vcpu in vcpus {
+        let index = vcpu.index();
+        let kicker = vcpu.kicker();
+        let control_for_thread = control.clone();
+        let cpus = config.placement.cpus_for_vcpu(index as usize);
+        let name = format!("smplab-vcpu-{index}");
+        let spawned = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || vcpu_thread(vcpu, &control_for_thread, cpus));
+        match spawned {
+            Ok(handle) => threads.push(VcpuThread { handle, kicker }),
+            Err(source) => {
+                control.request_stop();
+                return (threads, Some(VmmError::Thread { name, source }));
+            }
+        }
+    }
+    (threads, None)
+}
+
+/// Kick every vCPU once (the stop was requested before), then join them.
+fn stop_vcpus(threads: Vec<VcpuThread>) -> Result<Vec<VcpuReport>, VmmError> {
+    for thread in &threads {
+        thread.kicker.kick();
+    }
+    let give_up = Instant::now() + STOP_GIVE_UP;
+    let mut reports = Vec::new();
+    for (index, thread) in threads.into_iter().enumerate() {
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        // Wait without re-kicking: a thread still running after STOP_GIVE_UP is
+        // stuck somewhere a kick cannot reach (a bug), not a lost kick.
+        while !thread.handle.is_finished() {
+            if Instant::now() > give_up {
+                return Err(VmmError::VcpuThread {
+                    vcpu: index,
+                    reason: format!(
+                        "the vCPU thread did not stop within {} s of being kicked",
+                        STOP_GIVE_UP.as_secs()
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        match thread.handle.join() {
+            Ok(report) => reports.push(report),
+            Err(_) => {
+                return Err(VmmError::VcpuThread {
+                    vcpu: index,
+                    reason: "the vCPU thread panicked (a bug in smplab-vmm)".into(),
+                })
+            }
+        }
+    }
+    Ok(reports)
+}
+
+fn vcpu_thread(mut vcpu: Vcpu, control: &RunControl, cpus: Option<Vec<usize>>) -> VcpuReport {
+    /// Requests a VM stop when the thread ends for any reason, a panic included,
+    /// so the waiting thread can never wait on a vCPU that is gone.
+    struct StopOnExit<'a>(&'a RunControl);
+    impl Drop for StopOnExit<'_> {
+        fn drop(&mut self) {
+            self.0.request_stop();
+        }
+    }
+    let _stop_on_exit = StopOnExit(control);
+    let outcome = match &cpus {
+        Some(cpus) => pin_current_thread(cpus).map_err(|source| VmmError::Placement {
+            thread: format!("smplab-vcpu-{}", vcpu.index()),
+            cpus: cpus.clone(),
+            source,
+        }),
+        None => Ok(()),
+    }
+    .and_then(|()| vcpu.run_until_stopped(control));
+    VcpuReport { vcpu, outcome }
+}
