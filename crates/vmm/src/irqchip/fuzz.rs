@@ -49,7 +49,7 @@ impl Rng {
         }
     }
     fn width(&mut self) -> usize {
-        [4, 4, 4, 1, 2, 8, 3][self.below(7) as usize]
+        [4, 4, 4, 1, 2, 8, 3, 0][self.below(8) as usize]
     }
 }
 

@@ -458,6 +458,9 @@ impl ConcurrentDevice for HybridPic {
             0..=5 => {
                 if data.len() != 1 {
                     IrqchipCounters::bump(&self.counters.bad_access);
+                    if data.is_empty() {
+                        return;
+                    }
                 }
                 let mut config = lock(&self.config);
                 if let PortEffect::ClearIrr(bits) = config.write_port(offset as usize, value as u8)

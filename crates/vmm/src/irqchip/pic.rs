@@ -390,9 +390,12 @@ impl ExclusiveDevice for ExclusivePic {
         match offset {
             0..=5 => {
                 if data.len() != 1 {
-                    // Byte ports: a wider access is split by the VMM already;
-                    // only the first byte reaches this port.
+                    // Byte ports: the VMM splits wider accesses already; only
+                    // the first byte of a wider one reaches this port.
                     IrqchipCounters::bump(&self.counters.bad_access);
+                    if data.is_empty() {
+                        return;
+                    }
                 }
                 if let PortEffect::ClearIrr(bits) =
                     self.config.write_port(offset as usize, value as u8)
