@@ -57,6 +57,7 @@
 //! and interrupt-window exits, HLT in the VMM) is described in docs/vmm.md,
 //! section "User-space interrupt controllers".
 
+mod halt;
 mod hybrid;
 mod ioapic;
 mod lapic;
@@ -73,6 +74,7 @@ mod loom_tests;
 #[cfg(test)]
 mod tests;
 
+pub use halt::{HaltEnd, HaltWaiter};
 pub use hybrid::{HybridLapics, HybridPic};
 pub use ioapic::{Ioapic, IOAPIC_PINS};
 pub use lapic::ExclusiveLapics;
