@@ -64,6 +64,7 @@ mod lapic;
 mod pic;
 mod regs;
 mod sync;
+mod timer;
 
 pub mod harness;
 
@@ -80,6 +81,7 @@ pub use ioapic::{Ioapic, IOAPIC_PINS};
 pub use lapic::ExclusiveLapics;
 pub use pic::ExclusivePic;
 pub use regs::{ApicMessage, DeliveryMode};
+pub use timer::{TimerHandle, TimerThread};
 
 use crate::bus::{AddressSpace, BusBuilder, BusError, SyncMode};
 use std::sync::atomic::{AtomicU64, Ordering};
