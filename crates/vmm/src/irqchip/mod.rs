@@ -53,9 +53,15 @@
 //! because its kick comes after its IRR bit is set. Only the owning vCPU moves a
 //! vector from IRR to ISR or EOIs it; any thread may set IRR.
 //!
-//! The integration into the vCPU run loop (interrupt injection with `KVM_INTERRUPT`
-//! and interrupt-window exits, HLT in the VMM) is described in docs/vmm.md,
-//! section "User-space interrupt controllers".
+//! **Host-side building blocks** for the run loop: [`HaltWaiter`] (a halted
+//! vCPU's wake-up primitive with the VMM's halt-poll window and the wake-up
+//! latency) and [`TimerThread`] (the LAPIC timers' deadlines, fired as posted
+//! `TIMER_EXPIRED` writes).
+//!
+//! The integration into the vCPU run loop (a `vcpu::VcpuInterrupts` per vCPU:
+//! interrupt injection with `KVM_INTERRUPT` and interrupt-window exits, HLT in the
+//! VMM, INIT/SIPI, CPUID) is described in docs/vmm.md, section "User-space
+//! interrupt controllers"; it is not done yet.
 
 mod halt;
 mod hybrid;
