@@ -12,6 +12,7 @@ pub mod devices;
 pub mod error;
 pub mod exits;
 mod io_thread;
+pub mod irqchip;
 pub mod kvm_stats;
 pub mod model;
 pub mod placement;

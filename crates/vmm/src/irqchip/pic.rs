@@ -1,0 +1,410 @@
+//! The 8259A PIC pair (master on ports 0x20/0x21, slave on 0xa0/0xa1 cascaded on
+//! master IRQ 2, ELCR at 0x4d0/0x4d1), after the Intel 8259A data sheet (seed 004
+//! ref. [7]). [`PicConfig`] is everything but the request register: IRR and the
+//! input line levels are kept by the flavour (a plain `u16` in [`ExclusivePic`],
+//! atomics in [`super::HybridPic`]), bit i = IRQ i (0–7 master, 8–15 slave).
+//! Special features not modelled: buffered mode, the 8080 call format, MCS-80 vectors.
+
+use super::{pic_ctl, IrqchipCounters, IrqchipEvent, IrqchipSink, NO_VECTOR};
+use crate::devices::{fill_le, le_value, ExclusiveDevice};
+use std::sync::Arc;
+
+/// One 8259A.
+#[derive(Debug, Clone, Default)]
+struct Chip {
+    imr: u8,
+    isr: u8,
+    vector_base: u8,
+    /// The IRQ with the highest priority (rotations move it).
+    lowest_rotation: u8,
+    read_isr: bool,
+    poll: bool,
+    special_mask: bool,
+    auto_eoi: bool,
+    rotate_on_auto_eoi: bool,
+    special_fully_nested: bool,
+    /// 0 when initialized; 2, 3, 4 while waiting for ICW2, ICW3, ICW4.
+    init_step: u8,
+    expect_icw4: bool,
+    single: bool,
+    elcr: u8,
+}
+
+impl Chip {
+    /// Priority rank of the highest-priority bit set in `mask` (0 = top, 8 = none).
+    fn rank(&self, mask: u8) -> u8 {
+        (0..8)
+            .find(|k| mask & (1 << ((k + self.lowest_rotation) & 7)) != 0)
+            .unwrap_or(8)
+    }
+
+    fn irq_of_rank(&self, rank: u8) -> u8 {
+        (rank + self.lowest_rotation) & 7
+    }
+
+    /// The IRQ this chip would request given its request bits, if any beats the
+    /// in-service ones.
+    fn request(&self, requests: u8, master: bool) -> Option<u8> {
+        let rank = self.rank(requests & !self.imr);
+        if rank == 8 {
+            return None;
+        }
+        let mut in_service = self.isr;
+        if self.special_mask {
+            in_service &= !self.imr;
+        }
+        if master && self.special_fully_nested {
+            // A slave request may interrupt the slave's own service routine.
+            in_service &= !(1 << 2);
+        }
+        (rank < self.rank(in_service)).then(|| self.irq_of_rank(rank))
+    }
+
+    fn ack(&mut self, irq: u8) {
+        if self.auto_eoi {
+            if self.rotate_on_auto_eoi {
+                self.lowest_rotation = (irq + 1) & 7;
+            }
+        } else {
+            self.isr |= 1 << irq;
+        }
+    }
+
+    /// OCW2 (command port write with bits 4:3 = 00).
+    fn ocw2(&mut self, value: u8) {
+        let irq = value & 7;
+        match value >> 5 {
+            0 => self.rotate_on_auto_eoi = false,
+            4 => self.rotate_on_auto_eoi = true,
+            cmd @ (1 | 5) => {
+                // Non-specific EOI: the highest-priority in-service IRQ.
+                let rank = self.rank(self.isr);
+                if rank < 8 {
+                    let done = self.irq_of_rank(rank);
+                    self.isr &= !(1 << done);
+                    if cmd == 5 {
+                        self.lowest_rotation = (done + 1) & 7;
+                    }
+                }
+            }
+            cmd @ (3 | 7) => {
+                self.isr &= !(1 << irq);
+                if cmd == 7 {
+                    self.lowest_rotation = (irq + 1) & 7;
+                }
+            }
+            6 => self.lowest_rotation = (irq + 1) & 7,
+            _ => {} // 2: no operation
+        }
+    }
+}
+
+/// What INTA will deliver: the vector and the IRR bit it consumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Selection {
+    pub vector: u8,
+    master_irq: u8,
+    slave_irq: Option<u8>,
+    /// Bit (of the 16-bit IRR) this acknowledge consumes.
+    pub irr_bit: u16,
+}
+
+/// The pair's state apart from IRR and the line levels.
+#[derive(Debug, Clone)]
+pub struct PicConfig {
+    chips: [Chip; 2],
+}
+
+/// A port write's consequence for the request register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortEffect {
+    None,
+    /// ICW1 resets the chip's edge-sense latches: clear these IRR bits.
+    ClearIrr(u16),
+}
+
+impl Default for PicConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PicConfig {
+    /// Power-on state: both chips fully masked until programmed, IRQ 0–2 and 8
+    /// and 13 edge-only (their ELCR bits are fixed).
+    pub fn new() -> Self {
+        let chip = |base| Chip {
+            imr: 0xff,
+            vector_base: base,
+            ..Chip::default()
+        };
+        PicConfig {
+            chips: [chip(0x08), chip(0x70)],
+        }
+    }
+
+    pub fn elcr(&self) -> u16 {
+        u16::from(self.chips[0].elcr) | u16::from(self.chips[1].elcr) << 8
+    }
+
+    /// The interrupt INTA would deliver for request bits `irr`.
+    pub fn select(&self, irr: u16) -> Option<Selection> {
+        let slave = self.chips[1].request((irr >> 8) as u8, false);
+        let master_requests = (irr as u8 & !(1 << 2)) | if slave.is_some() { 1 << 2 } else { 0 };
+        let master_irq = self.chips[0].request(master_requests, true)?;
+        if master_irq == 2 {
+            let slave_irq = slave?;
+            Some(Selection {
+                vector: self.chips[1].vector_base.wrapping_add(slave_irq),
+                master_irq,
+                slave_irq: Some(slave_irq),
+                irr_bit: 1 << (8 + slave_irq),
+            })
+        } else {
+            Some(Selection {
+                vector: self.chips[0].vector_base.wrapping_add(master_irq),
+                master_irq,
+                slave_irq: None,
+                irr_bit: 1 << master_irq,
+            })
+        }
+    }
+
+    /// Complete an INTA cycle for `selection` (in-service bits, auto-EOI).
+    pub fn commit(&mut self, selection: &Selection) {
+        self.chips[0].ack(selection.master_irq);
+        if let Some(irq) = selection.slave_irq {
+            self.chips[1].ack(irq);
+        }
+    }
+
+    /// Whether an IRR bit is cleared by INTA: edge-triggered ones are; a level one
+    /// stays while its line is high (the line clears it).
+    pub fn clears_on_ack(&self, irr_bit: u16) -> bool {
+        self.elcr() & irr_bit == 0
+    }
+
+    /// A poll command is pending on `chip` (the next command-port read is an INTA).
+    pub fn take_poll(&mut self, chip: usize) -> bool {
+        std::mem::take(&mut self.chips[chip].poll)
+    }
+
+    /// Guest write to port index `port` (see `pic_ctl::PORTS`).
+    pub fn write_port(&mut self, port: usize, value: u8) -> PortEffect {
+        if port >= 4 {
+            let chip = &mut self.chips[port - 4];
+            // IRQ 0, 1, 2 (master) and 8, 13 (slave) are edge-only on the PC.
+            chip.elcr = value & if port == 4 { 0xf8 } else { 0xde };
+            return PortEffect::None;
+        }
+        let index = port / 2;
+        let chip = &mut self.chips[index];
+        if port.is_multiple_of(2) {
+            if value & 0x10 != 0 {
+                // ICW1: start initialization; clears IMR, ISR, rotation, modes.
+                let elcr = chip.elcr;
+                let base = chip.vector_base;
+                *chip = Chip {
+                    init_step: 2,
+                    expect_icw4: value & 1 != 0,
+                    single: value & 2 != 0,
+                    elcr,
+                    vector_base: base,
+                    ..Chip::default()
+                };
+                let edge = !u16::from(elcr) & 0xff;
+                return PortEffect::ClearIrr(edge << (8 * index));
+            } else if value & 0x08 != 0 {
+                // OCW3.
+                if value & 0x04 != 0 {
+                    chip.poll = true;
+                }
+                if value & 0x02 != 0 {
+                    chip.read_isr = value & 1 != 0;
+                }
+                if value & 0x40 != 0 {
+                    chip.special_mask = value & 0x20 != 0;
+                }
+            } else {
+                chip.ocw2(value);
+            }
+            return PortEffect::None;
+        }
+        match chip.init_step {
+            2 => {
+                chip.vector_base = value & 0xf8;
+                chip.init_step = match (chip.single, chip.expect_icw4) {
+                    (false, _) => 3,
+                    (true, true) => 4,
+                    (true, false) => 0,
+                };
+            }
+            3 => chip.init_step = if chip.expect_icw4 { 4 } else { 0 },
+            4 => {
+                chip.auto_eoi = value & 0x02 != 0;
+                chip.special_fully_nested = value & 0x10 != 0;
+                chip.init_step = 0;
+            }
+            _ => chip.imr = value, // OCW1
+        }
+        PortEffect::None
+    }
+
+    /// Guest read of port index `port` (a pending poll is the caller's to handle).
+    pub fn read_port(&self, port: usize, irr: u16) -> u8 {
+        match port {
+            0 | 2 => {
+                let chip = &self.chips[port / 2];
+                if chip.read_isr {
+                    chip.isr
+                } else {
+                    (irr >> (8 * (port / 2))) as u8
+                }
+            }
+            1 | 3 => self.chips[port / 2].imr,
+            4 | 5 => self.chips[port - 4].elcr,
+            _ => 0xff,
+        }
+    }
+
+    /// In-service bits of both chips (master low byte).
+    pub fn isr(&self) -> u16 {
+        u16::from(self.chips[0].isr) | u16::from(self.chips[1].isr) << 8
+    }
+}
+
+/// The outcome of a poll-mode read: 0x80 | IRQ when an interrupt was taken.
+pub fn poll_byte(selection: Option<&Selection>, chip: usize) -> u8 {
+    match (selection, chip) {
+        (Some(s), 0) => 0x80 | s.master_irq,
+        (Some(s), _) => s.slave_irq.map_or(0, |irq| 0x80 | irq),
+        (None, _) => 0,
+    }
+}
+
+/// Map an input pin to its IRR bit: IRQ 2 is the cascade input, not a pin.
+pub fn pin_bit(irq: u64) -> Option<u16> {
+    (irq < 16 && irq != 2).then(|| 1 << irq)
+}
+
+/// The PIC pair, not thread-safe.
+pub struct ExclusivePic {
+    config: PicConfig,
+    irr: u16,
+    lines: u16,
+    sink: Arc<dyn IrqchipSink>,
+    counters: Arc<IrqchipCounters>,
+}
+
+impl ExclusivePic {
+    pub fn new(sink: Arc<dyn IrqchipSink>, counters: Arc<IrqchipCounters>) -> Self {
+        ExclusivePic {
+            config: PicConfig::new(),
+            irr: 0,
+            lines: 0,
+            sink,
+            counters,
+        }
+    }
+
+    /// Set input `irq` (0–15, not 2) to `level`. A rising edge (or a high level
+    /// in level mode) requests an interrupt and signals ExtINT.
+    pub fn set_irq(&mut self, irq: u64, level: bool) {
+        let Some(bit) = pin_bit(irq) else {
+            IrqchipCounters::bump(&self.counters.bad_pin);
+            return;
+        };
+        let level_mode = self.config.elcr() & bit != 0;
+        if level {
+            let rising = self.lines & bit == 0;
+            self.lines |= bit;
+            if rising || level_mode {
+                let newly = self.irr & bit == 0;
+                self.irr |= bit;
+                if newly {
+                    self.sink.event(IrqchipEvent::ExtInt);
+                }
+            }
+        } else {
+            self.lines &= !bit;
+            if level_mode {
+                self.irr &= !bit;
+            }
+        }
+    }
+
+    pub fn pending_vector(&self) -> Option<u8> {
+        self.config.select(self.irr).map(|s| s.vector)
+    }
+
+    /// The INTA cycle: the selected IRQ moves to in-service.
+    pub fn acknowledge(&mut self) -> Option<u8> {
+        let Some(selection) = self.take() else {
+            IrqchipCounters::bump(&self.counters.spurious_inta);
+            return None;
+        };
+        Some(selection.vector)
+    }
+
+    fn take(&mut self) -> Option<Selection> {
+        let selection = self.config.select(self.irr)?;
+        if self.config.clears_on_ack(selection.irr_bit) {
+            self.irr &= !selection.irr_bit;
+        }
+        self.config.commit(&selection);
+        Some(selection)
+    }
+
+    /// (IRR, ISR, IMR) of both chips, master in the low byte.
+    pub fn registers(&self) -> (u16, u16, u16) {
+        let imr =
+            u16::from(self.config.read_port(1, 0)) | u16::from(self.config.read_port(3, 0)) << 8;
+        (self.irr, self.config.isr(), imr)
+    }
+}
+
+impl ExclusiveDevice for ExclusivePic {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        let value = match offset {
+            0..=5 => {
+                let port = offset as usize;
+                if port < 4 && port.is_multiple_of(2) && self.config.take_poll(port / 2) {
+                    let selection = self.take();
+                    u64::from(poll_byte(selection.as_ref(), port / 2))
+                } else {
+                    u64::from(self.config.read_port(port, self.irr))
+                }
+            }
+            pic_ctl::INTA => self.acknowledge().map_or(NO_VECTOR, u64::from),
+            pic_ctl::PENDING => self.pending_vector().map_or(NO_VECTOR, u64::from),
+            _ => {
+                IrqchipCounters::bump(&self.counters.bad_access);
+                u64::MAX
+            }
+        };
+        fill_le(data, value, 0);
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        let value = le_value(data);
+        match offset {
+            0..=5 => {
+                if data.len() != 1 {
+                    // Byte ports: the VMM splits wider accesses already; only
+                    // the first byte of a wider one reaches this port.
+                    IrqchipCounters::bump(&self.counters.bad_access);
+                    if data.is_empty() {
+                        return;
+                    }
+                }
+                if let PortEffect::ClearIrr(bits) =
+                    self.config.write_port(offset as usize, value as u8)
+                {
+                    self.irr &= !bits;
+                }
+            }
+            pic_ctl::SET_IRQ => self.set_irq(value & 0xff, value & 0x100 != 0),
+            _ => IrqchipCounters::bump(&self.counters.bad_access),
+        }
+    }
+}
