@@ -520,6 +520,58 @@ mod tests {
     }
 
     #[test]
+    fn per_point_files_merge_with_lines_and_the_newest_wins() {
+        let path = temp_path("points");
+        let a = vm_point("dedup", 2, 0);
+        let b = vm_point("dedup", 2, 1);
+        {
+            // A Slurm task: no lock, one file per point, even beside a local writer.
+            let local = Store::open(&path).unwrap();
+            let mut task = Store::open_per_point(&path).unwrap();
+            task.append(Entry::new(a.clone(), Status::Ok, 1.0, vec![]))
+                .unwrap();
+            task.append(Entry::new(
+                b.clone(),
+                Status::Failed { reason: "x".into() },
+                1.0,
+                vec![],
+            ))
+            .unwrap();
+            drop(local);
+        }
+        assert!(point_file(&path, &a.key()).is_file());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        // A task killed mid-write leaves only a temporary, which readers ignore.
+        std::fs::write(point_dir(&path).join(".0123.99.1.tmp"), "{\"v\":1,").unwrap();
+        let s = Store::read(&path).unwrap();
+        assert_eq!(s.entries().len(), 2);
+        assert!(s.is_finished(&a.key(), false));
+        assert!(!s.is_finished(&b.key(), true));
+        // A local retry of b supersedes its per-point failure and removes the file.
+        let mut local = Store::open(&path).unwrap();
+        local
+            .append(Entry::new(b.clone(), Status::Ok, 1.0, vec![]))
+            .unwrap();
+        drop(local);
+        assert!(!point_file(&path, &b.key()).exists());
+        let s = Store::read(&path).unwrap();
+        assert_eq!(s.latest().len(), 2);
+        assert!(s.latest().iter().all(|e| e.is_ok()));
+        // A store only Slurm tasks wrote to (no JSON-lines file) still reads.
+        let only = temp_path("points-only");
+        Store::open_per_point(&only)
+            .unwrap()
+            .append(Entry::new(a.clone(), Status::Ok, 1.0, vec![]))
+            .unwrap();
+        assert!(!only.exists());
+        assert_eq!(Store::read(&only).unwrap().entries().len(), 1);
+        // A damaged per-point file is named.
+        std::fs::write(point_file(&only, &b.key()), "garbage").unwrap();
+        let err = Store::read(&only).err().unwrap().to_string();
+        assert!(err.contains(".json") && err.contains("delete it"), "{err}");
+    }
+
+    #[test]
     fn corrupt_middle_line_is_located() {
         let path = temp_path("corrupt");
         std::fs::write(&path, "not json\n{}\n").unwrap();
