@@ -541,10 +541,10 @@ pub fn run_point(a: &RunPointArgs, store_path: &Path, runner: &dyn Runner) -> i3
     }
     if let Some(&bad) = a.index.iter().find(|&&i| i >= spec.points.len()) {
         eprintln!(
-            "--index {bad} is out of range: {} has {} points (0..{})",
+            "--index {bad} is out of range: {} has {} points (indices 0 to {})",
             a.spec.display(),
             spec.points.len(),
-            spec.points.len()
+            spec.points.len().saturating_sub(1)
         );
         return exit::BAD_INPUT;
     }
