@@ -93,9 +93,16 @@ pub fn task_states(subs: &[Submission]) -> Result<HashMap<(String, usize), TaskS
     }
     let ids: Vec<&str> = subs.iter().map(|s| s.job_id.as_str()).collect();
     let ids = ids.join(",");
-    // `squeue -j` with a purged id fails; ask for all jobs and filter instead.
-    let text =
-        run_tool(Command::new("squeue").args(["-h", "-r", "--states=all", "-o", "%F|%K|%T"]))?;
+    // `squeue -j` with a purged id fails; ask for all of this user's jobs and
+    // filter instead.
+    let text = run_tool(Command::new("squeue").args([
+        "--me",
+        "-h",
+        "-r",
+        "--states=all",
+        "-o",
+        "%F|%K|%T",
+    ]))?;
     let wanted: HashSet<&str> = subs.iter().map(|s| s.job_id.as_str()).collect();
     let mut states: HashMap<(String, usize), TaskState> = parse_squeue(&text)
         .into_iter()
