@@ -216,7 +216,10 @@ pub fn lab(args: &LabArgs) -> i32 {
                     }
                 },
             };
-            crate::slurm::run_point(a, &path, &RealRunner::default())
+            let runner = RealRunner {
+                qemu_binary: a.qemu.clone(),
+            };
+            crate::slurm::run_point(a, &path, &runner)
         }
     }
 }
@@ -253,7 +256,10 @@ fn lab_run(a: &LabRunArgs) -> i32 {
             &mut store,
             &runner,
             &a.slurm,
-            a.retry_failed,
+            &crate::slurm::TaskOptions {
+                retry_failed: a.retry_failed,
+                qemu: a.qemu.clone(),
+            },
         );
     }
     eprintln!(

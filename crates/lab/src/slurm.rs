@@ -81,6 +81,16 @@ pub struct RunPointArgs {
     /// Also redo points stored as failed.
     #[arg(long)]
     pub retry_failed: bool,
+    /// QEMU binary for `qemu` points.
+    #[arg(long)]
+    pub qemu: Option<PathBuf>,
+}
+
+/// Options of `lab run` that its array tasks pass on to `lab run-point`.
+#[derive(Debug, Clone, Default)]
+pub struct TaskOptions {
+    pub retry_failed: bool,
+    pub qemu: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -214,7 +224,7 @@ pub struct ScriptContext<'a> {
     pub store: &'a Path,
     pub digest: &'a str,
     pub log_dir: &'a Path,
-    pub retry_failed: bool,
+    pub task: &'a TaskOptions,
 }
 
 /// The `sbatch` script of one array: task `i` runs the points in line `i` of
@@ -255,12 +265,21 @@ pub fn batch_script(ctx: &ScriptContext, array: &ArrayPlan, args: &SlurmArgs) ->
     }
     s.push_str(")\n");
     s.push_str(&format!(
-        "exec {} lab run-point {} --store {} --spec-digest {}{} --index \"${{TASKS[$SLURM_ARRAY_TASK_ID]}}\"\n",
+        "exec {} lab run-point {} --store {} --spec-digest {}{}{} --index \"${{TASKS[$SLURM_ARRAY_TASK_ID]}}\"\n",
         sh_quote(&ctx.smplab_bin.display().to_string()),
         sh_quote(&ctx.spec.display().to_string()),
         sh_quote(&ctx.store.display().to_string()),
         ctx.digest,
-        if ctx.retry_failed { " --retry-failed" } else { "" },
+        if ctx.task.retry_failed {
+            " --retry-failed"
+        } else {
+            ""
+        },
+        ctx.task
+            .qemu
+            .as_ref()
+            .map(|q| format!(" --qemu {}", sh_quote(&q.display().to_string())))
+            .unwrap_or_default(),
     ));
     s
 }
@@ -368,9 +387,9 @@ pub fn submit(
     store: &mut Store,
     runner: &dyn Runner,
     args: &SlurmArgs,
-    retry_failed: bool,
+    task: &TaskOptions,
 ) -> i32 {
-    match try_submit(spec, spec_path, store, runner, args, retry_failed) {
+    match try_submit(spec, spec_path, store, runner, args, task) {
         Ok(()) => exit::OK,
         Err(
             e @ (SlurmError::Tool { .. } | SlurmError::ToolFailed { .. } | SlurmError::JobId(_)),
@@ -398,7 +417,7 @@ fn try_submit(
     store: &mut Store,
     runner: &dyn Runner,
     args: &SlurmArgs,
-    retry_failed: bool,
+    task: &TaskOptions,
 ) -> Result<(), SlurmError> {
     let store_path = store.path().to_path_buf();
     let subs = submissions(&store_path)?;
@@ -407,7 +426,7 @@ fn try_submit(
     let mut todo: Vec<usize> = (0..spec.points.len())
         .filter(|&i| {
             let key = spec.points[i].key();
-            !store.is_finished(&key, retry_failed) && !before.in_flight.contains(&key)
+            !store.is_finished(&key, task.retry_failed) && !before.in_flight.contains(&key)
         })
         .collect();
     if !before.in_flight.is_empty() {
@@ -481,7 +500,7 @@ fn try_submit(
         store: &store_abs,
         digest: &digest,
         log_dir: &dir,
-        retry_failed,
+        task,
     };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -685,7 +704,10 @@ vcpus = [2, 4]
                 store: Path::new("/shared/r/results.jsonl"),
                 digest: "00ff",
                 log_dir: Path::new("/shared/r/slurm"),
-                retry_failed: false,
+                task: &TaskOptions {
+                    retry_failed: true,
+                    qemu: Some("/opt/qemu".into()),
+                },
             },
             &array,
             &args,
@@ -695,7 +717,10 @@ vcpus = [2, 4]
         assert!(s.contains("#SBATCH --exclusive\n"));
         assert!(s.contains("TASKS=(\n  0,1\n  5\n)\n"), "{s}");
         assert!(s.contains(r"'/home/u/it'\''s.toml'"), "quoted: {s}");
-        assert!(s.contains("--spec-digest 00ff"));
+        assert!(
+            s.contains("--spec-digest 00ff --retry-failed --qemu '/opt/qemu' --index"),
+            "{s}"
+        );
     }
 
     #[test]
