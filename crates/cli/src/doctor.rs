@@ -39,6 +39,71 @@ fn tool_version(cmd: &str, arg: &str) -> Option<String> {
         .map(|l| l.trim().to_string())
 }
 
+/// Slurm, for `smplab lab run --slurm` (docs/slurm.md): the client tools, and
+/// whether the controller answers.
+fn slurm_check() -> Check {
+    let what = "Slurm".to_string();
+    let Some(version) = tool_version("sbatch", "--version") else {
+        return Check {
+            what,
+            ok: false,
+            detail: "sbatch not found: only needed for `smplab lab run --slurm` (a cluster's login node, or `.ci/slurm-up` for a one-node cluster here)".into(),
+        };
+    };
+    let missing: Vec<&str> = ["squeue", "sacct", "scontrol"]
+        .into_iter()
+        .filter(|t| tool_version(t, "--version").is_none())
+        .collect();
+    let ping = Command::new("scontrol")
+        .arg("ping")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let up = ping.contains("is UP");
+    let nodes = Command::new("sinfo")
+        .args(["-h", "-o", "%D %T"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(|l| l.trim().replacen(' ', " node(s) ", 1))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    let accounting = Command::new("sacct")
+        .args(["-n", "-X", "-S", "now"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let mut detail = format!("{version}; ");
+    if !missing.is_empty() {
+        detail.push_str(&format!("missing {}; ", missing.join(", ")));
+    }
+    if up {
+        detail.push_str(&format!("controller reachable ({ping})"));
+        if !nodes.is_empty() {
+            detail.push_str(&format!("; {nodes}"));
+        }
+        detail.push_str(if accounting {
+            "; accounting on (lab status uses sacct too)"
+        } else {
+            "; accounting off (lab status sees ended tasks through squeue only, for MinJobAge)"
+        });
+    } else {
+        detail.push_str(
+            "controller not reachable (`scontrol ping`): `lab run --slurm` cannot submit from here",
+        );
+    }
+    Check {
+        what,
+        ok: up && missing.is_empty(),
+        detail,
+    }
+}
+
 fn build_report() -> Report {
     let host = HostFacts::detect();
     let kvm = &host.kvm;
@@ -131,6 +196,7 @@ fn build_report() -> Report {
             "not found: only needed to test report rendering (`apt-get install chromium`)".into()
         }),
     });
+    checks.push(slurm_check());
     let executors = vec![
         Check {
             what: "native".into(),

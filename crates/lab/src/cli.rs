@@ -26,8 +26,12 @@ pub enum LabCommand {
     Run(LabRunArgs),
     /// Write the HTML report (inline SVG) and CSV exports of a results store.
     Report(LabReportArgs),
-    /// Show how many points of a spec are done, failed, skipped or pending.
+    /// Show how many points of a spec are done, failed, skipped or pending
+    /// (and, after `run --slurm`, queued, running or lost in Slurm).
     Status(LabStatusArgs),
+    /// Run some points of a spec into per-point result files: what a Slurm
+    /// array task of `lab run --slurm` runs.
+    RunPoint(crate::slurm::RunPointArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -49,6 +53,8 @@ pub struct LabRunArgs {
     /// QEMU binary for `qemu` points.
     #[arg(long)]
     pub qemu: Option<PathBuf>,
+    #[command(flatten)]
+    pub slurm: crate::slurm::SlurmArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -199,6 +205,22 @@ pub fn lab(args: &LabArgs) -> i32 {
         LabCommand::Run(a) => lab_run(a),
         LabCommand::Report(a) => lab_report(a),
         LabCommand::Status(a) => lab_status(a),
+        LabCommand::RunPoint(a) => {
+            let path = match &a.store {
+                Some(p) => p.clone(),
+                None => match ExperimentSpec::from_file(&a.spec) {
+                    Ok(s) => default_store(&s.name),
+                    Err(e) => {
+                        eprintln!("{e}");
+                        return exit::BAD_INPUT;
+                    }
+                },
+            };
+            let runner = RealRunner {
+                qemu_binary: a.qemu.clone(),
+            };
+            crate::slurm::run_point(a, &path, &runner)
+        }
     }
 }
 
@@ -227,6 +249,19 @@ fn lab_run(a: &LabRunArgs) -> i32 {
     let runner = RealRunner {
         qemu_binary: a.qemu.clone(),
     };
+    if a.slurm.slurm {
+        return crate::slurm::submit(
+            &spec,
+            &a.spec,
+            &mut store,
+            &runner,
+            &a.slurm,
+            &crate::slurm::TaskOptions {
+                retry_failed: a.retry_failed,
+                qemu: a.qemu.clone(),
+            },
+        );
+    }
     eprintln!(
         "{}: {} points ({} repetitions) into {}",
         spec.name,
@@ -334,7 +369,7 @@ fn lab_status(a: &LabStatusArgs) -> i32 {
     let path = a.store.clone().unwrap_or_else(|| default_store(&spec.name));
     let store = match Store::read(&path) {
         Ok(s) => s,
-        Err(crate::store::StoreError::Missing { .. }) => Store::from_entries(vec![]),
+        Err(crate::store::StoreError::Missing { .. }) => Store::from_entries_at(vec![], &path),
         Err(e) => {
             eprintln!("error: {e}");
             return exit::BAD_INPUT;
@@ -360,7 +395,7 @@ fn lab_status(a: &LabStatusArgs) -> i32 {
         spec.points.len(),
         path.display()
     );
-    exit::OK
+    crate::slurm::print_status(&spec, &store)
 }
 
 pub fn diagnose(args: &DiagnoseArgs) -> i32 {
@@ -550,6 +585,7 @@ mod tests {
                 quiet: true,
                 report: false,
                 qemu: None,
+                slurm: Default::default(),
             }),
         });
         assert_eq!(code, exit::BAD_INPUT);

@@ -3,6 +3,7 @@
 //! - [`spec`]: experiment specs (TOML matrices) expanded into [`point::Point`]s;
 //! - [`store`]: the crash-safe JSON-lines results store;
 //! - [`sweep`]: running points through a [`runner::Runner`], resumable;
+//! - [`slurm`]: sweeps as Slurm job arrays, one result file per point;
 //! - [`metrics`]: slowdown, weighted speedup, exit rates, idle/spin fractions,
 //!   latency percentiles, speedup vs vCPUs beside the Amdahl projection;
 //! - [`diagnose`]: the seed-000 remove-one-factor-at-a-time method;
@@ -39,6 +40,7 @@ pub mod point;
 pub mod report;
 pub mod runner;
 pub mod simglue;
+pub mod slurm;
 pub mod spec;
 pub mod stats;
 pub mod store;

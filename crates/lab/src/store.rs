@@ -9,6 +9,15 @@
 //!
 //! Concurrency: the file is `flock`ed for the life of a [`Store`] opened for
 //! writing, so two sweeps cannot interleave into one store.
+//!
+//! Per-point files: tasks of a Slurm job array (crate::slurm) run on many nodes
+//! at once, on a shared filesystem where `flock` and `O_APPEND` are not to be
+//! trusted. Each of them writes its result to its own file in the directory
+//! `results.points/` beside `results.jsonl` (write a temporary file, `fsync`,
+//! `rename`): a task killed at any instant leaves either the whole file or
+//! only an ignored temporary. Every reader merges the per-point files after the
+//! JSON lines, so a per-point result is the latest for its key; a local run that
+//! later appends a line for the same key deletes that key's file.
 
 use crate::point::Point;
 use serde::{Deserialize, Serialize};
@@ -98,12 +107,126 @@ pub enum StoreError {
     },
     #[error("{path}: no results store here; run `smplab lab run SPEC` first")]
     Missing { path: String },
+    #[error("{path}: corrupt per-point result ({detail}); these files are written whole by a rename, so it was edited or damaged: delete it to rerun the point")]
+    CorruptPointFile { path: String, detail: String },
+}
+
+/// The directory of per-point result files of the store `path`
+/// (`lab/results.jsonl` → `lab/results.points`).
+pub fn point_dir(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "results".into());
+    path.with_file_name(format!("{stem}.points"))
+}
+
+/// FNV-1a, 64 bits: a stable file name for a key (keys hold `/`, `=`, `,` and
+/// workload paths). The file also holds the key, which is what readers use.
+fn key_hash(key: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The per-point file of `key` in the store `path`.
+pub fn point_file(path: &Path, key: &str) -> PathBuf {
+    point_dir(path).join(format!("{:016x}.json", key_hash(key)))
+}
+
+/// Every complete per-point result of the store `path`, in file-name order.
+/// Temporaries of writes that never finished (names starting with `.`) are
+/// ignored.
+fn read_point_files(path: &Path) -> Result<Vec<Entry>, StoreError> {
+    let dir = point_dir(path);
+    let shown = dir.display().to_string();
+    let listing = match std::fs::read_dir(&dir) {
+        Ok(l) => l,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(source) => {
+            return Err(StoreError::Open {
+                path: shown,
+                source,
+            })
+        }
+    };
+    let mut files = Vec::new();
+    for item in listing {
+        let item = item.map_err(|source| StoreError::Open {
+            path: shown.clone(),
+            source,
+        })?;
+        let name = item.file_name().to_string_lossy().into_owned();
+        if !name.starts_with('.') && name.ends_with(".json") {
+            files.push(item.path());
+        }
+    }
+    files.sort();
+    let mut entries = Vec::with_capacity(files.len());
+    for f in files {
+        let corrupt = |detail: String| StoreError::CorruptPointFile {
+            path: f.display().to_string(),
+            detail,
+        };
+        let text = match std::fs::read_to_string(&f) {
+            Ok(t) => t,
+            // Replaced by a retry between the listing and the read: the retry's
+            // file is read by the next reader.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(corrupt(e.to_string())),
+        };
+        entries.push(serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?);
+    }
+    Ok(entries)
+}
+
+/// Write `entry` to its per-point file atomically: a temporary in the same
+/// directory, `fsync`, `rename` over the final name, `fsync` of the directory.
+/// Needs no lock: concurrent writers of different keys touch different files,
+/// and two writers of one key (a task resubmitted while the first still ran)
+/// each replace the file whole.
+pub fn write_point_file(path: &Path, entry: &Entry) -> Result<PathBuf, StoreError> {
+    let dir = point_dir(path);
+    let final_path = point_file(path, &entry.key);
+    let werr = |source| StoreError::Write {
+        path: final_path.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(&dir).map_err(werr)?;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let tmp = dir.join(format!(
+        ".{:016x}.{}.{nanos}.tmp",
+        key_hash(&entry.key),
+        std::process::id()
+    ));
+    let text = serde_json::to_vec(entry).map_err(|e| werr(std::io::Error::other(e)))?;
+    let write = || -> std::io::Result<()> {
+        let mut f = File::create(&tmp)?;
+        f.write_all(&text)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &final_path)?;
+        // The rename itself is durable only once the directory is synced.
+        File::open(&dir)?.sync_all()
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        werr(e)
+    })?;
+    Ok(final_path)
 }
 
 /// An open results store.
 pub struct Store {
     path: PathBuf,
     file: Option<File>,
+    /// [`Store::append`] writes per-point files instead of lines (Slurm tasks).
+    per_point: bool,
     entries: Vec<Entry>,
     /// Bytes of a torn last line that were cut off on open.
     pub repaired_bytes: u64,
@@ -157,27 +280,48 @@ impl Store {
         }
         let mut text = String::new();
         file.read_to_string(&mut text).map_err(open_err)?;
-        let (entries, complete) = parse(path, &text)?;
+        let (mut entries, complete) = parse(path, &text)?;
         let repaired_bytes = (text.len() - complete) as u64;
         if repaired_bytes > 0 {
             file.set_len(complete as u64).map_err(open_err)?;
         }
         file.seek(SeekFrom::End(0)).map_err(open_err)?;
+        entries.extend(read_point_files(path)?);
         Ok(Store {
             path: path.to_path_buf(),
             file: Some(file),
+            per_point: false,
             entries,
             repaired_bytes,
         })
     }
 
-    /// Read a store without locking or repairing it (reports, metrics).
+    /// Open for one of many concurrent writers (a Slurm array task): no lock,
+    /// no repair of the JSON-lines file (a local run owns it), and every
+    /// [`Store::append`] goes to its own per-point file.
+    pub fn open_per_point(path: &Path) -> Result<Self, StoreError> {
+        let mut store = match Self::read(path) {
+            Ok(s) => s,
+            Err(StoreError::Missing { .. }) => Self::from_entries_at(vec![], path),
+            Err(e) => return Err(e),
+        };
+        store.per_point = true;
+        Ok(store)
+    }
+
+    /// Read a store without locking or repairing it (reports, metrics): its
+    /// lines, then its per-point files.
     pub fn read(path: &Path) -> Result<Self, StoreError> {
         let shown = path.display().to_string();
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(StoreError::Missing { path: shown })
+                if point_dir(path).is_dir() {
+                    // Only Slurm tasks have written to this store so far.
+                    String::new()
+                } else {
+                    return Err(StoreError::Missing { path: shown });
+                }
             }
             Err(source) => {
                 return Err(StoreError::Open {
@@ -186,10 +330,12 @@ impl Store {
                 })
             }
         };
-        let (entries, _) = parse(path, &text)?;
+        let (mut entries, _) = parse(path, &text)?;
+        entries.extend(read_point_files(path)?);
         Ok(Store {
             path: path.to_path_buf(),
             file: None,
+            per_point: false,
             entries,
             repaired_bytes: 0,
         })
@@ -200,6 +346,7 @@ impl Store {
         Store {
             path: PathBuf::new(),
             file: None,
+            per_point: false,
             entries,
             repaired_bytes: 0,
         }
@@ -250,9 +397,15 @@ impl Store {
 
     /// Append one entry durably: a single `write` of the whole line with
     /// O_APPEND semantics, then `fdatasync`, so a kill leaves either the whole
-    /// line or a torn tail that the next open cuts off.
+    /// line or a torn tail that the next open cuts off. A store opened with
+    /// [`Store::open_per_point`] writes the entry's own file instead.
     pub fn append(&mut self, entry: Entry) -> Result<(), StoreError> {
         let shown = self.path.display().to_string();
+        if self.per_point {
+            write_point_file(&self.path, &entry)?;
+            self.entries.push(entry);
+            return Ok(());
+        }
         let Some(file) = self.file.as_mut() else {
             // In-memory or read-only store: keep the entry only in memory.
             self.entries.push(entry);
@@ -269,6 +422,18 @@ impl Store {
         };
         file.write_all(line.as_bytes()).map_err(werr)?;
         file.sync_data().map_err(werr)?;
+        // Readers put per-point files after the lines: this newer line must
+        // not be hidden by an older per-point result of the same key.
+        match std::fs::remove_file(point_file(&self.path, &entry.key)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(StoreError::Write {
+                    path: shown,
+                    source,
+                })
+            }
+        }
         self.entries.push(entry);
         Ok(())
     }
@@ -352,6 +517,58 @@ mod tests {
             let again = Store::read(&path).unwrap();
             proptest::prop_assert_eq!(again.entries().len(), complete + 1);
         }
+    }
+
+    #[test]
+    fn per_point_files_merge_with_lines_and_the_newest_wins() {
+        let path = temp_path("points");
+        let a = vm_point("dedup", 2, 0);
+        let b = vm_point("dedup", 2, 1);
+        {
+            // A Slurm task: no lock, one file per point, even beside a local writer.
+            let local = Store::open(&path).unwrap();
+            let mut task = Store::open_per_point(&path).unwrap();
+            task.append(Entry::new(a.clone(), Status::Ok, 1.0, vec![]))
+                .unwrap();
+            task.append(Entry::new(
+                b.clone(),
+                Status::Failed { reason: "x".into() },
+                1.0,
+                vec![],
+            ))
+            .unwrap();
+            drop(local);
+        }
+        assert!(point_file(&path, &a.key()).is_file());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        // A task killed mid-write leaves only a temporary, which readers ignore.
+        std::fs::write(point_dir(&path).join(".0123.99.1.tmp"), "{\"v\":1,").unwrap();
+        let s = Store::read(&path).unwrap();
+        assert_eq!(s.entries().len(), 2);
+        assert!(s.is_finished(&a.key(), false));
+        assert!(!s.is_finished(&b.key(), true));
+        // A local retry of b supersedes its per-point failure and removes the file.
+        let mut local = Store::open(&path).unwrap();
+        local
+            .append(Entry::new(b.clone(), Status::Ok, 1.0, vec![]))
+            .unwrap();
+        drop(local);
+        assert!(!point_file(&path, &b.key()).exists());
+        let s = Store::read(&path).unwrap();
+        assert_eq!(s.latest().len(), 2);
+        assert!(s.latest().iter().all(|e| e.is_ok()));
+        // A store only Slurm tasks wrote to (no JSON-lines file) still reads.
+        let only = temp_path("points-only");
+        Store::open_per_point(&only)
+            .unwrap()
+            .append(Entry::new(a.clone(), Status::Ok, 1.0, vec![]))
+            .unwrap();
+        assert!(!only.exists());
+        assert_eq!(Store::read(&only).unwrap().entries().len(), 1);
+        // A damaged per-point file is named.
+        std::fs::write(point_file(&only, &b.key()), "garbage").unwrap();
+        let err = Store::read(&only).err().unwrap().to_string();
+        assert!(err.contains(".json") && err.contains("delete it"), "{err}");
     }
 
     #[test]
