@@ -58,9 +58,25 @@ fn unknown_workload_and_bad_pin_are_bad_input() {
         status(&smplab(&["run", "--workload", "nosuch"])),
         exit::BAD_INPUT
     );
-    let o = smplab(&["run", "--workload", "spinlock", "--pin", "0,9999"]);
-    assert_eq!(status(&o), exit::BAD_INPUT);
+    // A CPU this host lacks is a resource it cannot provide (5); a CPU
+    // beyond any host is bad input (2).
+    let o = smplab(&["run", "--workload", "spinlock", "--pin", "0,999"]);
+    assert_eq!(status(&o), exit::RESOURCE_LIMIT, "{}", stderr(&o));
     assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    let o = smplab(&[
+        "run",
+        "--executor",
+        "qemu",
+        "--workload",
+        "spinlock",
+        "--pin",
+        "0,99999",
+    ]);
+    assert_eq!(status(&o), exit::BAD_INPUT, "{}", stderr(&o));
+    assert!(stderr(&o).contains("beyond any host"), "{}", stderr(&o));
+    let o = smplab(&["run", "--workload", "spinlock", "--sync", "global"]);
+    assert_eq!(status(&o), exit::BAD_INPUT);
+    assert!(stderr(&o).contains("does not apply"), "{}", stderr(&o));
     assert_eq!(
         status(&smplab(&[
             "run",

@@ -272,6 +272,63 @@ impl RunConfig {
         }
     }
 
+    /// Set the number of VMs run at once (a native run has no VMs).
+    pub fn set_vms(&mut self, vms: u32) {
+        match self {
+            RunConfig::Native(_) => {}
+            RunConfig::Vm(v) => v.guest.vms = vms,
+            RunConfig::Qemu(q) => q.guest.vms = vms,
+            RunConfig::Sim(s) => s.vms = vms,
+        }
+    }
+
+    /// Set the vCPUs per VM (a native run has no vCPUs).
+    pub fn set_vcpus(&mut self, vcpus: u32) {
+        match self {
+            RunConfig::Native(_) => {}
+            RunConfig::Vm(v) => v.guest.vcpus = vcpus,
+            RunConfig::Qemu(q) => q.guest.vcpus = vcpus,
+            RunConfig::Sim(s) => s.vcpus = vcpus,
+        }
+    }
+
+    /// Set the placement.
+    pub fn set_placement(&mut self, placement: Placement) {
+        match self {
+            RunConfig::Native(n) => n.placement = placement,
+            RunConfig::Vm(v) => v.guest.placement = placement,
+            RunConfig::Qemu(q) => q.guest.placement = placement,
+            RunConfig::Sim(s) => s.placement = placement,
+        }
+    }
+
+    /// Set the guest idle policy (a native run has no guest).
+    pub fn set_idle(&mut self, idle: IdlePolicy) {
+        match self {
+            RunConfig::Native(_) => {}
+            RunConfig::Vm(v) => v.guest.idle = idle,
+            RunConfig::Qemu(q) => q.guest.idle = idle,
+            RunConfig::Sim(s) => s.idle = idle,
+        }
+    }
+
+    /// Set the device sync mode, where the executor has one.
+    pub fn set_sync(&mut self, sync: SyncMode) {
+        match self {
+            RunConfig::Vm(v) => v.sync = sync,
+            RunConfig::Sim(s) => s.sync = sync,
+            RunConfig::Native(_) | RunConfig::Qemu(_) => {}
+        }
+    }
+
+    /// The simulator's platform profile (`None` for real executors).
+    pub fn platform(&self) -> Option<&str> {
+        match self {
+            RunConfig::Sim(s) => Some(&s.platform),
+            _ => None,
+        }
+    }
+
     /// The placement setting.
     pub fn placement(&self) -> &Placement {
         match self {
@@ -441,14 +498,7 @@ impl SimSettings {
             "the simulator's limit",
         );
         if let Some(pc) = self.pcpus {
-            check_range(
-                p,
-                "pcpus",
-                pc.into(),
-                1,
-                65_536,
-                "the simulator's limit",
-            );
+            check_range(p, "pcpus", pc.into(), 1, 65_536, "the simulator's limit");
         }
         if self.platform.trim().is_empty() {
             p.push(ConfigError::new(
@@ -457,6 +507,15 @@ impl SimSettings {
             ));
         }
         self.idle.validate(p);
+        if let IdlePolicy::HaltPoll { .. } = self.idle {
+            p.push(ConfigError::new(
+                "idle",
+                format!(
+                    "{}: the simulator does not model guest-side halt polling; use hlt (with host_halt_poll_ns for the host's window) or poll",
+                    self.idle
+                ),
+            ));
+        }
         self.placement.validate(p);
         if let Placement::Cpus(cpus) = &self.placement {
             if Placement::contiguous_range(cpus).is_none() {

@@ -296,7 +296,11 @@ mod tests {
     fn bad_input_exits_with_bad_input() {
         assert_eq!(run(&args(&["--workload", "nosuch"])), exit::BAD_INPUT);
         // Settings are typed at the flag: a bad one never reaches the model.
-        for bad in [["--policy", "lottery"], ["--idle", "mwait"], ["--ple", "sometimes"]] {
+        for bad in [
+            ["--policy", "lottery"],
+            ["--idle", "mwait"],
+            ["--ple", "sometimes"],
+        ] {
             let mut v = vec!["smplab-sim", "--workload", "spinlock"];
             v.extend_from_slice(&bad);
             assert!(Cmd::try_parse_from(v).is_err(), "{bad:?}");

@@ -8,7 +8,7 @@ use smplab_record::WorkloadInfo;
 use smplab_workload::Program;
 
 pub use smplab_record::config::{
-    parse_duration, HostPolicy as Policy, IdlePolicy, PolicyKind, Ple, SyncMode,
+    parse_duration, HostPolicy as Policy, IdlePolicy, Ple, PolicyKind, SyncMode,
 };
 
 /// How a modelled vCPU waits when its guest has nothing to run: the
@@ -37,7 +37,10 @@ impl Idle {
     /// and the host's halt-poll window (0 = none). The simulator does not
     /// model guest-side halt polling (poll, then HLT) yet: that is an error,
     /// never silently something else.
-    pub fn from_setting(policy: IdlePolicy, host_halt_poll_ns: u64) -> Result<Idle, crate::SimError> {
+    pub fn from_setting(
+        policy: IdlePolicy,
+        host_halt_poll_ns: u64,
+    ) -> Result<Idle, crate::SimError> {
         match policy {
             IdlePolicy::Poll => Ok(Idle::Poll),
             IdlePolicy::Hlt if host_halt_poll_ns > 0 => Ok(Idle::HaltPoll(host_halt_poll_ns)),
@@ -346,7 +349,10 @@ mod tests {
 
     #[test]
     fn parse_settings() {
-        assert_eq!(Idle::from_setting(IdlePolicy::Hlt, 5).unwrap(), Idle::HaltPoll(5));
+        assert_eq!(
+            Idle::from_setting(IdlePolicy::Hlt, 5).unwrap(),
+            Idle::HaltPoll(5)
+        );
         assert_eq!(Idle::from_setting(IdlePolicy::Hlt, 0).unwrap(), Idle::Hlt);
         assert!(Idle::from_setting(IdlePolicy::HaltPoll { ns: 5 }, 0).is_err());
         assert_eq!(

@@ -8,9 +8,9 @@ use crate::scenario::{
     parse_duration, Affinity, DeviceSync, Devices, Idle, IdlePolicy, Policy, Scenario, Sdb,
     Topology, VmSpec,
 };
-use smplab_record::config::{BadIdlePolicy, BadPle};
 use serde::Deserialize;
 use serde_spanned::Spanned;
+use smplab_record::config::{BadIdlePolicy, BadPle};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Deserialize)]
@@ -159,9 +159,13 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
         let mut spec = VmSpec::new(program, info, vcpus);
         spec.ple = platform.defaults.ple;
         if let Some(s) = &v.idle {
-            let policy: IdlePolicy = s.get_ref().parse().map_err(|m: BadIdlePolicy| at(s.span(), m.to_string()))?;
+            let policy: IdlePolicy = s
+                .get_ref()
+                .parse()
+                .map_err(|m: BadIdlePolicy| at(s.span(), m.to_string()))?;
             let window = v.host_halt_poll_ns.as_ref().map_or(0, |w| *w.get_ref());
-            spec.idle = Idle::from_setting(policy, window).map_err(|m| at(s.span(), m.to_string()))?;
+            spec.idle =
+                Idle::from_setting(policy, window).map_err(|m| at(s.span(), m.to_string()))?;
         }
         if let Some(s) = &v.affinity {
             spec.affinity = Affinity::parse(s.get_ref()).map_err(|m| at(s.span(), m))?;
@@ -175,7 +179,10 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
             }
         }
         if let Some(s) = &v.ple {
-            spec.ple = s.get_ref().parse().map_err(|m: BadPle| at(s.span(), m.to_string()))?;
+            spec.ple = s
+                .get_ref()
+                .parse()
+                .map_err(|m: BadPle| at(s.span(), m.to_string()))?;
         }
         spec.apicv = v.apicv.unwrap_or(false);
         if v.sdb.unwrap_or(false)

@@ -109,7 +109,10 @@ impl HostPolicy {
 
     pub(super) fn validate(&self, p: &mut Vec<ConfigError>) {
         if self.time_slice_ns == Some(0) {
-            p.push(ConfigError::new("policy", "the time slice must be positive"));
+            p.push(ConfigError::new(
+                "policy",
+                "the time slice must be positive",
+            ));
         }
     }
 }

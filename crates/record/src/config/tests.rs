@@ -19,12 +19,20 @@ fn every_setting_reads_back_what_it_prints() {
     ] {
         assert_eq!(p.to_string().parse::<Placement>().as_ref(), Ok(&p));
     }
-    for p in ["fair", "gang:10ms", "fair:100us+safepoint:1ms", "partition:1s"] {
+    for p in [
+        "fair",
+        "gang:10ms",
+        "fair:100us+safepoint:1ms",
+        "partition:1s",
+    ] {
         let policy: HostPolicy = p.parse().unwrap();
         assert_eq!(policy.to_string(), p);
     }
     assert_eq!(
-        "fair+safepoint".parse::<HostPolicy>().unwrap().safe_point_grace_ns,
+        "fair+safepoint"
+            .parse::<HostPolicy>()
+            .unwrap()
+            .safe_point_grace_ns,
         Some(host_policy::DEFAULT_SAFE_POINT_GRACE_NS)
     );
 }
