@@ -1,11 +1,18 @@
-//! `smplab run`: one workload on one executor, one result record out.
+//! `smplab run`: one workload on one executor, one result record out. The
+//! flags become one typed `RunConfig` (smplab_record::config), which goes
+//! through the lab's one execute path like every lab point.
 
 use clap::{Args, ValueEnum};
+use smplab_lab::execute::{execute, RunLimits};
+use smplab_record::config::{
+    GuestSettings, HostPolicy, IdlePolicy, NativeSettings, Placement, Ple, QemuSettings, RunConfig,
+    SimSettings, SyncMode, VmSettings, DEFAULT_PLATFORM,
+};
 use smplab_record::{exit, RunRecord, WorkloadInfo};
 use smplab_workload::{Program, Source};
 use std::path::PathBuf;
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 pub enum ExecutorArg {
     /// Host threads on this machine.
     Native,
@@ -13,6 +20,8 @@ pub enum ExecutorArg {
     Vm,
     /// The smplab guest kernel in QEMU with KVM.
     Qemu,
+    /// The discrete-event simulator.
+    Sim,
 }
 
 #[derive(Args)]
@@ -28,25 +37,23 @@ pub struct RunArgs {
     /// Scale factor for amounts of work (smaller runs faster).
     #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
-    /// Pin threads (native) or vCPUs (vm: vCPU i on the i-th CPU; qemu: confined
-    /// to the set) to these host CPUs, e.g. `0,1` or `0-1`.
+    /// Placement: `none` (default), `pinned` (one per host CPU) or a CPU list
+    /// such as `0,1` or `0-1` (native: thread i on the i-th CPU; vm: vCPU i;
+    /// qemu: confined to the set; sim: a contiguous pCPU range).
     #[arg(long)]
-    pub pin: Option<String>,
-    /// vCPUs of the VM (vm, qemu).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
-    pub vcpus: u32,
-    /// smplab-vmm device synchronization: global, iothread, hybrid or fine (vm).
-    #[arg(long, default_value = "fine")]
-    pub sync: smplab_vmm::SyncMode,
-    /// Guest idle policy: hlt, poll or haltpoll:NS (vm, qemu).
-    #[arg(long, default_value = "hlt")]
-    pub idle: smplab_guest::IdlePolicy,
-    /// Give up on a VM run after this many seconds (vm, qemu).
-    #[arg(long, default_value_t = 300)]
-    pub timeout: u64,
-    /// Show the guest console (vm, qemu).
+    pub pin: Option<Placement>,
+    /// vCPUs of each VM (vm, qemu, sim). Default 2.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub vcpus: Option<u32>,
+    /// VMs running the workload at once, each its own instance (vm, qemu, sim).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub vms: Option<u32>,
+    /// Device synchronization: global, iothread, hybrid or fine (vm, sim). Default fine.
     #[arg(long)]
-    pub console: bool,
+    pub sync: Option<SyncMode>,
+    /// Guest idle policy: hlt, poll or haltpoll:NS (vm, qemu, sim). Default hlt.
+    #[arg(long)]
+    pub idle: Option<IdlePolicy>,
     /// Guest scheduler tick in Hz, 0 = tickless (vm, qemu). Default: tickless
     /// when threads <= vCPUs, else 250 Hz so spinning threads get time-sliced.
     #[arg(long)]
@@ -54,7 +61,38 @@ pub struct RunArgs {
     /// Guest memory, e.g. 256M (vm, qemu). Default: sized from the workload.
     #[arg(long, value_parser = smplab_vmm::cli::parse_size)]
     pub mem: Option<u64>,
-    /// Print the full result record as JSON instead of a summary.
+    /// Simulator platform profile: built-in name or profile file (sim).
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// Simulated host pCPUs (sim). Default: as many as one VM has vCPUs.
+    #[arg(long)]
+    pub pcpus: Option<u32>,
+    /// Pause-loop exiting: intel, amd or off (sim). Default: the platform's.
+    #[arg(long)]
+    pub ple: Option<Ple>,
+    /// APIC virtualization (sim).
+    #[arg(long)]
+    pub apicv: bool,
+    /// The Spin Detection Buffer with spin-triggered preemption (sim).
+    #[arg(long)]
+    pub sdb: bool,
+    /// The host's halt-poll window for HLT idle, ns (sim). Default none.
+    #[arg(long)]
+    pub host_halt_poll_ns: Option<u64>,
+    /// Host vCPU scheduling: fair, gang or partition, with :SLICE and
+    /// +safepoint[:GRACE] (sim). Default fair.
+    #[arg(long)]
+    pub policy: Option<HostPolicy>,
+    /// Random seed (sim). Default 1.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Give up on the run after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// Show the guest console (vm, qemu).
+    #[arg(long)]
+    pub console: bool,
+    /// Print the full result record(s) as JSON instead of a summary.
     #[arg(long)]
     pub json: bool,
     /// Also write the result record (JSON) to this file.
@@ -80,40 +118,125 @@ pub fn load_program(
     Ok((program, info))
 }
 
-/// Parse a `--pin` list, reporting errors the standard way.
-pub fn parse_pin(pin: &Option<String>) -> Result<Option<Vec<usize>>, i32> {
-    let Some(text) = pin else { return Ok(None) };
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    smplab_record::cpus::parse_cpu_list(text)
-        .and_then(|cpus| smplab_record::cpus::check_cpus_exist(&cpus, cores).map(|_| cpus))
-        .map(Some)
-        .map_err(|e| {
-            crate::report_error(format!("--pin: {e}"));
-            // A well-formed list naming a CPU this host lacks is a request the
-            // host cannot meet; a malformed list is bad input.
-            match e {
-                smplab_record::cpus::CpuListError::NoSuchCpu { .. } => exit::RESOURCE_LIMIT,
-                _ => exit::BAD_INPUT,
-            }
-        })
+/// A flag given to an executor that has no such setting.
+fn not_taken(flag: &str, executor: ExecutorArg, takes: &str) -> String {
+    let name = format!("{executor:?}").to_lowercase();
+    format!("--{flag} does not apply to --executor {name} (it applies to {takes})")
 }
 
-/// Print (and optionally save) a record; returns the exit status for it.
-pub fn emit(record: &RunRecord, json: bool, output: &Option<PathBuf>) -> i32 {
-    if json {
-        println!("{}", record.to_json_pretty());
+impl RunArgs {
+    /// Flags that the chosen executor does not take, each an error: a
+    /// setting is never silently dropped.
+    fn unused_flags(&self) -> Vec<String> {
+        use ExecutorArg::*;
+        let e = self.executor;
+        let mut bad = Vec::new();
+        let mut check = |given: bool, flag: &str, allowed: &[ExecutorArg], takes: &str| {
+            if given && !allowed.contains(&e) {
+                bad.push(not_taken(flag, e, takes));
+            }
+        };
+        check(
+            self.vcpus.is_some(),
+            "vcpus",
+            &[Vm, Qemu, Sim],
+            "vm, qemu, sim",
+        );
+        check(self.vms.is_some(), "vms", &[Vm, Qemu, Sim], "vm, qemu, sim");
+        check(self.sync.is_some(), "sync", &[Vm, Sim], "vm, sim");
+        check(
+            self.idle.is_some(),
+            "idle",
+            &[Vm, Qemu, Sim],
+            "vm, qemu, sim",
+        );
+        check(self.timer_hz.is_some(), "timer-hz", &[Vm, Qemu], "vm, qemu");
+        check(self.mem.is_some(), "mem", &[Vm, Qemu], "vm, qemu");
+        check(self.console, "console", &[Vm, Qemu], "vm, qemu");
+        let sim_only = [
+            (self.platform.is_some(), "platform"),
+            (self.pcpus.is_some(), "pcpus"),
+            (self.ple.is_some(), "ple"),
+            (self.apicv, "apicv"),
+            (self.sdb, "sdb"),
+            (self.host_halt_poll_ns.is_some(), "host-halt-poll-ns"),
+            (self.policy.is_some(), "policy"),
+            (self.seed.is_some(), "seed"),
+        ];
+        for (given, flag) in sim_only {
+            check(given, flag, &[Sim], "sim");
+        }
+        bad
+    }
+
+    /// The run configuration the flags describe.
+    pub fn config(&self) -> Result<RunConfig, Vec<String>> {
+        let bad = self.unused_flags();
+        if !bad.is_empty() {
+            return Err(bad);
+        }
+        let placement = self.pin.clone().unwrap_or_default();
+        let guest = || GuestSettings {
+            vcpus: self.vcpus.unwrap_or(2),
+            idle: self.idle.unwrap_or_default(),
+            placement: placement.clone(),
+            vms: self.vms.unwrap_or(1),
+            timer_hz: self.timer_hz,
+            mem_bytes: self.mem,
+        };
+        Ok(match self.executor {
+            ExecutorArg::Native => RunConfig::Native(NativeSettings {
+                placement: placement.clone(),
+            }),
+            ExecutorArg::Vm => RunConfig::Vm(VmSettings {
+                guest: guest(),
+                sync: self.sync.unwrap_or_default(),
+            }),
+            ExecutorArg::Qemu => RunConfig::Qemu(QemuSettings { guest: guest() }),
+            ExecutorArg::Sim => {
+                let g = guest();
+                let mut s = SimSettings::new(
+                    g.vcpus,
+                    self.platform.as_deref().unwrap_or(DEFAULT_PLATFORM),
+                );
+                s.idle = g.idle;
+                s.placement = g.placement;
+                s.vms = g.vms;
+                s.sync = self.sync.unwrap_or_default();
+                s.pcpus = self.pcpus;
+                s.ple = self.ple;
+                s.apicv = self.apicv;
+                s.sdb = self.sdb;
+                s.host_halt_poll_ns = self.host_halt_poll_ns;
+                s.policy = self.policy.unwrap_or_default();
+                s.seed = self.seed.unwrap_or(1);
+                RunConfig::Sim(s)
+            }
+        })
+    }
+}
+
+/// Print (and optionally save) records; returns the exit status for them.
+pub fn emit(records: &[RunRecord], json: bool, output: &Option<PathBuf>) -> i32 {
+    let text = if let [one] = records {
+        one.to_json_pretty()
     } else {
-        print!("{}", record.summary());
+        serde_json::to_string_pretty(records).unwrap_or_default()
+    };
+    if json {
+        println!("{text}");
+    } else {
+        for r in records {
+            print!("{}", r.summary());
+        }
     }
     if let Some(path) = output {
-        if let Err(e) = std::fs::write(path, record.to_json_pretty() + "\n") {
+        if let Err(e) = std::fs::write(path, text + "\n") {
             crate::report_error(format!("cannot write {}: {e}", path.display()));
             return exit::RUN_FAILED;
         }
     }
-    if record.is_ok() {
+    if records.iter().all(RunRecord::is_ok) {
         exit::OK
     } else {
         exit::RUN_FAILED
@@ -121,47 +244,91 @@ pub fn emit(record: &RunRecord, json: bool, output: &Option<PathBuf>) -> i32 {
 }
 
 pub fn run(args: &RunArgs) -> i32 {
+    if !(args.scale.is_finite() && args.scale > 0.0) {
+        crate::report_error(format!("--scale {}: give a positive number", args.scale));
+        return exit::BAD_INPUT;
+    }
+    let config = match args.config() {
+        Ok(c) => c,
+        Err(problems) => {
+            for p in problems {
+                crate::report_error(p);
+            }
+            return exit::BAD_INPUT;
+        }
+    };
     let (program, info) = match load_program(&args.workload, args.threads, args.scale) {
         Ok(x) => x,
         Err(status) => return status,
     };
-    let pin = match parse_pin(&args.pin) {
-        Ok(p) => p,
-        Err(status) => return status,
+    let limits = RunLimits {
+        timeout: std::time::Duration::from_secs(args.timeout.max(1)),
+        show_console: args.console,
+        qemu_binary: None,
     };
-    let result = match args.executor {
-        ExecutorArg::Native => {
-            let opts = smplab_native::NativeOptions {
-                pin,
-                ..Default::default()
-            };
-            smplab_native::run(&program, info, &opts).map_err(|e| (e.exit_status(), e.to_string()))
+    match execute(&program, &info, &config, &limits) {
+        Ok(records) => emit(&records, args.json, &args.output),
+        Err(e) => {
+            crate::report_error(&e);
+            e.exit_status()
         }
-        ExecutorArg::Vm | ExecutorArg::Qemu => {
-            let opts = smplab_guest::VmRunOptions {
-                vcpus: args.vcpus,
-                sync: args.sync,
-                idle: args.idle,
-                pin,
-                timeout: std::time::Duration::from_secs(args.timeout.max(1)),
-                show_console: args.console,
-                timer_hz: args.timer_hz,
-                mem_bytes: args.mem,
-                ..Default::default()
-            };
-            let result = if matches!(args.executor, ExecutorArg::Vm) {
-                smplab_guest::run_vm(&program, info, &opts)
-            } else {
-                smplab_guest::run_qemu(&program, info, &opts)
-            };
-            result.map_err(|e| (e.exit_status(), e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn args(a: &[&str]) -> RunArgs {
+        let mut v = vec!["smplab", "--workload", "dedup"];
+        v.extend_from_slice(a);
+        Cmd::try_parse_from(v).expect("flags parse").run
+    }
+
+    #[test]
+    fn flags_become_one_typed_config() {
+        let c = args(&["--executor", "vm", "--sync", "global", "--idle", "poll"])
+            .config()
+            .unwrap();
+        match c {
+            RunConfig::Vm(v) => {
+                assert_eq!(v.sync, SyncMode::Global);
+                assert_eq!(v.guest.idle, IdlePolicy::Poll);
+                assert_eq!(v.guest.vcpus, 2);
+            }
+            other => panic!("{other:?}"),
         }
-    };
-    match result {
-        Ok(record) => emit(&record, args.json, &args.output),
-        Err((status, message)) => {
-            crate::report_error(message);
-            status
-        }
+        let c = args(&["--executor", "sim", "--vcpus", "16"])
+            .config()
+            .unwrap();
+        assert_eq!(c.platform(), Some(DEFAULT_PLATFORM));
+        assert_eq!(c.sync(), Some(SyncMode::default()));
+    }
+
+    #[test]
+    fn a_flag_the_executor_lacks_is_an_error() {
+        let e = args(&["--executor", "native", "--sync", "global"])
+            .config()
+            .unwrap_err();
+        assert!(
+            e[0].contains("--sync does not apply to --executor native"),
+            "{e:?}"
+        );
+        let e = args(&["--executor", "qemu", "--sync", "fine", "--apicv"])
+            .config()
+            .unwrap_err();
+        assert_eq!(e.len(), 2, "{e:?}");
+        let mut v = vec!["smplab", "--workload", "dedup", "--idle", "mwait"];
+        assert!(Cmd::try_parse_from(v.clone()).is_err());
+        v.truncate(3);
+        v.extend_from_slice(&["--pin", "compact"]);
+        assert!(Cmd::try_parse_from(v).is_err());
     }
 }

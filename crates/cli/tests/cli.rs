@@ -75,6 +75,9 @@ fn unknown_workload_and_bad_pin_are_bad_input() {
         assert_eq!(status(&o), exit::RESOURCE_LIMIT, "{executor}");
         assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
     }
+    let o = smplab(&["run", "--workload", "spinlock", "--sync", "global"]);
+    assert_eq!(status(&o), exit::BAD_INPUT);
+    assert!(stderr(&o).contains("does not apply"), "{}", stderr(&o));
     assert_eq!(
         status(&smplab(&[
             "run",

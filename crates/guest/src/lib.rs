@@ -27,55 +27,14 @@ pub use smplab_vmm::StartGate;
 pub const GUEST_ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/smplab-guest.elf"));
 
 /// Most vCPUs the guest kernel supports.
-pub const MAX_VCPUS: u32 = 64;
+pub const MAX_VCPUS: u32 = smplab_record::config::MAX_GUEST_VCPUS;
 /// Most workload threads the guest kernel supports.
-pub const MAX_THREADS: u32 = 511;
+pub const MAX_THREADS: u32 = smplab_record::config::MAX_GUEST_THREADS;
 /// Guest-physical memory the guest can use (its identity map covers 1 GiB).
-pub const MAX_MEM_BYTES: u64 = 1 << 30;
+pub const MAX_MEM_BYTES: u64 = smplab_record::config::MAX_GUEST_MEM_BYTES;
 
-/// What an idle vCPU does (`--idle`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IdlePolicy {
-    /// `hlt`: exit to the hypervisor until an interrupt (wakeups need an IPI).
-    #[default]
-    Hlt,
-    /// `poll`: spin at CPL3 watching the run queue (seed 000's polling idle
-    /// loop); wakers need no IPI and the vCPU never exits.
-    Poll,
-    /// `haltpoll:NS`: poll for `ns` nanoseconds, then halt.
-    HaltPoll { ns: u64 },
-}
-
-/// A malformed `--idle` value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown idle policy {0:?}: use hlt, poll or haltpoll:NS (NS = poll window in nanoseconds, e.g. haltpoll:200000)")]
-pub struct BadIdlePolicy(pub String);
-
-impl std::str::FromStr for IdlePolicy {
-    type Err = BadIdlePolicy;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "hlt" => Ok(IdlePolicy::Hlt),
-            "poll" => Ok(IdlePolicy::Poll),
-            _ => s
-                .strip_prefix("haltpoll:")
-                .and_then(|ns| ns.parse::<u64>().ok())
-                .filter(|&ns| ns > 0)
-                .map(|ns| IdlePolicy::HaltPoll { ns })
-                .ok_or_else(|| BadIdlePolicy(s.to_string())),
-        }
-    }
-}
-
-impl std::fmt::Display for IdlePolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            IdlePolicy::Hlt => f.write_str("hlt"),
-            IdlePolicy::Poll => f.write_str("poll"),
-            IdlePolicy::HaltPoll { ns } => write!(f, "haltpoll:{ns}"),
-        }
-    }
-}
+/// What an idle vCPU does (`--idle`): the run configuration's one type.
+pub use smplab_record::config::{BadIdlePolicy, IdlePolicy};
 
 /// Options of a guest run, shared by [`run_vm`] and [`run_qemu`] (QEMU ignores
 /// `sync` and `io_cpu`).

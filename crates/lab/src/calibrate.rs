@@ -20,6 +20,9 @@
 
 use crate::metrics::{Results, Summary};
 use crate::point::{Point, Variant};
+use smplab_record::config::{
+    GuestSettings, IdlePolicy, NativeSettings, RunConfig, SyncMode, VmSettings,
+};
 use smplab_record::{Executor, RunRecord};
 use std::collections::BTreeMap;
 
@@ -46,28 +49,30 @@ pub struct Calibration {
     pub info: Vec<(String, String)>,
 }
 
-fn point(executor: Executor, workload: &str, n: u32, scale: f64, idle: Option<&str>) -> Point {
-    let vm = executor != Executor::Native;
-    Point {
-        executor,
-        workload: workload.into(),
-        variant: Variant::AsIs,
-        threads: n,
-        scale,
-        pin: "none".into(),
-        vcpus: vm.then_some(n),
-        vms: 1,
-        // The probes do no device I/O of their own; fine-grained sync keeps
-        // the result stream off any lock.
-        sync: vm.then(|| "fine".to_string()),
-        idle: idle.map(String::from),
-        platform: None,
-        ple: None,
-        apicv: None,
-        timeout_s: 120,
-        rep: 0,
-        study: Some("calibrate".into()),
-    }
+fn point(
+    executor: Executor,
+    workload: &str,
+    n: u32,
+    scale: f64,
+    idle: Option<IdlePolicy>,
+) -> Point {
+    let config = match executor {
+        Executor::Native => RunConfig::Native(NativeSettings::default()),
+        // The probes do no device I/O of their own; fine-grained sync (the
+        // default) keeps the result stream off any lock.
+        _ => RunConfig::Vm(VmSettings {
+            guest: GuestSettings {
+                idle: idle.unwrap_or_default(),
+                ..GuestSettings::new(n)
+            },
+            sync: SyncMode::Fine,
+        }),
+    };
+    let mut p = Point::new(workload, n, scale, config);
+    p.variant = Variant::AsIs;
+    p.timeout_s = 120;
+    p.study = Some("calibrate".into());
+    p
 }
 
 /// The probes that go through the lab's runner (stored, resumable).
@@ -89,15 +94,17 @@ impl Probes {
             compute_native: point(Executor::Native, "blackscholes", 1, scale, None),
             shootdown_native: point(Executor::Native, "shootdown", 2, scale, None),
             // Polling idle: IPI targets are busy, the case PLATFORM.md measures at ~22 µs.
-            shootdown_vm: point(Executor::Vm, "shootdown", 2, scale, Some("poll")),
-            wake_hlt: point(Executor::Vm, "ocean_ncp", 2, long, Some("hlt")),
-            wake_poll: point(Executor::Vm, "ocean_ncp", 2, long, Some("poll")),
+            shootdown_vm: point(Executor::Vm, "shootdown", 2, scale, Some(IdlePolicy::Poll)),
+            wake_hlt: point(Executor::Vm, "ocean_ncp", 2, long, Some(IdlePolicy::Hlt)),
+            wake_poll: point(Executor::Vm, "ocean_ncp", 2, long, Some(IdlePolicy::Poll)),
             wake_haltpoll: point(
                 Executor::Vm,
                 "ocean_ncp",
                 2,
                 long,
-                Some(&format!("haltpoll:{halt_poll_window_ns}")),
+                Some(IdlePolicy::HaltPoll {
+                    ns: halt_poll_window_ns,
+                }),
             ),
         }
     }
@@ -249,7 +256,7 @@ pub fn derive(results: &Results, probes: &Probes, cal: &mut Calibration) {
             s,
             format!(
                 "ocean_ncp on 2 vCPUs, guest idle {} vs polling idle: extra wall time per halt that still happened",
-                probes.wake_haltpoll.idle.as_deref().unwrap_or("")
+                probes.wake_haltpoll.config.idle().unwrap_or_default()
             ),
         ),
         None => cal.unmeasured.push((
@@ -520,7 +527,7 @@ pub fn measure(
 /// `smplab calibrate`.
 pub fn run(args: &crate::cli::CalibrateArgs) -> i32 {
     use smplab_record::exit;
-    if let Some(why) = crate::exec::kvm_unavailable() {
+    if let Some(why) = crate::execute::kvm_unavailable() {
         eprintln!("cannot calibrate: {why}");
         return exit::KVM_UNAVAILABLE;
     }

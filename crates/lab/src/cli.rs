@@ -428,7 +428,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
         .unwrap_or(if executor == Executor::Sim { 16 } else { 2 });
     let mut base = baseline(executor, &args.workload, vcpus, args.scale, &args.platform);
     base.timeout_s = args.timeout;
-    base.vms = args.vms;
+    base.config.set_vms(args.vms);
     let plan = Plan::new(base);
     let path = args.store.clone().unwrap_or_else(|| {
         default_store(&format!(

@@ -14,6 +14,7 @@ use crate::runner::Runner;
 use crate::spec::ExperimentSpec;
 use crate::store::{Status, Store};
 use crate::sweep::{run_points, SweepOptions};
+use smplab_record::config::{IdlePolicy, RunConfig, SyncMode};
 use smplab_record::{exit, Executor};
 use std::path::Path;
 
@@ -84,7 +85,7 @@ pub fn summary_table(results: &Results, scale: f64) -> String {
     );
     for w in WORKLOADS {
         let base = |p: &Point, e: Executor| {
-            p.executor == e
+            p.executor() == e
                 && p.workload == *w
                 && p.scale == scale
                 && p.variant == crate::Variant::AsIs
@@ -95,13 +96,12 @@ pub fn summary_table(results: &Results, scale: f64) -> String {
         let one = |e: Executor, vcpus: u32, vms: u32| {
             find(results, |p| {
                 base(p, e)
-                    && p.vcpus == Some(vcpus)
-                    && p.vms == vms
-                    && p.pin == "none"
-                    && p.idle.as_deref() == Some("hlt")
-                    && (e == Executor::Qemu || p.sync.as_deref() == Some("global"))
-                    && p.ple != Some(false)
-                    && p.apicv != Some(true)
+                    && p.vcpus() == Some(vcpus)
+                    && p.vms() == vms
+                    && p.config.placement().is_float()
+                    && p.config.idle() == Some(IdlePolicy::Hlt)
+                    && p.config.sync().unwrap_or_default() == SyncMode::default()
+                    && !matches!(&p.config, RunConfig::Sim(s) if s.ple.is_some() || s.apicv)
             })
         };
         out.push_str(&format!(
@@ -225,7 +225,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
         let _ = std::fs::create_dir_all(out);
         let _ = std::fs::write(out.join(file), &text);
         match ExperimentSpec::from_text(file, &text) {
-            Ok(s) => points.extend(s.points.into_iter().filter(|p| match p.executor {
+            Ok(s) => points.extend(s.points.into_iter().filter(|p| match p.executor() {
                 Executor::Vm => vm,
                 Executor::Qemu => qemu,
                 Executor::Sim => sim,
@@ -398,15 +398,15 @@ mod tests {
         assert!(store
             .entries()
             .iter()
-            .all(|e| e.point.executor != Executor::Vm));
+            .all(|e| e.point.executor() != Executor::Vm));
         assert!(store
             .entries()
             .iter()
-            .any(|e| e.point.executor == Executor::Sim));
+            .any(|e| e.point.executor() == Executor::Sim));
         assert!(store
             .entries()
             .iter()
-            .any(|e| e.point.executor == Executor::Native));
+            .any(|e| e.point.executor() == Executor::Native));
         // Resuming runs nothing new.
         let before = store.entries().len();
         let args = DemoArgs {

@@ -13,6 +13,10 @@
 use crate::metrics::{mean_wall_s, Results, Summary};
 use crate::point::{Point, Variant};
 use serde::Serialize;
+use smplab_record::config::{
+    GuestSettings, IdlePolicy, NativeSettings, Placement, Ple, QemuSettings, RunConfig,
+    SimSettings, SyncMode, VmSettings,
+};
 use smplab_record::Executor;
 
 /// One factor of seed 000 and how to remove it from a point.
@@ -38,19 +42,27 @@ pub const FACTORS: &[Factor] = &[
     Factor {
         name: "HLT idle",
         removal: "idle vCPUs poll instead of halting (idle = poll)",
-        remove: |p| p.idle = Some("poll".into()),
+        remove: |p| p.config.set_idle(IdlePolicy::Poll),
         applies: measured_or_sim,
     },
     Factor {
         name: "PLE preemption",
         removal: "pause-loop exiting off (simulator only: PVM here has no PLE to switch)",
-        remove: |p| p.ple = Some(false),
+        remove: |p| {
+            if let RunConfig::Sim(s) = &mut p.config {
+                s.ple = Some(Ple::Off);
+            }
+        },
         applies: sim_only,
     },
     Factor {
         name: "APIC exits",
         removal: "APIC virtualization on (simulator only: this host has no APICv)",
-        remove: |p| p.apicv = Some(true),
+        remove: |p| {
+            if let RunConfig::Sim(s) = &mut p.config {
+                s.apicv = true;
+            }
+        },
         applies: sim_only,
     },
     Factor {
@@ -62,19 +74,20 @@ pub const FACTORS: &[Factor] = &[
     Factor {
         name: "placement",
         removal: "vCPUs pinned one per host CPU (cache-aware placement)",
-        remove: |p| p.pin = "pinned".into(),
+        remove: |p| p.config.set_placement(Placement::Spread),
         applies: measured_or_sim,
     },
     Factor {
         name: "global device lock",
         removal: "device sync hybrid instead of global",
-        remove: |p| p.sync = Some("hybrid".into()),
+        remove: |p| p.config.set_sync(SyncMode::Hybrid),
         applies: measured_or_sim,
     },
 ];
 
 /// The baseline configuration of a diagnosis: seed 000's default settings
-/// (HLT idle, floating vCPUs, global device lock, PLE on, no APICv).
+/// (HLT idle, floating vCPUs, global device lock, the platform's PLE, no
+/// APICv).
 pub fn baseline(
     executor: Executor,
     workload: &str,
@@ -82,25 +95,23 @@ pub fn baseline(
     scale: f64,
     platform: &str,
 ) -> Point {
-    let sim = executor == Executor::Sim;
-    Point {
-        executor,
-        workload: workload.into(),
-        variant: Variant::AsIs,
-        threads: vcpus,
-        scale,
-        pin: "none".into(),
-        vcpus: Some(vcpus),
-        vms: 1,
-        sync: Some("global".into()),
-        idle: Some("hlt".into()),
-        platform: sim.then(|| platform.to_string()),
-        ple: sim.then_some(true),
-        apicv: sim.then_some(false),
-        timeout_s: crate::spec::DEFAULT_TIMEOUT_S,
-        rep: 0,
-        study: Some("diagnose".into()),
-    }
+    let guest = GuestSettings::new(vcpus);
+    let config = match executor {
+        Executor::Native => RunConfig::Native(NativeSettings::default()),
+        Executor::Qemu => RunConfig::Qemu(QemuSettings { guest }),
+        Executor::Vm => RunConfig::Vm(VmSettings {
+            guest,
+            sync: SyncMode::Global,
+        }),
+        Executor::Sim => {
+            let mut s = SimSettings::new(vcpus, platform);
+            s.sync = SyncMode::Global;
+            RunConfig::Sim(s)
+        }
+    };
+    let mut p = Point::new(workload, vcpus, scale, config);
+    p.study = Some("diagnose".into());
+    p
 }
 
 /// A diagnosis plan: which points to run.
@@ -118,7 +129,7 @@ impl Plan {
         let factors: Vec<Factor> = FACTORS
             .iter()
             .copied()
-            .filter(|f| (f.applies)(baseline.executor))
+            .filter(|f| (f.applies)(baseline.executor()))
             .collect();
         let removed: Vec<(Factor, Point)> = factors
             .iter()
@@ -144,7 +155,7 @@ impl Plan {
     /// simulator needs no native run: it models native itself.
     pub fn points(&self, reps: u32) -> Vec<Point> {
         let mut configs = Vec::new();
-        if self.baseline.executor != Executor::Sim {
+        if self.baseline.executor() != Executor::Sim {
             configs.push(self.native.clone());
         }
         configs.push(self.baseline.clone());
@@ -223,12 +234,12 @@ fn sim_native_of(results: &Results, p: &Point) -> Option<f64> {
     let candidates: Vec<f64> = results
         .points()
         .filter(|r| {
-            r.executor == Executor::Sim
+            r.executor() == Executor::Sim
                 && r.workload == q.workload
                 && r.variant == Variant::AsIs
                 && r.threads == q.threads
                 && r.scale == q.scale
-                && r.vcpus == q.vcpus
+                && r.vcpus() == q.vcpus()
         })
         .filter_map(|r| results.get(r))
         .flat_map(|es| es.iter())
@@ -242,12 +253,12 @@ fn sim_native_of(results: &Results, p: &Point) -> Option<f64> {
 /// Attribute the slowdown from stored results of a plan.
 pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
     let b = &plan.baseline;
-    let native = if b.executor == Executor::Sim {
+    let native = if b.executor() == Executor::Sim {
         Summary::of(&[sim_native_of(results, b)?])?
     } else {
         results.wall(&plan.native)?
     };
-    let native_s = (b.executor != Executor::Sim).then_some(native.median);
+    let native_s = (b.executor() != Executor::Sim).then_some(native.median);
     let s0 = slowdown_vs(results, b, native_s)?;
     let mut rows = Vec::new();
     let mut missing = Vec::new();
@@ -265,7 +276,7 @@ pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
     let all = slowdown_vs(results, &plan.all_removed, native_s);
     let interaction =
         all.map(|a| s0.median - a.median - rows.iter().map(|r| r.contribution).sum::<f64>());
-    let pvm_host = b.executor != Executor::Sim
+    let pvm_host = b.executor() != Executor::Sim
         && results.get(b).is_some_and(|es| {
             es.iter()
                 .flat_map(|e| e.records.iter())
@@ -274,9 +285,9 @@ pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
     Some(Attribution {
         pvm_host,
         workload: b.workload.clone(),
-        executor: b.executor,
-        vcpus: b.vcpus.unwrap_or(0),
-        vms: b.vms,
+        executor: b.executor(),
+        vcpus: b.vcpus().unwrap_or(0),
+        vms: b.vms(),
         native_wall_s: native,
         baseline: s0,
         rows,
@@ -292,17 +303,17 @@ pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
 pub fn detect(results: &Results) -> Vec<Plan> {
     let mut plans = Vec::new();
     for p in results.points() {
-        if !matches!(p.executor, Executor::Vm | Executor::Sim) {
+        if !matches!(p.executor(), Executor::Vm | Executor::Sim) {
             continue;
         }
         let mut b = baseline(
-            p.executor,
+            p.executor(),
             &p.workload,
-            p.vcpus.unwrap_or(1),
+            p.vcpus().unwrap_or(1),
             p.scale,
-            p.platform.as_deref().unwrap_or(""),
+            p.config.platform().unwrap_or(""),
         );
-        b.vms = p.vms;
+        b.config.set_vms(p.vms());
         if b.config_key() != p.config_key() || b.threads != p.threads {
             continue;
         }
@@ -460,8 +471,13 @@ mod tests {
         );
         let sim = Plan::new(baseline(Executor::Sim, "dedup", 16, 0.1, "pvm-here"));
         assert_eq!(sim.removed.len(), 6);
-        assert_eq!(sim.all_removed.ple, Some(false));
-        assert_eq!(sim.all_removed.apicv, Some(true));
+        match &sim.all_removed.config {
+            RunConfig::Sim(s) => {
+                assert_eq!(s.ple, Some(Ple::Off));
+                assert!(s.apicv);
+            }
+            other => panic!("not a sim config: {other:?}"),
+        }
         assert_eq!(vm.points(2).len(), (1 + 1 + 4 + 1) * 2);
         assert_eq!(
             sim.points(1).len(),
@@ -539,10 +555,10 @@ mod tests {
     #[test]
     fn overcommitted_diagnosis_with_several_vms() {
         let mut b = baseline(Executor::Vm, "spinlock", 2, 0.1, "");
-        b.vms = 2;
+        b.config.set_vms(2);
         let plan = Plan::new(b);
-        assert!(plan.removed.iter().all(|(_, p)| p.vms == 2));
-        assert_eq!(plan.native.vms, 1);
+        assert!(plan.removed.iter().all(|(_, p)| p.vms() == 2));
+        assert_eq!(plan.native.vms(), 1);
         let mut store = Store::from_entries(vec![]);
         run_points(
             &plan.points(2),

@@ -1,10 +1,11 @@
-//! The real executors behind [`Runner`]: thin glue from a [`Point`] to
-//! `smplab_native::run`, `smplab_guest::run_vm` / `run_qemu` and
-//! `smplab_sim::simulate`. Everything else in the lab is tested without them.
+//! The real runner behind [`Runner`]: a [`Point`] through the one execute
+//! path ([`crate::execute::execute`]). Everything else in the lab is tested
+//! without it.
 
+use crate::execute::{availability, execute, ExecuteError, RunLimits};
 use crate::point::Point;
 use crate::runner::{prepare, RunError, Runner};
-use smplab_record::host::KvmFacts;
+use smplab_record::config::RunConfig;
 use smplab_record::{Executor, RunRecord};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,161 +17,54 @@ pub struct RealRunner {
     pub qemu_binary: Option<PathBuf>,
 }
 
-/// Host CPUs to pin to for a point's `pin` value (`none` → no pinning).
-pub fn pin_cpus(pin: &str) -> Result<Option<Vec<usize>>, RunError> {
-    match pin {
-        "none" => Ok(None),
-        // One thread / vCPU per host CPU, in order: the placement a
-        // cache-aware scheduler would choose on a host this small.
-        "pinned" => {
-            let n = std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1);
-            Ok(Some((0..n).collect()))
+impl From<ExecuteError> for RunError {
+    fn from(e: ExecuteError) -> RunError {
+        if e.is_unavailable() {
+            RunError::Unavailable(e.to_string())
+        } else {
+            RunError::Failed(e.to_string())
         }
-        list => smplab_record::cpus::parse_cpu_list(list)
-            .map(Some)
-            .map_err(|e| RunError::Failed(format!("pin: {e}"))),
-    }
-}
-
-fn on_path(binary: &str) -> bool {
-    if binary.contains('/') {
-        return std::path::Path::new(binary).is_file();
-    }
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(binary).is_file()))
-}
-
-/// Why KVM cannot be used here, if it cannot. Honours smplab-vmm's
-/// `SMPLAB_KVM_DEVICE` override, so tests can point it at a missing device.
-pub fn kvm_unavailable() -> Option<String> {
-    if let Some(dev) = std::env::var_os(smplab_vmm::vm::KVM_DEVICE_ENV) {
-        let path = std::path::PathBuf::from(dev);
-        return match std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-        {
-            Ok(_) => None,
-            Err(e) => Some(format!(
-                "{} (from {}) cannot be opened read-write: {e}",
-                path.display(),
-                smplab_vmm::vm::KVM_DEVICE_ENV
-            )),
-        };
-    }
-    let k = KvmFacts::detect();
-    if !k.device_present {
-        Some("/dev/kvm does not exist (load kvm_intel/kvm_amd, or run on a host with KVM)".into())
-    } else if !k.device_usable {
-        Some(
-            "/dev/kvm exists but cannot be opened read-write (add yourself to the kvm group)"
-                .into(),
-        )
-    } else {
-        None
     }
 }
 
 impl RealRunner {
-    fn qemu(&self) -> String {
-        self.qemu_binary
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| "qemu-system-x86_64".into())
-    }
-
-    fn run_guest(&self, point: &Point) -> Result<Vec<RunRecord>, RunError> {
-        let (program, info) = prepare(point)?;
-        let idle: smplab_guest::IdlePolicy = point
-            .idle
-            .as_deref()
-            .unwrap_or("hlt")
-            .parse()
-            .map_err(|e: smplab_guest::BadIdlePolicy| RunError::Failed(e.to_string()))?;
-        let sync: smplab_vmm::SyncMode = point
-            .sync
-            .as_deref()
-            .unwrap_or("fine")
-            .parse()
-            .map_err(|e: smplab_vmm::UnknownSyncMode| RunError::Failed(e.to_string()))?;
-        let opts = smplab_guest::VmRunOptions {
-            vcpus: point.vcpus.unwrap_or(1),
-            sync,
-            idle,
-            pin: pin_cpus(&point.pin)?,
-            timeout: Duration::from_secs(point.timeout_s),
+    fn limits(&self, timeout_s: u64) -> RunLimits {
+        RunLimits {
+            timeout: Duration::from_secs(timeout_s.max(1)),
+            show_console: false,
             qemu_binary: self.qemu_binary.clone(),
-            ..Default::default()
-        };
-        let one = |vm: u32| -> Result<RunRecord, RunError> {
-            let r = match point.executor {
-                Executor::Qemu => smplab_guest::run_qemu(&program, info.clone(), &opts),
-                _ => smplab_guest::run_vm(&program, info.clone(), &opts),
-            };
-            let mut r = r.map_err(|e| RunError::Failed(format!("VM {vm}: {e}")))?;
-            r.set_config("lab_point", point.key());
-            r.set_config("vm_index", vm);
-            Ok(r)
-        };
-        if point.vms <= 1 {
-            return Ok(vec![one(0)?]);
         }
-        // K VMs at once, each on its own thread, like seed 000's consolidation runs.
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..point.vms).map(|vm| s.spawn(move || one(vm))).collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(RunError::Failed("VM thread panicked".into())))
-                })
-                .collect()
-        })
     }
+}
+
+/// The configuration a point runs with: a simulator repetition gets its own
+/// seed (repetition r runs seed 1 + r), so repetitions differ as measured
+/// runs do.
+pub fn run_config(point: &Point) -> RunConfig {
+    let mut config = point.config.clone();
+    if let RunConfig::Sim(s) = &mut config {
+        s.seed = 1 + u64::from(point.rep);
+    }
+    config
 }
 
 impl Runner for RealRunner {
     fn availability(&self, executor: Executor) -> Result<(), String> {
-        match executor {
-            Executor::Native => Ok(()),
-            Executor::Vm => kvm_unavailable().map_or(Ok(()), Err),
-            Executor::Qemu => {
-                if let Some(k) = kvm_unavailable() {
-                    return Err(k);
-                }
-                if on_path(&self.qemu()) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "QEMU ({}) is not installed: apt-get install qemu-system-x86",
-                        self.qemu()
-                    ))
-                }
-            }
-            Executor::Sim => crate::simglue::availability(),
-        }
+        availability(executor, &self.limits(1)).map_err(|e| e.to_string())
     }
 
     fn run(&self, point: &Point) -> Result<Vec<RunRecord>, RunError> {
-        self.availability(point.executor)
-            .map_err(RunError::Unavailable)?;
-        match point.executor {
-            Executor::Native => {
-                let (program, info) = prepare(point)?;
-                let opts = smplab_native::NativeOptions {
-                    pin: pin_cpus(&point.pin)?,
-                    timeout: Some(Duration::from_secs(point.timeout_s)),
-                };
-                let mut r = smplab_native::run(&program, info, &opts)
-                    .map_err(|e| RunError::Failed(e.to_string()))?;
-                r.set_config("lab_point", point.key());
-                Ok(vec![r])
-            }
-            Executor::Vm | Executor::Qemu => self.run_guest(point),
-            Executor::Sim => crate::simglue::run(point),
+        let (program, info) = prepare(point)?;
+        let mut records = execute(
+            &program,
+            &info,
+            &run_config(point),
+            &self.limits(point.timeout_s),
+        )?;
+        for r in &mut records {
+            r.set_config("lab_point", point.key());
         }
+        Ok(records)
     }
 }
 

@@ -35,6 +35,7 @@ pub mod cli;
 pub mod demo;
 pub mod diagnose;
 pub mod exec;
+pub mod execute;
 pub mod metrics;
 pub mod point;
 pub mod report;

@@ -6,6 +6,7 @@
 use crate::point::Point;
 use crate::store::{Entry, Store};
 use serde::Serialize;
+use smplab_record::config::Placement;
 use smplab_record::{Executor, LatencyHistogram, RunRecord};
 use std::collections::BTreeMap;
 
@@ -104,11 +105,11 @@ impl<'a> Results<'a> {
     /// variant, threads and scale; same pinning if measured, else any.
     pub fn native_for(&self, p: &Point) -> Option<&Vec<&'a Entry>> {
         let mut twin = p.native_twin();
-        twin.pin = p.pin.clone();
+        twin.config.set_placement(p.config.placement().clone());
         if let Some(e) = self.get(&twin) {
             return Some(e);
         }
-        twin.pin = "none".into();
+        twin.config.set_placement(Placement::Float);
         if let Some(e) = self.get(&twin) {
             return Some(e);
         }
@@ -127,11 +128,11 @@ impl<'a> Results<'a> {
     /// time is its own no-virtualization model (`sim.native_wall_ns`) of the
     /// same run, so a prediction needs no native measurement.
     pub fn slowdown(&self, p: &Point) -> Option<Summary> {
-        if p.executor == Executor::Native {
+        if p.executor() == Executor::Native {
             return None;
         }
         let es = self.get(p)?;
-        if p.executor == Executor::Sim {
+        if p.executor() == Executor::Sim {
             let v: Vec<f64> = es
                 .iter()
                 .filter_map(|e| {
@@ -176,7 +177,7 @@ impl<'a> Results<'a> {
     /// VM alone; K means perfect scaling.
     pub fn weighted_speedup(&self, p: &Point) -> Option<Summary> {
         let mut one = p.clone();
-        one.vms = 1;
+        one.config.set_vms(1);
         let t1 = self.wall(&one)?.median;
         let es = self.get(p)?;
         Summary::of(
@@ -199,10 +200,10 @@ impl<'a> Results<'a> {
             .points()
             .filter(|q| {
                 let mut a = (*q).clone();
-                a.vms = p.vms;
+                a.config.set_vms(p.vms());
                 a.config_key() == p.config_key()
             })
-            .filter_map(|q| Some((q.vms, self.weighted_speedup(q)?)))
+            .filter_map(|q| Some((q.vms(), self.weighted_speedup(q)?)))
             .collect();
         out.sort_by_key(|x| x.0);
         out
@@ -601,16 +602,16 @@ impl Results<'_> {
     pub fn speedup_vs_vcpus(&self, p: &Point) -> (Vec<SpeedupPoint>, Option<AmdahlInputs>) {
         let family = |q: &Point| {
             let mut a = q.clone();
-            a.vcpus = p.vcpus;
+            a.config.set_vcpus(p.vcpus().unwrap_or(1));
             a.threads = p.threads;
-            a.config_key() == p.config_key() && q.vcpus == Some(q.threads)
+            a.config_key() == p.config_key() && q.vcpus() == Some(q.threads)
         };
         let mut members: Vec<&Point> = self.points().filter(|q| family(q)).collect();
-        members.sort_by_key(|q| q.vcpus);
+        members.sort_by_key(|q| q.vcpus());
         let Some(first) = members.first() else {
             return (vec![], None);
         };
-        let n0 = first.vcpus.unwrap_or(1) as f64;
+        let n0 = first.vcpus().unwrap_or(1) as f64;
         let Some(t0) = self.time_per_work(first).map(|s| s.median) else {
             return (vec![], None);
         };
@@ -619,14 +620,14 @@ impl Results<'_> {
             .iter()
             .filter_map(|q| {
                 let es = self.get(q)?;
-                let n = q.vcpus.unwrap_or(1) as f64;
+                let n = q.vcpus().unwrap_or(1) as f64;
                 let measured = Summary::of(
                     &es.iter()
                         .map(|e| t0 / (mean_wall_s(&e.records) / work(&e.records)) * n0)
                         .collect::<Vec<_>>(),
                 )?;
                 Some(SpeedupPoint {
-                    vcpus: q.vcpus.unwrap_or(1),
+                    vcpus: q.vcpus().unwrap_or(1),
                     measured,
                     projected: inputs.map(|i| i.projected(n)),
                     native_bound: inputs.map(|i| amdahl(i.p_native, n)),
@@ -655,7 +656,7 @@ impl Results<'_> {
         let mut natives: Vec<(u32, f64)> = self
             .points()
             .filter(|q| {
-                q.executor == Executor::Native
+                q.executor() == Executor::Native
                     && q.workload == p.workload
                     && q.variant == p.variant
                     && q.scale == p.scale
@@ -723,16 +724,16 @@ impl Prediction {
 /// The simulator twin of a measured point: same workload, sizes, VMs, sync,
 /// idle and pinning; any platform/PLE/APICv.
 fn sim_twin_matches(measured: &Point, sim: &Point) -> bool {
-    sim.executor == Executor::Sim
+    sim.executor() == Executor::Sim
         && sim.workload == measured.workload
         && sim.variant == measured.variant
         && sim.threads == measured.threads
         && sim.scale == measured.scale
-        && sim.vcpus == measured.vcpus
-        && sim.vms == measured.vms
-        && sim.idle == measured.idle
-        && sim.pin == measured.pin
-        && (measured.executor == Executor::Qemu || sim.sync == measured.sync)
+        && sim.vcpus() == measured.vcpus()
+        && sim.vms() == measured.vms()
+        && sim.config.idle() == measured.config.idle()
+        && sim.config.placement() == measured.config.placement()
+        && (measured.executor() == Executor::Qemu || sim.config.sync() == measured.config.sync())
         && sim.study == measured.study
 }
 
@@ -744,11 +745,10 @@ impl Results<'_> {
         let mut out = Vec::new();
         for m in self
             .points()
-            .filter(|p| matches!(p.executor, Executor::Vm | Executor::Qemu) && p.study.is_none())
+            .filter(|p| matches!(p.executor(), Executor::Vm | Executor::Qemu) && p.study.is_none())
         {
             let Some(s) = self.points().find(|s| {
-                sim_twin_matches(m, s)
-                    && platform.is_none_or(|pl| s.platform.as_deref() == Some(pl))
+                sim_twin_matches(m, s) && platform.is_none_or(|pl| s.config.platform() == Some(pl))
             }) else {
                 continue;
             };
@@ -765,7 +765,7 @@ impl Results<'_> {
             pair("slowdown", self.slowdown(m), self.slowdown(s));
             // Absolute time: meaningful once the platform is calibrated to this host.
             pair("wall time (s)", self.wall(m), self.wall(s));
-            if m.vms > 1 {
+            if m.vms() > 1 {
                 pair(
                     "weighted speedup",
                     self.weighted_speedup(m),
@@ -866,7 +866,7 @@ pub fn correlate_with_slowdown(results: &Results, executor: Executor) -> Vec<Cor
     type Row = (String, f64, BTreeMap<String, f64>);
     let rows: Vec<Row> = results
         .points()
-        .filter(|p| p.executor == executor && p.vms == 1 && p.study.is_none())
+        .filter(|p| p.executor() == executor && p.vms() == 1 && p.study.is_none())
         .filter_map(|p| {
             Some((
                 p.label(),
@@ -997,8 +997,7 @@ mod tests {
 
     #[test]
     fn sim_slowdown_uses_its_own_native_model() {
-        let mut p = vm_point("dedup", 2, 0);
-        p.executor = Executor::Sim;
+        let p = crate::testutil::as_sim(&vm_point("dedup", 2, 0), "pvm-here");
         let mut r0 = rec(Executor::Sim, "dedup", 2, 3 * S);
         r0.sim = Some(SimSection {
             native_wall_ns: Some(2 * S),
@@ -1044,7 +1043,7 @@ mod tests {
         )];
         // Two VMs each taking 4 s: throughput equal to one VM -> 1.0.
         let mut p2 = vm_point("dedup", 2, 0);
-        p2.vms = 2;
+        p2.config.set_vms(2);
         es.push(entry(
             p2.clone(),
             vec![
@@ -1054,7 +1053,7 @@ mod tests {
         ));
         // Four VMs: 2 s, 4 s, 8 s, 8 s -> 1 + 0.5 + 0.25 + 0.25 = 2.0.
         let mut p4 = vm_point("dedup", 2, 0);
-        p4.vms = 4;
+        p4.config.set_vms(4);
         es.push(entry(
             p4.clone(),
             [2, 4, 8, 8]
@@ -1303,11 +1302,7 @@ mod tests {
                 vec![rec(Executor::Vm, "dedup", 2, 2 * S)],
             ),
         ];
-        let mut sp = vm_point("dedup", 2, 0);
-        sp.executor = Executor::Sim;
-        sp.platform = Some("calibrated".into());
-        sp.ple = Some(true);
-        sp.apicv = Some(false);
+        let sp = crate::testutil::as_sim(&vm_point("dedup", 2, 0), "calibrated");
         let mut sr = rec(Executor::Sim, "dedup", 2, 3 * S);
         sr.sim = Some(SimSection {
             native_wall_ns: Some(2 * S),

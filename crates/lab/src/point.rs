@@ -3,6 +3,7 @@
 //! in the results store, which is how a resumed sweep knows what is done.
 
 use serde::{Deserialize, Serialize};
+use smplab_record::config::{NativeSettings, RunConfig};
 use smplab_record::Executor;
 
 /// Which form of the workload runs.
@@ -35,11 +36,22 @@ impl Variant {
     }
 }
 
-/// Parameters of one run. Fields an executor does not use are `None` so that,
-/// e.g., a native point does not multiply over vCPU counts.
+/// A variant name that is not `as-is` or `spin-to-block`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown variant `{0}`; use as-is or spin-to-block")]
+pub struct UnknownVariant(pub String);
+
+impl std::str::FromStr for Variant {
+    type Err = UnknownVariant;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Variant::parse(s.trim()).ok_or_else(|| UnknownVariant(s.to_string()))
+    }
+}
+
+/// One run of a workload: what runs (workload, variant, size), how it runs
+/// (the typed [`RunConfig`], which names the executor) and which repetition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Point {
-    pub executor: Executor,
     /// Built-in profile name or path of a workload file.
     pub workload: String,
     #[serde(default)]
@@ -47,22 +59,8 @@ pub struct Point {
     /// The workload's thread parameter `n`.
     pub threads: u32,
     pub scale: f64,
-    /// `none`, `pinned`, or a CPU list such as `0,1`.
-    pub pin: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vcpus: Option<u32>,
-    /// VMs (or simulated VMs) running the workload at the same time.
-    pub vms: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sync: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub idle: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub platform: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ple: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub apicv: Option<bool>,
+    /// The executor and its settings.
+    pub config: RunConfig,
     /// Wall-clock limit of one run, seconds. Not part of the key: changing it
     /// does not make a finished result stale.
     pub timeout_s: u64,
@@ -75,67 +73,86 @@ pub struct Point {
     pub study: Option<String>,
 }
 
+/// The identity of a point's configuration: everything that changes what
+/// runs, in its serde form.
+#[derive(Serialize)]
+struct ConfigIdentity<'a> {
+    workload: &'a str,
+    #[serde(skip_serializing_if = "is_as_is")]
+    variant: Variant,
+    n: u32,
+    scale: f64,
+    #[serde(flatten)]
+    config: &'a RunConfig,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    study: &'a Option<String>,
+}
+
+fn is_as_is(v: &Variant) -> bool {
+    *v == Variant::AsIs
+}
+
 impl Point {
+    /// A point with default timeout, repetition 0 and no study tag.
+    pub fn new(workload: impl Into<String>, threads: u32, scale: f64, config: RunConfig) -> Point {
+        Point {
+            workload: workload.into(),
+            variant: Variant::AsIs,
+            threads,
+            scale,
+            config,
+            timeout_s: crate::spec::DEFAULT_TIMEOUT_S,
+            rep: 0,
+            study: None,
+        }
+    }
+
+    pub fn executor(&self) -> Executor {
+        self.config.executor()
+    }
+
+    /// vCPUs per VM (`None` for native).
+    pub fn vcpus(&self) -> Option<u32> {
+        self.config.vcpus()
+    }
+
+    /// VMs running at once (1 for native).
+    pub fn vms(&self) -> u32 {
+        self.config.vms()
+    }
+
     /// The configuration without the repetition: points that differ only in
-    /// `rep` are repetitions of one configuration.
+    /// `rep` are repetitions of one configuration. It is the serde form of the
+    /// configuration (one JSON object, keys in a fixed order).
     pub fn config_key(&self) -> String {
-        let mut k = format!(
-            "{}/{}/{}/n={}/scale={}/pin={}/vms={}",
-            self.executor,
-            self.workload,
-            self.variant.as_str(),
-            self.threads,
-            self.scale,
-            self.pin,
-            self.vms
-        );
-        let opt = |k: &mut String, name: &str, v: Option<String>| {
-            if let Some(v) = v {
-                k.push_str(&format!("/{name}={v}"));
-            }
+        let id = ConfigIdentity {
+            workload: &self.workload,
+            variant: self.variant,
+            n: self.threads,
+            scale: self.scale,
+            config: &self.config,
+            study: &self.study,
         };
-        opt(&mut k, "vcpus", self.vcpus.map(|v| v.to_string()));
-        opt(&mut k, "sync", self.sync.clone());
-        opt(&mut k, "idle", self.idle.clone());
-        opt(&mut k, "platform", self.platform.clone());
-        opt(&mut k, "ple", self.ple.map(|v| v.to_string()));
-        opt(&mut k, "apicv", self.apicv.map(|v| v.to_string()));
-        opt(&mut k, "study", self.study.clone());
-        k
+        // Plain data with string keys: serialization cannot fail.
+        serde_json::to_string(&id).unwrap_or_default()
     }
 
     /// Identity in the results store.
     pub fn key(&self) -> String {
-        format!("{}/rep={}", self.config_key(), self.rep)
+        format!("{}#rep={}", self.config_key(), self.rep)
     }
 
     /// A short human label for tables and plots.
     pub fn label(&self) -> String {
-        let mut s = format!("{} {}", self.executor, self.workload);
+        let mut s = format!("{} {}", self.executor(), self.workload);
         if self.variant != Variant::AsIs {
             s.push_str(" [spin→block]");
         }
-        if let Some(v) = self.vcpus {
-            s.push_str(&format!(" {v}vcpu"));
-        }
         s.push_str(&format!(" n={}", self.threads));
-        if self.vms > 1 {
-            s.push_str(&format!(" ×{}vm", self.vms));
-        }
-        for v in [&self.sync, &self.idle, &self.platform]
-            .into_iter()
-            .flatten()
-        {
-            s.push_str(&format!(" {v}"));
-        }
-        if self.pin != "none" {
-            s.push_str(&format!(" pin={}", self.pin));
-        }
-        if self.ple == Some(false) {
-            s.push_str(" ple-off");
-        }
-        if self.apicv == Some(true) {
-            s.push_str(" apicv");
+        let settings = self.config.label();
+        if !settings.is_empty() {
+            s.push(' ');
+            s.push_str(&settings);
         }
         if let Some(t) = &self.study {
             s.push_str(&format!(" ({t})"));
@@ -143,23 +160,15 @@ impl Point {
         s
     }
 
-    /// A native point with the same workload form, size and pinning: the
-    /// baseline slowdown is measured against.
+    /// A native point with the same workload form and size: the baseline
+    /// slowdown is measured against.
     pub fn native_twin(&self) -> Point {
         Point {
-            executor: Executor::Native,
             workload: self.workload.clone(),
             variant: self.variant,
             threads: self.threads,
             scale: self.scale,
-            pin: "none".into(),
-            vcpus: None,
-            vms: 1,
-            sync: None,
-            idle: None,
-            platform: None,
-            ple: None,
-            apicv: None,
+            config: RunConfig::Native(NativeSettings::default()),
             timeout_s: self.timeout_s,
             rep: 0,
             study: self.study.clone(),
@@ -170,26 +179,21 @@ impl Point {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use smplab_record::config::{GuestSettings, SyncMode, VmSettings};
 
     pub fn vm_point(workload: &str, vcpus: u32, rep: u32) -> Point {
-        Point {
-            executor: Executor::Vm,
-            workload: workload.into(),
-            variant: Variant::AsIs,
-            threads: vcpus,
-            scale: 0.1,
-            pin: "none".into(),
-            vcpus: Some(vcpus),
-            vms: 1,
-            sync: Some("global".into()),
-            idle: Some("hlt".into()),
-            platform: None,
-            ple: None,
-            apicv: None,
-            timeout_s: 60,
-            rep,
-            study: None,
-        }
+        let mut p = Point::new(
+            workload,
+            vcpus,
+            0.1,
+            RunConfig::Vm(VmSettings {
+                guest: GuestSettings::new(vcpus),
+                sync: SyncMode::Global,
+            }),
+        );
+        p.timeout_s = 60;
+        p.rep = rep;
+        p
     }
 
     #[test]
@@ -206,12 +210,12 @@ pub(crate) mod tests {
     #[test]
     fn native_twin_drops_vm_parameters() {
         let t = vm_point("dedup", 2, 3).native_twin();
-        assert_eq!(t.executor, Executor::Native);
-        assert_eq!(t.vcpus, None);
+        assert_eq!(t.executor(), Executor::Native);
+        assert_eq!(t.vcpus(), None);
         assert_eq!(t.threads, 2);
         assert_eq!(
             t.config_key(),
-            "native/dedup/as-is/n=2/scale=0.1/pin=none/vms=1"
+            r#"{"workload":"dedup","n":2,"scale":0.1,"executor":"native"}"#
         );
     }
 }

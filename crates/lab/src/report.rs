@@ -6,6 +6,7 @@ use crate::metrics::{prediction_error_by_metric, Results, Summary};
 use crate::point::Point;
 use crate::store::{Status, Store};
 use crate::svg::{self, esc, Bar, Line};
+use smplab_record::config::RunConfig;
 use smplab_record::Executor;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -78,7 +79,7 @@ fn executor_index(e: Executor) -> usize {
 /// Family of a point for per-VM-count lines: everything but `vms`.
 fn without_vms(p: &Point) -> String {
     let mut q = p.clone();
-    q.vms = 1;
+    q.config.set_vms(1);
     q.config_key()
 }
 
@@ -156,7 +157,7 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
                     .map(|s| format!("{}/s iters", svg::fmt_num(s.median)))
             })
             .unwrap_or_else(|| "–".into());
-        let ws = if p.vms > 1 {
+        let ws = if p.vms() > 1 {
             num(results.weighted_speedup(p))
         } else {
             "–".into()
@@ -178,14 +179,14 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
     // Slowdown bars (Fig. 1).
     let bars: Vec<Bar> = results
         .points()
-        .filter(|p| p.vms == 1 && p.study.is_none())
+        .filter(|p| p.vms() == 1 && p.study.is_none())
         .filter_map(|p| {
             let s = results.slowdown(p)?;
             Some(Bar {
                 label: p.label(),
                 value: s.median * 100.0,
                 range: Some((s.min * 100.0, s.max * 100.0)),
-                group: executor_index(p.executor),
+                group: executor_index(p.executor()),
             })
         })
         .collect();
@@ -227,7 +228,10 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
 
     // Throughput versus VMs (Fig. 2).
     let mut families: BTreeMap<String, &Point> = BTreeMap::new();
-    for p in results.points().filter(|p| p.vms > 1 && p.study.is_none()) {
+    for p in results
+        .points()
+        .filter(|p| p.vms() > 1 && p.study.is_none())
+    {
         families.entry(without_vms(p)).or_insert(p);
     }
     let lines: Vec<Line> = families
@@ -237,11 +241,11 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
             let s = results.weighted_speedup_series(p);
             (s.len() >= 2).then(|| {
                 let mut q = (*p).clone();
-                q.vms = 1;
+                q.config.set_vms(1);
                 Line {
                     name: q.label(),
                     points: s.iter().map(|(k, v)| (*k as f64, v.median)).collect(),
-                    dashed: p.executor == Executor::Sim,
+                    dashed: p.executor() == Executor::Sim,
                 }
             })
         })
@@ -349,8 +353,8 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
     let mut seen = BTreeSet::new();
     let mut sp = String::new();
     for p in results.points().filter(|p| {
-        matches!(p.executor, Executor::Vm | Executor::Sim | Executor::Qemu)
-            && p.vms == 1
+        matches!(p.executor(), Executor::Vm | Executor::Sim | Executor::Qemu)
+            && p.vms() == 1
             && p.study.is_none()
     }) {
         let (curve, inputs) = results.speedup_vs_vcpus(p);
@@ -389,10 +393,10 @@ svg{{margin:4px 8px 4px 0;vertical-align:top}}</style></head><body><h1>{t}</h1>"
         }
         let title = format!(
             "Speedup vs vCPUs: {} {}{}{}",
-            p.executor,
+            p.executor(),
             p.workload,
-            p.sync.as_ref().map_or(String::new(), |s| format!(" {s}")),
-            p.idle.as_ref().map_or(String::new(), |s| format!(" {s}"))
+            p.config.sync().map_or(String::new(), |s| format!(" {s}")),
+            p.config.idle().map_or(String::new(), |s| format!(" {s}"))
         );
         sp.push_str(&svg::line_chart(
             &title,
@@ -612,19 +616,25 @@ fn csv_row(fields: &[String]) -> String {
 fn point_fields(p: &Point) -> Vec<String> {
     let o = |v: Option<String>| v.unwrap_or_default();
     vec![
-        p.executor.to_string(),
+        p.executor().to_string(),
         p.workload.clone(),
         p.variant.as_str().into(),
         p.threads.to_string(),
         p.scale.to_string(),
-        p.pin.clone(),
-        o(p.vcpus.map(|v| v.to_string())),
-        p.vms.to_string(),
-        o(p.sync.clone()),
-        o(p.idle.clone()),
-        o(p.platform.clone()),
-        o(p.ple.map(|v| v.to_string())),
-        o(p.apicv.map(|v| v.to_string())),
+        p.config.placement().to_string(),
+        o(p.vcpus().map(|v| v.to_string())),
+        p.vms().to_string(),
+        o(p.config.sync().map(|v| v.to_string())),
+        o(p.config.idle().map(|v| v.to_string())),
+        o(p.config.platform().map(String::from)),
+        o(match &p.config {
+            RunConfig::Sim(s) => s.ple.map(|v| v.to_string()),
+            _ => None,
+        }),
+        o(match &p.config {
+            RunConfig::Sim(s) => Some(s.apicv.to_string()),
+            _ => None,
+        }),
     ]
 }
 const POINT_HEADER: &[&str] = &[
@@ -719,7 +729,7 @@ pub fn metrics_csv(results: &Results) -> String {
         let mut f = point_fields(p);
         f.extend(f3(results.wall(p)));
         f.extend(f3(results.slowdown(p)));
-        f.extend(f3(if p.vms > 1 {
+        f.extend(f3(if p.vms() > 1 {
             results.weighted_speedup(p)
         } else {
             None
@@ -894,7 +904,7 @@ pub(crate) mod tests {
                     es.push(Entry::new(p, Status::Ok, 0.0, vec![r]));
                 }
                 let mut p2 = vm_point(wl, 2, rep);
-                p2.vms = 2;
+                p2.config.set_vms(2);
                 es.push(Entry::new(
                     p2,
                     Status::Ok,
@@ -904,11 +914,7 @@ pub(crate) mod tests {
                         rec(Executor::Vm, wl, 2, vm * s / 7),
                     ],
                 ));
-                let mut sp = vm_point(wl, 2, rep);
-                sp.executor = Executor::Sim;
-                sp.platform = Some("pvm-here".into());
-                sp.ple = Some(true);
-                sp.apicv = Some(false);
+                let sp = crate::testutil::as_sim(&vm_point(wl, 2, rep), "pvm-here");
                 let mut sr = rec(Executor::Sim, wl, 2, vm * s / 9);
                 let mut ex = BTreeMap::new();
                 ex.insert("hlt".to_string(), 3000);

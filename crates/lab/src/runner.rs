@@ -64,6 +64,7 @@ pub mod fake {
     //! A deterministic runner: wall time from a formula over the point's
     //! parameters, so diagnosis and metrics have known answers.
     use super::*;
+    use smplab_record::config::{IdlePolicy, Ple, RunConfig, SyncMode};
     use smplab_record::{Executor, Outcome};
 
     pub struct FakeRunner {
@@ -94,26 +95,28 @@ pub mod fake {
     /// global sync, 0.1 s unpinned; each VM beyond the first adds 50 %.
     pub fn fake_wall_ns(p: &Point) -> u64 {
         let mut t = 1.0;
-        if p.executor != Executor::Native {
-            if p.idle.as_deref() == Some("hlt") {
+        if p.executor() != Executor::Native {
+            if p.config.idle() == Some(IdlePolicy::Hlt) {
                 t += 0.4;
             }
             if p.variant == Variant::AsIs {
                 t += 0.3;
             }
-            if p.sync.as_deref() == Some("global") {
+            if p.config.sync() == Some(SyncMode::Global) {
                 t += 0.2;
             }
-            if p.pin == "none" {
+            if p.config.placement().is_float() {
                 t += 0.1;
             }
-            if p.ple == Some(true) {
-                t += 0.05;
+            if let RunConfig::Sim(s) = &p.config {
+                if s.ple != Some(Ple::Off) {
+                    t += 0.05;
+                }
+                if !s.apicv {
+                    t += 0.05;
+                }
             }
-            if p.apicv == Some(false) {
-                t += 0.05;
-            }
-            t *= 1.0 + 0.5 * (p.vms as f64 - 1.0);
+            t *= 1.0 + 0.5 * (p.vms() as f64 - 1.0);
         }
         (t * 1e9) as u64
     }
@@ -127,7 +130,7 @@ pub mod fake {
             }
         }
         fn run(&self, point: &Point) -> Result<Vec<RunRecord>, RunError> {
-            self.availability(point.executor)
+            self.availability(point.executor())
                 .map_err(RunError::Unavailable)?;
             std::thread::sleep(self.delay);
             if self.fail.contains(&point.key()) {
@@ -135,8 +138,8 @@ pub mod fake {
             }
             let (_, info) = prepare(point)?;
             let mut out = Vec::new();
-            for vm in 0..point.vms {
-                let mut r = crate::testutil::record(point.executor, info.clone());
+            for vm in 0..point.vms() {
+                let mut r = crate::testutil::record(point.executor(), info.clone());
                 r.timing.wall_ns = fake_wall_ns(point);
                 r.outcome = Outcome::Ok;
                 r.set_config("vm_index", vm);

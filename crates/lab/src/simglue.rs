@@ -1,87 +1,109 @@
-//! Glue from a sim [`Point`] to `smplab_sim::simulate`.
+//! Glue from a simulator run configuration to `smplab_sim::simulate`.
 //!
-//! Mapping (docs/lab.md): the host has as many pCPUs as one VM has vCPUs
-//! (seed 000's set-up: a VM as big as the machine), so `vms > 1` overcommits
-//! it; `pin = pinned` is `Affinity::Pin`, a CPU list `a-b` is a range;
-//! `ple` true is Intel PLE; repetitions use different seeds. The built-in
-//! workloads do no device I/O, so no device-exit stream is modelled and the
-//! sync mode has nothing to serialize (as in the measured guest).
+//! Mapping (docs/lab.md): the host has `pcpus` pCPUs, by default as many as
+//! one VM has vCPUs (seed 000's set-up: a VM as big as the machine), so
+//! `vms > 1` overcommits it; placement `pinned` is `Affinity::Pin`, a CPU range
+//! confines the vCPUs to it; PLE defaults to the platform's. The device sync
+//! mode is modelled for device exits; the built-in workloads make none inside
+//! their workload window (as the measured guest does not: its interrupt
+//! controllers are in the kernel), so the mode has nothing to serialize there.
 
-use crate::point::Point;
-use crate::runner::{prepare, RunError};
-use smplab_record::RunRecord;
-use smplab_sim::{Affinity, Idle, Platform, Ple, Scenario, VmSpec};
+use smplab_record::config::{Placement, SimSettings};
+use smplab_record::{exit, RunRecord, WorkloadInfo};
+use smplab_sim::{Affinity, DeviceSync, Devices, Idle, Platform, Scenario, Sdb, SimError, VmSpec};
+use smplab_workload::Program;
+use std::time::Duration;
 
-pub fn availability() -> Result<(), String> {
-    Ok(())
+/// Why a simulation produced no records.
+#[derive(Debug, thiserror::Error)]
+pub enum SimRunError {
+    #[error(transparent)]
+    Model(#[from] SimError),
+    #[error("the simulation was still running after {secs} s of host time (timeout); it is left to finish in the background. Lower the scale or raise the timeout")]
+    Timeout { secs: f64 },
+    #[error("cannot start the simulation thread: {0}")]
+    Thread(std::io::Error),
+    #[error("the simulation thread ended without a result (it panicked: a bug in smplab, please report it)")]
+    Panicked,
 }
 
-fn affinity(pin: &str) -> Result<Affinity, RunError> {
-    match pin {
-        "none" => Ok(Affinity::Float),
-        "pinned" => Ok(Affinity::Pin),
-        list => {
-            let cpus = smplab_record::cpus::parse_cpu_list(list)
-                .map_err(|e| RunError::Failed(format!("pin: {e}")))?;
-            let (lo, hi) = (
-                *cpus.iter().min().unwrap_or(&0),
-                *cpus.iter().max().unwrap_or(&0),
-            );
-            if hi - lo + 1 == cpus.len() {
-                Ok(Affinity::Range {
-                    first: lo as u32,
-                    count: cpus.len() as u32,
-                })
-            } else {
-                Ok(Affinity::Pin)
-            }
+impl SimRunError {
+    pub fn exit_status(&self) -> i32 {
+        match self {
+            SimRunError::Model(_) => exit::BAD_INPUT,
+            SimRunError::Timeout { .. } => exit::TIMEOUT,
+            SimRunError::Thread(_) => exit::RESOURCE_LIMIT,
+            SimRunError::Panicked => exit::INTERNAL,
         }
     }
 }
 
-pub fn run(point: &Point) -> Result<Vec<RunRecord>, RunError> {
-    let platform_name = point.platform.as_deref().unwrap_or("pvm-here");
-    let platform = Platform::resolve(platform_name).map_err(|e| RunError::Failed(e.to_string()))?;
-    let (program, info) = prepare(point)?;
-    let vcpus = point.vcpus.unwrap_or(1);
-    let idle = Idle::parse(
-        point.idle.as_deref().unwrap_or("hlt"),
-        platform.defaults.halt_poll_ns,
-    )
-    .map_err(RunError::Failed)?;
-    let aff = affinity(&point.pin)?;
-    let vms: Vec<VmSpec> = (0..point.vms)
-        .map(|_| {
-            let mut vm = VmSpec::new(program.clone(), info.clone(), vcpus);
-            vm.idle = idle;
-            vm.affinity = aff;
-            vm.ple = if point.ple.unwrap_or(true) {
-                Ple::Intel
-            } else {
-                Ple::Off
-            };
-            vm.apicv = point.apicv.unwrap_or(false);
-            vm
-        })
-        .collect();
-    let mut s = Scenario::new(platform, vcpus, vms);
-    s.seed = 1 + point.rep as u64;
-    let mut records = simulate_with_timeout(s, std::time::Duration::from_secs(point.timeout_s))?;
-    for r in &mut records {
-        r.set_config("lab_point", point.key());
-        r.set_config("platform_source", platform_name);
+fn affinity(placement: &Placement) -> Result<Affinity, SimError> {
+    match placement {
+        Placement::Float => Ok(Affinity::Float),
+        Placement::Spread => Ok(Affinity::Pin),
+        Placement::Cpus(cpus) => match Placement::contiguous_range(cpus) {
+            Some((first, count)) => Ok(Affinity::Range {
+                first: u32::try_from(first).unwrap_or(u32::MAX),
+                count: u32::try_from(count).unwrap_or(u32::MAX),
+            }),
+            None => Err(SimError::Scenario(format!(
+                "placement {placement}: the simulator confines vCPUs to a contiguous pCPU range"
+            ))),
+        },
     }
-    Ok(records)
 }
 
-/// `smplab_sim::simulate` with a host-time limit.
-fn simulate_with_timeout(
-    s: Scenario,
-    limit: std::time::Duration,
-) -> Result<Vec<RunRecord>, RunError> {
-    with_timeout(limit, move || {
-        smplab_sim::simulate(&s).map_err(|e| e.to_string())
-    })
+/// The scenario a simulator configuration describes.
+pub fn scenario(
+    program: &Program,
+    info: &WorkloadInfo,
+    s: &SimSettings,
+) -> Result<Scenario, SimError> {
+    let platform = Platform::resolve(&s.platform)?;
+    let idle = Idle::from_setting(s.idle, s.host_halt_poll_ns.unwrap_or(0))?;
+    let aff = affinity(&s.placement)?;
+    let ple = s.ple.unwrap_or(platform.defaults.ple);
+    let vm = {
+        let mut vm = VmSpec::new(program.clone(), info.clone(), s.vcpus);
+        vm.idle = idle;
+        vm.affinity = aff;
+        vm.ple = ple;
+        vm.apicv = s.apicv;
+        vm.sdb = s.sdb.then(Sdb::default);
+        // Device exits the workload makes inside its window: none for the
+        // workload model today (no I/O operation), so the sync mode is
+        // carried but serializes nothing.
+        vm.devices = Some(Devices {
+            exits_per_ms: 0.0,
+            sync: DeviceSync::from(s.sync),
+            synchronous: 1.0,
+        });
+        vm
+    };
+    let vms = vec![vm; usize::try_from(s.vms).unwrap_or(1)];
+    let mut scenario = Scenario::new(platform, s.pcpus.unwrap_or(s.vcpus), vms);
+    scenario.policy = s.policy;
+    scenario.seed = s.seed;
+    scenario.check()?;
+    Ok(scenario)
+}
+
+/// Simulate a configuration, giving up after `limit` of host time.
+pub fn run(
+    program: &Program,
+    info: &WorkloadInfo,
+    s: &SimSettings,
+    limit: Duration,
+) -> Result<Vec<RunRecord>, SimRunError> {
+    let sc = scenario(program, info, s)?;
+    let mut records = with_timeout(limit, move || {
+        smplab_sim::simulate(&sc).map_err(SimRunError::from)
+    })?;
+    for r in &mut records {
+        r.set_config("platform_source", s.platform.clone());
+    }
+    Ok(records)
 }
 
 /// Run `f` on its own thread, giving up after `limit`. The simulator has no
@@ -89,9 +111,9 @@ fn simulate_with_timeout(
 /// in the background (it ends with the process) and the point fails with a
 /// reason; the sweep goes on.
 pub fn with_timeout<T: Send + 'static>(
-    limit: std::time::Duration,
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, RunError> {
+    limit: Duration,
+    f: impl FnOnce() -> Result<T, SimRunError> + Send + 'static,
+) -> Result<T, SimRunError> {
     let (tx, rx) = std::sync::mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name("smplab-sim".into())
@@ -100,19 +122,14 @@ pub fn with_timeout<T: Send + 'static>(
             let _ = tx.send(f());
         });
     if let Err(e) = spawned {
-        return Err(RunError::Failed(format!(
-            "cannot start the simulation thread: {e}"
-        )));
+        return Err(SimRunError::Thread(e));
     }
     match rx.recv_timeout(limit) {
-        Ok(r) => r.map_err(RunError::Failed),
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(RunError::Failed(format!(
-            "the simulation was still running after {} s of host time (timeout_s); it is left to finish in the background. Lower the scale or raise timeout_s",
-            limit.as_secs_f64()
-        ))),
-        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(RunError::Failed(
-            "the simulation thread ended without a result (it panicked)".into(),
-        )),
+        Ok(r) => r,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(SimRunError::Timeout {
+            secs: limit.as_secs_f64(),
+        }),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(SimRunError::Panicked),
     }
 }
 
@@ -137,17 +154,21 @@ mod tests {
     fn a_simulation_that_never_ends_fails_the_point() {
         // Blocks until the test process ends: only the limit can return.
         let (_keep, never) = std::sync::mpsc::channel::<()>();
-        let r: Result<(), RunError> = with_timeout(Duration::from_millis(50), move || {
+        let r: Result<(), SimRunError> = with_timeout(Duration::from_millis(50), move || {
             let _ = never.recv();
             Ok(())
         });
         match r {
-            Err(RunError::Failed(m)) => assert!(m.contains("still running"), "{m}"),
-            other => panic!("expected a failure, got {other:?}"),
+            Err(e @ SimRunError::Timeout { .. }) => {
+                assert!(e.to_string().contains("still running"), "{e}");
+                assert_eq!(e.exit_status(), exit::TIMEOUT);
+            }
+            other => panic!("expected a timeout, got {other:?}"),
         }
         let ok = with_timeout(Duration::from_secs(600), || Ok(7));
-        assert_eq!(ok, Ok(7));
-        let err: Result<u8, _> = with_timeout(Duration::from_secs(600), || Err("bad".into()));
-        assert_eq!(err, Err(RunError::Failed("bad".into())));
+        assert_eq!(ok.ok(), Some(7));
+        let err: Result<u8, _> =
+            with_timeout(Duration::from_secs(600), || Err(SimRunError::Panicked));
+        assert!(matches!(err, Err(SimRunError::Panicked)));
     }
 }

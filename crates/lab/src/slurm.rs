@@ -159,10 +159,10 @@ pub fn batch_size(point_s: f64, target_s: f64) -> usize {
 /// CPUs one point occupies on a node: the simulator is single-threaded; a VM
 /// point runs `vcpus` threads per VM; a native point its workload threads.
 fn cpus_of(p: &Point) -> u32 {
-    match p.executor {
+    match p.executor() {
         Executor::Sim => 1,
         Executor::Native => p.threads.max(1),
-        Executor::Vm | Executor::Qemu => p.vcpus.unwrap_or(1).max(1) * p.vms.max(1),
+        Executor::Vm | Executor::Qemu => p.vcpus().unwrap_or(1).max(1) * p.vms().max(1),
     }
 }
 
@@ -181,7 +181,7 @@ pub fn plan(points: &[Point], todo: &[usize], sim_batch: usize) -> Vec<ArrayPlan
     let (sim, measured): (Vec<usize>, Vec<usize>) = todo
         .iter()
         .copied()
-        .partition(|&i| points[i].executor == Executor::Sim);
+        .partition(|&i| points[i].executor() == Executor::Sim);
     let mut arrays = Vec::new();
     if !sim.is_empty() {
         arrays.push(ArrayPlan {
@@ -368,7 +368,7 @@ fn stored_sim_cost(store: &Store) -> Option<(f64, usize)> {
     let mut secs: Vec<f64> = store
         .latest()
         .into_iter()
-        .filter(|e| e.is_ok() && e.point.executor == Executor::Sim)
+        .filter(|e| e.is_ok() && e.point.executor() == Executor::Sim)
         .map(|e| e.host_seconds)
         .collect();
     if secs.is_empty() {
@@ -437,7 +437,7 @@ fn try_submit(
     }
     let first_sim = todo
         .iter()
-        .position(|&i| spec.points[i].executor == Executor::Sim);
+        .position(|&i| spec.points[i].executor() == Executor::Sim);
     let sim_batch = match (args.batch, first_sim) {
         (Some(b), _) => b as usize,
         (None, None) => 1,
@@ -671,7 +671,7 @@ vcpus = [2, 4]
         let sim: Vec<usize> = arrays[0].tasks.iter().flatten().copied().collect();
         assert!(sim
             .iter()
-            .all(|&i| spec.points[i].executor == Executor::Sim));
+            .all(|&i| spec.points[i].executor() == Executor::Sim));
         assert_eq!(sim.len(), 4);
         assert_eq!(arrays[0].tasks.len(), 2, "3 + 1");
         assert_eq!(arrays[0].cpus_per_task, 1);

@@ -38,3 +38,20 @@ pub fn rec(executor: Executor, workload: &str, n: u32, wall_ns: u64) -> RunRecor
     r.timing.wall_ns = wall_ns;
     r
 }
+
+/// The simulator twin of a vm point: same guest settings, on `platform`,
+/// with Intel PLE and no APICv.
+pub fn as_sim(p: &crate::Point, platform: &str) -> crate::Point {
+    use smplab_record::config::{Ple, RunConfig, SimSettings};
+    let mut q = p.clone();
+    let mut s = SimSettings::new(p.vcpus().unwrap_or(1), platform);
+    if let Some(idle) = p.config.idle() {
+        s.idle = idle;
+    }
+    s.placement = p.config.placement().clone();
+    s.vms = p.vms();
+    s.sync = p.config.sync().unwrap_or_default();
+    s.ple = Some(Ple::Intel);
+    q.config = RunConfig::Sim(s);
+    q
+}

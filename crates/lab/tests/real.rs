@@ -2,7 +2,8 @@
 //! smplab-vmm (KVM), and one QEMU point. KVM and QEMU tests fail instead of
 //! skipping when SMPLAB_REQUIRE_KVM=1 / SMPLAB_REQUIRE_QEMU=1 (CI sets both).
 
-use smplab_lab::exec::{kvm_unavailable, RealRunner};
+use smplab_lab::exec::RealRunner;
+use smplab_lab::execute::kvm_unavailable;
 use smplab_lab::metrics::Results;
 use smplab_lab::sweep::{run_points, SweepOptions};
 use smplab_lab::{ExperimentSpec, Runner, Status, Store};
@@ -66,17 +67,17 @@ fn native_and_vm_sweep_with_resume_and_report() {
     assert_eq!(store.entries().len(), spec.points.len());
 
     let results = Results::new(&store);
-    for p in results.points().filter(|p| p.executor == Executor::Vm) {
+    for p in results.points().filter(|p| p.executor() == Executor::Vm) {
         let es = results.get(p).expect("entries");
         for e in es {
             assert_eq!(e.status, Status::Ok);
-            assert_eq!(e.records.len(), p.vms as usize, "one record per VM");
+            assert_eq!(e.records.len(), p.vms() as usize, "one record per VM");
             for r in &e.records {
                 assert!(r.timing.wall_ns > 0);
                 assert!(r.vmm.is_some() && r.guest.is_some());
             }
         }
-        if p.vms == 1 {
+        if p.vms() == 1 {
             assert!(results.slowdown(p).is_some(), "slowdown of {}", p.label());
             assert!(!results.exits_per_s(p).is_empty(), "exits of {}", p.label());
         } else {
@@ -170,7 +171,7 @@ fn simulator_points_need_no_kvm() {
             "sim slowdown of {}",
             p.label()
         );
-        if p.vms == 2 {
+        if p.vms() == 2 {
             assert!(results.weighted_speedup(p).is_some());
             assert_eq!(results.get(p).expect("entries")[0].records.len(), 2);
         }

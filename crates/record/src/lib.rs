@@ -6,6 +6,7 @@
 //! Compatibility rule: adding an optional field keeps [`SCHEMA_VERSION`];
 //! renaming or removing one, or changing a meaning, bumps it.
 
+pub mod config;
 pub mod cpus;
 pub mod exit;
 pub mod guest;
@@ -43,6 +44,24 @@ impl Executor {
             Executor::Vm => "vm",
             Executor::Qemu => "qemu",
             Executor::Sim => "sim",
+        }
+    }
+}
+
+/// An executor name that is not one of the four.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown executor `{0}`; use native, vm, qemu or sim")]
+pub struct UnknownExecutor(pub String);
+
+impl std::str::FromStr for Executor {
+    type Err = UnknownExecutor;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "native" => Ok(Executor::Native),
+            "vm" => Ok(Executor::Vm),
+            "qemu" => Ok(Executor::Qemu),
+            "sim" => Ok(Executor::Sim),
+            _ => Err(UnknownExecutor(s.to_string())),
         }
     }
 }
@@ -137,7 +156,13 @@ pub struct RunRecord {
     pub smplab_version: String,
     pub executor: Executor,
     pub workload: WorkloadInfo,
-    /// Executor parameters as given (vcpus, sync, idle, pin, platform, ...).
+    /// The run configuration as given: the executor's typed settings
+    /// (`config::RunConfig`'s serde form). `None` in records of tools that
+    /// run no workload configuration (`smplab vmm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<config::RunConfig>,
+    /// What the executor resolved or chose itself (effective timer tick,
+    /// guest memory, QEMU binary, lab point key, ...).
     #[serde(default)]
     pub config: BTreeMap<String, serde_json::Value>,
     pub host: HostFacts,
@@ -171,6 +196,7 @@ impl RunRecord {
             smplab_version: env!("CARGO_PKG_VERSION").to_string(),
             executor,
             workload,
+            run: None,
             config: BTreeMap::new(),
             host: HostFacts::detect(),
             started_at_unix: std::time::SystemTime::now()

@@ -5,7 +5,7 @@
 //! `smplab sim --spec FILE.toml` simulates a full scenario.
 
 use crate::scenario::{
-    parse_duration, Affinity, Idle, Ple, Policy, Scenario, Sdb, Topology, VmSpec,
+    parse_duration, Affinity, Idle, IdlePolicy, Ple, Policy, Scenario, Sdb, Topology, VmSpec,
 };
 use crate::{simulate, Platform, SimError};
 use smplab_record::{exit, RunRecord};
@@ -45,20 +45,25 @@ pub struct SimArgs {
     pub scale: f64,
     /// Host scheduling: fair, gang or partition, optionally `:SLICE` (fair:100us)
     /// and `+safepoint[:GRACE]`.
-    #[arg(long, default_value = "fair")]
-    pub policy: String,
+    #[arg(long, default_value_t)]
+    pub policy: Policy,
     /// Random seed (the simulation is deterministic for a seed).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Guest idle: hlt, poll, haltpoll (platform window) or haltpoll:NS.
-    #[arg(long, default_value = "hlt")]
-    pub idle: String,
+    /// Guest idle: hlt or poll (the simulator does not model guest-side
+    /// haltpoll:NS).
+    #[arg(long, default_value_t)]
+    pub idle: IdlePolicy,
+    /// The host's halt-poll window for HLT idle in ns (KVM halt_poll_ns; 0 = none).
+    #[arg(long, default_value_t = 0)]
+    pub host_halt_poll_ns: u64,
     /// vCPU affinity: float, pin or range:A-B.
     #[arg(long, default_value = "float")]
     pub affinity: String,
     /// Pause-loop exiting: intel (kernel-mode PAUSE loops only), amd, off.
-    #[arg(long, default_value = "intel")]
-    pub ple: String,
+    /// Default: what the platform has.
+    #[arg(long)]
+    pub ple: Option<Ple>,
     /// APIC virtualization (cheaper IPIs).
     #[arg(long)]
     pub apicv: bool,
@@ -106,13 +111,12 @@ pub fn scenario_from_args(a: &SimArgs) -> Result<Scenario, SimError> {
     }
     let info = source.workload_info(&program);
     let mut vm = VmSpec::new(program, info, a.vcpus);
-    vm.idle = Idle::parse(&a.idle, platform.defaults.halt_poll_ns)
-        .map_err(|m| bad(format!("--idle: {m}")))?;
+    vm.idle = Idle::from_setting(a.idle, a.host_halt_poll_ns)?;
     vm.affinity = Affinity::parse(&a.affinity).map_err(|m| bad(format!("--affinity: {m}")))?;
-    vm.ple = Ple::parse(&a.ple).map_err(|m| bad(format!("--ple: {m}")))?;
+    vm.ple = a.ple.unwrap_or(platform.defaults.ple);
     vm.apicv = a.apicv;
     vm.sdb = a.sdb.then(Sdb::default);
-    let policy = Policy::parse(&a.policy).map_err(|m| bad(format!("--policy: {m}")))?;
+    let policy = a.policy;
     let horizon_ns = a
         .horizon
         .as_deref()
@@ -272,7 +276,9 @@ mod tests {
             "--policy",
             "fair:100us",
             "--idle",
-            "haltpoll",
+            "hlt",
+            "--host-halt-poll-ns",
+            "200000",
             "--sdb",
         ]);
         let s = scenario_from_args(&a).unwrap();
@@ -289,10 +295,18 @@ mod tests {
     #[test]
     fn bad_input_exits_with_bad_input() {
         assert_eq!(run(&args(&["--workload", "nosuch"])), exit::BAD_INPUT);
-        assert_eq!(
-            run(&args(&["--workload", "spinlock", "--policy", "lottery"])),
-            exit::BAD_INPUT
-        );
+        // Settings are typed at the flag: a bad one never reaches the model.
+        for bad in [
+            ["--policy", "lottery"],
+            ["--idle", "mwait"],
+            ["--ple", "sometimes"],
+        ] {
+            let mut v = vec!["smplab-sim", "--workload", "spinlock"];
+            v.extend_from_slice(&bad);
+            assert!(Cmd::try_parse_from(v).is_err(), "{bad:?}");
+        }
+        let guest_haltpoll = args(&["--workload", "spinlock", "--idle", "haltpoll:1000"]);
+        assert_eq!(run(&guest_haltpoll), exit::BAD_INPUT);
         let dir = std::env::temp_dir().join(format!("smplab-sim-cli-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let spec = dir.join("bad.toml");

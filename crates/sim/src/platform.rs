@@ -153,6 +153,14 @@ pub struct Defaults {
     pub time_slice_ns: u64,
     /// KVM halt_poll_ns.
     pub halt_poll_ns: u64,
+    /// The pause-loop exiting the host's CPUs have (`off` when a profile
+    /// does not say: a mechanism is never assumed).
+    #[serde(default = "no_ple")]
+    pub ple: crate::scenario::Ple,
+}
+
+fn no_ple() -> crate::scenario::Ple {
+    crate::scenario::Ple::Off
 }
 
 const KVM2015: &str = include_str!("../platforms/kvm2015.toml");

@@ -7,7 +7,13 @@ use crate::platform::Platform;
 use smplab_record::WorkloadInfo;
 use smplab_workload::Program;
 
-/// How a guest waits when it has nothing to run.
+pub use smplab_record::config::{
+    parse_duration, HostPolicy as Policy, IdlePolicy, Ple, PolicyKind, SyncMode,
+};
+
+/// How a modelled vCPU waits when its guest has nothing to run: the
+/// mechanism, derived from the guest's [`IdlePolicy`] and the host's
+/// halt-poll window by [`Idle::from_setting`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Idle {
     /// HLT: exit to the VMM, which blocks the vCPU thread (woken by IPI).
@@ -27,20 +33,21 @@ impl Idle {
         }
     }
 
-    /// `hlt`, `poll`, `haltpoll` (platform default window) or `haltpoll:NS`.
-    pub fn parse(s: &str, default_window: u64) -> Result<Idle, String> {
-        match s {
-            "hlt" => Ok(Idle::Hlt),
-            "poll" => Ok(Idle::Poll),
-            "haltpoll" => Ok(Idle::HaltPoll(default_window)),
-            _ => match s.strip_prefix("haltpoll:") {
-                Some(ns) => ns.parse().map(Idle::HaltPoll).map_err(|_| {
-                    format!("bad halt-poll window `{ns}`: give nanoseconds, e.g. haltpoll:200000")
-                }),
-                None => Err(format!(
-                    "unknown idle mode `{s}`: use hlt, poll, haltpoll or haltpoll:NS"
-                )),
-            },
+    /// The modelled mechanism for the run configuration's guest idle policy
+    /// and the host's halt-poll window (0 = none). The simulator does not
+    /// model guest-side halt polling (poll, then HLT) yet: that is an error,
+    /// never silently something else.
+    pub fn from_setting(
+        policy: IdlePolicy,
+        host_halt_poll_ns: u64,
+    ) -> Result<Idle, crate::SimError> {
+        match policy {
+            IdlePolicy::Poll => Ok(Idle::Poll),
+            IdlePolicy::Hlt if host_halt_poll_ns > 0 => Ok(Idle::HaltPoll(host_halt_poll_ns)),
+            IdlePolicy::Hlt => Ok(Idle::Hlt),
+            IdlePolicy::HaltPoll { .. } => Err(crate::SimError::Scenario(format!(
+                "idle {policy}: the simulator does not model guest-side halt polling; use hlt (with a host halt-poll window) or poll"
+            ))),
         }
     }
 }
@@ -88,34 +95,6 @@ impl Affinity {
     }
 }
 
-/// Pause-loop exiting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ple {
-    Off,
-    /// Intel PLE: sees only PAUSE loops in guest kernel mode.
-    Intel,
-    /// AMD pause filter: PAUSE loops in kernel and user mode.
-    Amd,
-}
-
-impl Ple {
-    pub fn label(self) -> &'static str {
-        match self {
-            Ple::Off => "off",
-            Ple::Intel => "intel",
-            Ple::Amd => "amd",
-        }
-    }
-    pub fn parse(s: &str) -> Result<Ple, String> {
-        match s {
-            "off" => Ok(Ple::Off),
-            "intel" => Ok(Ple::Intel),
-            "amd" => Ok(Ple::Amd),
-            _ => Err(format!("unknown PLE mode `{s}`: use off, intel or amd")),
-        }
-    }
-}
-
 /// Spin Detection Buffer settings (seed 002). `None` fields take the platform's.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Sdb {
@@ -136,6 +115,25 @@ pub enum DeviceSync {
     Fine,
 }
 
+/// Share of device requests that reach thread-safe device models in hybrid
+/// mode and so bypass the I/O thread, when nothing else says (seed 004 §3.3:
+/// the interrupt controllers and timers bypass it, block and serial devices
+/// do not; this even split is a modelling assumption).
+pub const DEFAULT_HYBRID_BYPASS: f64 = 0.5;
+
+impl From<SyncMode> for DeviceSync {
+    fn from(mode: SyncMode) -> DeviceSync {
+        match mode {
+            SyncMode::Global => DeviceSync::Global,
+            SyncMode::IoThread => DeviceSync::IoThread,
+            SyncMode::Hybrid => DeviceSync::Hybrid {
+                bypass: DEFAULT_HYBRID_BYPASS,
+            },
+            SyncMode::Fine => DeviceSync::Fine,
+        }
+    }
+}
+
 impl DeviceSync {
     pub fn label(self) -> String {
         match self {
@@ -150,7 +148,9 @@ impl DeviceSync {
             "global" => Ok(DeviceSync::Global),
             "iothread" => Ok(DeviceSync::IoThread),
             "fine" => Ok(DeviceSync::Fine),
-            "hybrid" => Ok(DeviceSync::Hybrid { bypass: 0.5 }),
+            "hybrid" => Ok(DeviceSync::Hybrid {
+                bypass: DEFAULT_HYBRID_BYPASS,
+            }),
             _ => match s.strip_prefix("hybrid:").map(str::parse::<f64>) {
                 Some(Ok(b)) if (0.0..=1.0).contains(&b) => Ok(DeviceSync::Hybrid { bypass: b }),
                 _ => Err(format!(
@@ -217,122 +217,6 @@ impl VmSpec {
         let program = source.instantiate(n, scale)?;
         let info = source.workload_info(&program);
         Ok(VmSpec::new(program, info, vcpus))
-    }
-}
-
-/// Host scheduling policy kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PolicyKind {
-    /// Proportional fair share: per-pCPU round robin with a time slice, wake-up
-    /// placement on idle pCPUs, idle pCPUs steal (CFS/credit-like, equal weights).
-    FairShare,
-    /// Gang (co-)scheduling: all vCPUs of a VM run together, VMs rotate per slice.
-    Gang,
-    /// Logical partitioning: pCPUs split among VMs in proportion to their vCPUs
-    /// (seed 002 §6.2); fair share inside each partition.
-    Partition,
-}
-
-/// Host scheduling policy.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Policy {
-    pub kind: PolicyKind,
-    /// Host time slice; `None` takes the platform default.
-    pub time_slice_ns: Option<u64>,
-    /// Safe-point-aware preemption (Uhlig et al., seed 002 §5.1): at the end of a
-    /// slice a vCPU holding a lock or in the kernel keeps running until it is
-    /// safe, at most this grace period.
-    pub safe_point_grace_ns: Option<u64>,
-}
-
-impl Policy {
-    pub fn fair() -> Policy {
-        Policy {
-            kind: PolicyKind::FairShare,
-            time_slice_ns: None,
-            safe_point_grace_ns: None,
-        }
-    }
-    pub fn with_slice(mut self, ns: u64) -> Policy {
-        self.time_slice_ns = Some(ns);
-        self
-    }
-    pub fn label(&self) -> String {
-        let mut s = match self.kind {
-            PolicyKind::FairShare => "fair".to_string(),
-            PolicyKind::Gang => "gang".to_string(),
-            PolicyKind::Partition => "partition".to_string(),
-        };
-        if let Some(t) = self.time_slice_ns {
-            s.push_str(&format!(":{}us", t / 1000));
-        }
-        if let Some(g) = self.safe_point_grace_ns {
-            s.push_str(&format!("+safepoint:{}us", g / 1000));
-        }
-        s
-    }
-
-    /// `fair`, `gang`, `partition`, optionally `:SLICE` (e.g. `fair:100us`,
-    /// `gang:10ms`) and `+safepoint[:GRACE]` (default grace 1 ms, seed 002).
-    pub fn parse(s: &str) -> Result<Policy, String> {
-        let (main, safe) = match s.split_once('+') {
-            Some((m, sp)) => (m, Some(sp)),
-            None => (s, None),
-        };
-        let (kind, slice) = match main.split_once(':') {
-            Some((k, sl)) => (k, Some(sl)),
-            None => (main, None),
-        };
-        let kind = match kind {
-            "fair" => PolicyKind::FairShare,
-            "gang" => PolicyKind::Gang,
-            "partition" => PolicyKind::Partition,
-            _ => {
-                return Err(format!(
-                    "unknown policy `{kind}`: use fair, gang or partition, optionally with :SLICE (e.g. fair:100us) and +safepoint[:GRACE]"
-                ))
-            }
-        };
-        let time_slice_ns = slice.map(parse_duration).transpose()?;
-        let safe_point_grace_ns = match safe {
-            None => None,
-            Some("safepoint") => Some(1_000_000),
-            Some(sp) => match sp.strip_prefix("safepoint:") {
-                Some(g) => Some(parse_duration(g)?),
-                None => {
-                    return Err(format!(
-                        "unknown policy modifier `+{sp}`: use +safepoint or +safepoint:GRACE"
-                    ))
-                }
-            },
-        };
-        Ok(Policy {
-            kind,
-            time_slice_ns,
-            safe_point_grace_ns,
-        })
-    }
-}
-
-/// `100us`, `10ms`, `1s`, `500ns` or plain nanoseconds.
-pub fn parse_duration(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mul) = if let Some(n) = s.strip_suffix("ns") {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix("us") {
-        (n, 1e3)
-    } else if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e6)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1e9)
-    } else {
-        (s, 1.0)
-    };
-    match num.trim().parse::<f64>() {
-        Ok(v) if v >= 0.0 && v.is_finite() => Ok((v * mul).round() as u64),
-        _ => Err(format!(
-            "bad duration `{s}`: write e.g. 100us, 10ms, 1s or nanoseconds"
-        )),
     }
 }
 
@@ -465,9 +349,12 @@ mod tests {
 
     #[test]
     fn parse_settings() {
-        assert_eq!(Idle::parse("haltpoll:5", 9), Ok(Idle::HaltPoll(5)));
-        assert_eq!(Idle::parse("haltpoll", 9), Ok(Idle::HaltPoll(9)));
-        assert!(Idle::parse("mwait", 9).unwrap_err().contains("hlt, poll"));
+        assert_eq!(
+            Idle::from_setting(IdlePolicy::Hlt, 5).unwrap(),
+            Idle::HaltPoll(5)
+        );
+        assert_eq!(Idle::from_setting(IdlePolicy::Hlt, 0).unwrap(), Idle::Hlt);
+        assert!(Idle::from_setting(IdlePolicy::HaltPoll { ns: 5 }, 0).is_err());
         assert_eq!(
             Affinity::parse("range:2-5"),
             Ok(Affinity::Range { first: 2, count: 4 })
@@ -478,6 +365,7 @@ mod tests {
         assert_eq!(Policy::parse("gang:10ms").unwrap().kind, PolicyKind::Gang);
         assert!(Policy::parse("rr").is_err());
         assert_eq!(parse_duration("1.5ms"), Ok(1_500_000));
+        assert_eq!(DeviceSync::from(SyncMode::Global), DeviceSync::Global);
         assert!(DeviceSync::parse("hybrid:2").is_err());
     }
 }

@@ -5,11 +5,12 @@
 use crate::error::{locate, SimError};
 use crate::platform::Platform;
 use crate::scenario::{
-    parse_duration, Affinity, DeviceSync, Devices, Idle, Ple, Policy, Scenario, Sdb, Topology,
-    VmSpec,
+    parse_duration, Affinity, DeviceSync, Devices, Idle, IdlePolicy, Policy, Scenario, Sdb,
+    Topology, VmSpec,
 };
 use serde::Deserialize;
 use serde_spanned::Spanned;
+use smplab_record::config::{BadIdlePolicy, BadPle};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Deserialize)]
@@ -46,6 +47,9 @@ struct VmFile {
     count: Option<Spanned<u32>>,
     #[serde(default)]
     idle: Option<Spanned<String>>,
+    /// The host's halt-poll window for HLT idle (KVM halt_poll_ns); default none.
+    #[serde(default)]
+    host_halt_poll_ns: Option<Spanned<u64>>,
     #[serde(default)]
     affinity: Option<Spanned<String>>,
     #[serde(default)]
@@ -115,11 +119,11 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
         },
     };
     let policy = match &f.policy {
-        Some(p) => Policy::parse(p.get_ref()).map_err(|m| at(p.span(), m))?,
+        Some(p) => Policy::parse(p.get_ref()).map_err(|m| at(p.span(), m.to_string()))?,
         None => Policy::fair(),
     };
     let horizon_ns = match &f.horizon {
-        Some(h) => Some(parse_duration(h.get_ref()).map_err(|m| at(h.span(), m))?),
+        Some(h) => Some(parse_duration(h.get_ref()).map_err(|m| at(h.span(), m.to_string()))?),
         None => None,
     };
     if f.vm.is_empty() {
@@ -153,9 +157,15 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
         }
         let info = source.workload_info(&program);
         let mut spec = VmSpec::new(program, info, vcpus);
+        spec.ple = platform.defaults.ple;
         if let Some(s) = &v.idle {
-            spec.idle = Idle::parse(s.get_ref(), platform.defaults.halt_poll_ns)
-                .map_err(|m| at(s.span(), m))?;
+            let policy: IdlePolicy = s
+                .get_ref()
+                .parse()
+                .map_err(|m: BadIdlePolicy| at(s.span(), m.to_string()))?;
+            let window = v.host_halt_poll_ns.as_ref().map_or(0, |w| *w.get_ref());
+            spec.idle =
+                Idle::from_setting(policy, window).map_err(|m| at(s.span(), m.to_string()))?;
         }
         if let Some(s) = &v.affinity {
             spec.affinity = Affinity::parse(s.get_ref()).map_err(|m| at(s.span(), m))?;
@@ -169,7 +179,10 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
             }
         }
         if let Some(s) = &v.ple {
-            spec.ple = Ple::parse(s.get_ref()).map_err(|m| at(s.span(), m))?;
+            spec.ple = s
+                .get_ref()
+                .parse()
+                .map_err(|m: BadPle| at(s.span(), m.to_string()))?;
         }
         spec.apicv = v.apicv.unwrap_or(false);
         if v.sdb.unwrap_or(false)
@@ -270,7 +283,8 @@ threads = 4
 scale = 0.01
 vcpus = 4
 count = 2
-idle = "haltpoll:50000"
+idle = "hlt"
+host_halt_poll_ns = 50000
 affinity = "pin"
 ple = "amd"
 sdb = true
@@ -288,7 +302,7 @@ sync = "hybrid:0.4"
         .unwrap();
         assert_eq!(s.vms.len(), 3);
         assert_eq!(s.vms[0].idle, Idle::HaltPoll(50000));
-        assert_eq!(s.vms[1].ple, Ple::Amd);
+        assert_eq!(s.vms[1].ple, crate::scenario::Ple::Amd);
         assert!(s.vms[1].sdb.is_some());
         assert_eq!(s.topology.pcpus_per_llc, Some(4));
         assert!(matches!(

@@ -32,66 +32,8 @@ use std::sync::mpsc::{self, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// How device emulation is serialized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum SyncMode {
-    /// One lock around every device access.
-    Global,
-    /// Every access goes through one I/O thread; writes are posted.
-    IoThread,
-    /// As `IoThread`, but thread-safe devices are handled on the vCPU thread.
-    Hybrid,
-    /// Every device handled on the vCPU thread, under its own lock or lock-free.
-    Fine,
-}
-
-impl SyncMode {
-    pub const ALL: [SyncMode; 4] = [
-        SyncMode::Global,
-        SyncMode::IoThread,
-        SyncMode::Hybrid,
-        SyncMode::Fine,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SyncMode::Global => "global",
-            SyncMode::IoThread => "iothread",
-            SyncMode::Hybrid => "hybrid",
-            SyncMode::Fine => "fine",
-        }
-    }
-
-    /// Whether this mode runs an I/O thread.
-    pub fn has_io_thread(self) -> bool {
-        matches!(self, SyncMode::IoThread | SyncMode::Hybrid)
-    }
-}
-
-impl std::fmt::Display for SyncMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A sync mode name that is not one of the four.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown sync mode '{0}'; use one of global, iothread, hybrid, fine")]
-pub struct UnknownSyncMode(pub String);
-
-impl std::str::FromStr for SyncMode {
-    type Err = UnknownSyncMode;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "global" => Ok(SyncMode::Global),
-            "iothread" | "io-thread" | "io_thread" => Ok(SyncMode::IoThread),
-            "hybrid" => Ok(SyncMode::Hybrid),
-            "fine" => Ok(SyncMode::Fine),
-            _ => Err(UnknownSyncMode(s.to_string())),
-        }
-    }
-}
+/// How device emulation is serialized: the run configuration's one type.
+pub use smplab_record::config::settings::{SyncMode, UnknownSyncMode};
 
 /// Port I/O or memory-mapped I/O.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,0 +1,542 @@
+//! The run configuration: how one workload instance runs, for every executor.
+//!
+//! One type per setting, with one default, one parser (`FromStr`), one printed
+//! form (`Display`, which `FromStr` reads back) and one validation, used by the
+//! command line, lab specs, the simulator's own specs and the record alike. A
+//! setting travels typed from where a user wrote it to the record: no crate
+//! parses a setting's string again.
+//!
+//! [`RunConfig`] is an enum over the executors, each variant holding exactly
+//! the settings that executor honours, so a setting cannot be silently
+//! dropped: an executor that cannot do something has no field for it, and
+//! [`RunConfig::validate`] rejects values an executor's variant holds but
+//! cannot honour (e.g. more vCPUs than the guest kernel supports). Its serde
+//! form is stored in every record and is the results store's key.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+mod host_policy;
+pub mod settings;
+
+pub use host_policy::{parse_duration, BadDuration, HostPolicy, PolicyKind};
+pub use settings::{
+    BadIdlePolicy, BadPlacement, BadPle, IdlePolicy, Placement, Ple, SyncMode, UnknownSyncMode,
+};
+
+/// Most vCPUs the smplab guest kernel supports (smplab-vmm and QEMU).
+pub const MAX_GUEST_VCPUS: u32 = 64;
+/// Most workload threads the smplab guest kernel supports.
+pub const MAX_GUEST_THREADS: u32 = 511;
+/// Most vCPUs of one simulated VM.
+pub const MAX_SIM_VCPUS: u32 = 4096;
+/// Most VMs one run may start at once (real VMs).
+pub const MAX_REAL_VMS: u32 = 64;
+/// Most VMs one simulation may hold.
+pub const MAX_SIM_VMS: u32 = 4096;
+/// Highest guest scheduler tick the guest kernel accepts.
+pub const MAX_TIMER_HZ: u32 = 5000;
+/// Guest-physical memory the guest can use (its identity map covers 1 GiB).
+pub const MAX_GUEST_MEM_BYTES: u64 = 1 << 30;
+/// Least guest memory the guest boots with.
+pub const MIN_GUEST_MEM_BYTES: u64 = 64 << 20;
+/// The platform profile simulator points use unless told otherwise.
+pub const DEFAULT_PLATFORM: &str = "pvm-here";
+
+/// Which executor runs the workload, and its settings.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "executor", rename_all = "lowercase")]
+pub enum RunConfig {
+    /// Host threads on this machine.
+    Native(NativeSettings),
+    /// The smplab guest kernel in smplab-vmm.
+    Vm(VmSettings),
+    /// The smplab guest kernel in QEMU with KVM.
+    Qemu(QemuSettings),
+    /// The discrete-event simulator.
+    Sim(SimSettings),
+}
+
+/// Settings of a native run.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NativeSettings {
+    #[serde(default, skip_serializing_if = "Placement::is_float")]
+    pub placement: Placement,
+}
+
+/// Settings of the smplab guest, whichever VMM boots it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestSettings {
+    pub vcpus: u32,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub idle: IdlePolicy,
+    /// smplab-vmm: vCPU i on the i-th CPU; QEMU: confined to the set.
+    #[serde(default, skip_serializing_if = "Placement::is_float")]
+    pub placement: Placement,
+    /// VMs running the workload at the same time (each its own instance).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub vms: u32,
+    /// Guest scheduler tick in Hz, 0 = tickless. `None`: tickless when
+    /// threads <= vCPUs, else 250 Hz (so a spinning thread cannot starve one
+    /// queued behind it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer_hz: Option<u32>,
+    /// Guest memory; `None` sizes it from the program (at least 64 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bytes: Option<u64>,
+}
+
+/// Settings of a smplab-vmm run.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmSettings {
+    #[serde(flatten)]
+    pub guest: GuestSettings,
+    #[serde(default)]
+    pub sync: SyncMode,
+}
+
+/// Settings of a QEMU run (QEMU has its own device locking: no sync mode).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QemuSettings {
+    #[serde(flatten)]
+    pub guest: GuestSettings,
+}
+
+/// Settings of a simulated run: the modelled VMs and the modelled host.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimSettings {
+    pub vcpus: u32,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub idle: IdlePolicy,
+    /// `Float`, `Spread` (vCPU i on its own pCPU) or a contiguous CPU range.
+    #[serde(default, skip_serializing_if = "Placement::is_float")]
+    pub placement: Placement,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub vms: u32,
+    /// Device-model synchronization (seed 004), modelled for device exits.
+    #[serde(default)]
+    pub sync: SyncMode,
+    /// Platform profile: a built-in name or a profile file's path.
+    pub platform: String,
+    /// Host pCPUs; `None`: as many as one VM has vCPUs (seed 000's set-up, so
+    /// several VMs overcommit the host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcpus: Option<u32>,
+    /// Pause-loop exiting; `None`: what the platform has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ple: Option<Ple>,
+    /// APIC virtualization.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub apicv: bool,
+    /// The Spin Detection Buffer with spin-triggered preemption (seed 002).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sdb: bool,
+    /// The host's halt-polling window (KVM `halt_poll_ns`); `None`: the
+    /// platform's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_halt_poll_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub policy: HostPolicy,
+    /// Random seed (a simulation is deterministic for a seed).
+    #[serde(default = "one_u64", skip_serializing_if = "is_one_u64")]
+    pub seed: u64,
+}
+
+fn one() -> u32 {
+    1
+}
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}
+fn one_u64() -> u64 {
+    1
+}
+fn is_one_u64(v: &u64) -> bool {
+    *v == 1
+}
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
+impl GuestSettings {
+    /// A guest with `vcpus` vCPUs and every other setting at its default.
+    pub fn new(vcpus: u32) -> GuestSettings {
+        GuestSettings {
+            vcpus,
+            idle: IdlePolicy::default(),
+            placement: Placement::default(),
+            vms: 1,
+            timer_hz: None,
+            mem_bytes: None,
+        }
+    }
+}
+
+impl SimSettings {
+    /// A simulated VM with `vcpus` vCPUs on `platform`, defaults elsewhere.
+    pub fn new(vcpus: u32, platform: impl Into<String>) -> SimSettings {
+        SimSettings {
+            vcpus,
+            idle: IdlePolicy::default(),
+            placement: Placement::default(),
+            vms: 1,
+            sync: SyncMode::default(),
+            platform: platform.into(),
+            pcpus: None,
+            ple: None,
+            apicv: false,
+            sdb: false,
+            host_halt_poll_ns: None,
+            policy: HostPolicy::default(),
+            seed: 1,
+        }
+    }
+}
+
+/// A setting an executor cannot honour, or a value out of range. `setting`
+/// names the flag or spec key it came from, so a spec can point at it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting}: {message}")]
+pub struct ConfigError {
+    pub setting: &'static str,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(setting: &'static str, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            setting,
+            message: message.into(),
+        }
+    }
+}
+
+fn check_range(
+    problems: &mut Vec<ConfigError>,
+    setting: &'static str,
+    value: u64,
+    lo: u64,
+    hi: u64,
+    why: &str,
+) {
+    if !(lo..=hi).contains(&value) {
+        problems.push(ConfigError::new(
+            setting,
+            format!("{value} is out of range: use {lo}..={hi} ({why})"),
+        ));
+    }
+}
+
+impl RunConfig {
+    /// The executor this configuration runs on.
+    pub fn executor(&self) -> crate::Executor {
+        match self {
+            RunConfig::Native(_) => crate::Executor::Native,
+            RunConfig::Vm(_) => crate::Executor::Vm,
+            RunConfig::Qemu(_) => crate::Executor::Qemu,
+            RunConfig::Sim(_) => crate::Executor::Sim,
+        }
+    }
+
+    /// The guest settings of a vm or qemu run.
+    pub fn guest(&self) -> Option<&GuestSettings> {
+        match self {
+            RunConfig::Vm(v) => Some(&v.guest),
+            RunConfig::Qemu(q) => Some(&q.guest),
+            _ => None,
+        }
+    }
+
+    /// vCPUs per VM (`None` for native).
+    pub fn vcpus(&self) -> Option<u32> {
+        match self {
+            RunConfig::Native(_) => None,
+            RunConfig::Vm(v) => Some(v.guest.vcpus),
+            RunConfig::Qemu(q) => Some(q.guest.vcpus),
+            RunConfig::Sim(s) => Some(s.vcpus),
+        }
+    }
+
+    /// VMs running at once (1 for native).
+    pub fn vms(&self) -> u32 {
+        match self {
+            RunConfig::Native(_) => 1,
+            RunConfig::Vm(v) => v.guest.vms,
+            RunConfig::Qemu(q) => q.guest.vms,
+            RunConfig::Sim(s) => s.vms,
+        }
+    }
+
+    /// Set the number of VMs run at once (a native run has no VMs).
+    pub fn set_vms(&mut self, vms: u32) {
+        match self {
+            RunConfig::Native(_) => {}
+            RunConfig::Vm(v) => v.guest.vms = vms,
+            RunConfig::Qemu(q) => q.guest.vms = vms,
+            RunConfig::Sim(s) => s.vms = vms,
+        }
+    }
+
+    /// Set the vCPUs per VM (a native run has no vCPUs).
+    pub fn set_vcpus(&mut self, vcpus: u32) {
+        match self {
+            RunConfig::Native(_) => {}
+            RunConfig::Vm(v) => v.guest.vcpus = vcpus,
+            RunConfig::Qemu(q) => q.guest.vcpus = vcpus,
+            RunConfig::Sim(s) => s.vcpus = vcpus,
+        }
+    }
+
+    /// Set the placement.
+    pub fn set_placement(&mut self, placement: Placement) {
+        match self {
+            RunConfig::Native(n) => n.placement = placement,
+            RunConfig::Vm(v) => v.guest.placement = placement,
+            RunConfig::Qemu(q) => q.guest.placement = placement,
+            RunConfig::Sim(s) => s.placement = placement,
+        }
+    }
+
+    /// Set the guest idle policy (a native run has no guest).
+    pub fn set_idle(&mut self, idle: IdlePolicy) {
+        match self {
+            RunConfig::Native(_) => {}
+            RunConfig::Vm(v) => v.guest.idle = idle,
+            RunConfig::Qemu(q) => q.guest.idle = idle,
+            RunConfig::Sim(s) => s.idle = idle,
+        }
+    }
+
+    /// Set the device sync mode, where the executor has one.
+    pub fn set_sync(&mut self, sync: SyncMode) {
+        match self {
+            RunConfig::Vm(v) => v.sync = sync,
+            RunConfig::Sim(s) => s.sync = sync,
+            RunConfig::Native(_) | RunConfig::Qemu(_) => {}
+        }
+    }
+
+    /// The simulator's platform profile (`None` for real executors).
+    pub fn platform(&self) -> Option<&str> {
+        match self {
+            RunConfig::Sim(s) => Some(&s.platform),
+            _ => None,
+        }
+    }
+
+    /// The placement setting.
+    pub fn placement(&self) -> &Placement {
+        match self {
+            RunConfig::Native(n) => &n.placement,
+            RunConfig::Vm(v) => &v.guest.placement,
+            RunConfig::Qemu(q) => &q.guest.placement,
+            RunConfig::Sim(s) => &s.placement,
+        }
+    }
+
+    /// The guest idle policy (`None` for native).
+    pub fn idle(&self) -> Option<IdlePolicy> {
+        match self {
+            RunConfig::Native(_) => None,
+            RunConfig::Vm(v) => Some(v.guest.idle),
+            RunConfig::Qemu(q) => Some(q.guest.idle),
+            RunConfig::Sim(s) => Some(s.idle),
+        }
+    }
+
+    /// The device sync mode, where the executor has one.
+    pub fn sync(&self) -> Option<SyncMode> {
+        match self {
+            RunConfig::Vm(v) => Some(v.sync),
+            RunConfig::Sim(s) => Some(s.sync),
+            _ => None,
+        }
+    }
+
+    /// Every problem with this configuration that does not depend on the host
+    /// or the workload. `threads` is the workload's total thread count, when
+    /// known, checked against what the executor supports.
+    pub fn validate(&self, threads: Option<u32>) -> Result<(), Vec<ConfigError>> {
+        let mut p = Vec::new();
+        match self {
+            // A CPU the host lacks is found when the run starts
+            // (`check_host_cpus`, status 5): a spec may run on another host.
+            RunConfig::Native(_) => {}
+            RunConfig::Vm(VmSettings { guest, .. }) | RunConfig::Qemu(QemuSettings { guest }) => {
+                guest.validate(threads, &mut p)
+            }
+            RunConfig::Sim(s) => s.validate(&mut p),
+        }
+        if p.is_empty() {
+            Ok(())
+        } else {
+            Err(p)
+        }
+    }
+
+    /// Check the host CPUs a placement names exist on a host with `cores`
+    /// logical CPUs (a run-time check: a spec may be run on another host).
+    pub fn check_host_cpus(&self, cores: usize) -> Result<(), crate::cpus::CpuListError> {
+        if matches!(self, RunConfig::Sim(_)) {
+            return Ok(()); // modelled pCPUs, not this host's
+        }
+        match self.placement() {
+            Placement::Cpus(cpus) => crate::cpus::check_cpus_exist(cpus, cores),
+            _ => Ok(()),
+        }
+    }
+
+    /// A short label of the settings that differ from their defaults.
+    pub fn label(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(v) = self.vcpus() {
+            parts.push(format!("{v}vcpu"));
+        }
+        if self.vms() > 1 {
+            parts.push(format!("×{}vm", self.vms()));
+        }
+        if let Some(s) = self.sync() {
+            parts.push(s.to_string());
+        }
+        if let Some(i) = self.idle() {
+            parts.push(i.to_string());
+        }
+        if !self.placement().is_float() {
+            parts.push(format!("pin={}", self.placement()));
+        }
+        if let RunConfig::Sim(s) = self {
+            parts.push(s.platform.clone());
+            if let Some(ple) = s.ple {
+                parts.push(format!("ple={ple}"));
+            }
+            if s.apicv {
+                parts.push("apicv".into());
+            }
+            if s.sdb {
+                parts.push("sdb".into());
+            }
+            if s.policy != HostPolicy::default() {
+                parts.push(s.policy.to_string());
+            }
+        }
+        parts.join(" ")
+    }
+}
+
+impl GuestSettings {
+    fn validate(&self, threads: Option<u32>, p: &mut Vec<ConfigError>) {
+        check_range(
+            p,
+            "vcpus",
+            self.vcpus.into(),
+            1,
+            MAX_GUEST_VCPUS.into(),
+            "the smplab guest's limit",
+        );
+        check_range(
+            p,
+            "vms",
+            self.vms.into(),
+            1,
+            MAX_REAL_VMS.into(),
+            "real VMs at once",
+        );
+        if let Some(t) = threads {
+            if t > MAX_GUEST_THREADS {
+                p.push(ConfigError::new(
+                    "threads",
+                    format!(
+                        "the workload runs {t} threads; the smplab guest supports at most {MAX_GUEST_THREADS}"
+                    ),
+                ));
+            }
+        }
+        if let Some(hz) = self.timer_hz {
+            check_range(
+                p,
+                "timer_hz",
+                hz.into(),
+                0,
+                MAX_TIMER_HZ.into(),
+                "KVM's LAPIC timer clamps faster ticks",
+            );
+        }
+        if let Some(m) = self.mem_bytes {
+            check_range(
+                p,
+                "mem",
+                m,
+                MIN_GUEST_MEM_BYTES,
+                MAX_GUEST_MEM_BYTES,
+                "bytes the guest can map",
+            );
+        }
+        self.idle.validate(p);
+    }
+}
+
+impl SimSettings {
+    fn validate(&self, p: &mut Vec<ConfigError>) {
+        check_range(
+            p,
+            "vcpus",
+            self.vcpus.into(),
+            1,
+            MAX_SIM_VCPUS.into(),
+            "the simulator's limit",
+        );
+        check_range(
+            p,
+            "vms",
+            self.vms.into(),
+            1,
+            MAX_SIM_VMS.into(),
+            "the simulator's limit",
+        );
+        if let Some(pc) = self.pcpus {
+            check_range(p, "pcpus", pc.into(), 1, 65_536, "the simulator's limit");
+        }
+        if self.platform.trim().is_empty() {
+            p.push(ConfigError::new(
+                "platform",
+                "empty platform name: give a built-in profile or a profile file",
+            ));
+        }
+        self.idle.validate(p);
+        if let IdlePolicy::HaltPoll { .. } = self.idle {
+            p.push(ConfigError::new(
+                "idle",
+                format!(
+                    "{}: the simulator does not model guest-side halt polling; use hlt (with host_halt_poll_ns for the host's window) or poll",
+                    self.idle
+                ),
+            ));
+        }
+        if let Placement::Cpus(cpus) = &self.placement {
+            if Placement::contiguous_range(cpus).is_none() {
+                p.push(ConfigError::new(
+                    "pin",
+                    format!(
+                        "the simulator confines vCPUs to a contiguous pCPU range; `{}` is not one (use e.g. 0-3, pinned or none)",
+                        self.placement
+                    ),
+                ));
+            }
+        }
+        self.policy.validate(p);
+    }
+}
+
+impl fmt::Display for RunConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.executor(), self.label())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,104 @@
+use super::*;
+
+#[test]
+fn every_setting_reads_back_what_it_prints() {
+    for s in SyncMode::ALL {
+        assert_eq!(s.to_string().parse::<SyncMode>(), Ok(s));
+    }
+    for i in [
+        IdlePolicy::Hlt,
+        IdlePolicy::Poll,
+        IdlePolicy::HaltPoll { ns: 200_000 },
+    ] {
+        assert_eq!(i.to_string().parse::<IdlePolicy>(), Ok(i));
+    }
+    for p in [
+        Placement::Float,
+        Placement::Spread,
+        Placement::Cpus(vec![0, 1]),
+    ] {
+        assert_eq!(p.to_string().parse::<Placement>().as_ref(), Ok(&p));
+    }
+    for p in [
+        "fair",
+        "gang:10ms",
+        "fair:100us+safepoint:1ms",
+        "partition:1s",
+    ] {
+        let policy: HostPolicy = p.parse().unwrap();
+        assert_eq!(policy.to_string(), p);
+    }
+    assert_eq!(
+        "fair+safepoint"
+            .parse::<HostPolicy>()
+            .unwrap()
+            .safe_point_grace_ns,
+        Some(host_policy::DEFAULT_SAFE_POINT_GRACE_NS)
+    );
+}
+
+#[test]
+fn bad_values_say_what_to_write() {
+    assert!("mwait"
+        .parse::<IdlePolicy>()
+        .unwrap_err()
+        .to_string()
+        .contains("hlt, poll or haltpoll:NS"));
+    assert!("haltpoll:0".parse::<IdlePolicy>().is_err());
+    assert!("haltpoll:x".parse::<IdlePolicy>().is_err());
+    assert!("compact".parse::<Placement>().is_err());
+    assert!("rr".parse::<HostPolicy>().is_err());
+    assert!("fair+nap".parse::<HostPolicy>().is_err());
+    assert!("fair:-1ms".parse::<HostPolicy>().is_err());
+    assert!(parse_duration("1e30s").is_err());
+    assert_eq!(parse_duration("1.5ms"), Ok(1_500_000));
+    assert!("gobal".parse::<SyncMode>().is_err());
+}
+
+#[test]
+fn serde_form_is_tagged_by_executor_and_omits_defaults() {
+    let vm = RunConfig::Vm(VmSettings {
+        guest: GuestSettings::new(2),
+        sync: SyncMode::Global,
+    });
+    let json = serde_json::to_string(&vm).unwrap();
+    assert_eq!(json, r#"{"executor":"vm","vcpus":2,"sync":"global"}"#);
+    let back: RunConfig = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, vm);
+    let sim = RunConfig::Sim(SimSettings::new(4, "kvm2015"));
+    let json = serde_json::to_string(&sim).unwrap();
+    assert_eq!(
+        json,
+        r#"{"executor":"sim","vcpus":4,"sync":"fine","platform":"kvm2015"}"#
+    );
+    assert_eq!(serde_json::from_str::<RunConfig>(&json).unwrap(), sim);
+    // An unknown setting is an error, never dropped.
+    assert!(serde_json::from_str::<RunConfig>(r#"{"executor":"native","sync":"global"}"#).is_err());
+}
+
+#[test]
+fn limits_are_the_executors_own() {
+    let mut g = GuestSettings::new(128);
+    let vm = RunConfig::Qemu(QemuSettings { guest: g.clone() });
+    let errs = vm.validate(None).unwrap_err();
+    assert_eq!(errs[0].setting, "vcpus");
+    g.vcpus = 64;
+    let vm = RunConfig::Qemu(QemuSettings { guest: g });
+    assert!(vm.validate(Some(511)).is_ok());
+    assert_eq!(vm.validate(Some(512)).unwrap_err()[0].setting, "threads");
+    // The simulator models far more vCPUs than the guest kernel runs.
+    assert!(RunConfig::Sim(SimSettings::new(128, "kvm2015"))
+        .validate(None)
+        .is_ok());
+    let mut s = SimSettings::new(4, "kvm2015");
+    s.placement = Placement::Cpus(vec![0, 2]);
+    assert_eq!(
+        RunConfig::Sim(s).validate(None).unwrap_err()[0].setting,
+        "pin"
+    );
+    let n = RunConfig::Native(NativeSettings {
+        placement: Placement::Cpus(vec![100_000]),
+    });
+    assert!(n.validate(None).is_ok());
+    assert!(n.check_host_cpus(2).is_err());
+}
