@@ -191,40 +191,59 @@ pub fn match_wakeups(trace: &Trace) -> (Vec<Wake>, u64) {
     (wakes, unmatched)
 }
 
-/// Roles: `main` for thread 0; threads sharing a start routine are a pool,
-/// a thread alone with its routine is a pipeline stage. Numbered by first
-/// appearance of the routine.
+/// Roles: `main` for thread 0; the other threads are grouped by start
+/// routine and, within one routine, by what they wait for (the set of
+/// condition variables, barriers and semaphores they wait on: threads of a
+/// thread library's common trampoline, such as pigz's, differ there). A group
+/// of several threads is a pool of workers (`poolK`), a thread alone a
+/// pipeline stage (`stageK`); K counts groups in order of first appearance.
 fn roles(trace: &Trace) -> Vec<(String, u64)> {
+    use std::collections::BTreeSet;
     let routine = |evs: &Vec<Event>| {
         evs.iter()
             .find(|e| e.kind == Kind::ThreadStart)
             .map(|e| e.obj)
             .unwrap_or(0)
     };
-    let routines: Vec<u64> = trace.threads.iter().map(routine).collect();
-    let mut order: Vec<u64> = Vec::new();
-    for (i, r) in routines.iter().enumerate() {
-        if i > 0 && !order.contains(r) {
-            order.push(*r);
+    let waits_on = |evs: &Vec<Event>| -> BTreeSet<u64> {
+        evs.iter()
+            .filter(|e| {
+                matches!(
+                    e.kind,
+                    Kind::CondWait | Kind::CondTimedwait | Kind::BarrierWait | Kind::SemWait
+                )
+            })
+            .map(|e| e.obj)
+            .collect()
+    };
+    let similar = |a: &BTreeSet<u64>, b: &BTreeSet<u64>| {
+        let union = a.union(b).count();
+        union == 0 || a.intersection(b).count() * 2 >= union
+    };
+    // (routine, signature of the group's first thread, members)
+    let mut groups: Vec<(u64, BTreeSet<u64>, Vec<usize>)> = Vec::new();
+    for (i, evs) in trace.threads.iter().enumerate().skip(1) {
+        let (r, sig) = (routine(evs), waits_on(evs));
+        match groups.iter_mut().find(|g| g.0 == r && similar(&g.1, &sig)) {
+            Some(g) => g.2.push(i),
+            None => groups.push((r, sig, vec![i])),
         }
     }
-    routines
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            if i == 0 {
-                return ("main".to_string(), *r);
-            }
-            let k = order.iter().position(|o| o == r).unwrap_or(0) + 1;
-            let users = routines.iter().skip(1).filter(|x| *x == r).count();
-            let role = if users > 1 {
-                format!("pool{k}")
-            } else {
-                format!("stage{k}")
-            };
-            (role, *r)
-        })
-        .collect()
+    let mut out = vec![(String::new(), 0u64); trace.threads.len()];
+    if let Some(first) = out.first_mut() {
+        *first = ("main".to_string(), 0);
+    }
+    for (k, (r, _, members)) in groups.iter().enumerate() {
+        let role = if members.len() > 1 {
+            format!("pool{}", k + 1)
+        } else {
+            format!("stage{}", k + 1)
+        };
+        for m in members {
+            out[*m] = (role.clone(), *r);
+        }
+    }
+    out
 }
 
 pub fn analyze(trace: &Trace) -> Analysis {

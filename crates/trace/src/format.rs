@@ -246,6 +246,17 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
         ending: None,
         wall_ns: None,
     };
+    // Say "not a trace" before any length check can say "truncated".
+    if !bytes.is_empty()
+        && (bytes.get(0..4) != Some(&BLOCK_HEADER.to_le_bytes()[..])
+            || bytes.get(8..16).is_some_and(|m| m != &MAGIC[..]))
+    {
+        return Err(corrupt(
+            path,
+            0,
+            "this is not a smplab trace (no header block)",
+        ));
+    }
     let mut first = true;
     while c.at < bytes.len() {
         let at = c.at;

@@ -63,7 +63,7 @@ fn a_crash_keeps_the_trace_marked_incomplete() {
     let dir = scratch("crash");
     let exe = compile(&dir, &[]);
     let out = dir.join("crash.trace");
-    // mode 1: a worker dereferences NULL after its rounds.
+    // mode 1: main dereferences NULL after joining the workers.
     let argv = vec![exe.display().to_string(), "50".into(), "1".into()];
     let t = run::trace_program(&argv, &out, None).unwrap();
     assert_eq!(t.ending, format::Ending::Signaled(libc::SIGSEGV));
@@ -73,10 +73,16 @@ fn a_crash_keeps_the_trace_marked_incomplete() {
     assert!(!tr.complete());
     // The fatal-signal flush kept every thread's events up to the crash.
     let a = smplab_trace::analyze::analyze(&tr);
+    use smplab_trace::analyze::ObjKind;
     assert_eq!(
-        a.kinds[&smplab_trace::analyze::ObjKind::Spin].acquisitions,
+        a.kinds[&ObjKind::Spin].acquisitions,
         150,
-        "all spin acquisitions before the crash are in the trace"
+        "the workers' events (flushed at their exit) are in the trace"
+    );
+    assert_eq!(
+        a.kinds[&ObjKind::Sem].waits,
+        150,
+        "main's events (flushed by the SIGSEGV handler) are in the trace"
     );
     // An incomplete trace still gives a model that validates.
     smplab_trace::model::build(

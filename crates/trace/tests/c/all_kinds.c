@@ -2,7 +2,7 @@
  * a producer/consumer over a mutex + condition variable, a semaphore
  * hand-off, a barrier, a spin lock, an rwlock, trylock and timedlock.
  * Usage: all_kinds [rounds] [exit-mode]; exit-mode: 0 normal, 1 SIGSEGV
- * in a worker after the rounds, 2 SIGKILL itself, 3 exit status 3. */
+ * in main after the joins, 2 SIGKILL itself, 3 exit status 3. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <semaphore.h>
@@ -46,14 +46,13 @@ static void *worker(void *arg)
         pthread_rwlock_rdlock(&rw);
         work(100);
         pthread_rwlock_unlock(&rw);
+        /* Post before the barrier: main hands out one slot per post, and
+         * the other workers need slots to reach the barrier. */
+        sem_post(&sem);
         if (r % 10 == 0)
             pthread_barrier_wait(&bar);
-        sem_post(&sem);
     }
-    if (mode == 1 && id == 1) {
-        volatile int *p = NULL;
-        *p = 1;
-    }
+    (void)id;
     return NULL;
 }
 
@@ -96,6 +95,11 @@ int main(int argc, char **argv)
     pthread_mutex_unlock(&m);
     for (int i = 0; i < WORKERS; i++)
         pthread_join(t[i], NULL);
+    if (mode == 1) {
+        /* Crash with main's events still in its buffer. */
+        volatile int *p = NULL;
+        *p = 1;
+    }
     printf("all_kinds done %d\n", rounds);
     return mode == 3 ? 3 : 0;
 }
