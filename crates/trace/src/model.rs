@@ -402,3 +402,78 @@ fn write_toml(
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flat(iterations: usize) -> Vec<Node> {
+        let mut v = Vec::new();
+        for i in 0..iterations {
+            v.push(Node::Compute(100.0 + i as f64));
+            v.push(Node::Op(SyncOp::Lock("m0".into())));
+            v.push(Node::Compute(10.0));
+            v.push(Node::Op(SyncOp::Unlock("m0".into())));
+        }
+        v.push(Node::Compute(5.0));
+        v
+    }
+
+    fn total_compute(nodes: &[Node]) -> f64 {
+        nodes
+            .iter()
+            .map(|n| match n {
+                Node::Compute(x) => *x,
+                Node::Rep { count, body } => *count as f64 * total_compute(body),
+                Node::Op(_) => 0.0,
+            })
+            .sum()
+    }
+
+    #[test]
+    fn a_repeated_critical_section_becomes_one_loop_keeping_cpu() {
+        let nodes = flat(50);
+        let before = total_compute(&nodes);
+        let mut keys = Keys::default();
+        let mut out = nodes;
+        for _ in 0..PASSES {
+            out = compress(tidy(out), &mut keys);
+        }
+        let out = tidy(out);
+        assert!(out.len() <= 3, "{out:?}");
+        assert!(out
+            .iter()
+            .any(|n| matches!(n, Node::Rep { count: 50, .. })));
+        assert!((total_compute(&out) - before).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_loop_body_never_splits_a_critical_section() {
+        // lock A, lock B, unlock A, unlock B repeated: rotations of the body
+        // that leave a lock held at the end must not be chosen.
+        let body = [
+            SyncOp::Lock("a".into()),
+            SyncOp::Unlock("a".into()),
+            SyncOp::Push("q".into()),
+        ];
+        let mut nodes = vec![Node::Op(SyncOp::Pop("q".into()))];
+        for _ in 0..10 {
+            for op in &body {
+                nodes.push(Node::Compute(1.0));
+                nodes.push(Node::Op(op.clone()));
+            }
+        }
+        let mut keys = Keys::default();
+        let out = compress(nodes, &mut keys);
+        fn check(nodes: &[Node]) {
+            for n in nodes {
+                if let Node::Rep { body, .. } = n {
+                    assert!(balanced(body), "{body:?}");
+                    check(body);
+                }
+            }
+        }
+        check(&out);
+        assert!(out.iter().any(|n| matches!(n, Node::Rep { .. })));
+    }
+}
