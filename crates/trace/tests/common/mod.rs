@@ -65,7 +65,11 @@ pub fn text_file(path: &Path, bytes: usize) {
             .wrapping_add(1442695040888963407);
         let w = WORDS[(x >> 33) as usize % WORDS.len()];
         out.extend_from_slice(w.as_bytes());
-        out.push(if (x >> 20).is_multiple_of(13) { b'\n' } else { b' ' });
+        out.push(if (x >> 20).is_multiple_of(13) {
+            b'\n'
+        } else {
+            b' '
+        });
         if (x >> 40).is_multiple_of(97) {
             // Numbers make it less regular.
             out.extend_from_slice(format!("{} ", x % 100000).as_bytes());
