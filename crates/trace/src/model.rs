@@ -441,9 +441,7 @@ mod tests {
         }
         let out = tidy(out);
         assert!(out.len() <= 3, "{out:?}");
-        assert!(out
-            .iter()
-            .any(|n| matches!(n, Node::Rep { count: 50, .. })));
+        assert!(out.iter().any(|n| matches!(n, Node::Rep { count: 50, .. })));
         assert!((total_compute(&out) - before).abs() < 1e-6);
     }
 
