@@ -8,6 +8,10 @@
 //! (median of 5). Prints the ratios model/real (target within ±15%) and
 //! traced/real (target ≤ 1.10 on pigz), with the spread (min–max).
 //!
+//! Also the CPU time (user + system, from getrusage of the children; for
+//! the model, the threads' CPU clocks): on a loaded machine wall time mostly
+//! measures the other load, CPU time measures the program.
+//!
 //! Environment: SMPLAB_TRACE_BENCH_MB (default 64), SMPLAB_TRACE_BENCH_RUNS
 //! (default 5), SMPLAB_TRACE_BENCH_ONLY (substring of a program label).
 
@@ -31,6 +35,16 @@ fn spread(v: &[f64]) -> String {
     let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = v.iter().copied().fold(0.0, f64::max);
     format!("{:.3}–{:.3} s", lo, hi)
+}
+
+/// CPU time (user + system) of all waited-for children so far, in seconds.
+fn children_cpu() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage fills one rusage struct we own.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 fn real_run(argv: &[String]) -> f64 {
@@ -113,17 +127,21 @@ fn main() {
         common::need(&argv[0]);
         let trace_path = dir.join("bench.trace");
         let (mut real, mut traced) = (Vec::new(), Vec::new());
+        let (mut real_cpu, mut traced_cpu, mut model_cpu) = (Vec::new(), Vec::new(), Vec::new());
         let mut last = None;
         for i in 0..runs {
             // Alternate which goes first so drift does not favour one.
             let mut once = |which: bool| {
+                let c0 = children_cpu();
                 if which {
                     real.push(real_run(&argv));
+                    real_cpu.push(children_cpu() - c0);
                 } else {
                     let t0 = Instant::now();
                     let t =
                         smplab_trace::run::trace_program(&argv, &trace_path, None).expect("trace");
                     traced.push(t0.elapsed().as_secs_f64());
+                    traced_cpu.push(children_cpu() - c0);
                     last = Some(t);
                 }
             };
@@ -140,6 +158,7 @@ fn main() {
             let rec = common::run_native(&t.program);
             common::check_counts(&t, &rec);
             model.push(rec.timing.wall_ns as f64 / 1e9);
+            model_cpu.push(rec.timing.threads.iter().map(|t| t.cpu_ns).sum::<u64>() as f64 / 1e9);
         }
         let _ = last;
         let (r, tr, m) = (median(&mut real), median(&mut traced), median(&mut model));
@@ -152,6 +171,17 @@ fn main() {
             m,
             m / r,
             tr / r
+        );
+        let (rc, tc, mc) = (
+            median(&mut real_cpu),
+            median(&mut traced_cpu),
+            median(&mut model_cpu),
+        );
+        println!(
+            "           CPU (user+sys, median): real {rc:.3} s, traced {tc:.3} s, model {mc:.3} s; \
+             traced/real {:.3}, model/real {:.3}",
+            tc / rc,
+            mc / rc
         );
         println!(
             "           spread: real {}, traced {}, model {}; {} events, model {} ops ({} flat), {:.3} it/ns",
