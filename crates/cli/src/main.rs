@@ -44,6 +44,8 @@ enum Cmd {
     Calibrate(smplab_lab::cli::CalibrateArgs),
     /// The main job: a small study across executors, a diagnosis and a report.
     Demo(smplab_lab::cli::DemoArgs),
+    /// Trace a real pthreads program; `trace model` turns the trace into a workload.
+    Trace(smplab_trace::cli::TraceArgs),
 }
 
 fn main() -> ExitCode {
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Cmd::Diagnose(a) => smplab_lab::cli::diagnose(a),
         Cmd::Calibrate(a) => smplab_lab::cli::calibrate(a),
         Cmd::Demo(a) => smplab_lab::cli::demo(a),
+        Cmd::Trace(a) => smplab_trace::cli::run(a),
     };
     ExitCode::from(status.clamp(0, 255) as u8)
 }

@@ -23,3 +23,13 @@ pub const EXTERNAL_TOOL: i32 = 8;
 pub const RUN_FAILED: i32 = 9;
 /// Some points of a lab sweep failed; the others were stored.
 pub const PARTIAL: i32 = 10;
+/// `smplab trace`: the program to trace does not exist or cannot be executed.
+pub const PROGRAM_NOT_FOUND: i32 = 11;
+/// `smplab trace`: the program cannot be traced (a static binary: no dynamic
+/// loader, so LD_PRELOAD cannot reach its pthread calls).
+pub const NOT_TRACEABLE: i32 = 12;
+/// A trace file is corrupt, truncated or not a smplab trace.
+pub const BAD_TRACE: i32 = 13;
+/// `smplab trace`: the traced program was killed by signal N: the status is
+/// 128 + N (as a shell reports it); the trace so far is kept, marked incomplete.
+pub const SIGNAL_BASE: i32 = 128;
