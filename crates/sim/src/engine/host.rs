@@ -14,6 +14,7 @@
 //!   is unsafe (holds a spin lock or is inside a shootdown), up to a grace period.
 
 use super::{Acct, Act, HostState, Sim, NONE};
+use crate::breakdown as cause;
 use crate::events::Kind;
 use crate::scenario::{PolicyKind, Scenario};
 
@@ -23,7 +24,7 @@ impl Sim {
         if self.policy.kind == PolicyKind::Gang {
             for v in 0..self.vcpus.len() as u32 {
                 self.vcpus[v as usize].host = HostState::Parked;
-                self.set_acct(v, Acct::Steal);
+                self.set_acct(v, Acct::Away(cause::STEAL as u8));
             }
             self.gang_tick();
             return;
@@ -35,6 +36,7 @@ impl Sim {
 
     #[inline]
     pub(super) fn set_bit_idle(&mut self, p: u32, idle: bool) {
+        self.pcpu_idle_acct(p, idle);
         let (w, b) = ((p / 64) as usize, p % 64);
         if idle {
             self.idle_bits[w] |= 1 << b;
@@ -85,7 +87,7 @@ impl Sim {
                 }
             }
             self.vcpus[v as usize].host = HostState::Parked;
-            self.set_acct(v, Acct::Steal);
+            self.set_acct(v, Acct::Away(cause::STEAL as u8));
             return;
         }
         let p = self.choose_pcpu(v);
@@ -139,9 +141,14 @@ impl Sim {
         vc.host = HostState::Queued;
         vc.pcpu = p;
         vc.act = Act::Off;
+        let c = if std::mem::take(&mut vc.yielded) {
+            cause::SPIN_YIELD
+        } else {
+            cause::STEAL
+        };
         self.pcpus[p as usize].rq.push_back(v);
         self.set_bit_busy_rq(p);
-        self.set_acct(v, Acct::Steal);
+        self.set_acct(v, Acct::Away(c as u8));
         self.arm_slice(p);
         self.arm_sdb_false_positive(p);
     }
@@ -173,24 +180,25 @@ impl Sim {
         self.push(at, Kind::Slice { pcpu: p, gen: 0 });
     }
 
-    /// A Slice event fires.
-    pub(super) fn slice_event(&mut self, p: u32) {
+    /// A Slice event fires. Returns false if it was stale (nothing to do).
+    pub(super) fn slice_event(&mut self, p: u32) -> bool {
         let now = self.now;
         let pc = &mut self.pcpus[p as usize];
         if pc.slice_event_at != now {
-            return;
+            return false;
         }
         pc.slice_event_at = u64::MAX;
         if pc.slice_end == u64::MAX {
-            return;
+            return false;
         }
         if now < pc.slice_end {
             let at = pc.slice_end;
             self.ensure_slice_event(p, at);
-            return;
+            return true;
         }
         pc.slice_end = u64::MAX;
         self.slice_expired(p);
+        true
     }
 
     /// The length of one host slice. Host ticks, wakeups and other load keep
@@ -229,6 +237,8 @@ impl Sim {
         vc.act = Act::Off;
         vc.ple_shift = 0;
         vc.overhead_left += switch + warm;
+        vc.ovh[cause::HOST_SWITCH] += switch;
+        vc.ovh[cause::CACHE_REFILL] += warm;
         let pc = &mut self.pcpus[p as usize];
         pc.cur = v;
         pc.last_vcpu = v;
@@ -238,7 +248,7 @@ impl Sim {
         pc.sdb_armed = false;
         pc.want_preempt = false;
         self.set_bit_idle(p, false);
-        self.set_acct(v, Acct::Run);
+        self.set_acct(v, Acct::On(cause::UNATTRIBUTED as u8));
         self.arm_slice(p);
         self.arm_sdb_false_positive(p);
         self.resume(v);
@@ -372,17 +382,19 @@ impl Sim {
     }
 
     /// A kick (IPI or timer) reaches a halted vCPU's host thread.
-    pub(super) fn wake_arrives(&mut self, v: u32) {
+    /// Returns false if the kick was stale (nothing to do).
+    pub(super) fn wake_arrives(&mut self, v: u32) -> bool {
         let vc = &mut self.vcpus[v as usize];
         vc.wake_pending = false;
         if vc.host != HostState::Halted {
-            return;
+            return false;
         }
         let vm = vc.vm;
         if self.vms[vm as usize].done_threads == self.vms[vm as usize].n_threads {
-            return;
+            return false;
         }
         self.make_ready(v);
+        true
     }
 
     /// Yield the pCPU after a spin was detected (PLE or SDB): to a queued vCPU
@@ -518,10 +530,10 @@ impl Sim {
         let vc = &mut self.vcpus[v as usize];
         if matches!(act, Act::Halting | Act::HaltPoll) {
             vc.host = HostState::Halted;
-            self.set_acct(v, Acct::Idle);
+            self.set_acct(v, Acct::Away(cause::IDLE_HALTED as u8));
         } else {
             vc.host = HostState::Parked;
-            self.set_acct(v, Acct::Steal);
+            self.set_acct(v, Acct::Away(cause::STEAL as u8));
         }
     }
 }
