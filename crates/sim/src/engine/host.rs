@@ -32,6 +32,48 @@ impl Sim {
         for v in 0..self.vcpus.len() as u32 {
             self.make_ready(v);
         }
+        let d = &self.platform.defaults;
+        let (llc, host) = (d.balance_llc_ns, d.balance_host_ns);
+        if self.pcpus.len() > 1 {
+            self.push(llc, Kind::Balance { level: 0 });
+            if self.domains > 1 {
+                self.push(host, Kind::Balance { level: 1 });
+            }
+        }
+    }
+
+    /// Periodic load balancing (fair policy), as Linux's rebalance_domains:
+    /// every `balance_llc_ns` inside each LLC domain, every
+    /// `balance_host_ns` across the host, queued vCPUs move from the busiest
+    /// pCPUs (running + queued) to the least busy ones until no two differ by
+    /// more than one (affinity permitting). Wakeup placement and idle
+    /// stealing alone never correct a bad placement of vCPUs that do not
+    /// block. Returns false when the event was not needed (stale).
+    pub(super) fn balance_tick(&mut self, level: u32) -> bool {
+        if self.q.len() == 0 {
+            // Nothing else pending: re-arming would hide a stall.
+            return false;
+        }
+        let n = self.pcpus.len() as u32;
+        if level == 0 {
+            let per = self.per_llc;
+            let mut lo = 0;
+            while lo < n {
+                let hi = (lo + per).min(n);
+                self.balance_range(lo, hi);
+                lo = hi;
+            }
+        } else {
+            self.balance_range(0, n);
+        }
+        let d = &self.platform.defaults;
+        let every = if level == 0 {
+            d.balance_llc_ns
+        } else {
+            d.balance_host_ns
+        };
+        self.push(self.now + every, Kind::Balance { level });
+        true
     }
 
     #[inline]
@@ -136,7 +178,56 @@ impl Sim {
         best
     }
 
+    /// The vruntime of the least-served vCPU on `p` (running or queued).
+    fn min_vruntime(&self, p: u32) -> Option<u64> {
+        let pc = &self.pcpus[p as usize];
+        let cur = (pc.cur != NONE)
+            .then(|| self.vcpus[pc.cur as usize].vruntime + (self.now - pc.dispatched_at));
+        pc.rq
+            .iter()
+            .map(|&u| self.vcpus[u as usize].vruntime)
+            .chain(cur)
+            .min()
+    }
+
+    /// Take the vCPU to run next on `p`: the directed-yield target if that is
+    /// not unfair (its vruntime within a slice of the least-served, as CFS
+    /// checks its buddies), else the least-served (smallest vruntime).
+    /// Picking by received CPU time rather than by turns keeps vCPUs that
+    /// yield early (PLE, SDB) from losing their share to those that never do.
+    fn take_next(&mut self, p: u32) -> Option<u32> {
+        let buddy = std::mem::replace(&mut self.pcpus[p as usize].buddy, NONE);
+        let rq = &self.pcpus[p as usize].rq;
+        let (mut best, mut best_vr) = (usize::MAX, u64::MAX);
+        let mut buddy_pos = None;
+        for (i, &u) in rq.iter().enumerate() {
+            let vr = self.vcpus[u as usize].vruntime;
+            if vr < best_vr {
+                best = i;
+                best_vr = vr;
+            }
+            if u == buddy {
+                buddy_pos = Some((i, vr));
+            }
+        }
+        let pos = match buddy_pos {
+            Some((i, vr)) if vr <= best_vr.saturating_add(self.slice_ns) => i,
+            _ => best,
+        };
+        let v = self.pcpus[p as usize].rq.remove(pos)?;
+        self.set_bit_busy_rq(p);
+        Some(v)
+    }
+
     fn enqueue(&mut self, p: u32, v: u32) {
+        // CFS's place_entity: a vCPU that slept (or comes from another
+        // pCPU) gets at most half a slice of credit over the least-served
+        // one here, so a long sleep does not buy a long monopoly.
+        if let Some(floor) = self.min_vruntime(p) {
+            let credit = floor.saturating_sub(self.slice_ns / 2);
+            let vc = &mut self.vcpus[v as usize];
+            vc.vruntime = vc.vruntime.max(credit);
+        }
         let vc = &mut self.vcpus[v as usize];
         vc.host = HostState::Queued;
         vc.pcpu = p;
@@ -151,6 +242,55 @@ impl Sim {
         self.set_acct(v, Acct::Away(c as u8));
         self.arm_slice(p);
         self.arm_sdb_false_positive(p);
+    }
+
+    fn pcpu_load(&self, p: u32) -> usize {
+        let pc = &self.pcpus[p as usize];
+        pc.rq.len() + usize::from(pc.cur != NONE)
+    }
+
+    /// Even out the load of pCPUs `lo..hi`: sort once by load, then move
+    /// queued vCPUs from the busiest end to the least busy end until the two
+    /// ends differ by at most one (O(n log n) per call, so huge hosts stay cheap).
+    fn balance_range(&mut self, lo: u32, hi: u32) {
+        if hi - lo < 2 {
+            return;
+        }
+        let mut order: Vec<(usize, u32)> = (lo..hi).map(|p| (self.pcpu_load(p), p)).collect();
+        order.sort_unstable();
+        let (mut i, mut j) = (0usize, order.len() - 1);
+        while i < j && order[j].0 >= order[i].0 + 2 {
+            let (src, dst) = (order[j].1, order[i].1);
+            // The vCPU that waited least (the tail) and may run on dst.
+            let pos = self.pcpus[src as usize].rq.iter().rposition(|&v| {
+                let vc = &self.vcpus[v as usize];
+                vc.lo <= dst && dst < vc.hi
+            });
+            let Some(v) = pos.and_then(|pos| self.pcpus[src as usize].rq.remove(pos)) else {
+                j -= 1;
+                continue;
+            };
+            self.set_bit_busy_rq(src);
+            if self.pcpus[dst as usize].cur == NONE {
+                self.dispatch(dst, v);
+            } else {
+                // Keep the accounting cause (steal, or waiting after a yield).
+                let c = match self.vcpus[v as usize].acct {
+                    super::Acct::Away(c) => c,
+                    _ => cause::STEAL as u8,
+                };
+                self.enqueue(dst, v);
+                self.vcpus[v as usize].acct = super::Acct::Away(c);
+            }
+            order[j].0 -= 1;
+            order[i].0 += 1;
+            if i + 1 < j && order[i].0 > order[i + 1].0 {
+                i += 1;
+            }
+            if j > i + 1 && order[j].0 < order[j - 1].0 {
+                j -= 1;
+            }
+        }
     }
 
     /// Make sure the current dispatch on `p` has a slice end while others wait.
@@ -267,6 +407,7 @@ impl Sim {
         let vmr = &mut self.vms[vm as usize];
         vmr.running -= 1;
         vmr.running_per_domain[domain as usize] -= 1;
+        self.vcpus[v as usize].vruntime += self.now - self.pcpus[p as usize].dispatched_at;
         let pc = &mut self.pcpus[p as usize];
         pc.cur = NONE;
         pc.slice_gen = pc.slice_gen.wrapping_add(1);
@@ -280,8 +421,7 @@ impl Sim {
             self.set_bit_idle(p, true);
             return;
         }
-        if let Some(v) = self.pcpus[p as usize].rq.pop_front() {
-            self.set_bit_busy_rq(p);
+        if let Some(v) = self.take_next(p) {
             self.dispatch(p, v);
             return;
         }
@@ -330,10 +470,9 @@ impl Sim {
             self.vcpus[v as usize].exits[super::exit::PREEMPT] += 1;
         }
         self.leave_pcpu(v, p);
-        let next = self.pcpus[p as usize].rq.pop_front();
+        let next = self.take_next(p);
         self.enqueue(p, v);
         if let Some(n) = next {
-            self.set_bit_busy_rq(p);
             self.dispatch(p, n);
         }
         true
@@ -404,16 +543,14 @@ impl Sim {
         let p = self.vcpus[v as usize].pcpu;
         let vm = self.vcpus[v as usize].vm;
         let rq = &self.pcpus[p as usize].rq;
-        if let Some(pos) = rq
+        // The target becomes the pCPU's next buddy, which `take_next` honours
+        // only while that is fair: siblings of one VM yielding to each other
+        // must not starve other VMs.
+        if let Some(&u) = rq
             .iter()
-            .position(|&u| self.vcpus[u as usize].vm == vm && self.yield_candidate(u))
+            .find(|&&u| self.vcpus[u as usize].vm == vm && self.yield_candidate(u))
         {
-            if pos > 0 {
-                let pc = &mut self.pcpus[p as usize];
-                if let Some(u) = pc.rq.remove(pos) {
-                    pc.rq.push_front(u);
-                }
-            }
+            self.pcpus[p as usize].buddy = u;
         } else if self.policy.kind != PolicyKind::Gang {
             // Directed yield across pCPUs: pull a preempted sibling here.
             let first = self.vms[vm as usize].first_vcpu;
@@ -432,7 +569,8 @@ impl Sim {
                 if let Some(pos) = qrq.iter().position(|&x| x == u) {
                     qrq.remove(pos);
                     self.set_bit_busy_rq(q);
-                    self.pcpus[p as usize].rq.push_front(u);
+                    self.pcpus[p as usize].rq.push_back(u);
+                    self.pcpus[p as usize].buddy = u;
                     self.set_bit_busy_rq(p);
                 }
             }

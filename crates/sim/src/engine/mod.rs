@@ -145,6 +145,8 @@ pub(crate) struct Vcpu {
     /// Running time left until the next device exit.
     pub next_device_in: u64,
     pub wake_pending: bool,
+    /// Host CPU time received (CFS's vruntime, equal weights).
+    pub vruntime: u64,
 }
 
 pub(crate) struct Pcpu {
@@ -160,6 +162,8 @@ pub(crate) struct Pcpu {
     pub dispatched_at: u64,
     pub last_vcpu: u32,
     pub want_preempt: bool,
+    /// A directed-yield target to run next (CFS's next buddy), or NONE.
+    pub buddy: u32,
     pub domain: u32,
     /// Exact accounting: busy time by cause of the vCPUs it ran.
     pub by_cause: [u64; cause::N],
@@ -407,6 +411,7 @@ impl Sim {
                     dispatched_at: 0,
                     last_vcpu: NONE,
                     want_preempt: false,
+                    buddy: NONE,
                     domain: i / per_llc,
                     by_cause: [0; cause::N],
                     idle_ns: 0,
@@ -630,6 +635,7 @@ impl Sim {
                 hi,
                 next_device_in: 0,
                 wake_pending: false,
+                vruntime: 0,
             });
         }
         let dev_period = spec
@@ -851,7 +857,7 @@ impl Sim {
                 Kind::Wake { .. } => 9,
                 Kind::Ipi { .. } => 10,
                 Kind::Timer { .. } => 11,
-                Kind::Gang => 12,
+                Kind::Gang | Kind::Balance { .. } => 12,
                 Kind::SdbFalse { .. } => 13,
             };
             self.kind_counts[i] += 1;
@@ -881,6 +887,11 @@ impl Sim {
             Kind::Ipi { vcpu, from } => self.ipi_arrives(vcpu, from),
             Kind::Timer { thread } => self.timer_fires(thread),
             Kind::Gang => self.gang_tick(),
+            Kind::Balance { level } => {
+                if !self.balance_tick(level) {
+                    self.stale += 1;
+                }
+            }
             Kind::SdbFalse { pcpu, gen } => {
                 if self.pcpus[pcpu as usize].slice_gen == gen {
                     self.sdb_false_positive(pcpu);
