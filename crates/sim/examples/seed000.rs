@@ -40,6 +40,10 @@ fn main() {
             "{label:<44} paper {paper:>7.1}  sim {sim:>7.1}  ratio {:>5.2}",
             sim / paper
         );
+        let rate = r.sim.as_ref().map_or(0.0, |s| {
+            apic_exits(r) as f64 / (r.timing.wall_ns as f64 / 1e9) / f64::from(s.vcpus.max(1))
+        });
+        println!("{:<44} APIC exits/s per vCPU {rate:.0}", "");
         if explain {
             if let Some(t) = breakdown::format_breakdown(r) {
                 println!("{t}");

@@ -79,8 +79,9 @@ impl Sim {
         }
         let counted = !self.vms[vc.vm as usize].acct_closed;
         let p = vc.acct_pcpu;
-        let vcpu_parts = &mut vc.by_cause;
-        let mut pcpu_parts = (p != NONE).then(|| &mut self.pcpus[p as usize].by_cause);
+        let va = &mut self.vacct[v as usize];
+        let vcpu_parts = &mut va.by_cause;
+        let mut pcpu_parts = (p != NONE).then(|| &mut self.pacct[p as usize]);
         let mut add = |c: usize, x: u64| {
             if counted {
                 vcpu_parts[c] += x;
@@ -92,13 +93,13 @@ impl Sim {
         match vc.acct {
             Acct::Off => {}
             Acct::On(c) | Acct::Away(c) => add(c as usize, d),
-            Acct::Overhead => consume(&mut vc.ovh, d, cause::UNATTRIBUTED, add),
+            Acct::Overhead => consume(&mut va.ovh, d, cause::UNATTRIBUTED, add),
             Acct::Segment => {
                 let t = vc.acct_thread;
                 if t == NONE {
                     add(cause::UNATTRIBUTED, d);
                 } else {
-                    consume(&mut self.threads[t as usize].seg_k, d, cause::USER, add);
+                    consume(&mut self.tacct[t as usize].seg_k, d, cause::USER, add);
                 }
             }
         }
@@ -107,17 +108,15 @@ impl Sim {
     /// Add a pending cost `ns` of cause `c` to the vCPU's overhead.
     #[inline]
     pub(super) fn add_overhead(&mut self, v: u32, c: usize, ns: u64) {
-        let vc = &mut self.vcpus[v as usize];
-        vc.overhead_left += ns;
-        vc.ovh[c] += ns;
+        self.vcpus[v as usize].overhead_left += ns;
+        self.vacct[v as usize].ovh[c] += ns;
     }
 
     /// Add a small cost `ns` of cause `c` to the thread's next segment.
     #[inline]
     pub(super) fn add_carry(&mut self, t: u32, c: usize, ns: u64) {
-        let th = &mut self.threads[t as usize];
-        th.carry += ns;
-        th.kcarry[c] += ns;
+        self.threads[t as usize].carry += ns;
+        self.tacct[t as usize].kcarry[c] += ns;
     }
 
     /// The VM finished: charge its vCPUs up to now and stop charging them.

@@ -105,14 +105,15 @@ impl Sim {
         self.charge_acct(v);
         let vc = &mut self.vcpus[v as usize];
         let d = std::mem::take(&mut vc.overhead_left);
-        let parts = std::mem::take(&mut vc.ovh);
+        let parts = std::mem::take(&mut self.vacct[v as usize].ovh);
         let th = &mut self.threads[t as usize];
+        let ta = &mut self.tacct[t as usize];
         let into = if th.seg_left > 0 {
             th.seg_left += d;
-            &mut th.seg_k
+            &mut ta.seg_k
         } else {
             th.carry += d;
-            &mut th.kcarry
+            &mut ta.kcarry
         };
         for (a, b) in into.iter_mut().zip(parts) {
             *a += b;
@@ -182,8 +183,9 @@ impl Sim {
             self.charge_acct(v);
             let th = &mut self.threads[t as usize];
             let mut acc = std::mem::take(&mut th.carry);
-            let parts = std::mem::take(&mut th.kcarry);
-            for (a, b) in th.seg_k.iter_mut().zip(parts) {
+            let ta = &mut self.tacct[t as usize];
+            let parts = std::mem::take(&mut ta.kcarry);
+            for (a, b) in ta.seg_k.iter_mut().zip(parts) {
                 *a += b;
             }
             let vm = self.threads[t as usize].vm as usize;
@@ -518,7 +520,7 @@ impl Sim {
         let now = self.now;
         let vc = &mut self.vcpus[v as usize];
         vc.act = Act::Overhead;
-        vc.ovh[c] += ns;
+        self.vacct[v as usize].ovh[c] += ns;
         vc.act_end = now + ns + std::mem::take(&mut vc.overhead_left);
         let at = vc.act_end;
         self.set_acct(v, Acct::Overhead);

@@ -377,8 +377,9 @@ impl Sim {
         vc.act = Act::Off;
         vc.ple_shift = 0;
         vc.overhead_left += switch + warm;
-        vc.ovh[cause::HOST_SWITCH] += switch;
-        vc.ovh[cause::CACHE_REFILL] += warm;
+        let ovh = &mut self.vacct[v as usize].ovh;
+        ovh[cause::HOST_SWITCH] += switch;
+        ovh[cause::CACHE_REFILL] += warm;
         let pc = &mut self.pcpus[p as usize];
         pc.cur = v;
         pc.last_vcpu = v;

@@ -131,11 +131,6 @@ pub(crate) struct Vcpu {
     pub acct_pcpu: u32,
     /// Thread whose segment the current `Acct::Segment` state charges.
     pub acct_thread: u32,
-    /// Exact accounting: time by cause (`crate::breakdown`).
-    pub by_cause: [u64; cause::N],
-    /// Pending overhead by cause; sums to `overhead_left` plus what is left
-    /// of a current `Act::Overhead`.
-    pub ovh: [u64; CARRIED],
     /// The vCPU is being preempted by its own PLE/SDB yield.
     pub yielded: bool,
     pub exits: [u64; exit::N],
@@ -165,8 +160,6 @@ pub(crate) struct Pcpu {
     /// A directed-yield target to run next (CFS's next buddy), or NONE.
     pub buddy: u32,
     pub domain: u32,
-    /// Exact accounting: busy time by cause of the vCPUs it ran.
-    pub by_cause: [u64; cause::N],
     pub idle_ns: u64,
     /// Idle since (u64::MAX: busy).
     pub idle_since: u64,
@@ -208,10 +201,7 @@ pub(crate) struct Thread {
     pub seg_left: u64,
     /// Small costs (atomics, syscalls) added to the next segment.
     pub carry: u64,
-    /// `carry` by cause.
-    pub kcarry: [u64; CARRIED],
-    /// Carried costs by cause at the start of the current segment, not yet charged.
-    pub seg_k: [u64; CARRIED],
+
     /// Absolute end of the current spin phase (u64::MAX: unlimited).
     pub spin_deadline: u64,
     /// Spinning time left before giving up (spin-then-block, adaptive mutex);
@@ -315,8 +305,32 @@ pub(crate) struct Vm {
     pub acct_closed: bool,
 }
 
+/// Accounting arrays of a vCPU, kept apart from `Vcpu` so the hot state
+/// stays compact.
+#[derive(Clone)]
+pub(crate) struct VcpuAcct {
+    /// Time by cause (`crate::breakdown`).
+    pub by_cause: [u64; cause::N],
+    /// Pending overhead by cause; sums to `Vcpu::overhead_left` plus what is
+    /// left of a current `Act::Overhead`.
+    pub ovh: [u64; CARRIED],
+}
+
+/// Accounting arrays of a thread.
+#[derive(Clone, Default)]
+pub(crate) struct ThreadAcct {
+    /// `Thread::carry` by cause.
+    pub kcarry: [u64; CARRIED],
+    /// Carried costs by cause at the start of the current segment, not yet charged.
+    pub seg_k: [u64; CARRIED],
+}
+
 pub(crate) struct Sim {
     pub now: u64,
+    /// Exact accounting, per vCPU, thread and pCPU (see `account.rs`).
+    pub vacct: Vec<VcpuAcct>,
+    pub tacct: Vec<ThreadAcct>,
+    pub pacct: Vec<[u64; cause::N]>,
     pub q: Queue,
     pub platform: Platform,
     pub policy: Policy,
@@ -396,6 +410,9 @@ impl Sim {
         let words = (s.pcpus as usize).div_ceil(64);
         let mut sim = Sim {
             now: 0,
+            vacct: Vec::new(),
+            tacct: Vec::new(),
+            pacct: vec![[0; cause::N]; s.pcpus as usize],
             q: Queue::with_capacity(1024),
             platform: p.clone(),
             policy: s.policy,
@@ -413,7 +430,6 @@ impl Sim {
                     want_preempt: false,
                     buddy: NONE,
                     domain: i / per_llc,
-                    by_cause: [0; cause::N],
                     idle_ns: 0,
                     idle_since: u64::MAX,
                 })
@@ -552,6 +568,7 @@ impl Sim {
         let cap = p.cache.private_bytes;
         for (ti, (g, idx)) in prog.threads().into_iter().enumerate() {
             let gc = &code[g];
+            self.tacct.push(ThreadAcct::default());
             self.threads.push(Thread {
                 vm: k,
                 group: g as u32,
@@ -564,8 +581,6 @@ impl Sim {
                 retry: false,
                 seg_left: 0,
                 carry: 0,
-                kcarry: [0; CARRIED],
-                seg_k: [0; CARRIED],
                 spin_deadline: u64::MAX,
                 spin_budget: u64::MAX,
                 spin_locks_held: 0,
@@ -601,6 +616,10 @@ impl Sim {
             {
                 rq.push_back(t);
             }
+            self.vacct.push(VcpuAcct {
+                by_cause: [0; cause::N],
+                ovh: [0; CARRIED],
+            });
             self.vcpus.push(Vcpu {
                 vm: k,
                 index: i,
@@ -627,8 +646,6 @@ impl Sim {
                 acct_since: 0,
                 acct_pcpu: NONE,
                 acct_thread: NONE,
-                by_cause: [0; cause::N],
-                ovh: [0; CARRIED],
                 yielded: false,
                 exits: [0; exit::N],
                 lo,
@@ -950,11 +967,13 @@ impl Sim {
             .map(|vm| {
                 let mut exits = [0u64; exit::N];
                 let mut by_cause = [0u64; cause::N];
-                for v in &self.vcpus[vm.first_vcpu as usize..(vm.first_vcpu + vm.n_vcpus) as usize]
-                {
+                let vcpus = vm.first_vcpu as usize..(vm.first_vcpu + vm.n_vcpus) as usize;
+                for v in &self.vcpus[vcpus.clone()] {
                     for (a, b) in exits.iter_mut().zip(v.exits) {
                         *a += b;
                     }
+                }
+                for v in &self.vacct[vcpus] {
                     for (a, b) in by_cause.iter_mut().zip(v.by_cause) {
                         *a += b;
                     }
@@ -1011,8 +1030,8 @@ impl Sim {
             })
             .collect();
         let mut pcpu_by_cause = [0u64; cause::N];
-        for pc in &self.pcpus {
-            for (a, b) in pcpu_by_cause.iter_mut().zip(pc.by_cause) {
+        for pc in &self.pacct {
+            for (a, b) in pcpu_by_cause.iter_mut().zip(pc) {
                 *a += b;
             }
         }
@@ -1022,7 +1041,8 @@ impl Sim {
             pcpu_totals: self
                 .pcpus
                 .iter()
-                .map(|pc| (pc.by_cause.iter().sum(), pc.idle_ns))
+                .zip(&self.pacct)
+                .map(|(pc, parts)| (parts.iter().sum(), pc.idle_ns))
                 .collect(),
             stale_events: self.stale,
             events: self.q.popped - self.stale,

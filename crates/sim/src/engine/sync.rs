@@ -69,7 +69,7 @@ impl Sim {
                     th.state = TState::Running;
                     th.wait = Wait::None;
                     th.carry += lt;
-                    th.kcarry[cause::CACHE_LINE_TRANSFER] += lt;
+                    self.tacct[t as usize].kcarry[cause::CACHE_LINE_TRANSFER] += lt;
                     return Flow::Continue;
                 }
             }
@@ -86,7 +86,7 @@ impl Sim {
                     th.retry = false;
                     th.pc += 1;
                     th.carry += lt;
-                    th.kcarry[cause::CACHE_LINE_TRANSFER] += lt;
+                    self.tacct[t as usize].kcarry[cause::CACHE_LINE_TRANSFER] += lt;
                     return Flow::Continue;
                 }
             }
@@ -171,7 +171,7 @@ impl Sim {
             let th = &mut self.threads[t as usize];
             th.spin_locks_held += 1;
             th.carry += self.platform.cpu.atomic_ns;
-            th.kcarry[cause::USER_SYNC] += self.platform.cpu.atomic_ns;
+            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.atomic_ns;
             return Flow::Continue;
         }
         l.waiters.push(t);
@@ -188,7 +188,7 @@ impl Sim {
         let th = &mut self.threads[t as usize];
         th.pc += 1;
         th.carry += self.platform.cpu.atomic_ns;
-            th.kcarry[cause::USER_SYNC] += self.platform.cpu.atomic_ns;
+            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.atomic_ns;
         th.spin_locks_held = th.spin_locks_held.saturating_sub(1);
         let held = th.spin_locks_held;
         let l = &self.vms[vm].spin_locks[i as usize];
@@ -229,7 +229,7 @@ impl Sim {
             th.retry = false;
             th.pc += 1;
             th.carry += self.platform.cpu.sync_op_ns;
-            th.kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
+            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
             return Flow::Continue;
         }
         if !retry && m.spin_limit > 0 {
@@ -252,7 +252,7 @@ impl Sim {
         let th = &mut self.threads[t as usize];
         th.pc += 1;
         th.carry += self.platform.cpu.sync_op_ns;
-            th.kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
+            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
         let m = &self.vms[vm].mutexes[i as usize];
         let spinner = m
             .spinners
@@ -285,7 +285,7 @@ impl Sim {
         let th = &mut self.threads[t as usize];
         th.pc += 1;
         th.carry += atomic;
-        th.kcarry[cause::USER_SYNC] += atomic;
+        self.tacct[t as usize].kcarry[cause::USER_SYNC] += atomic;
         let b = &mut self.vms[vm].barriers[i as usize];
         b.arrived += 1;
         if b.arrived >= b.parties {
@@ -339,7 +339,7 @@ impl Sim {
             th.retry = false;
             th.pc += 1;
             th.carry += self.platform.cpu.sync_op_ns;
-            th.kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
+            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
             if let Some(w) = popper {
                 self.wake_thread(w, Some(t));
             }
@@ -363,7 +363,7 @@ impl Sim {
             th.retry = false;
             th.pc += 1;
             th.carry += self.platform.cpu.sync_op_ns;
-            th.kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
+            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
             if let Some(w) = pusher {
                 self.wake_thread(w, Some(t));
             }
