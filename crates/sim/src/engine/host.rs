@@ -55,17 +55,34 @@ impl Sim {
             return false;
         }
         let n = self.pcpus.len() as u32;
+        // Linux's load average keeps a blocked task's load on its CPU (PELT
+        // "blocked load"), so a pCPU whose vCPUs halt briefly still counts
+        // them; without that, a pCPU with one never-halting vCPU looks as
+        // loaded as one with three that take turns halting.
+        let mut blocked = std::mem::take(&mut self.blocked_load);
+        blocked.clear();
+        blocked.resize(n as usize, 0);
+        for vc in &self.vcpus {
+            let vm = &self.vms[vc.vm as usize];
+            if vc.host == HostState::Halted
+                && vc.last_pcpu != NONE
+                && vm.done_threads < vm.n_threads
+            {
+                blocked[vc.last_pcpu as usize] += 1;
+            }
+        }
         if level == 0 {
             let per = self.per_llc;
             let mut lo = 0;
             while lo < n {
                 let hi = (lo + per).min(n);
-                self.balance_range(lo, hi);
+                self.balance_range(lo, hi, &blocked);
                 lo = hi;
             }
         } else {
-            self.balance_range(0, n);
+            self.balance_range(0, n, &blocked);
         }
+        self.blocked_load = blocked;
         let d = &self.platform.defaults;
         let every = if level == 0 {
             d.balance_llc_ns
@@ -167,9 +184,9 @@ impl Sim {
         let d0 = ((home / self.per_llc) * self.per_llc).max(lo);
         let d1 = (d0 + self.per_llc).min(hi);
         let mut best = home;
-        let mut best_len = self.pcpus[home as usize].rq.len();
+        let mut best_len = self.pcpu_load(home);
         for p in d0..d1 {
-            let l = self.pcpus[p as usize].rq.len();
+            let l = self.pcpu_load(p);
             if l < best_len {
                 best = p;
                 best_len = l;
@@ -252,11 +269,13 @@ impl Sim {
     /// Even out the load of pCPUs `lo..hi`: sort once by load, then move
     /// queued vCPUs from the busiest end to the least busy end until the two
     /// ends differ by at most one (O(n log n) per call, so huge hosts stay cheap).
-    fn balance_range(&mut self, lo: u32, hi: u32) {
+    fn balance_range(&mut self, lo: u32, hi: u32, blocked: &[u32]) {
         if hi - lo < 2 {
             return;
         }
-        let mut order: Vec<(usize, u32)> = (lo..hi).map(|p| (self.pcpu_load(p), p)).collect();
+        let mut order: Vec<(usize, u32)> = (lo..hi)
+            .map(|p| (self.pcpu_load(p) + blocked[p as usize] as usize, p))
+            .collect();
         order.sort_unstable();
         let (mut i, mut j) = (0usize, order.len() - 1);
         while i < j && order[j].0 >= order[i].0 + 2 {

@@ -356,6 +356,8 @@ pub(crate) struct Sim {
     pub kind_counts: [u64; 14],
     /// Stale events popped and discarded.
     pub stale: u64,
+    /// Scratch: halted vCPUs per pCPU they last ran on (load balancing).
+    pub blocked_load: Vec<u32>,
     /// Compiled programs by program (see `add_vm`).
     pub code_cache: Vec<(smplab_workload::Program, Arc<Vec<GroupCode>>)>,
 }
@@ -449,6 +451,7 @@ impl Sim {
             trace: std::env::var_os("SMPLAB_SIM_TRACE").is_some(),
             kind_counts: [0; 14],
             stale: 0,
+            blocked_load: Vec::new(),
             code_cache: Vec::new(),
         };
         for i in 0..s.pcpus {
