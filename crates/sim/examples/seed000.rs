@@ -24,10 +24,7 @@ fn apic_exits(r: &RunRecord) -> u64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let scale: f64 = args
-        .iter()
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(0.25);
+    let scale: f64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(0.25);
     let explain = args.iter().any(|a| a == "--explain");
     let k = Platform::builtin("kvm2015").expect("builtin");
     let single = |name: &str, vcpus: u32, f: &dyn Fn(&mut VmSpec)| {
@@ -60,12 +57,22 @@ fn main() {
         v.idle = Idle::Poll;
         v.ple = Ple::Off;
     });
-    show("ocean_ncp slowdown %, polling idle, PLE off", 8.0, slowdown(&r), &r);
+    show(
+        "ocean_ncp slowdown %, polling idle, PLE off",
+        8.0,
+        slowdown(&r),
+        &r,
+    );
     let a = single("dedup", 4, &|_| {});
     let b = single("dedup", 4, &|v| v.apicv = true);
     let exits_cut = 100.0 * (1.0 - apic_exits(&b) as f64 / apic_exits(&a).max(1) as f64);
     let sd_cut = 100.0 * (1.0 - slowdown(&b) / slowdown(&a));
-    show("dedup 4 vCPUs: APICv cut of APIC exits %", 52.0, exits_cut, &b);
+    show(
+        "dedup 4 vCPUs: APICv cut of APIC exits %",
+        52.0,
+        exits_cut,
+        &b,
+    );
     show("dedup 4 vCPUs: APICv cut of slowdown %", 47.0, sd_cut, &b);
     for (vms, paper) in [(2usize, 1.04), (4, 1.06)] {
         let mut v = vm("streamcluster", 16, scale * 30.0, 16);

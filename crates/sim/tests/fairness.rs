@@ -51,7 +51,10 @@ pub fn fairness(
     s.horizon_ns = Some(horizon_ms * 1_000_000);
     s.native_reference = false;
     let recs = simulate(&s).unwrap();
-    assert!(recs.iter().all(|r| !r.is_ok()), "a VM finished: raise the scale");
+    assert!(
+        recs.iter().all(|r| !r.is_ok()),
+        "a VM finished: raise the scale"
+    );
     let p: Vec<f64> = recs.iter().map(progress).collect();
     jain(&p)
 }

@@ -115,7 +115,11 @@ fn random_scenarios_finish_with_exact_counts() {
         // Per pCPU: busy time by cause plus idle time is the whole run.
         let raw = simulate_raw(&s).unwrap_or_else(|e| panic!("case {i}: {e}"));
         for (p, &(busy, idle)) in raw.pcpu_totals.iter().enumerate() {
-            assert_eq!(busy + idle, raw.end_ns, "case {i}: pCPU {p} busy {busy} idle {idle}");
+            assert_eq!(
+                busy + idle,
+                raw.end_ns,
+                "case {i}: pCPU {p} busy {busy} idle {idle}"
+            );
         }
     }
 }

@@ -66,8 +66,8 @@ pub(crate) enum Act {
     HaltPoll,
 }
 
-pub(crate) use account::Acct;
 use crate::breakdown::{self as cause, CARRIED};
+pub(crate) use account::Acct;
 
 /// Exit reasons counted per vCPU; names are the record's keys.
 pub(crate) mod exit {

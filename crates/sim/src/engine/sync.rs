@@ -188,7 +188,7 @@ impl Sim {
         let th = &mut self.threads[t as usize];
         th.pc += 1;
         th.carry += self.platform.cpu.atomic_ns;
-            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.atomic_ns;
+        self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.atomic_ns;
         th.spin_locks_held = th.spin_locks_held.saturating_sub(1);
         let held = th.spin_locks_held;
         let l = &self.vms[vm].spin_locks[i as usize];
@@ -252,7 +252,7 @@ impl Sim {
         let th = &mut self.threads[t as usize];
         th.pc += 1;
         th.carry += self.platform.cpu.sync_op_ns;
-            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
+        self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
         let m = &self.vms[vm].mutexes[i as usize];
         let spinner = m
             .spinners
