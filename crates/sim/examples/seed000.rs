@@ -28,7 +28,8 @@ fn main() {
     let explain = args.iter().any(|a| a == "--explain");
     let k = Platform::builtin("kvm2015").expect("builtin");
     let single = |name: &str, vcpus: u32, f: &dyn Fn(&mut VmSpec)| {
-        let mut v = vm(name, 16, scale, vcpus);
+        // Seed 000 runs as many threads as vCPUs.
+        let mut v = vm(name, vcpus, scale, vcpus);
         f(&mut v);
         run(&Scenario::new(k.clone(), 16, vec![v])).remove(0)
     };

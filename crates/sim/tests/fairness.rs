@@ -5,7 +5,7 @@
 //! On `kvm2015`, the profile of seed 000's host. (On `pvm-here`, where exits
 //! cost tens of microseconds, CPU time stays fair but a 4x-overcommitted
 //! blocking pipeline spends ~98% of it in exits and per-VM throughput
-//! scatters: Jain 0.87-0.92 for 4 dedup VMs of 4 vCPUs on 4 pCPUs; see
+//! scatters: Jain 0.91-0.96 for 4 dedup VMs of 4 vCPUs on 4 pCPUs; see
 //! docs/sim.md.) `SMPLAB_SIM_FAIR_CASES=N` runs more cases.
 
 use proptest::prelude::*;
