@@ -239,11 +239,17 @@ impl Sim {
     fn enqueue(&mut self, p: u32, v: u32) {
         // CFS's place_entity: a vCPU that slept (or comes from another
         // pCPU) gets at most half a slice of credit over the least-served
-        // one here, so a long sleep does not buy a long monopoly.
+        // one here, so a long sleep does not buy a long monopoly. And, as
+        // CFS renormalizes vruntime when a task migrates, its lead over the
+        // least-served is capped at one slice: vruntime earned on a less
+        // contended pCPU must not make it wait here until every local vCPU
+        // has caught up (found by the fuzz test: a starved vCPU behind idle
+        // pollers for a whole simulated second).
         if let Some(floor) = self.min_vruntime(p) {
-            let credit = floor.saturating_sub(self.slice_ns / 2);
+            let lo = floor.saturating_sub(self.slice_ns / 2);
+            let hi = floor.saturating_add(self.slice_ns);
             let vc = &mut self.vcpus[v as usize];
-            vc.vruntime = vc.vruntime.max(credit);
+            vc.vruntime = vc.vruntime.clamp(lo, hi);
         }
         let vc = &mut self.vcpus[v as usize];
         vc.host = HostState::Queued;
@@ -377,7 +383,12 @@ impl Sim {
         } else {
             self.vms[vm as usize].costs.switch
         };
-        let warm = self.warmup_cost(v, p);
+        // A vCPU preempted before its refill finished still misses only
+        // that footprint: the new refill replaces the unfinished one rather
+        // than adding to it (otherwise a refill longer than the host slice
+        // would grow forever and the vCPU never run; found by the fuzz test).
+        let pending_refill = self.vacct[v as usize].ovh[cause::CACHE_REFILL];
+        let warm = self.warmup_cost(v, p).saturating_sub(pending_refill);
         {
             let vc = &self.vcpus[v as usize];
             if vc.last_pcpu != NONE && vc.last_pcpu != p {

@@ -827,6 +827,21 @@ impl Sim {
                     th.vm, th.state, th.wait, th.pc, th.seg_left, th.carry, th.vcpu, vc.host, vc.act, vc.cur, vc.rq, vc.overhead_left, vc.pcpu
                 );
             }
+            for (i, pc) in self.pcpus.iter().enumerate().take(8) {
+                let vr = |u: u32| {
+                    (
+                        u,
+                        self.vcpus[u as usize].vruntime,
+                        self.vcpus[u as usize].act,
+                    )
+                };
+                eprintln!(
+                    "smplab-sim pcpu {i}: cur {:?} rq {:?} buddy {}",
+                    (pc.cur != NONE).then(|| vr(pc.cur)),
+                    pc.rq.iter().map(|&u| vr(u)).collect::<Vec<_>>(),
+                    pc.buddy
+                );
+            }
             eprintln!(
                 "smplab-sim events by kind [step:stale overhead handler segment spin idlepoll halting haltpoll | slice wake ipi timer gang sdbfalse]: {:?}; pending at end {}",
                 self.kind_counts,
