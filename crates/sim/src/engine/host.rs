@@ -239,17 +239,13 @@ impl Sim {
     fn enqueue(&mut self, p: u32, v: u32) {
         // CFS's place_entity: a vCPU that slept (or comes from another
         // pCPU) gets at most half a slice of credit over the least-served
-        // one here, so a long sleep does not buy a long monopoly. And, as
-        // CFS renormalizes vruntime when a task migrates, its lead over the
-        // least-served is capped at one slice: vruntime earned on a less
-        // contended pCPU must not make it wait here until every local vCPU
-        // has caught up (found by the fuzz test: a starved vCPU behind idle
-        // pollers for a whole simulated second).
+        // one here, so a long sleep does not buy a long monopoly. (Capping
+        // the lead as well, like CFS's renormalization on migration, broke
+        // fairness for blocking pipelines; not modelled.)
         if let Some(floor) = self.min_vruntime(p) {
-            let lo = floor.saturating_sub(self.slice_ns / 2);
-            let hi = floor.saturating_add(self.slice_ns);
+            let credit = floor.saturating_sub(self.slice_ns / 2);
             let vc = &mut self.vcpus[v as usize];
-            vc.vruntime = vc.vruntime.clamp(lo, hi);
+            vc.vruntime = vc.vruntime.max(credit);
         }
         let vc = &mut self.vcpus[v as usize];
         vc.host = HostState::Queued;
@@ -383,12 +379,17 @@ impl Sim {
         } else {
             self.vms[vm as usize].costs.switch
         };
-        // A vCPU preempted before its refill finished still misses only
-        // that footprint: the new refill replaces the unfinished one rather
-        // than adding to it (otherwise a refill longer than the host slice
-        // would grow forever and the vCPU never run; found by the fuzz test).
+        // A vCPU preempted before its refill finished continues that refill
+        // rather than starting another: the model pays a refill as time
+        // before the work while real execution overlaps it, so charging a
+        // full refill per dispatch would stall for ever any vCPU whose refill
+        // exceeds the host slice (found by the fuzz test).
         let pending_refill = self.vacct[v as usize].ovh[cause::CACHE_REFILL];
-        let warm = self.warmup_cost(v, p).saturating_sub(pending_refill);
+        let warm = if pending_refill > 0 {
+            0
+        } else {
+            self.warmup_cost(v, p)
+        };
         {
             let vc = &self.vcpus[v as usize];
             if vc.last_pcpu != NONE && vc.last_pcpu != p {
