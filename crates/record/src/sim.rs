@@ -47,6 +47,22 @@ pub struct SimSection {
     /// Time vCPUs waited for the serialized device emulation (seed 004).
     #[serde(default)]
     pub device_wait_ns: u64,
+    /// Exact accounting: the VM's vCPU time by cause, summed over its vCPUs
+    /// (the parts sum to `wall_ns × vcpus`). Keys and meanings:
+    /// `smplab_sim::breakdown::{NAMES, DESCRIPTIONS}`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub vcpu_time_ns: BTreeMap<String, u64>,
+    /// The same for the bare-metal reference run (sums to
+    /// `native_wall_ns × native_cores`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub native_time_ns: BTreeMap<String, u64>,
+    /// Cores of the bare-metal reference (the vCPUs, at most the host's pCPUs).
+    #[serde(default)]
+    pub native_cores: u32,
+    /// Host-wide pCPU time by cause over the whole simulation, summed over
+    /// pCPUs (the parts, with `pcpu_idle`, sum to `simulated_ns × pcpus`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pcpu_time_ns: BTreeMap<String, u64>,
 }
 
 fn yes() -> bool {

@@ -45,7 +45,7 @@ fn model() -> Scenario {
 
 fn bench(c: &mut Criterion) {
     let s = model();
-    let (events, _) = simulate_raw(&s).unwrap();
+    let events = simulate_raw(&s).unwrap().events;
     let mut g = c.benchmark_group("events");
     g.sample_size(10);
     g.throughput(Throughput::Elements(events));

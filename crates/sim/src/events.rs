@@ -23,6 +23,9 @@ pub enum Kind {
     Gang,
     /// Spin Detection Buffer false positive on a pCPU's current dispatch.
     SdbFalse { pcpu: u32, gen: u32 },
+    /// Fair policy: periodic load balance (level 0: inside each LLC domain,
+    /// 1: across domains).
+    Balance { level: u32 },
 }
 
 /// 24 bytes: the heap moves these around on every push and pop, so size

@@ -17,6 +17,7 @@
 //! ```
 
 pub mod amdahl;
+pub mod breakdown;
 pub mod cli;
 mod code;
 mod engine;
@@ -62,26 +63,53 @@ pub fn weighted_speedup(alone_wall_ns: u64, records: &[RunRecord]) -> f64 {
         .sum()
 }
 
-/// Events processed and simulated end time, without building records (for
-/// benchmarks and the scale check).
-pub fn simulate_raw(s: &Scenario) -> Result<(u64, u64), SimError> {
+/// What a run costs and how the host's time was spent, without records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawRun {
+    /// Events processed (stale events discarded by lazy deletion excluded).
+    pub events: u64,
+    /// Stale events popped and discarded.
+    pub stale_events: u64,
+    /// Simulated end time.
+    pub end_ns: u64,
+    /// Per pCPU: busy time (summed over causes) and idle time; each pair
+    /// sums to `end_ns` (exact accounting).
+    pub pcpu_totals: Vec<(u64, u64)>,
+}
+
+/// Run without building records (for benchmarks, the scale check and the
+/// accounting tests).
+pub fn simulate_raw(s: &Scenario) -> Result<RawRun, SimError> {
     let mut sim = engine::Sim::new(s)?;
     let out = sim.run(s.horizon_ns)?;
-    Ok((out.events, out.end_ns))
+    Ok(RawRun {
+        events: out.events,
+        stale_events: out.stale_events,
+        end_ns: out.end_ns,
+        pcpu_totals: out.pcpu_totals,
+    })
+}
+
+/// The bare-metal reference of one VM: wall time, cores, time by cause.
+#[derive(Debug, Clone)]
+pub(crate) struct NativeRef {
+    pub wall_ns: u64,
+    pub cores: u32,
+    pub by_cause: [u64; breakdown::N],
 }
 
 /// The same workload on bare metal: one core per vCPU (at most the host's
 /// pCPUs), no VMM costs. Identical VMs share one reference run.
-fn native_walls(s: &Scenario) -> Result<Vec<Option<u64>>, SimError> {
-    let mut cache: Vec<(usize, u64)> = Vec::new();
+fn native_walls(s: &Scenario) -> Result<Vec<Option<NativeRef>>, SimError> {
+    let mut cache: Vec<(usize, NativeRef)> = Vec::new();
     let mut out = Vec::with_capacity(s.vms.len());
     for (i, vm) in s.vms.iter().enumerate() {
         let cores = vm.vcpus.min(s.pcpus);
-        if let Some(&(_, w)) = cache.iter().find(|(j, _)| {
+        if let Some((_, w)) = cache.iter().find(|(j, _)| {
             let o = &s.vms[*j];
             o.vcpus.min(s.pcpus) == cores && o.program == vm.program
         }) {
-            out.push(Some(w));
+            out.push(Some(w.clone()));
             continue;
         }
         let mut spec = vm.clone();
@@ -105,8 +133,12 @@ fn native_walls(s: &Scenario) -> Result<Vec<Option<u64>>, SimError> {
         };
         let mut sim = engine::Sim::new(&n)?;
         let r = sim.run(n.horizon_ns)?;
-        let w = r.vms[0].wall_ns;
-        cache.push((i, w));
+        let w = NativeRef {
+            wall_ns: r.vms[0].wall_ns,
+            cores,
+            by_cause: r.vms[0].by_cause,
+        };
+        cache.push((i, w.clone()));
         out.push(Some(w));
     }
     Ok(out)

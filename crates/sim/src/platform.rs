@@ -157,6 +157,11 @@ pub struct Defaults {
     /// does not say: a mechanism is never assumed).
     #[serde(default = "no_ple")]
     pub ple: crate::scenario::Ple,
+    /// Fair policy: interval of the periodic load balance inside an LLC
+    /// domain (Linux: a scheduling domain's `min_interval`, its weight in ms).
+    pub balance_llc_ns: u64,
+    /// Fair policy: interval of the periodic load balance across LLC domains.
+    pub balance_host_ns: u64,
 }
 
 fn no_ple() -> crate::scenario::Ple {
@@ -249,6 +254,11 @@ impl Platform {
         if self.sdb.window_ns == 0 || self.defaults.time_slice_ns == 0 {
             return Err(bad(
                 "sdb.window_ns and defaults.time_slice_ns must be positive",
+            ));
+        }
+        if self.defaults.balance_llc_ns == 0 || self.defaults.balance_host_ns == 0 {
+            return Err(bad(
+                "defaults.balance_llc_ns and defaults.balance_host_ns must be positive",
             ));
         }
         if self.cpu.guest_slice_ns == 0 {

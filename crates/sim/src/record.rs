@@ -1,5 +1,6 @@
 //! Building the shared result records from an engine run.
 
+use crate::breakdown;
 use crate::engine::{exit, RunOutcome};
 use crate::scenario::Scenario;
 use smplab_record::sim::SimSection;
@@ -9,7 +10,7 @@ use smplab_workload::program::counter_names;
 pub(crate) fn records(
     s: &Scenario,
     out: &RunOutcome,
-    native: &[Option<u64>],
+    native: &[Option<crate::NativeRef>],
     host_seconds: f64,
 ) -> Vec<RunRecord> {
     let host = smplab_record::HostFacts::detect();
@@ -100,7 +101,7 @@ pub(crate) fn records(
                 spin_ns: o.spin_ns,
                 idle_ns: o.idle_ns,
                 steal_ns: o.steal_ns,
-                native_wall_ns: native.get(k).copied().flatten(),
+                native_wall_ns: native.get(k).and_then(|n| n.as_ref()).map(|n| n.wall_ns),
                 events: out.events,
                 sim_host_seconds: host_seconds,
                 virtualized: s.virtualized,
@@ -109,6 +110,24 @@ pub(crate) fn records(
                 migrations: o.migrations,
                 warmup_ns: o.warmup_ns,
                 device_wait_ns: o.device_wait_ns,
+                vcpu_time_ns: breakdown::to_map(&o.by_cause),
+                native_time_ns: native
+                    .get(k)
+                    .and_then(|n| n.as_ref())
+                    .map(|n| breakdown::to_map(&n.by_cause))
+                    .unwrap_or_default(),
+                native_cores: native
+                    .get(k)
+                    .and_then(|n| n.as_ref())
+                    .map_or(0, |n| n.cores),
+                pcpu_time_ns: {
+                    let mut m = breakdown::to_map(&out.pcpu_by_cause);
+                    m.insert(
+                        "pcpu_idle".into(),
+                        out.pcpu_totals.iter().map(|&(_, idle)| idle).sum(),
+                    );
+                    m
+                },
             });
             r
         })

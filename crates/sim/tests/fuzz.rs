@@ -110,6 +110,45 @@ fn random_scenarios_finish_with_exact_counts() {
         for (v, rec) in s.vms.iter().zip(&recs) {
             assert!(rec.is_ok(), "case {i}: {:?}\n{s:?}", rec.outcome);
             assert_eq!(rec.counters.ops, v.program.expected_counts(), "case {i}");
+            assert_conserved(i, rec);
         }
+        // Per pCPU: busy time by cause plus idle time is the whole run.
+        let raw = simulate_raw(&s).unwrap_or_else(|e| panic!("case {i}: {e}"));
+        for (p, &(busy, idle)) in raw.pcpu_totals.iter().enumerate() {
+            assert_eq!(
+                busy + idle,
+                raw.end_ns,
+                "case {i}: pCPU {p} busy {busy} idle {idle}"
+            );
+        }
+    }
+}
+
+/// Exact accounting: a VM's vCPU time by cause sums to wall × vCPUs, its
+/// bare-metal reference's to native wall × cores, and nothing is unattributed.
+fn assert_conserved(i: u64, rec: &RunRecord) {
+    let sim = rec.sim.as_ref().expect("sim section");
+    let total: u64 = sim.vcpu_time_ns.values().sum();
+    assert_eq!(
+        total,
+        rec.timing.wall_ns * u64::from(sim.vcpus),
+        "case {i}: vCPU time by cause {:?}",
+        sim.vcpu_time_ns
+    );
+    assert_eq!(sim.vcpu_time_ns.get("unattributed"), None, "case {i}");
+    if let Some(native) = sim.native_wall_ns {
+        let total: u64 = sim.native_time_ns.values().sum();
+        assert_eq!(
+            total,
+            native * u64::from(sim.native_cores),
+            "case {i}: native time by cause {:?}",
+            sim.native_time_ns
+        );
+        assert_eq!(sim.native_time_ns.get("unattributed"), None, "case {i}");
+        // The per-cause deltas explain the whole slowdown.
+        let rows = breakdown::rows(rec).expect("rows");
+        let sum: f64 = rows.iter().map(|r| r.delta_ns()).sum();
+        let diff = rec.timing.wall_ns as f64 - native as f64;
+        assert!((sum - diff).abs() < 1.0, "case {i}: {sum} vs {diff}");
     }
 }

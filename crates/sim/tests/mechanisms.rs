@@ -58,6 +58,9 @@ service_ns = 1000
 [defaults]
 time_slice_ns = 1000000
 halt_poll_ns = 0
+# Periodic balancing out of the way: these cases are hand-checked.
+balance_llc_ns = 1000000000
+balance_host_ns = 1000000000
 "#;
 
 /// vCPU switch on first dispatch.

@@ -262,3 +262,111 @@ fn seed000_apicv_halves_apic_exits() {
     assert!((0.4..=0.6).contains(&cut), "cut {cut:.2}");
     assert!(slow_on < slow_off);
 }
+
+// ---- Seed 000's figures, quantitatively (issue 10 §3) ----
+//
+// Each target is the paper's stated value with a ±25% tolerance on kvm2015
+// (16 pCPUs, one 16-vCPU VM unless stated). Targets the model does not reach
+// yet are `#[ignore]`d with the model's figure in the reason (docs/sim.md,
+// "Seed 000, quantitatively"): the tolerance is not loosened to make them pass.
+// `cargo test --release -p smplab-sim --test reproduction -- --ignored` runs them.
+
+/// Within ±25% of the paper's value.
+fn within_25pct(what: &str, sim: f64, paper: f64) {
+    eprintln!("{what}: sim {sim:.2}, paper {paper:.2}");
+    assert!(
+        (sim - paper).abs() <= 0.25 * paper.abs(),
+        "{what}: sim {sim:.2} vs paper {paper:.2} (±25%)"
+    );
+}
+
+fn apic_exits(r: &RunRecord) -> u64 {
+    let s = r.sim.as_ref().unwrap();
+    s.exits.get("apic_icr").copied().unwrap_or(0) + s.exits.get("apic_eoi").copied().unwrap_or(0)
+}
+
+fn dedup4(apicv: bool) -> RunRecord {
+    let mut v = vm("dedup", 4, 0.25, 4);
+    v.apicv = apicv;
+    run(&Scenario::new(kvm(), 16, vec![v])).remove(0)
+}
+
+/// Seed 000 Fig. 4: with 4 vCPUs, APICv removes 52% of dedup's APIC exits.
+#[test]
+fn seed000_q_apicv_cuts_apic_exits_by_52pct() {
+    let cut = 100.0 * (1.0 - apic_exits(&dedup4(true)) as f64 / apic_exits(&dedup4(false)) as f64);
+    within_25pct("APICv cut of APIC exits, %", cut, 52.0);
+}
+
+#[test]
+#[ignore = "not reached: sim 76.5% vs paper 47%: the model's dedup with 4 vCPUs slows only a few percent, nearly all of it APIC exits"]
+fn seed000_q_apicv_cuts_dedup_slowdown_by_47pct() {
+    let cut = 100.0 * (1.0 - slowdown(&dedup4(true)) / slowdown(&dedup4(false)));
+    within_25pct("APICv cut of dedup slowdown, %", cut, 47.0);
+}
+
+#[test]
+#[ignore = "not reached: sim 34.7% vs paper 173%"]
+fn seed000_q_dedup_hlt_173pct() {
+    within_25pct(
+        "dedup slowdown, HLT idle, %",
+        seed000_slowdown("dedup", Idle::Hlt),
+        173.0,
+    );
+}
+
+#[test]
+#[ignore = "not reached: sim 24.5% vs paper 103%"]
+fn seed000_q_dedup_poll_103pct() {
+    within_25pct(
+        "dedup slowdown, polling idle, %",
+        seed000_slowdown("dedup", Idle::Poll),
+        103.0,
+    );
+}
+
+#[test]
+#[ignore = "not reached: sim 0.2% vs paper 28% (the model has no kernel spinning that PLE could preempt in ocean_ncp)"]
+fn seed000_q_ocean_poll_28pct() {
+    within_25pct(
+        "ocean_ncp slowdown, polling idle, %",
+        seed000_slowdown("ocean_ncp", Idle::Poll),
+        28.0,
+    );
+}
+
+#[test]
+#[ignore = "not reached: sim 0.2% vs paper 8%"]
+fn seed000_q_ocean_poll_ple_off_8pct() {
+    let mut v = vm("ocean_ncp", 16, 0.25, 16);
+    v.idle = Idle::Poll;
+    v.ple = smplab_sim::Ple::Off;
+    let s = slowdown(&run(&Scenario::new(kvm(), 16, vec![v]))[0]);
+    within_25pct("ocean_ncp slowdown, polling idle, PLE off, %", s, 8.0);
+}
+
+fn streamcluster_blocking_throughput(vms: usize) -> f64 {
+    let mut v = vm("streamcluster", 16, 7.5, 16);
+    v.program = v.program.spin_to_block();
+    weighted_speedup(&v, vms)
+}
+
+#[test]
+#[ignore = "not reached: sim 1.34 vs paper 1.04 (the blocking variant leaves more idle vCPU time for a second VM to fill than the seed's)"]
+fn seed000_q_streamcluster_blocking_two_vms_1_04() {
+    within_25pct(
+        "streamcluster blocking, 2 VMs, throughput",
+        streamcluster_blocking_throughput(2),
+        1.04,
+    );
+}
+
+#[test]
+#[ignore = "not reached: sim 1.55 vs paper 1.06"]
+fn seed000_q_streamcluster_blocking_four_vms_1_06() {
+    within_25pct(
+        "streamcluster blocking, 4 VMs, throughput",
+        streamcluster_blocking_throughput(4),
+        1.06,
+    );
+}

@@ -15,6 +15,7 @@
 //! still per op.
 
 use super::{exit, Acct, Act, HostState, Sim, TState, Wait, NONE};
+use crate::breakdown as cause;
 use crate::code::{counter, Ins};
 use crate::events::Kind;
 use crate::scenario::Idle;
@@ -54,7 +55,7 @@ impl Sim {
                 vc.overhead_left = 0;
                 vc.act = Act::Overhead;
                 vc.act_end = now + d;
-                self.set_acct(v, Acct::Run);
+                self.set_acct(v, Acct::Overhead);
                 self.schedule_step(v, now + d);
                 return;
             }
@@ -67,7 +68,7 @@ impl Sim {
                 };
                 vc.act = Act::Handler;
                 vc.act_end = now + d;
-                self.set_acct(v, Acct::Run);
+                self.set_acct(v, Acct::On(cause::KERNEL_SHOOTDOWN_HANDLER as u8));
                 self.schedule_step(v, now + d);
                 return;
             }
@@ -101,12 +102,21 @@ impl Sim {
         if !timed {
             return false;
         }
-        let d = std::mem::take(&mut self.vcpus[v as usize].overhead_left);
+        self.charge_acct(v);
+        let vc = &mut self.vcpus[v as usize];
+        let d = std::mem::take(&mut vc.overhead_left);
+        let parts = std::mem::take(&mut self.vacct[v as usize].ovh);
         let th = &mut self.threads[t as usize];
-        if th.seg_left > 0 {
+        let ta = &mut self.tacct[t as usize];
+        let into = if th.seg_left > 0 {
             th.seg_left += d;
+            &mut ta.seg_k
         } else {
             th.carry += d;
+            &mut ta.kcarry
+        };
+        for (a, b) in into.iter_mut().zip(parts) {
+            *a += b;
         }
         true
     }
@@ -168,7 +178,16 @@ impl Sim {
             return Flow::Started;
         }
         loop {
-            let mut acc = std::mem::take(&mut self.threads[t as usize].carry);
+            // Close the previous segment's accounting before its carried
+            // costs become this segment's.
+            self.charge_acct(v);
+            let th = &mut self.threads[t as usize];
+            let mut acc = std::mem::take(&mut th.carry);
+            let ta = &mut self.tacct[t as usize];
+            let parts = std::mem::take(&mut ta.kcarry);
+            for (a, b) in ta.seg_k.iter_mut().zip(parts) {
+                *a += b;
+            }
             let vm = self.threads[t as usize].vm as usize;
             let ins = loop {
                 let ins = self.ins(t);
@@ -261,7 +280,7 @@ impl Sim {
         vc.act = Act::Segment;
         vc.seg_start = now;
         vc.act_end = now + d;
-        self.set_acct(v, Acct::Run);
+        self.set_acct(v, Acct::Segment);
         self.reschedule(v);
     }
 
@@ -305,6 +324,7 @@ impl Sim {
         let th = &mut self.threads[t as usize];
         th.cpu_ns += elapsed;
         th.seg_left = 0;
+        self.charge_acct(v);
         self.resume(v);
     }
 
@@ -324,7 +344,7 @@ impl Sim {
         let vc = &mut self.vcpus[v as usize];
         vc.rq.push_back(t);
         vc.cur = NONE;
-        vc.overhead_left += cs;
+        self.add_overhead(v, cause::KERNEL_SCHED, cs);
         self.resume(v);
     }
 
@@ -354,7 +374,7 @@ impl Sim {
         vc.act = Act::Off;
         vc.gen = vc.gen.wrapping_add(1);
         vc.step_at = u64::MAX;
-        self.set_acct(v, Acct::Run);
+        self.set_acct(v, Acct::On(cause::UNATTRIBUTED as u8));
     }
 
     /// Close a spin's accounting (time and iterations).
@@ -383,9 +403,8 @@ impl Sim {
         }
         self.vms[vm].cs_voluntary += 1;
         let cs = self.platform.cpu.context_switch_ns;
-        let vc = &mut self.vcpus[v as usize];
-        vc.cur = NONE;
-        vc.overhead_left += cs;
+        self.vcpus[v as usize].cur = NONE;
+        self.add_overhead(v, cause::KERNEL_SCHED, cs);
         Flow::Again
     }
 
@@ -404,7 +423,7 @@ impl Sim {
         self.vcpus[target as usize].rq.push_back(t);
         let waker_vcpu = waker.map(|w| self.threads[w as usize].vcpu);
         if let Some(w) = waker {
-            self.threads[w as usize].carry += self.platform.cpu.wake_ns;
+            self.add_carry(w, cause::KERNEL_FUTEX, self.platform.cpu.wake_ns);
         }
         if waker_vcpu == Some(target) {
             return;
@@ -447,7 +466,7 @@ impl Sim {
             HostState::Running => match vc.act {
                 Act::IdlePoll => {
                     self.interrupt_act(u);
-                    self.defer(u, costs.poll_notice);
+                    self.defer(u, cause::WAKE_LATENCY, costs.poll_notice);
                 }
                 Act::Halting | Act::HaltPoll => {
                     if costs.virtualized {
@@ -457,7 +476,7 @@ impl Sim {
                         }
                     }
                     self.interrupt_act(u);
-                    self.defer(u, costs.halt_poll_wake);
+                    self.defer(u, cause::WAKE_LATENCY, costs.halt_poll_wake);
                 }
                 _ => {}
             },
@@ -468,20 +487,16 @@ impl Sim {
                         Some(_) => self.send_ipi_cost(waker, vm),
                         None => self.vcpus[u as usize].exits[exit::TIMER] += 1,
                     }
-                    let vc = &mut self.vcpus[u as usize];
-                    vc.overhead_left += costs.ipi_receive;
+                    let c = self.ipi_receive_cause(vm);
+                    self.add_overhead(u, c, costs.ipi_receive);
                     if !costs.apicv {
-                        vc.exits[exit::IPI_RECEIVE] += 1;
+                        self.vcpus[u as usize].exits[exit::IPI_RECEIVE] += 1;
                     }
                 }
                 // Bare metal: the idle loop MWAITs on its need-resched flag
                 // (TIF_POLLING_NRFLAG), so a wakeup is a store, not an IPI; it
                 // costs only the C-state exit latency.
-                let vc = &mut self.vcpus[u as usize];
-                if !vc.wake_pending {
-                    vc.wake_pending = true;
-                    self.push(self.now + costs.wake_latency, Kind::Wake { vcpu: u });
-                }
+                self.start_wake(u, costs.wake_latency);
             }
         }
     }
@@ -491,9 +506,9 @@ impl Sim {
         let Some(w) = waker else { return };
         let costs = self.vms[vm].costs;
         self.vms[vm].ipis += 1;
-        let th = &mut self.threads[w as usize];
-        th.carry += costs.ipi_send;
-        let wv = th.vcpu;
+        let c = self.ipi_send_cause(vm);
+        self.add_carry(w, c, costs.ipi_send);
+        let wv = self.threads[w as usize].vcpu;
         if costs.virtualized {
             self.vcpus[wv as usize].exits[exit::IPI_SEND] += 1;
         }
@@ -501,13 +516,14 @@ impl Sim {
 
     /// Let running vCPU `v` continue after `ns` (used to avoid re-entering
     /// another vCPU's interpreter from inside this one's).
-    pub(super) fn defer(&mut self, v: u32, ns: u64) {
+    pub(super) fn defer(&mut self, v: u32, c: usize, ns: u64) {
         let now = self.now;
         let vc = &mut self.vcpus[v as usize];
         vc.act = Act::Overhead;
+        self.vacct[v as usize].ovh[c] += ns;
         vc.act_end = now + ns + std::mem::take(&mut vc.overhead_left);
         let at = vc.act_end;
-        self.set_acct(v, Acct::Run);
+        self.set_acct(v, Acct::Overhead);
         self.schedule_step(v, at);
     }
 
@@ -531,7 +547,7 @@ impl Sim {
                 let vc = &mut self.vcpus[v as usize];
                 vc.act = Act::IdlePoll;
                 vc.sdb_at = u64::MAX;
-                self.set_acct(v, Acct::Idle);
+                self.set_acct(v, Acct::On(cause::IDLE_POLL as u8));
                 let p = self.vcpus[v as usize].pcpu;
                 if self.vms[vm].sdb && !self.pcpus[p as usize].rq.is_empty() {
                     self.vcpus[v as usize].sdb_at = self.now + costs.sdb_detect;
@@ -545,7 +561,7 @@ impl Sim {
                     vc.exits[exit::HLT] += 1;
                     vc.act = Act::Halting;
                     vc.act_end = now + costs.hlt_exit;
-                    self.set_acct(v, Acct::Idle);
+                    self.set_acct(v, Acct::On(cause::EXIT_HLT as u8));
                     self.schedule_step(v, now + costs.hlt_exit);
                 } else if costs.native_idle_poll > 0 {
                     // Bare metal: poll first, then C1 (see halting_done).
@@ -553,7 +569,7 @@ impl Sim {
                     let vc = &mut self.vcpus[v as usize];
                     vc.act = Act::HaltPoll;
                     vc.act_end = now + costs.native_idle_poll;
-                    self.set_acct(v, Acct::Idle);
+                    self.set_acct(v, Acct::On(cause::HALT_POLL as u8));
                     self.schedule_step(v, now + costs.native_idle_poll);
                 } else {
                     self.halt(v);
@@ -573,6 +589,7 @@ impl Sim {
                 let vc = &mut self.vcpus[v as usize];
                 vc.act = Act::HaltPoll;
                 vc.act_end = now + w;
+                self.set_acct(v, Acct::On(cause::HALT_POLL as u8));
                 self.schedule_step(v, now + w);
                 return;
             }
@@ -587,7 +604,7 @@ impl Sim {
         vc.host = HostState::Halted;
         vc.gen = vc.gen.wrapping_add(1);
         vc.step_at = u64::MAX;
-        self.set_acct(v, Acct::Idle);
+        self.set_acct(v, Acct::Away(cause::IDLE_HALTED as u8));
         self.release(v);
     }
 
@@ -595,6 +612,7 @@ impl Sim {
     pub(super) fn ipi_arrives(&mut self, u: u32, from: u32) {
         let vm = self.vcpus[u as usize].vm as usize;
         let costs = self.vms[vm].costs;
+        let recv = self.ipi_receive_cause(vm);
         let vc = &mut self.vcpus[u as usize];
         vc.irqs.push_back(from);
         if costs.virtualized && !costs.apicv {
@@ -605,23 +623,33 @@ impl Sim {
                 Act::Handler => {}
                 Act::Halting | Act::HaltPoll => {
                     self.interrupt_act(u);
-                    self.vcpus[u as usize].overhead_left += costs.halt_poll_wake;
+                    self.add_overhead(u, cause::WAKE_LATENCY, costs.halt_poll_wake);
                     self.resume(u);
                 }
                 _ => {
                     self.interrupt_act(u);
-                    self.vcpus[u as usize].overhead_left += costs.ipi_receive;
+                    self.add_overhead(u, recv, costs.ipi_receive);
                     self.resume(u);
                 }
             },
-            HostState::Queued | HostState::Parked => vc.overhead_left += costs.ipi_receive,
-            HostState::Halted => {
-                vc.overhead_left += costs.ipi_receive;
-                if !vc.wake_pending {
-                    vc.wake_pending = true;
-                    self.push(self.now + costs.wake_latency, Kind::Wake { vcpu: u });
-                }
+            HostState::Queued | HostState::Parked => {
+                self.add_overhead(u, recv, costs.ipi_receive);
             }
+            HostState::Halted => {
+                self.add_overhead(u, recv, costs.ipi_receive);
+                self.start_wake(u, costs.wake_latency);
+            }
+        }
+    }
+
+    /// A halted vCPU was kicked: its host thread wakes after `latency`, which
+    /// the accounting charges as block-to-wake latency.
+    fn start_wake(&mut self, u: u32, latency: u64) {
+        let vc = &mut self.vcpus[u as usize];
+        if !vc.wake_pending {
+            vc.wake_pending = true;
+            self.set_acct(u, Acct::Away(cause::WAKE_LATENCY as u8));
+            self.push(self.now + latency, Kind::Wake { vcpu: u });
         }
     }
 
@@ -653,7 +681,7 @@ impl Sim {
         let costs = self.vms[vm].costs;
         let handler = self.platform.cpu.shootdown_handler_ns;
         if n == 1 {
-            self.threads[t as usize].carry += handler;
+            self.add_carry(t, cause::KERNEL_SHOOTDOWN_HANDLER, handler);
             return Flow::Continue;
         }
         let mut sent = 0u64;
@@ -671,16 +699,17 @@ impl Sim {
         th.wait = Wait::Shootdown;
         th.spin_deadline = u64::MAX;
         // Sending, then the local flush, then spin for the acks.
-        self.vcpus[v as usize].overhead_left += sent + handler;
+        let send = self.ipi_send_cause(vm);
+        self.add_overhead(v, send, sent);
+        self.add_overhead(v, cause::KERNEL_SHOOTDOWN_HANDLER, handler);
         Flow::Again
     }
 
     fn yield_op(&mut self, v: u32, t: u32, k: u64) -> Flow {
         let vm = self.threads[t as usize].vm as usize;
         self.vms[vm].ops[counter::YIELD] += k;
-        let th = &mut self.threads[t as usize];
-        th.pc += 1;
-        th.carry += k * self.platform.cpu.yield_ns;
+        self.threads[t as usize].pc += 1;
+        self.add_carry(t, cause::KERNEL_SCHED, k * self.platform.cpu.yield_ns);
         if self.vcpus[v as usize].rq.is_empty() {
             return Flow::Continue;
         }
@@ -689,7 +718,7 @@ impl Sim {
         let vc = &mut self.vcpus[v as usize];
         vc.rq.push_back(t);
         vc.cur = NONE;
-        vc.overhead_left += cs;
+        self.add_overhead(v, cause::KERNEL_SCHED, cs);
         Flow::Again
     }
 
@@ -703,6 +732,7 @@ impl Sim {
         if self.vms[vm].done_threads == self.vms[vm].n_threads {
             self.vms[vm].end_ns = now;
             self.vms_done += 1;
+            self.close_vm_acct(vm as u32);
             self.vm_finished(vm as u32);
         }
         self.vcpus[v as usize].cur = NONE;
@@ -749,9 +779,9 @@ impl Sim {
         let vc = &self.vcpus[v as usize];
         if vc.cur == t && vc.host == HostState::Running && vc.act == Act::Spin {
             self.interrupt_act(v);
-            self.defer(v, extra);
+            self.defer(v, cause::CACHE_LINE_TRANSFER, extra);
         } else {
-            self.threads[t as usize].carry += extra;
+            self.add_carry(t, cause::CACHE_LINE_TRANSFER, extra);
         }
     }
 }

@@ -14,6 +14,7 @@
 //!   is unsafe (holds a spin lock or is inside a shootdown), up to a grace period.
 
 use super::{Acct, Act, HostState, Sim, NONE};
+use crate::breakdown as cause;
 use crate::events::Kind;
 use crate::scenario::{PolicyKind, Scenario};
 
@@ -23,7 +24,7 @@ impl Sim {
         if self.policy.kind == PolicyKind::Gang {
             for v in 0..self.vcpus.len() as u32 {
                 self.vcpus[v as usize].host = HostState::Parked;
-                self.set_acct(v, Acct::Steal);
+                self.set_acct(v, Acct::Away(cause::STEAL as u8));
             }
             self.gang_tick();
             return;
@@ -31,10 +32,70 @@ impl Sim {
         for v in 0..self.vcpus.len() as u32 {
             self.make_ready(v);
         }
+        let d = &self.platform.defaults;
+        let (llc, host) = (d.balance_llc_ns, d.balance_host_ns);
+        if self.pcpus.len() > 1 {
+            self.push(llc, Kind::Balance { level: 0 });
+            if self.domains > 1 {
+                self.push(host, Kind::Balance { level: 1 });
+            }
+        }
+    }
+
+    /// Periodic load balancing (fair policy), as Linux's rebalance_domains:
+    /// every `balance_llc_ns` inside each LLC domain, every
+    /// `balance_host_ns` across the host, queued vCPUs move from the busiest
+    /// pCPUs (running + queued) to the least busy ones until no two differ by
+    /// more than one (affinity permitting). Wakeup placement and idle
+    /// stealing alone never correct a bad placement of vCPUs that do not
+    /// block. Returns false when the event was not needed (stale).
+    pub(super) fn balance_tick(&mut self, level: u32) -> bool {
+        if self.q.len() == 0 {
+            // Nothing else pending: re-arming would hide a stall.
+            return false;
+        }
+        let n = self.pcpus.len() as u32;
+        // Linux's load average keeps a blocked task's load on its CPU (PELT
+        // "blocked load"), so a pCPU whose vCPUs halt briefly still counts
+        // them; without that, a pCPU with one never-halting vCPU looks as
+        // loaded as one with three that take turns halting.
+        let mut blocked = std::mem::take(&mut self.blocked_load);
+        blocked.clear();
+        blocked.resize(n as usize, 0);
+        for vc in &self.vcpus {
+            let vm = &self.vms[vc.vm as usize];
+            if vc.host == HostState::Halted
+                && vc.last_pcpu != NONE
+                && vm.done_threads < vm.n_threads
+            {
+                blocked[vc.last_pcpu as usize] += 1;
+            }
+        }
+        if level == 0 {
+            let per = self.per_llc;
+            let mut lo = 0;
+            while lo < n {
+                let hi = (lo + per).min(n);
+                self.balance_range(lo, hi, &blocked);
+                lo = hi;
+            }
+        } else {
+            self.balance_range(0, n, &blocked);
+        }
+        self.blocked_load = blocked;
+        let d = &self.platform.defaults;
+        let every = if level == 0 {
+            d.balance_llc_ns
+        } else {
+            d.balance_host_ns
+        };
+        self.push(self.now + every, Kind::Balance { level });
+        true
     }
 
     #[inline]
     pub(super) fn set_bit_idle(&mut self, p: u32, idle: bool) {
+        self.pcpu_idle_acct(p, idle);
         let (w, b) = ((p / 64) as usize, p % 64);
         if idle {
             self.idle_bits[w] |= 1 << b;
@@ -85,7 +146,7 @@ impl Sim {
                 }
             }
             self.vcpus[v as usize].host = HostState::Parked;
-            self.set_acct(v, Acct::Steal);
+            self.set_acct(v, Acct::Away(cause::STEAL as u8));
             return;
         }
         let p = self.choose_pcpu(v);
@@ -123,9 +184,9 @@ impl Sim {
         let d0 = ((home / self.per_llc) * self.per_llc).max(lo);
         let d1 = (d0 + self.per_llc).min(hi);
         let mut best = home;
-        let mut best_len = self.pcpus[home as usize].rq.len();
+        let mut best_len = self.pcpu_load(home);
         for p in d0..d1 {
-            let l = self.pcpus[p as usize].rq.len();
+            let l = self.pcpu_load(p);
             if l < best_len {
                 best = p;
                 best_len = l;
@@ -134,16 +195,123 @@ impl Sim {
         best
     }
 
+    /// The vruntime of the least-served vCPU on `p` (running or queued).
+    fn min_vruntime(&self, p: u32) -> Option<u64> {
+        let pc = &self.pcpus[p as usize];
+        let cur = (pc.cur != NONE)
+            .then(|| self.vcpus[pc.cur as usize].vruntime + (self.now - pc.dispatched_at));
+        pc.rq
+            .iter()
+            .map(|&u| self.vcpus[u as usize].vruntime)
+            .chain(cur)
+            .min()
+    }
+
+    /// Take the vCPU to run next on `p`: the directed-yield target if that is
+    /// not unfair (its vruntime within a slice of the least-served, as CFS
+    /// checks its buddies), else the least-served (smallest vruntime).
+    /// Picking by received CPU time rather than by turns keeps vCPUs that
+    /// yield early (PLE, SDB) from losing their share to those that never do.
+    fn take_next(&mut self, p: u32) -> Option<u32> {
+        let buddy = std::mem::replace(&mut self.pcpus[p as usize].buddy, NONE);
+        let rq = &self.pcpus[p as usize].rq;
+        let (mut best, mut best_vr) = (usize::MAX, u64::MAX);
+        let mut buddy_pos = None;
+        for (i, &u) in rq.iter().enumerate() {
+            let vr = self.vcpus[u as usize].vruntime;
+            if vr < best_vr {
+                best = i;
+                best_vr = vr;
+            }
+            if u == buddy {
+                buddy_pos = Some((i, vr));
+            }
+        }
+        let pos = match buddy_pos {
+            Some((i, vr)) if vr <= best_vr.saturating_add(self.slice_ns) => i,
+            _ => best,
+        };
+        let v = self.pcpus[p as usize].rq.remove(pos)?;
+        self.set_bit_busy_rq(p);
+        Some(v)
+    }
+
     fn enqueue(&mut self, p: u32, v: u32) {
+        // CFS's place_entity: a vCPU that slept (or comes from another
+        // pCPU) gets at most half a slice of credit over the least-served
+        // one here, so a long sleep does not buy a long monopoly. (Capping
+        // the lead as well, like CFS's renormalization on migration, broke
+        // fairness for blocking pipelines; not modelled.)
+        if let Some(floor) = self.min_vruntime(p) {
+            let credit = floor.saturating_sub(self.slice_ns / 2);
+            let vc = &mut self.vcpus[v as usize];
+            vc.vruntime = vc.vruntime.max(credit);
+        }
         let vc = &mut self.vcpus[v as usize];
         vc.host = HostState::Queued;
         vc.pcpu = p;
         vc.act = Act::Off;
+        let c = if std::mem::take(&mut vc.yielded) {
+            cause::SPIN_YIELD
+        } else {
+            cause::STEAL
+        };
         self.pcpus[p as usize].rq.push_back(v);
         self.set_bit_busy_rq(p);
-        self.set_acct(v, Acct::Steal);
+        self.set_acct(v, Acct::Away(c as u8));
         self.arm_slice(p);
         self.arm_sdb_false_positive(p);
+    }
+
+    fn pcpu_load(&self, p: u32) -> usize {
+        let pc = &self.pcpus[p as usize];
+        pc.rq.len() + usize::from(pc.cur != NONE)
+    }
+
+    /// Even out the load of pCPUs `lo..hi`: sort once by load, then move
+    /// queued vCPUs from the busiest end to the least busy end until the two
+    /// ends differ by at most one (O(n log n) per call, so huge hosts stay cheap).
+    fn balance_range(&mut self, lo: u32, hi: u32, blocked: &[u32]) {
+        if hi - lo < 2 {
+            return;
+        }
+        let mut order: Vec<(usize, u32)> = (lo..hi)
+            .map(|p| (self.pcpu_load(p) + blocked[p as usize] as usize, p))
+            .collect();
+        order.sort_unstable();
+        let (mut i, mut j) = (0usize, order.len() - 1);
+        while i < j && order[j].0 >= order[i].0 + 2 {
+            let (src, dst) = (order[j].1, order[i].1);
+            // The vCPU that waited least (the tail) and may run on dst.
+            let pos = self.pcpus[src as usize].rq.iter().rposition(|&v| {
+                let vc = &self.vcpus[v as usize];
+                vc.lo <= dst && dst < vc.hi
+            });
+            let Some(v) = pos.and_then(|pos| self.pcpus[src as usize].rq.remove(pos)) else {
+                j -= 1;
+                continue;
+            };
+            self.set_bit_busy_rq(src);
+            if self.pcpus[dst as usize].cur == NONE {
+                self.dispatch(dst, v);
+            } else {
+                // Keep the accounting cause (steal, or waiting after a yield).
+                let c = match self.vcpus[v as usize].acct {
+                    super::Acct::Away(c) => c,
+                    _ => cause::STEAL as u8,
+                };
+                self.enqueue(dst, v);
+                self.vcpus[v as usize].acct = super::Acct::Away(c);
+            }
+            order[j].0 -= 1;
+            order[i].0 += 1;
+            if i + 1 < j && order[i].0 > order[i + 1].0 {
+                i += 1;
+            }
+            if j > i + 1 && order[j].0 < order[j - 1].0 {
+                j -= 1;
+            }
+        }
     }
 
     /// Make sure the current dispatch on `p` has a slice end while others wait.
@@ -173,24 +341,25 @@ impl Sim {
         self.push(at, Kind::Slice { pcpu: p, gen: 0 });
     }
 
-    /// A Slice event fires.
-    pub(super) fn slice_event(&mut self, p: u32) {
+    /// A Slice event fires. Returns false if it was stale (nothing to do).
+    pub(super) fn slice_event(&mut self, p: u32) -> bool {
         let now = self.now;
         let pc = &mut self.pcpus[p as usize];
         if pc.slice_event_at != now {
-            return;
+            return false;
         }
         pc.slice_event_at = u64::MAX;
         if pc.slice_end == u64::MAX {
-            return;
+            return false;
         }
         if now < pc.slice_end {
             let at = pc.slice_end;
             self.ensure_slice_event(p, at);
-            return;
+            return true;
         }
         pc.slice_end = u64::MAX;
         self.slice_expired(p);
+        true
     }
 
     /// The length of one host slice. Host ticks, wakeups and other load keep
@@ -210,7 +379,17 @@ impl Sim {
         } else {
             self.vms[vm as usize].costs.switch
         };
-        let warm = self.warmup_cost(v, p);
+        // A vCPU preempted before its refill finished continues that refill
+        // rather than starting another: the model pays a refill as time
+        // before the work while real execution overlaps it, so charging a
+        // full refill per dispatch would stall for ever any vCPU whose refill
+        // exceeds the host slice (found by the fuzz test).
+        let pending_refill = self.vacct[v as usize].ovh[cause::CACHE_REFILL];
+        let warm = if pending_refill > 0 {
+            0
+        } else {
+            self.warmup_cost(v, p)
+        };
         {
             let vc = &self.vcpus[v as usize];
             if vc.last_pcpu != NONE && vc.last_pcpu != p {
@@ -229,6 +408,9 @@ impl Sim {
         vc.act = Act::Off;
         vc.ple_shift = 0;
         vc.overhead_left += switch + warm;
+        let ovh = &mut self.vacct[v as usize].ovh;
+        ovh[cause::HOST_SWITCH] += switch;
+        ovh[cause::CACHE_REFILL] += warm;
         let pc = &mut self.pcpus[p as usize];
         pc.cur = v;
         pc.last_vcpu = v;
@@ -238,7 +420,7 @@ impl Sim {
         pc.sdb_armed = false;
         pc.want_preempt = false;
         self.set_bit_idle(p, false);
-        self.set_acct(v, Acct::Run);
+        self.set_acct(v, Acct::On(cause::UNATTRIBUTED as u8));
         self.arm_slice(p);
         self.arm_sdb_false_positive(p);
         self.resume(v);
@@ -257,6 +439,7 @@ impl Sim {
         let vmr = &mut self.vms[vm as usize];
         vmr.running -= 1;
         vmr.running_per_domain[domain as usize] -= 1;
+        self.vcpus[v as usize].vruntime += self.now - self.pcpus[p as usize].dispatched_at;
         let pc = &mut self.pcpus[p as usize];
         pc.cur = NONE;
         pc.slice_gen = pc.slice_gen.wrapping_add(1);
@@ -270,8 +453,7 @@ impl Sim {
             self.set_bit_idle(p, true);
             return;
         }
-        if let Some(v) = self.pcpus[p as usize].rq.pop_front() {
-            self.set_bit_busy_rq(p);
+        if let Some(v) = self.take_next(p) {
             self.dispatch(p, v);
             return;
         }
@@ -320,10 +502,9 @@ impl Sim {
             self.vcpus[v as usize].exits[super::exit::PREEMPT] += 1;
         }
         self.leave_pcpu(v, p);
-        let next = self.pcpus[p as usize].rq.pop_front();
+        let next = self.take_next(p);
         self.enqueue(p, v);
         if let Some(n) = next {
-            self.set_bit_busy_rq(p);
             self.dispatch(p, n);
         }
         true
@@ -372,17 +553,19 @@ impl Sim {
     }
 
     /// A kick (IPI or timer) reaches a halted vCPU's host thread.
-    pub(super) fn wake_arrives(&mut self, v: u32) {
+    /// Returns false if the kick was stale (nothing to do).
+    pub(super) fn wake_arrives(&mut self, v: u32) -> bool {
         let vc = &mut self.vcpus[v as usize];
         vc.wake_pending = false;
         if vc.host != HostState::Halted {
-            return;
+            return false;
         }
         let vm = vc.vm;
         if self.vms[vm as usize].done_threads == self.vms[vm as usize].n_threads {
-            return;
+            return false;
         }
         self.make_ready(v);
+        true
     }
 
     /// Yield the pCPU after a spin was detected (PLE or SDB): to a queued vCPU
@@ -392,16 +575,14 @@ impl Sim {
         let p = self.vcpus[v as usize].pcpu;
         let vm = self.vcpus[v as usize].vm;
         let rq = &self.pcpus[p as usize].rq;
-        if let Some(pos) = rq
+        // The target becomes the pCPU's next buddy, which `take_next` honours
+        // only while that is fair: siblings of one VM yielding to each other
+        // must not starve other VMs.
+        if let Some(&u) = rq
             .iter()
-            .position(|&u| self.vcpus[u as usize].vm == vm && self.yield_candidate(u))
+            .find(|&&u| self.vcpus[u as usize].vm == vm && self.yield_candidate(u))
         {
-            if pos > 0 {
-                let pc = &mut self.pcpus[p as usize];
-                if let Some(u) = pc.rq.remove(pos) {
-                    pc.rq.push_front(u);
-                }
-            }
+            self.pcpus[p as usize].buddy = u;
         } else if self.policy.kind != PolicyKind::Gang {
             // Directed yield across pCPUs: pull a preempted sibling here.
             let first = self.vms[vm as usize].first_vcpu;
@@ -420,7 +601,8 @@ impl Sim {
                 if let Some(pos) = qrq.iter().position(|&x| x == u) {
                     qrq.remove(pos);
                     self.set_bit_busy_rq(q);
-                    self.pcpus[p as usize].rq.push_front(u);
+                    self.pcpus[p as usize].rq.push_back(u);
+                    self.pcpus[p as usize].buddy = u;
                     self.set_bit_busy_rq(p);
                 }
             }
@@ -518,10 +700,10 @@ impl Sim {
         let vc = &mut self.vcpus[v as usize];
         if matches!(act, Act::Halting | Act::HaltPoll) {
             vc.host = HostState::Halted;
-            self.set_acct(v, Acct::Idle);
+            self.set_acct(v, Acct::Away(cause::IDLE_HALTED as u8));
         } else {
             vc.host = HostState::Parked;
-            self.set_acct(v, Acct::Steal);
+            self.set_acct(v, Acct::Away(cause::STEAL as u8));
         }
     }
 }

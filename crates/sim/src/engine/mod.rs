@@ -14,6 +14,7 @@
 //! only randomness (SDB false positives) comes from a seeded generator, and the
 //! event queue breaks ties by insertion order.
 
+mod account;
 mod cache;
 mod guest;
 mod host;
@@ -65,15 +66,8 @@ pub(crate) enum Act {
     HaltPoll,
 }
 
-/// Time accounting buckets of a vCPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Acct {
-    Run,
-    Spin,
-    Idle,
-    Steal,
-    Off,
-}
+use crate::breakdown::{self as cause, CARRIED};
+pub(crate) use account::Acct;
 
 /// Exit reasons counted per vCPU; names are the record's keys.
 pub(crate) mod exit {
@@ -133,10 +127,12 @@ pub(crate) struct Vcpu {
     pub sdb_at: u64,
     pub acct: Acct,
     pub acct_since: u64,
-    pub run_ns: u64,
-    pub spin_ns: u64,
-    pub idle_ns: u64,
-    pub steal_ns: u64,
+    /// pCPU charged along with the current accounting state (NONE: off-pCPU).
+    pub acct_pcpu: u32,
+    /// Thread whose segment the current `Acct::Segment` state charges.
+    pub acct_thread: u32,
+    /// The vCPU is being preempted by its own PLE/SDB yield.
+    pub yielded: bool,
     pub exits: [u64; exit::N],
     /// Allowed pCPUs: `lo .. hi`.
     pub lo: u32,
@@ -144,6 +140,8 @@ pub(crate) struct Vcpu {
     /// Running time left until the next device exit.
     pub next_device_in: u64,
     pub wake_pending: bool,
+    /// Host CPU time received (CFS's vruntime, equal weights).
+    pub vruntime: u64,
 }
 
 pub(crate) struct Pcpu {
@@ -159,7 +157,12 @@ pub(crate) struct Pcpu {
     pub dispatched_at: u64,
     pub last_vcpu: u32,
     pub want_preempt: bool,
+    /// A directed-yield target to run next (CFS's next buddy), or NONE.
+    pub buddy: u32,
     pub domain: u32,
+    pub idle_ns: u64,
+    /// Idle since (u64::MAX: busy).
+    pub idle_since: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +201,7 @@ pub(crate) struct Thread {
     pub seg_left: u64,
     /// Small costs (atomics, syscalls) added to the next segment.
     pub carry: u64,
+
     /// Absolute end of the current spin phase (u64::MAX: unlimited).
     pub spin_deadline: u64,
     /// Spinning time left before giving up (spin-then-block, adaptive mutex);
@@ -297,10 +301,36 @@ pub(crate) struct Vm {
     pub device_wait_ns: u64,
     pub gang_active: bool,
     pub gang_base: u32,
+    /// The VM finished and its vCPUs' accounting is closed.
+    pub acct_closed: bool,
+}
+
+/// Accounting arrays of a vCPU, kept apart from `Vcpu` so the hot state
+/// stays compact.
+#[derive(Clone)]
+pub(crate) struct VcpuAcct {
+    /// Time by cause (`crate::breakdown`).
+    pub by_cause: [u64; cause::N],
+    /// Pending overhead by cause; sums to `Vcpu::overhead_left` plus what is
+    /// left of a current `Act::Overhead`.
+    pub ovh: [u64; CARRIED],
+}
+
+/// Accounting arrays of a thread.
+#[derive(Clone, Default)]
+pub(crate) struct ThreadAcct {
+    /// `Thread::carry` by cause.
+    pub kcarry: [u64; CARRIED],
+    /// Carried costs by cause at the start of the current segment, not yet charged.
+    pub seg_k: [u64; CARRIED],
 }
 
 pub(crate) struct Sim {
     pub now: u64,
+    /// Exact accounting, per vCPU, thread and pCPU (see `account.rs`).
+    pub vacct: Vec<VcpuAcct>,
+    pub tacct: Vec<ThreadAcct>,
+    pub pacct: Vec<[u64; cause::N]>,
     pub q: Queue,
     pub platform: Platform,
     pub policy: Policy,
@@ -324,6 +354,10 @@ pub(crate) struct Sim {
     /// SMPLAB_SIM_TRACE set: print every event to stderr (debugging).
     pub trace: bool,
     pub kind_counts: [u64; 14],
+    /// Stale events popped and discarded.
+    pub stale: u64,
+    /// Scratch: halted vCPUs per pCPU they last ran on (load balancing).
+    pub blocked_load: Vec<u32>,
     /// Compiled programs by program (see `add_vm`).
     pub code_cache: Vec<(smplab_workload::Program, Arc<Vec<GroupCode>>)>,
 }
@@ -348,10 +382,18 @@ pub(crate) struct VmOutcome {
     pub warmup_ns: u64,
     pub device_wait_ns: u64,
     pub finished_threads: u32,
+    /// vCPU time by cause, summed over the VM's vCPUs.
+    pub by_cause: [u64; cause::N],
 }
 
 pub(crate) struct RunOutcome {
     pub vms: Vec<VmOutcome>,
+    /// pCPU busy time by cause, summed over pCPUs.
+    pub pcpu_by_cause: [u64; cause::N],
+    /// Per pCPU: (busy time by cause summed, idle time), for conservation checks.
+    pub pcpu_totals: Vec<(u64, u64)>,
+    /// Stale events popped and discarded (not counted in `events`).
+    pub stale_events: u64,
     pub events: u64,
     pub end_ns: u64,
 }
@@ -370,6 +412,9 @@ impl Sim {
         let words = (s.pcpus as usize).div_ceil(64);
         let mut sim = Sim {
             now: 0,
+            vacct: Vec::new(),
+            tacct: Vec::new(),
+            pacct: vec![[0; cause::N]; s.pcpus as usize],
             q: Queue::with_capacity(1024),
             platform: p.clone(),
             policy: s.policy,
@@ -385,7 +430,10 @@ impl Sim {
                     dispatched_at: 0,
                     last_vcpu: NONE,
                     want_preempt: false,
+                    buddy: NONE,
                     domain: i / per_llc,
+                    idle_ns: 0,
+                    idle_since: u64::MAX,
                 })
                 .collect(),
             vcpus: Vec::new(),
@@ -402,6 +450,8 @@ impl Sim {
             stats: std::env::var_os("SMPLAB_SIM_STATS").is_some(),
             trace: std::env::var_os("SMPLAB_SIM_TRACE").is_some(),
             kind_counts: [0; 14],
+            stale: 0,
+            blocked_load: Vec::new(),
             code_cache: Vec::new(),
         };
         for i in 0..s.pcpus {
@@ -521,6 +571,7 @@ impl Sim {
         let cap = p.cache.private_bytes;
         for (ti, (g, idx)) in prog.threads().into_iter().enumerate() {
             let gc = &code[g];
+            self.tacct.push(ThreadAcct::default());
             self.threads.push(Thread {
                 vm: k,
                 group: g as u32,
@@ -568,6 +619,10 @@ impl Sim {
             {
                 rq.push_back(t);
             }
+            self.vacct.push(VcpuAcct {
+                by_cause: [0; cause::N],
+                ovh: [0; CARRIED],
+            });
             self.vcpus.push(Vcpu {
                 vm: k,
                 index: i,
@@ -592,15 +647,15 @@ impl Sim {
                 sdb_at: u64::MAX,
                 acct: Acct::Off,
                 acct_since: 0,
-                run_ns: 0,
-                spin_ns: 0,
-                idle_ns: 0,
-                steal_ns: 0,
+                acct_pcpu: NONE,
+                acct_thread: NONE,
+                yielded: false,
                 exits: [0; exit::N],
                 lo,
                 hi,
                 next_device_in: 0,
                 wake_pending: false,
+                vruntime: 0,
             });
         }
         let dev_period = spec
@@ -686,6 +741,7 @@ impl Sim {
             device_wait_ns: 0,
             gang_active: false,
             gang_base: 0,
+            acct_closed: false,
         });
         Ok(())
     }
@@ -706,23 +762,6 @@ impl Sim {
     #[inline]
     pub fn push(&mut self, at: u64, kind: Kind) {
         self.q.push(at, kind);
-    }
-
-    /// Move vCPU `v`'s time accounting into bucket `a` from now on.
-    #[inline]
-    pub fn set_acct(&mut self, v: u32, a: Acct) {
-        let now = self.now;
-        let vc = &mut self.vcpus[v as usize];
-        let d = now - vc.acct_since;
-        match vc.acct {
-            Acct::Run => vc.run_ns += d,
-            Acct::Spin => vc.spin_ns += d,
-            Acct::Idle => vc.idle_ns += d,
-            Acct::Steal => vc.steal_ns += d,
-            Acct::Off => {}
-        }
-        vc.acct = a;
-        vc.acct_since = now;
     }
 
     /// Schedule the vCPU's next Step at `at` (making earlier ones stale).
@@ -788,6 +827,21 @@ impl Sim {
                     th.vm, th.state, th.wait, th.pc, th.seg_left, th.carry, th.vcpu, vc.host, vc.act, vc.cur, vc.rq, vc.overhead_left, vc.pcpu
                 );
             }
+            for (i, pc) in self.pcpus.iter().enumerate().take(8) {
+                let vr = |u: u32| {
+                    (
+                        u,
+                        self.vcpus[u as usize].vruntime,
+                        self.vcpus[u as usize].act,
+                    )
+                };
+                eprintln!(
+                    "smplab-sim pcpu {i}: cur {:?} rq {:?} buddy {}",
+                    (pc.cur != NONE).then(|| vr(pc.cur)),
+                    pc.rq.iter().map(|&u| vr(u)).collect::<Vec<_>>(),
+                    pc.buddy
+                );
+            }
             eprintln!(
                 "smplab-sim events by kind [step:stale overhead handler segment spin idlepoll halting haltpoll | slice wake ipi timer gang sdbfalse]: {:?}; pending at end {}",
                 self.kind_counts,
@@ -797,6 +851,13 @@ impl Sim {
         self.now = end;
         for v in 0..self.vcpus.len() as u32 {
             self.set_acct(v, Acct::Off);
+        }
+        for p in 0..self.pcpus.len() as u32 {
+            // Close the idle interval (a busy pCPU's time was charged above).
+            if self.pcpus[p as usize].idle_since != u64::MAX {
+                self.pcpu_idle_acct(p, false);
+                self.pcpu_idle_acct(p, true);
+            }
         }
         Ok(self.outcome(end))
     }
@@ -831,7 +892,7 @@ impl Sim {
                 Kind::Wake { .. } => 9,
                 Kind::Ipi { .. } => 10,
                 Kind::Timer { .. } => 11,
-                Kind::Gang => 12,
+                Kind::Gang | Kind::Balance { .. } => 12,
                 Kind::SdbFalse { .. } => 13,
             };
             self.kind_counts[i] += 1;
@@ -841,18 +902,36 @@ impl Sim {
                 if self.vcpus[vcpu as usize].gen == gen {
                     self.vcpus[vcpu as usize].step_at = u64::MAX;
                     self.step(vcpu);
-                } else if self.stats {
-                    self.kind_counts[0] += 1;
+                } else {
+                    self.stale += 1;
+                    if self.stats {
+                        self.kind_counts[0] += 1;
+                    }
                 }
             }
-            Kind::Slice { pcpu, .. } => self.slice_event(pcpu),
-            Kind::Wake { vcpu } => self.wake_arrives(vcpu),
+            Kind::Slice { pcpu, .. } => {
+                if !self.slice_event(pcpu) {
+                    self.stale += 1;
+                }
+            }
+            Kind::Wake { vcpu } => {
+                if !self.wake_arrives(vcpu) {
+                    self.stale += 1;
+                }
+            }
             Kind::Ipi { vcpu, from } => self.ipi_arrives(vcpu, from),
             Kind::Timer { thread } => self.timer_fires(thread),
             Kind::Gang => self.gang_tick(),
+            Kind::Balance { level } => {
+                if !self.balance_tick(level) {
+                    self.stale += 1;
+                }
+            }
             Kind::SdbFalse { pcpu, gen } => {
                 if self.pcpus[pcpu as usize].slice_gen == gen {
                     self.sdb_false_positive(pcpu);
+                } else {
+                    self.stale += 1;
                 }
             }
         }
@@ -905,16 +984,33 @@ impl Sim {
             .iter()
             .map(|vm| {
                 let mut exits = [0u64; exit::N];
-                let (mut spin, mut idle, mut steal) = (0, 0, 0);
-                for v in &self.vcpus[vm.first_vcpu as usize..(vm.first_vcpu + vm.n_vcpus) as usize]
-                {
+                let mut by_cause = [0u64; cause::N];
+                let vcpus = vm.first_vcpu as usize..(vm.first_vcpu + vm.n_vcpus) as usize;
+                for v in &self.vcpus[vcpus.clone()] {
                     for (a, b) in exits.iter_mut().zip(v.exits) {
                         *a += b;
                     }
-                    spin += v.spin_ns;
-                    idle += v.idle_ns;
-                    steal += v.steal_ns;
                 }
+                for v in &self.vacct[vcpus] {
+                    for (a, b) in by_cause.iter_mut().zip(v.by_cause) {
+                        *a += b;
+                    }
+                }
+                let sum = |cs: &[usize]| cs.iter().map(|&c| by_cause[c]).sum::<u64>();
+                let spin = sum(&[
+                    cause::SPIN_LOCK,
+                    cause::SPIN_MUTEX,
+                    cause::SPIN_BARRIER,
+                    cause::SPIN_SHOOTDOWN,
+                ]);
+                let idle = sum(&[
+                    cause::IDLE_POLL,
+                    cause::IDLE_HALTED,
+                    cause::HALT_POLL,
+                    cause::EXIT_HLT,
+                    cause::WAKE_LATENCY,
+                ]);
+                let steal = sum(&[cause::STEAL, cause::SPIN_YIELD]);
                 let finished = vm.done_threads == vm.n_threads;
                 let threads = self.threads
                     [vm.first_thread as usize..(vm.first_thread + vm.n_threads) as usize]
@@ -947,12 +1043,27 @@ impl Sim {
                     warmup_ns: vm.warmup_ns,
                     device_wait_ns: vm.device_wait_ns,
                     finished_threads: vm.done_threads,
+                    by_cause,
                 }
             })
             .collect();
+        let mut pcpu_by_cause = [0u64; cause::N];
+        for pc in &self.pacct {
+            for (a, b) in pcpu_by_cause.iter_mut().zip(pc) {
+                *a += b;
+            }
+        }
         RunOutcome {
             vms,
-            events: self.q.popped,
+            pcpu_by_cause,
+            pcpu_totals: self
+                .pcpus
+                .iter()
+                .zip(&self.pacct)
+                .map(|(pc, parts)| (parts.iter().sum(), pc.idle_ns))
+                .collect(),
+            stale_events: self.stale,
+            events: self.q.popped - self.stale,
             end_ns: end,
         }
     }

@@ -11,6 +11,7 @@
 
 use super::guest::Flow;
 use super::{Acct, Act, HostState, Sim, TState, Wait, NONE};
+use crate::breakdown as cause;
 use crate::code::counter;
 use smplab_workload::spec::{BarrierWait, SpinKind};
 
@@ -68,6 +69,7 @@ impl Sim {
                     th.state = TState::Running;
                     th.wait = Wait::None;
                     th.carry += lt;
+                    self.tacct[t as usize].kcarry[cause::CACHE_LINE_TRANSFER] += lt;
                     return Flow::Continue;
                 }
             }
@@ -84,6 +86,7 @@ impl Sim {
                     th.retry = false;
                     th.pc += 1;
                     th.carry += lt;
+                    self.tacct[t as usize].kcarry[cause::CACHE_LINE_TRANSFER] += lt;
                     return Flow::Continue;
                 }
             }
@@ -119,7 +122,14 @@ impl Sim {
         } else {
             u64::MAX
         };
-        self.set_acct(v, Acct::Spin);
+        let c = match self.threads[t as usize].wait {
+            Wait::SpinLock(_) => cause::SPIN_LOCK,
+            Wait::Mutex(_) => cause::SPIN_MUTEX,
+            Wait::Barrier(_) => cause::SPIN_BARRIER,
+            Wait::Shootdown => cause::SPIN_SHOOTDOWN,
+            Wait::None => cause::UNATTRIBUTED,
+        };
+        self.set_acct(v, Acct::On(c as u8));
         self.reschedule(v);
         Flow::Started
     }
@@ -161,6 +171,7 @@ impl Sim {
             let th = &mut self.threads[t as usize];
             th.spin_locks_held += 1;
             th.carry += self.platform.cpu.atomic_ns;
+            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.atomic_ns;
             return Flow::Continue;
         }
         l.waiters.push(t);
@@ -177,6 +188,7 @@ impl Sim {
         let th = &mut self.threads[t as usize];
         th.pc += 1;
         th.carry += self.platform.cpu.atomic_ns;
+        self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.atomic_ns;
         th.spin_locks_held = th.spin_locks_held.saturating_sub(1);
         let held = th.spin_locks_held;
         let l = &self.vms[vm].spin_locks[i as usize];
@@ -217,6 +229,7 @@ impl Sim {
             th.retry = false;
             th.pc += 1;
             th.carry += self.platform.cpu.sync_op_ns;
+            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
             return Flow::Continue;
         }
         if !retry && m.spin_limit > 0 {
@@ -239,6 +252,7 @@ impl Sim {
         let th = &mut self.threads[t as usize];
         th.pc += 1;
         th.carry += self.platform.cpu.sync_op_ns;
+        self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
         let m = &self.vms[vm].mutexes[i as usize];
         let spinner = m
             .spinners
@@ -271,6 +285,7 @@ impl Sim {
         let th = &mut self.threads[t as usize];
         th.pc += 1;
         th.carry += atomic;
+        self.tacct[t as usize].kcarry[cause::USER_SYNC] += atomic;
         let b = &mut self.vms[vm].barriers[i as usize];
         b.arrived += 1;
         if b.arrived >= b.parties {
@@ -324,6 +339,7 @@ impl Sim {
             th.retry = false;
             th.pc += 1;
             th.carry += self.platform.cpu.sync_op_ns;
+            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
             if let Some(w) = popper {
                 self.wake_thread(w, Some(t));
             }
@@ -347,6 +363,7 @@ impl Sim {
             th.retry = false;
             th.pc += 1;
             th.carry += self.platform.cpu.sync_op_ns;
+            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
             if let Some(w) = pusher {
                 self.wake_thread(w, Some(t));
             }

@@ -5,6 +5,7 @@
 //! IPI and HLT costs are applied where the guest sends and halts (guest.rs).
 
 use super::{exit, Act, Sim};
+use crate::breakdown as cause;
 use crate::events::Kind;
 use crate::scenario::DeviceSync;
 
@@ -17,11 +18,14 @@ impl Sim {
         self.interrupt_act(v);
         let vc = &mut self.vcpus[v as usize];
         vc.exits[exit::PLE] += 1;
-        vc.overhead_left += exit_ns;
-        if self.spin_yield(v) {
+        vc.yielded = true;
+        self.add_overhead(v, cause::EXIT_PLE, exit_ns);
+        let yielded = self.spin_yield(v);
+        let vc = &mut self.vcpus[v as usize];
+        vc.yielded = false;
+        if yielded {
             return;
         }
-        let vc = &mut self.vcpus[v as usize];
         vc.ple_shift = (vc.ple_shift + 1).min(4);
         self.resume(v);
     }
@@ -34,9 +38,12 @@ impl Sim {
         self.interrupt_act(v);
         let vc = &mut self.vcpus[v as usize];
         vc.exits[exit::SDB] += 1;
-        vc.overhead_left += exit_ns;
         vc.sdb_at = u64::MAX;
-        if self.spin_yield(v) {
+        vc.yielded = true;
+        self.add_overhead(v, cause::EXIT_SDB, exit_ns);
+        let yielded = self.spin_yield(v);
+        self.vcpus[v as usize].yielded = false;
+        if yielded {
             return;
         }
         self.resume(v);
@@ -88,7 +95,7 @@ impl Sim {
             let exit_ns = self.vms[vm].costs.exit;
             let vc = &mut self.vcpus[v as usize];
             vc.exits[exit::SDB] += 1;
-            vc.overhead_left += exit_ns;
+            self.add_overhead(v, cause::EXIT_SDB, exit_ns);
             let _ = self.preempt(p);
         } else {
             self.arm_sdb_false_positive(p);
@@ -148,7 +155,8 @@ impl Sim {
         let vc = &mut self.vcpus[v as usize];
         vc.exits[exit::DEVICE] += 1;
         vc.next_device_in = period.max(1);
-        vc.overhead_left += costs.user_exit + stall;
+        self.add_overhead(v, cause::DEVICE_WAIT, wait);
+        self.add_overhead(v, cause::EXIT_IO, costs.user_exit + stall - wait);
         self.resume(v);
     }
 }

@@ -1,0 +1,167 @@
+//! Exact time accounting (see `crate::breakdown` for the causes).
+//!
+//! Each vCPU is in exactly one accounting state at a time ([`Acct`]); moving
+//! it to another state charges the interval since the last move. Two states
+//! are composite, because the model pays several costs in one activity:
+//!
+//! - `Overhead`: the vCPU pays its pending costs (`Vcpu::ovh`, by cause,
+//!   whose sum is the activity's length); elapsed time consumes them in cause
+//!   order, so an interrupted overhead keeps exactly what is left.
+//! - `Segment`: the thread runs a fused segment; its first part is the
+//!   carried costs folded into it (`Thread::seg_k`, by cause), the rest is
+//!   user work.
+//!
+//! Intervals in an on-pCPU state are charged to that pCPU as well; a pCPU's
+//! remaining time is idle (`Pcpu::idle_ns`). A VM's vCPUs stop being charged
+//! when the VM finishes, so their parts sum to `wall × vCPUs`.
+
+use super::{Sim, NONE};
+use crate::breakdown::{self as cause, CARRIED};
+
+/// Accounting state of a vCPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Acct {
+    /// Not charged (before start, after the VM finished).
+    Off,
+    /// On a pCPU, paying `Vcpu::ovh`.
+    Overhead,
+    /// On a pCPU, running a segment of its current thread.
+    Segment,
+    /// On a pCPU, charged to one cause.
+    On(u8),
+    /// Off any pCPU, charged to one cause.
+    Away(u8),
+}
+
+/// Charge `d` ns against the pending costs `parts` in cause order; what
+/// exceeds them goes to `rest`. Calls `f(cause, ns)` per non-empty part.
+#[inline]
+fn consume(parts: &mut [u64; CARRIED], mut d: u64, rest: usize, mut f: impl FnMut(usize, u64)) {
+    for (c, p) in parts.iter_mut().enumerate() {
+        if d == 0 {
+            return;
+        }
+        if *p > 0 {
+            let x = (*p).min(d);
+            *p -= x;
+            d -= x;
+            f(c, x);
+        }
+    }
+    if d > 0 {
+        f(rest, d);
+    }
+}
+
+impl Sim {
+    /// Move vCPU `v`'s accounting into state `a` from now on.
+    #[inline]
+    pub fn set_acct(&mut self, v: u32, a: Acct) {
+        self.charge_acct(v);
+        let vc = &mut self.vcpus[v as usize];
+        vc.acct = a;
+        vc.acct_pcpu = if matches!(a, Acct::Away(_) | Acct::Off) {
+            NONE
+        } else {
+            vc.pcpu
+        };
+        vc.acct_thread = vc.cur;
+    }
+
+    /// Charge the interval since the last accounting move (state unchanged).
+    pub(super) fn charge_acct(&mut self, v: u32) {
+        let now = self.now;
+        let vc = &mut self.vcpus[v as usize];
+        let d = now - vc.acct_since;
+        vc.acct_since = now;
+        if d == 0 {
+            return;
+        }
+        let counted = !self.vms[vc.vm as usize].acct_closed;
+        let p = vc.acct_pcpu;
+        let va = &mut self.vacct[v as usize];
+        let vcpu_parts = &mut va.by_cause;
+        let mut pcpu_parts = (p != NONE).then(|| &mut self.pacct[p as usize]);
+        let mut add = |c: usize, x: u64| {
+            if counted {
+                vcpu_parts[c] += x;
+            }
+            if let Some(pp) = pcpu_parts.as_mut() {
+                pp[c] += x;
+            }
+        };
+        match vc.acct {
+            Acct::Off => {}
+            Acct::On(c) | Acct::Away(c) => add(c as usize, d),
+            Acct::Overhead => consume(&mut va.ovh, d, cause::UNATTRIBUTED, add),
+            Acct::Segment => {
+                let t = vc.acct_thread;
+                if t == NONE {
+                    add(cause::UNATTRIBUTED, d);
+                } else {
+                    consume(&mut self.tacct[t as usize].seg_k, d, cause::USER, add);
+                }
+            }
+        }
+    }
+
+    /// Add a pending cost `ns` of cause `c` to the vCPU's overhead.
+    #[inline]
+    pub(super) fn add_overhead(&mut self, v: u32, c: usize, ns: u64) {
+        self.vcpus[v as usize].overhead_left += ns;
+        self.vacct[v as usize].ovh[c] += ns;
+    }
+
+    /// Add a small cost `ns` of cause `c` to the thread's next segment.
+    #[inline]
+    pub(super) fn add_carry(&mut self, t: u32, c: usize, ns: u64) {
+        self.threads[t as usize].carry += ns;
+        self.tacct[t as usize].kcarry[c] += ns;
+    }
+
+    /// The VM finished: charge its vCPUs up to now and stop charging them.
+    pub(super) fn close_vm_acct(&mut self, vm: u32) {
+        let (first, n) = (
+            self.vms[vm as usize].first_vcpu,
+            self.vms[vm as usize].n_vcpus,
+        );
+        for u in first..first + n {
+            self.charge_acct(u);
+        }
+        self.vms[vm as usize].acct_closed = true;
+    }
+
+    /// Mark pCPU `p` idle or busy for the accounting of its idle time.
+    #[inline]
+    pub(super) fn pcpu_idle_acct(&mut self, p: u32, idle: bool) {
+        let now = self.now;
+        let pc = &mut self.pcpus[p as usize];
+        match (pc.idle_since, idle) {
+            (u64::MAX, true) => pc.idle_since = now,
+            (since, false) if since != u64::MAX => {
+                pc.idle_ns += now - since;
+                pc.idle_since = u64::MAX;
+            }
+            _ => {}
+        }
+    }
+
+    /// Cause of the ipi-receive cost on this VM: an exit without APICv.
+    pub(super) fn ipi_receive_cause(&self, vm: usize) -> usize {
+        let c = &self.vms[vm].costs;
+        if c.virtualized && !c.apicv {
+            cause::EXIT_APIC_EOI
+        } else {
+            cause::KERNEL_IPI_HANDLER
+        }
+    }
+
+    /// Cause of the ipi-send cost on this VM: an ICR-write exit in a VM.
+    pub(super) fn ipi_send_cause(&self, vm: usize) -> usize {
+        if self.vms[vm].costs.virtualized {
+            cause::EXIT_APIC_ICR
+        } else {
+            cause::KERNEL_IPI_SEND
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! A fair host treats identical VMs alike: Jain's fairness index of per-VM
+//! throughput (progress within one simulated second: long enough that the
+//! start, where every VM begins co-scheduled, does not dominate) is at least 0.95
+//! over host sizes, overcommit ratios, VM sizes and profiles (issue 10 §2).
+//! On `kvm2015`, the profile of seed 000's host. (On `pvm-here`, where exits
+//! cost tens of microseconds, CPU time stays fair but a 4x-overcommitted
+//! blocking pipeline spends ~98% of it in exits and per-VM throughput
+//! scatters: Jain 0.91-0.96 for 4 dedup VMs of 4 vCPUs on 4 pCPUs; see
+//! docs/sim.md.) `SMPLAB_SIM_FAIR_CASES=N` runs more cases.
+
+use proptest::prelude::*;
+use smplab_sim::*;
+
+/// Progress of one VM: operations executed (compute, touch and sync ops;
+/// the per-op iteration and byte totals are left out so one kind does not
+/// dominate).
+fn progress(r: &RunRecord) -> f64 {
+    r.counters
+        .ops
+        .iter()
+        .filter(|(k, _)| !k.ends_with("_iters") && !k.ends_with("_bytes"))
+        .map(|(_, &v)| v as f64)
+        .sum()
+}
+
+/// Jain's index: (Σx)² / (n Σx²); 1 is perfectly fair, 1/n the worst.
+fn jain(x: &[f64]) -> f64 {
+    let s: f64 = x.iter().sum();
+    let q: f64 = x.iter().map(|v| v * v).sum();
+    if q == 0.0 {
+        return 1.0;
+    }
+    s * s / (x.len() as f64 * q)
+}
+
+/// Identical VMs filling `pcpus × overcommit` vCPUs; per-VM progress after
+/// `horizon_ms` of simulated time.
+pub fn fairness(
+    platform: &str,
+    profile: &str,
+    pcpus: u32,
+    overcommit: u32,
+    vcpus: u32,
+    seed: u64,
+    horizon_ms: u64,
+) -> f64 {
+    let vms = (pcpus * overcommit / vcpus).max(2) as usize;
+    let v = VmSpec::from_workload(profile, Some(vcpus), 1000.0, vcpus).unwrap();
+    let mut s = Scenario::new(Platform::builtin(platform).unwrap(), pcpus, vec![v; vms]);
+    s.seed = seed;
+    s.horizon_ns = Some(horizon_ms * 1_000_000);
+    s.native_reference = false;
+    let recs = simulate(&s).unwrap();
+    assert!(
+        recs.iter().all(|r| !r.is_ok()),
+        "a VM finished: raise the scale"
+    );
+    let p: Vec<f64> = recs.iter().map(progress).collect();
+    jain(&p)
+}
+
+fn cases() -> u32 {
+    std::env::var("SMPLAB_SIM_FAIR_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(12)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn identical_vms_get_near_equal_throughput(
+        pcpus in prop::sample::select(vec![4u32, 8, 16, 32]),
+        overcommit in 1u32..=4,
+        vcpus_log in 1u32..=3,
+        profile in prop::sample::select(vec!["streamcluster", "blackscholes", "dedup", "fluidanimate", "canneal", "vips"]),
+        seed in 0u64..1000,
+    ) {
+        let vcpus = (1u32 << vcpus_log).min(pcpus);
+        let platform = "kvm2015";
+        let j = fairness(platform, profile, pcpus, overcommit, vcpus, seed, 1000);
+        eprintln!("{platform} {profile} pcpus {pcpus} x{overcommit} vcpus {vcpus} seed {seed}: Jain {j:.3}");
+        // Tolerance: the issue's target, 0.95.
+        prop_assert!(j >= 0.95, "Jain {j:.3}");
+    }
+}
+
+/// The issue's case: 16 VMs x 4 vCPUs of streamcluster on 16 pCPUs.
+#[test]
+fn issue_case_sixteen_streamcluster_vms() {
+    let j = fairness("kvm2015", "streamcluster", 16, 4, 4, 1, 1000);
+    eprintln!("16 pCPUs, 16 x 4-vCPU streamcluster, 1 s: Jain {j:.3}");
+    assert!(j >= 0.95, "Jain {j:.3}");
+}
