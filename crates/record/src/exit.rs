@@ -23,3 +23,14 @@ pub const EXTERNAL_TOOL: i32 = 8;
 pub const RUN_FAILED: i32 = 9;
 /// Some points of a lab sweep failed; the others were stored.
 pub const PARTIAL: i32 = 10;
+
+/// Print an error the way every `smplab` command does: `smplab: <message>` on
+/// stderr, the prefix on every line (a list of spec problems stays greppable).
+pub fn report_error(message: impl std::fmt::Display) {
+    use std::io::Write as _;
+    let mut err = std::io::stderr().lock();
+    for line in message.to_string().lines() {
+        // Nothing useful can be done when stderr itself is gone.
+        let _ = writeln!(err, "smplab: {line}");
+    }
+}

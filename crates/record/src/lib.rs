@@ -6,7 +6,9 @@
 //! Compatibility rule: adding an optional field keeps [`SCHEMA_VERSION`];
 //! renaming or removing one, or changing a meaning, bumps it.
 
+pub mod amdahl;
 pub mod cpus;
+pub mod diag;
 pub mod exit;
 pub mod guest;
 pub mod histogram;

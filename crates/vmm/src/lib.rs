@@ -9,7 +9,6 @@ pub mod control;
 pub mod devices;
 pub mod error;
 pub mod kvm_stats;
-pub mod model;
 pub mod placement;
 pub mod rss;
 pub mod stress;
