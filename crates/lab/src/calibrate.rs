@@ -346,8 +346,14 @@ pub fn apply_to_profile(
 /// Fields of the base profile that calibration never measures but a reader
 /// might think it did, with why.
 const NOT_MEASURED: &[(&str, &str)] = &[
-    ("vmm.ipi_send_apicv_ns", "this host has no APICv (PVM), so there is nothing to measure"),
-    ("vmm.ipi_receive_apicv_ns", "this host has no APICv (PVM), so there is nothing to measure"),
+    (
+        "vmm.ipi_send_apicv_ns",
+        "this host has no APICv (PVM), so there is nothing to measure",
+    ),
+    (
+        "vmm.ipi_receive_apicv_ns",
+        "this host has no APICv (PVM), so there is nothing to measure",
+    ),
 ];
 
 /// The header comment of a written profile: what was measured, what was kept.
@@ -625,8 +631,7 @@ pub fn measure(
 
 /// Write the calibrated profile (pvm-here with measured fields replaced).
 pub fn write_profile(cal: &Calibration, out: &std::path::Path) -> Result<(), CalibrateError> {
-    let base =
-        crate::simglue::base_profile_text("pvm-here").ok_or(CalibrateError::NoSimulator)?;
+    let base = crate::simglue::base_profile_text("pvm-here").ok_or(CalibrateError::NoSimulator)?;
     let text = apply_to_profile(&base, "calibrated", cal)?;
     crate::simglue::check_profile_text(&out.display().to_string(), &text)
         .map_err(CalibrateError::InvalidProfile)?;

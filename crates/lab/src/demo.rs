@@ -34,12 +34,18 @@ pub struct DemoOptions {
     pub progress: bool,
 }
 
-/// Default workload scale: at 2.0 the built-in profiles run ~20–60 ms
-/// natively with 2 threads and ~60–400 ms in smplab-vmm on 2 vCPUs on the
-/// 2-core PVM development host (10× the 2–6 ms native / 6–40 ms VM of scale
-/// 0.2, where one scheduler preemption alone exceeded ±5%); the whole demo
-/// stays within ~5 minutes there. Measured figures: docs/lab.md.
-pub const DEFAULT_SCALE: f64 = 2.0;
+/// Default workload scale, 5× the former 0.2 (where runs were 2–6 ms
+/// natively and one scheduler preemption exceeded ±5%). At 1.0 the built-in
+/// profiles run ~10–30 ms natively with 2 threads and ~30–200 ms in
+/// smplab-vmm on 2 vCPUs (2 VMs: up to ~3 s for dedup) on the 2-core PVM
+/// development host. Larger scales cost more than the demo's ~5 minutes: the
+/// VM slowdowns here are 5–20×, and the simulator's host time grows faster
+/// than the scale (dedup at 16 vCPUs × 4 VMs: 34 ms at 0.2, tens of seconds
+/// at 2). Pass `--scale` for longer, steadier runs. Figures: docs/lab.md.
+pub const DEFAULT_SCALE: f64 = 1.0;
+/// Largest scale of the calibration probes in the demo (`smplab calibrate`'s
+/// own default is 0.1).
+pub const CALIBRATION_SCALE: f64 = 0.2;
 /// Default most repetitions of a configuration.
 pub const DEFAULT_MAX_REPS: u32 = 8;
 
@@ -219,10 +225,12 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
             outln!(
                 "[1/4] calibrating the simulator to this host (exit, IPI, HLT wakeup, timer costs)"
             );
+            // The probes size themselves (`calibrate::long_scale`); at the
+            // sweeps' scale the shootdown probe alone takes ~10 s per run here.
             match crate::calibrate::measure(
                 runner,
                 &mut store,
-                args.scale,
+                args.scale.min(CALIBRATION_SCALE),
                 args.reps.min(2),
                 args.progress,
             ) {
@@ -274,7 +282,13 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
         }
     }
     let swept = run_repeated(&points, &mut store, runner, &opts, &reps).and_then(|a| {
-        let b = run_repeated(&qemu_points, &mut store, runner, &opts, &Repetitions::fixed(1))?;
+        let b = run_repeated(
+            &qemu_points,
+            &mut store,
+            runner,
+            &opts,
+            &Repetitions::fixed(1),
+        )?;
         Ok([a, b])
     });
     match swept {
@@ -362,7 +376,11 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
             reps.max
         );
         for (label, ci) in wide.iter().take(10) {
-            outln!("  {label}: ±{:.1}% over {} runs", ci.rel_half_width() * 100.0, ci.n);
+            outln!(
+                "  {label}: ±{:.1}% over {} runs",
+                ci.rel_half_width() * 100.0,
+                ci.n
+            );
         }
         notes.push(format!(
             "{} configurations reached {} repetitions without a 95% interval within ±5% of the median.",

@@ -16,8 +16,8 @@
 //! sum, the interaction and the chart.
 
 use crate::metrics::{mean_wall_s, Results, Summary};
-use crate::stats::MedianCi;
 use crate::point::{Point, Variant};
+use crate::stats::MedianCi;
 use serde::Serialize;
 use smplab_record::Executor;
 
@@ -223,11 +223,7 @@ pub struct Attribution {
 /// Slowdowns in a diagnosis are all against the *original* program's native
 /// time, so the spin→block variant is judged against what the user runs today.
 /// The median with its spread and with its 95% interval.
-fn slowdown_vs(
-    results: &Results,
-    p: &Point,
-    native_s: Option<f64>,
-) -> Option<(Summary, MedianCi)> {
+fn slowdown_vs(results: &Results, p: &Point, native_s: Option<f64>) -> Option<(Summary, MedianCi)> {
     let es = results.get(p)?;
     let v: Vec<f64> = es
         .iter()
@@ -679,7 +675,10 @@ mod tests {
         assert!(a.baseline_ci.coverage >= 0.95);
         let hlt = &a.rows[0];
         let spin = &a.rows[1];
-        assert!(hlt.credited && (hlt.credit() - 0.5).abs() < 0.011, "{hlt:?}");
+        assert!(
+            hlt.credited && (hlt.credit() - 0.5).abs() < 0.011,
+            "{hlt:?}"
+        );
         assert!(!spin.credited && spin.credit() == 0.0, "{spin:?}");
         assert!(spin.contribution > 0.0, "the raw difference is kept");
         // s0 − s_all − credited = 1.025 − 0.425 − 0.5 (medians of the jittered runs).

@@ -184,9 +184,7 @@ impl<'a> Results<'a> {
             &es.iter()
                 // Runs whose VMs did not run their workloads at the same time
                 // say nothing about sharing the host.
-                .filter(|e| {
-                    workload_overlap(&e.records).map_or(true, |f| f >= MIN_WORKLOAD_OVERLAP)
-                })
+                .filter(|e| workload_overlap(&e.records).is_none_or(|f| f >= MIN_WORKLOAD_OVERLAP))
                 .map(|e| {
                     e.records
                         .iter()
