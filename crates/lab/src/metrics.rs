@@ -1143,6 +1143,66 @@ mod tests {
         assert!(r.spin_rate(&p).is_some());
     }
 
+    /// Hand-made runs: six natives at 100–105 ms, six VM runs at 150–156 ms,
+    /// and 2-VM runs: slowdown and weighted speedup with intervals.
+    #[test]
+    fn slowdown_and_weighted_speedup_intervals() {
+        let ms = 1_000_000u64;
+        let jitter = [0u64, 3, 5, 1, 4, 2];
+        let vm1 = vm_point("dedup", 2, 0);
+        let native = vm1.native_twin();
+        let mut vm2 = vm1.clone();
+        vm2.vms = 2;
+        let mut es = vec![];
+        for (rep, j) in jitter.iter().enumerate() {
+            let at = |p: &Point| {
+                let mut p = p.clone();
+                p.rep = rep as u32;
+                p
+            };
+            es.push(entry(
+                at(&native),
+                vec![rec(Executor::Native, "dedup", 2, (100 + j) * ms)],
+            ));
+            es.push(entry(
+                at(&vm1),
+                vec![rec(Executor::Vm, "dedup", 2, (150 + j) * ms)],
+            ));
+            // Two VMs each twice as slow: weighted speedup ~1.
+            es.push(entry(
+                at(&vm2),
+                vec![
+                    rec(Executor::Vm, "dedup", 2, (300 + j) * ms),
+                    rec(Executor::Vm, "dedup", 2, (300 + j) * ms),
+                ],
+            ));
+        }
+        let store = Store::from_entries(es);
+        let r = Results::new(&store);
+        let w = r.wall_ci(&native).unwrap();
+        assert_eq!((w.n, w.lo, w.hi), (6, 0.100, 0.105));
+        let s = r.slowdown_ci(&vm1).unwrap();
+        // Ratio of medians 152.5/102.5; interval [150/105, 155/100] − 1.
+        assert!((s.median - (152.5 / 102.5 - 1.0)).abs() < 1e-12, "{s:?}");
+        assert!((s.lo - (150.0 / 105.0 - 1.0)).abs() < 1e-12, "{s:?}");
+        assert!((s.hi - (155.0 / 100.0 - 1.0)).abs() < 1e-12, "{s:?}");
+        assert!(s.lo <= s.median && s.median <= s.hi);
+        assert!((s.coverage - 0.96875 * 0.96875).abs() < 1e-12);
+        let ws = r.weighted_speedup_ci(&vm2).unwrap();
+        assert_eq!(ws.ci.n, 6);
+        assert_eq!(ws.excluded, 0);
+        assert_eq!(ws.unverified, 6, "the overlap stub cannot check windows");
+        assert!(ws.ci.lo <= ws.ci.median && ws.ci.median <= ws.ci.hi);
+        // Per rep 2 × 152.5/(300+j) ms; widened by T_1's [150, 155] around 152.5.
+        let hi = 2.0 * 152.5 / 300.0 * 155.0 / 152.5;
+        assert!((ws.ci.hi - hi).abs() < 1e-12, "{ws:?}");
+        assert!((r.weighted_speedup(&vm2).unwrap().median - ws.ci.median).abs() < 1e-12);
+        // A native point has no slowdown; a divisor interval reaching 0 no ratio.
+        assert!(r.slowdown_ci(&native).is_none());
+        let zero = MedianCi::of(&[0.0, 1.0]).unwrap();
+        assert!(ratio_ci(&w, &zero).is_none());
+    }
+
     #[test]
     fn spin_rate_of_measured_runs() {
         let p = vm_point("spinlock", 2, 0);
