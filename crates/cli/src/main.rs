@@ -74,9 +74,9 @@ fn main() -> ExitCode {
     ExitCode::from(status.clamp(0, 255) as u8)
 }
 
-/// Print an error the way every subcommand does: `smplab: <message>` on stderr.
+/// Print an error the way every subcommand does: `smplab: <message>` on
+/// stderr (one function for the whole binary, shared with the lab and the
+/// simulator: `smplab_record::exit::report_error`).
 pub fn report_error(message: impl std::fmt::Display) {
-    for line in message.to_string().lines() {
-        eprintln!("smplab: {line}");
-    }
+    smplab_record::exit::report_error(message);
 }

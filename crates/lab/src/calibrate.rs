@@ -8,7 +8,7 @@
 //! | profile field | probe | estimate |
 //! |---|---|---|
 //! | `vmm.user_exit_ns` | smplab-vmm's port-read loop guest, 2 000 vs 20 000 reads | Δwall / Δreads |
-//! | `vmm.exit_ns` | blackscholes, 1 vCPU, guest timer 0 vs 4 000 Hz | Δwall / ticks |
+//! | `vmm.exit_ns` | blackscholes, 1 vCPU, guest timer 0 vs 4 000 Hz | Δwall / ticks (the guest's tick counter) |
 //! | `vmm.ipi_receive_ns` | shootdown, 2 vCPUs, polling idle, vs native | (T_vm − T_native) / IPIs received |
 //! | `vmm.hlt_wake_ns` | ocean_ncp, 2 vCPUs, HLT vs polling idle | (T_hlt − T_poll) / halts |
 //! | `vmm.halt_poll_wake_ns` | ocean_ncp, guest halt-polling vs polling idle | (T_haltpoll − T_poll) / halts |
@@ -16,7 +16,33 @@
 //! | `defaults.halt_poll_ns` | the host's `kvm.halt_poll_ns` | read from sysfs |
 //!
 //! Fields not in this table keep the values of the `pvm-here` profile; the
-//! written file lists which is which in its description.
+//! written file lists which is which in its description and its header
+//! comment. In particular the APICv costs (`vmm.ipi_send_apicv_ns`,
+//! `vmm.ipi_receive_apicv_ns`) cannot be measured on a host without APICv:
+//! they keep pvm-here's cited values, and the comment says so.
+
+/// Why a calibration could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    #[error("the simulator is not in this build, so there is no base profile to calibrate; the measurements above are all there is")]
+    NoSimulator,
+    #[error("the base platform profile does not parse: {0}")]
+    BaseProfile(#[from] toml::de::Error),
+    #[error("the base platform profile has no [{section}] section for {field}")]
+    NoSection { section: String, field: String },
+    #[error("cannot write the profile as TOML: {0}")]
+    Serialize(#[from] toml::ser::Error),
+    #[error("the calibrated profile is not a valid platform: {0}")]
+    InvalidProfile(String),
+    #[error("{path}: cannot write the calibrated profile: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+}
 
 use crate::metrics::{Results, Summary};
 use crate::point::{Point, Variant};
@@ -287,14 +313,19 @@ pub fn slope(samples: &[(u64, u64)]) -> Option<f64> {
 }
 
 /// Set measured fields in a platform profile's TOML text and rename it.
-pub fn apply_to_profile(base: &str, name: &str, cal: &Calibration) -> Result<String, String> {
-    let mut t: toml::Table = base
-        .parse()
-        .map_err(|e| format!("base platform profile does not parse: {e}"))?;
+pub fn apply_to_profile(
+    base: &str,
+    name: &str,
+    cal: &Calibration,
+) -> Result<String, CalibrateError> {
+    let mut t: toml::Table = base.parse()?;
     for e in &cal.estimates {
         let (section, key) = e.field.split_once('.').unwrap_or(("", e.field));
         let Some(toml::Value::Table(sec)) = t.get_mut(section) else {
-            return Err(format!("base profile has no [{section}] section"));
+            return Err(CalibrateError::NoSection {
+                section: section.into(),
+                field: e.field.into(),
+            });
         };
         let old = sec.get(key).cloned();
         let v = match old {
@@ -308,11 +339,41 @@ pub fn apply_to_profile(base: &str, name: &str, cal: &Calibration) -> Result<Str
     t.insert(
         "description".into(),
         toml::Value::String(format!(
-            "Written by `smplab calibrate`. Measured on this host: {}. Every other field is the pvm-here profile's.",
+            "Written by `smplab calibrate`. Measured on this host: {}. Every other field is the pvm-here profile's (not measured here; the APICv costs cannot be on a host without APICv).",
             measured.join(", ")
         )),
     );
-    Ok(toml::to_string_pretty(&t).unwrap_or_default())
+    Ok(format!(
+        "{}{}",
+        profile_comment(&measured),
+        toml::to_string_pretty(&t)?
+    ))
+}
+
+/// Fields of the base profile that calibration never measures but a reader
+/// might think it did, with why.
+const NOT_MEASURED: &[(&str, &str)] = &[
+    (
+        "vmm.ipi_send_apicv_ns",
+        "this host has no APICv (PVM), so there is nothing to measure",
+    ),
+    (
+        "vmm.ipi_receive_apicv_ns",
+        "this host has no APICv (PVM), so there is nothing to measure",
+    ),
+];
+
+/// The header comment of a written profile: what was measured, what was kept.
+fn profile_comment(measured: &[&str]) -> String {
+    let mut c = String::from("# Written by `smplab calibrate`: the built-in pvm-here profile with the fields\n# measured on this host replaced.\n");
+    c.push_str(&format!("# Measured here: {}.\n", measured.join(", ")));
+    c.push_str("# Every other field keeps pvm-here's value; its citations and measurements are in\n# crates/sim/platforms/pvm-here.toml. Not measured by calibrate, kept as cited there:\n");
+    for (field, why) in NOT_MEASURED {
+        if !measured.contains(field) {
+            c.push_str(&format!("#   {field}: {why}.\n"));
+        }
+    }
+    c
 }
 
 /// The calibration as a table for the terminal.
@@ -394,18 +455,66 @@ pub fn kvm_halt_info(records: &[&RunRecord]) -> Vec<(String, String)> {
     out
 }
 
-/// Per-tick cost of the guest timer: `(T_ticking − T_tickless) / ticks`,
-/// ticks = hz × wall of the ticking run × vCPUs.
-pub fn timer_cost(ticking: &[(u32, u32, u64)], tickless: &[u64]) -> Option<Summary> {
+/// One run of the timer probe: wall time and the LAPIC timer ticks the guest
+/// counted (`None` when its record has no per-vCPU counters).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimerRun {
+    pub wall_ns: u64,
+    pub ticks: Option<u64>,
+}
+
+impl TimerRun {
+    /// From a guest run's record: ticks summed over vCPUs.
+    pub fn of(r: &RunRecord) -> TimerRun {
+        TimerRun {
+            wall_ns: r.timing.wall_ns,
+            ticks: r
+                .guest
+                .as_ref()
+                .filter(|g| !g.per_vcpu.is_empty())
+                .map(|g| g.per_vcpu.iter().map(|v| v.timer_ticks).sum()),
+        }
+    }
+}
+
+/// Per-tick cost of the guest timer: `(T_ticking − median T_tickless) /
+/// ticks`, ticks as the guest counted them (its LAPIC timer interrupts over
+/// the whole run, so this errs low by the ticks outside the workload window).
+/// Runs without a tick count are left out.
+pub fn timer_cost(ticking: &[TimerRun], tickless: &[u64]) -> Option<Summary> {
     let base = Summary::of(&tickless.iter().map(|&w| w as f64).collect::<Vec<_>>())?.median;
     let v: Vec<f64> = ticking
         .iter()
-        .filter_map(|&(hz, vcpus, wall)| {
-            let ticks = hz as f64 * wall as f64 / 1e9 * vcpus as f64;
-            (ticks >= 1.0).then(|| (wall as f64 - base) / ticks)
+        .filter_map(|r| {
+            let ticks = r.ticks.filter(|&t| t > 0)?;
+            Some((r.wall_ns as f64 - base) / ticks as f64)
         })
         .collect();
     Summary::of(&v)
+}
+
+/// Blackscholes on one vCPU with the guest timer at `timer_hz` (0: tickless):
+/// the guest's record, whose per-vCPU counters include the ticks taken.
+pub fn timer_probe(timer_hz: u32, scale: f64) -> Result<RunRecord, ProbeError> {
+    let src = smplab_workload::Source::resolve("blackscholes")?;
+    let program = src.instantiate(Some(1), scale)?;
+    let info = src.workload_info(&program);
+    let opts = smplab_guest::VmRunOptions {
+        vcpus: 1,
+        timer_hz: Some(timer_hz),
+        timeout: std::time::Duration::from_secs(120),
+        ..Default::default()
+    };
+    Ok(smplab_guest::run_vm(&program, info, &opts)?)
+}
+
+/// Why a direct probe run (outside the lab runner) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(transparent)]
+    Workload(#[from] smplab_workload::WorkloadError),
+    #[error(transparent)]
+    Guest(#[from] smplab_guest::GuestError),
 }
 
 /// A small map for reports: field → value.
@@ -487,14 +596,17 @@ pub fn measure(
     // Timer tick: tickless vs ticking guest.
     let (mut ticking, mut tickless, mut timer_err) = (Vec::new(), Vec::new(), None);
     for _ in 0..reps {
-        match crate::exec::timer_probe_wall_ns(TIMER_HZ, long_scale(scale)) {
-            Ok(w) => ticking.push((TIMER_HZ, 1, w)),
-            Err(e) => timer_err = Some(e),
+        match timer_probe(TIMER_HZ, long_scale(scale)) {
+            Ok(r) => ticking.push(TimerRun::of(&r)),
+            Err(e) => timer_err = Some(e.to_string()),
         }
-        match crate::exec::timer_probe_wall_ns(0, long_scale(scale)) {
-            Ok(w) => tickless.push(w),
-            Err(e) => timer_err = Some(e),
+        match timer_probe(0, long_scale(scale)) {
+            Ok(r) => tickless.push(r.timing.wall_ns),
+            Err(e) => timer_err = Some(e.to_string()),
         }
+    }
+    if timer_err.is_none() && !ticking.is_empty() && ticking.iter().all(|r| r.ticks.is_none()) {
+        timer_err = Some("the guest records carry no per-vCPU tick counts".into());
     }
     match timer_cost(&ticking, &tickless) {
         Some(s) => push_estimate(
@@ -502,7 +614,7 @@ pub fn measure(
             "vmm.exit_ns",
             s,
             format!(
-                "blackscholes on 1 vCPU, guest timer {TIMER_HZ} Hz vs tickless: extra wall time per tick (the timer exit handled in KVM, the injection, and the guest's CPL0 tick handler)"
+                "blackscholes on 1 vCPU, guest timer {TIMER_HZ} Hz vs tickless: extra wall time per tick the guest counted (the timer exit handled in KVM, the injection, and the guest's CPL0 tick handler)"
             ),
         ),
         None => cal.unmeasured.push((
@@ -524,59 +636,20 @@ pub fn measure(
     Ok(cal)
 }
 
-/// `smplab calibrate`.
-pub fn run(args: &crate::cli::CalibrateArgs) -> i32 {
-    use smplab_record::exit;
-    if let Some(why) = crate::execute::kvm_unavailable() {
-        eprintln!("cannot calibrate: {why}");
-        return exit::KVM_UNAVAILABLE;
-    }
-    if !(args.scale.is_finite() && args.scale > 0.0) || args.reps == 0 {
-        eprintln!("--scale must be positive and --reps at least 1");
-        return exit::BAD_INPUT;
-    }
-    let mut store = match crate::store::Store::open(&args.store) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::RUN_FAILED;
-        }
-    };
-    let runner = crate::exec::RealRunner::default();
-    let cal = match measure(&runner, &mut store, args.scale, args.reps, !args.quiet) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return exit::RUN_FAILED;
-        }
-    };
-    out!("{}", table(&cal));
-    match write_profile(&cal, &args.out) {
-        Ok(()) => {
-            outln!("profile: {}", args.out.display());
-            if cal.unmeasured.is_empty() {
-                exit::OK
-            } else {
-                exit::PARTIAL
-            }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            exit::RUN_FAILED
-        }
-    }
-}
-
 /// Write the calibrated profile (pvm-here with measured fields replaced).
-pub fn write_profile(cal: &Calibration, out: &std::path::Path) -> Result<(), String> {
-    let base = crate::simglue::base_profile_text("pvm-here")
-        .ok_or_else(|| "the simulator is not in this build, so there is no base profile to calibrate; the measurements above are all there is".to_string())?;
+pub fn write_profile(cal: &Calibration, out: &std::path::Path) -> Result<(), CalibrateError> {
+    let base = crate::simglue::base_profile_text("pvm-here").ok_or(CalibrateError::NoSimulator)?;
     let text = apply_to_profile(&base, "calibrated", cal)?;
-    crate::simglue::check_profile_text(&out.display().to_string(), &text)?;
+    crate::simglue::check_profile_text(&out.display().to_string(), &text)
+        .map_err(CalibrateError::InvalidProfile)?;
+    let write_err = |path: &std::path::Path| {
+        let path = path.display().to_string();
+        move |source| CalibrateError::Write { path, source }
+    };
     if let Some(d) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        std::fs::create_dir_all(d).map_err(write_err(d))?;
     }
-    std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))
+    std::fs::write(out, text).map_err(write_err(out))
 }
 
 #[cfg(test)]
@@ -691,9 +764,35 @@ mod tests {
         let s = slope(&[(2000, 30 * MS + 19 * MS), (20000, 30 * MS + 190 * MS)]).unwrap();
         assert!((s - 9500.0).abs() < 1e-6);
         assert!(slope(&[(5, 5)]).is_none());
-        // 1000 Hz over 1 s on 1 vCPU: 1000 ticks, 20 ms extra -> 20 µs per tick.
-        let t = timer_cost(&[(1000, 1, 1_020 * MS)], &[1_000 * MS]).unwrap();
-        assert!((t.median - 20e6 / 1020.0).abs() < 1.0);
+        // 1000 ticks counted by the guest, 20 ms extra -> 20 µs per tick.
+        let run = TimerRun {
+            wall_ns: 1_020 * MS,
+            ticks: Some(1000),
+        };
+        let t = timer_cost(&[run], &[1_000 * MS]).unwrap();
+        assert!((t.median - 20_000.0).abs() < 1e-6);
+        // No tick counter: no estimate (no hz × wall guess).
+        let blind = TimerRun {
+            wall_ns: 1_020 * MS,
+            ticks: None,
+        };
+        assert!(timer_cost(&[blind], &[1_000 * MS]).is_none());
+        // Ticks come from the record's per-vCPU counters.
+        let mut r = rec(Executor::Vm, "blackscholes", 1, 1_020 * MS);
+        r.guest = Some(GuestSection {
+            per_vcpu: vec![
+                smplab_record::guest::GuestVcpuCounters {
+                    timer_ticks: 600,
+                    ..Default::default()
+                },
+                smplab_record::guest::GuestVcpuCounters {
+                    timer_ticks: 400,
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        });
+        assert_eq!(TimerRun::of(&r), run);
     }
 
     #[test]
@@ -727,6 +826,12 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("vmm.user_exit_ns"));
+        // The APICv costs are not measured: kept, and the comment says so.
+        assert!(out.starts_with("# Written by `smplab calibrate`"), "{out}");
+        assert!(
+            out.contains("#   vmm.ipi_receive_apicv_ns: this host has no APICv"),
+            "{out}"
+        );
         let bad = Calibration {
             estimates: vec![Estimate {
                 field: "nosuch.x",
@@ -737,6 +842,9 @@ mod tests {
             unmeasured: vec![],
             info: vec![],
         };
-        assert!(apply_to_profile(base, "c", &bad).is_err());
+        assert!(matches!(
+            apply_to_profile(base, "c", &bad),
+            Err(CalibrateError::NoSection { .. })
+        ));
     }
 }

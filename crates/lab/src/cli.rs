@@ -9,7 +9,7 @@ use crate::spec::ExperimentSpec;
 use crate::store::Store;
 use crate::sweep::{run_points, SweepOptions, SweepSummary};
 use clap::{Args, Subcommand};
-use smplab_record::exit;
+use smplab_record::exit::{self, report_error};
 use std::path::{Path, PathBuf};
 
 /// `smplab lab ...`: experiment sweeps and reports.
@@ -142,11 +142,13 @@ pub struct DemoArgs {
     /// Output directory (store, report, calibrated profile).
     #[arg(long, default_value = "smplab-demo")]
     pub out: PathBuf,
-    /// Repetitions of every configuration.
-    #[arg(long, default_value_t = 3)]
+    /// Most repetitions of a configuration: each runs at least 6 times (or
+    /// this many if fewer) and is repeated until the 95% interval of its
+    /// median wall time is within ±5% of the median, or this many runs.
+    #[arg(long, default_value_t = crate::demo::DEFAULT_MAX_REPS)]
     pub reps: u32,
     /// Workload scale.
-    #[arg(long, default_value_t = 0.2)]
+    #[arg(long, default_value_t = crate::demo::DEFAULT_SCALE)]
     pub scale: f64,
     /// Start from scratch instead of resuming an earlier demo in --out.
     #[arg(long)]
@@ -175,6 +177,21 @@ pub fn print_summary(s: &SweepSummary) -> i32 {
     }
     if s.problems.len() > 20 {
         outln!("  ... {} more in the store", s.problems.len() - 20);
+    }
+    if !s.wide.is_empty() {
+        outln!(
+            "{} configurations reached their maximum of repetitions without a 95% interval within ±{:.0}% of the median:",
+            s.wide.len(),
+            crate::stats::TARGET_REL_HALF_WIDTH * 100.0
+        );
+        for (label, ci) in s.wide.iter().take(20) {
+            outln!(
+                "  {label}: wall {} s (±{:.1}%, {} runs)",
+                ci.display(3),
+                ci.rel_half_width() * 100.0,
+                ci.n
+            );
+        }
     }
     if s.failed + s.skipped > 0 {
         exit::PARTIAL
@@ -228,7 +245,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
     let spec = match ExperimentSpec::from_file(&a.spec) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("{e}");
+            report_error(&e);
             return exit::BAD_INPUT;
         }
     };
@@ -236,7 +253,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
     let mut store = match Store::open(&path) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            report_error(&e);
             return exit::RUN_FAILED;
         }
     };
@@ -280,7 +297,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
     ) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            report_error(&e);
             return exit::RUN_FAILED;
         }
     };
@@ -302,7 +319,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
         ) {
             Ok(f) => outln!("report: {}", f.html.display()),
             Err(e) => {
-                eprintln!("error: {e}");
+                report_error(&e);
                 return exit::RUN_FAILED;
             }
         }
@@ -317,7 +334,7 @@ fn lab_report(a: &LabReportArgs) -> i32 {
         match Store::read(p) {
             Ok(s) => entries.extend(s.entries().iter().cloned()),
             Err(e) => {
-                eprintln!("error: {e}");
+                report_error(&e);
                 return exit::BAD_INPUT;
             }
         }
@@ -352,7 +369,7 @@ fn lab_report(a: &LabReportArgs) -> i32 {
             exit::OK
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            report_error(&e);
             exit::RUN_FAILED
         }
     }
@@ -362,7 +379,7 @@ fn lab_status(a: &LabStatusArgs) -> i32 {
     let spec = match ExperimentSpec::from_file(&a.spec) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("{e}");
+            report_error(&e);
             return exit::BAD_INPUT;
         }
     };
@@ -371,7 +388,7 @@ fn lab_status(a: &LabStatusArgs) -> i32 {
         Ok(s) => s,
         Err(crate::store::StoreError::Missing { .. }) => Store::from_entries_at(vec![], &path),
         Err(e) => {
-            eprintln!("error: {e}");
+            report_error(&e);
             return exit::BAD_INPUT;
         }
     };
@@ -402,11 +419,11 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
     use crate::diagnose::{attribute, baseline, table, Plan};
     use smplab_record::Executor;
     if let Err(e) = smplab_workload::Source::resolve(&args.workload) {
-        eprintln!("{e}");
+        report_error(&e);
         return exit::BAD_INPUT;
     }
     if !(args.scale.is_finite() && args.scale > 0.0) || args.reps == 0 {
-        eprintln!("--scale must be positive and --reps at least 1");
+        report_error("--scale must be positive and --reps at least 1");
         return exit::BAD_INPUT;
     }
     let executor = if args.executor == "sim" {
@@ -416,7 +433,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
     };
     let runner = RealRunner::default();
     if let Err(why) = crate::runner::Runner::availability(&runner, executor) {
-        eprintln!("cannot diagnose on {executor}: {why}");
+        report_error(format!("cannot diagnose on {executor}: {why}"));
         return if executor == Executor::Vm {
             exit::KVM_UNAVAILABLE
         } else {
@@ -440,7 +457,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
     let mut store = match Store::open(&path) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            report_error(&e);
             return exit::RUN_FAILED;
         }
     };
@@ -455,14 +472,14 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
     ) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            report_error(&e);
             return exit::RUN_FAILED;
         }
     };
     let status = print_summary(&summary);
     let results = crate::metrics::Results::new(&store);
     let Some(a) = attribute(&results, &plan) else {
-        eprintln!("no attribution: the baseline or native runs failed (see above)");
+        report_error("no attribution: the baseline or native runs failed (see above)");
         return exit::RUN_FAILED;
     };
     outln!("{}", table(&a));
@@ -477,17 +494,68 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
         },
     ) {
         Ok(f) => outln!("report: {}", f.html.display()),
-        Err(e) => eprintln!("error: {e}"),
+        Err(e) => report_error(&e),
     }
     status
 }
 
+/// `smplab calibrate`.
 pub fn calibrate(args: &CalibrateArgs) -> i32 {
-    crate::calibrate::run(args)
+    use crate::calibrate::{measure, table, write_profile};
+    if let Some(why) = crate::execute::kvm_unavailable() {
+        report_error(format!("cannot calibrate: {why}"));
+        return exit::KVM_UNAVAILABLE;
+    }
+    if !(args.scale.is_finite() && args.scale > 0.0) || args.reps == 0 {
+        report_error("--scale must be positive and --reps at least 1");
+        return exit::BAD_INPUT;
+    }
+    let mut store = match Store::open(&args.store) {
+        Ok(s) => s,
+        Err(e) => {
+            report_error(&e);
+            return exit::RUN_FAILED;
+        }
+    };
+    let cal = match measure(
+        &RealRunner::default(),
+        &mut store,
+        args.scale,
+        args.reps,
+        !args.quiet,
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            report_error(&e);
+            return exit::RUN_FAILED;
+        }
+    };
+    out!("{}", table(&cal));
+    match write_profile(&cal, &args.out) {
+        Ok(()) => {
+            outln!("profile: {}", args.out.display());
+            if cal.unmeasured.is_empty() {
+                exit::OK
+            } else {
+                exit::PARTIAL
+            }
+        }
+        Err(e) => {
+            report_error(&e);
+            exit::RUN_FAILED
+        }
+    }
 }
 
+/// `smplab demo`.
 pub fn demo(args: &DemoArgs) -> i32 {
-    crate::demo::run(args)
+    crate::demo::run(&crate::demo::DemoOptions {
+        out: args.out.clone(),
+        reps: args.reps,
+        scale: args.scale,
+        fresh: args.fresh,
+        progress: !args.quiet,
+    })
 }
 
 #[cfg(test)]

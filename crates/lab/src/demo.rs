@@ -4,7 +4,6 @@
 //! profile — then a summary table and the report. Whatever cannot run here is
 //! skipped with the reason, and the rest still runs.
 
-use crate::cli::DemoArgs;
 use crate::diagnose::{self, Plan};
 use crate::exec::RealRunner;
 use crate::metrics::Results;
@@ -13,10 +12,43 @@ use crate::report::{write_report, ReportOptions};
 use crate::runner::Runner;
 use crate::spec::ExperimentSpec;
 use crate::store::{Status, Store};
-use crate::sweep::{run_points, SweepOptions};
+use crate::sweep::{run_repeated, Repetitions, SweepOptions};
+use smplab_record::exit::{self, report_error};
 use smplab_record::config::{IdlePolicy, RunConfig, SyncMode};
-use smplab_record::{exit, Executor};
-use std::path::Path;
+use smplab_record::Executor;
+use std::path::{Path, PathBuf};
+
+/// What `smplab demo` runs (the command layer fills it from its arguments).
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Output directory (store, report, calibrated profile, specs).
+    pub out: PathBuf,
+    /// Most repetitions of a configuration: each is repeated (at least 6
+    /// times, or `reps` if fewer) until the 95% interval of its median wall
+    /// time is within ±5%, or `reps` is reached.
+    pub reps: u32,
+    /// Workload scale.
+    pub scale: f64,
+    /// Start over instead of resuming.
+    pub fresh: bool,
+    /// Draw progress bars.
+    pub progress: bool,
+}
+
+/// Default workload scale, 5× the former 0.2 (where runs were 2–6 ms
+/// natively and one scheduler preemption exceeded ±5%). At 1.0 the built-in
+/// profiles run ~10–30 ms natively with 2 threads and ~30–200 ms in
+/// smplab-vmm on 2 vCPUs (2 VMs: up to ~3 s for dedup) on the 2-core PVM
+/// development host. Larger scales cost more than the demo's ~5 minutes: the
+/// VM slowdowns here are 5–20×, and the simulator's host time grows faster
+/// than the scale (dedup at 16 vCPUs × 4 VMs: 34 ms at 0.2, tens of seconds
+/// at 2). Pass `--scale` for longer, steadier runs. Figures: docs/lab.md.
+pub const DEFAULT_SCALE: f64 = 1.0;
+/// Largest scale of the calibration probes in the demo (`smplab calibrate`'s
+/// own default is 0.1).
+pub const CALIBRATION_SCALE: f64 = 0.2;
+/// Default most repetitions of a configuration.
+pub const DEFAULT_MAX_REPS: u32 = 8;
 
 /// The profiles the demo studies: one per behaviour seed 000 found costly
 /// (embarrassingly parallel, pipeline with blocking queues, blocking barriers,
@@ -120,17 +152,18 @@ pub fn summary_table(results: &Results, scale: f64) -> String {
     out
 }
 
-pub fn run(args: &DemoArgs) -> i32 {
+pub fn run(args: &DemoOptions) -> i32 {
     run_with(&RealRunner::default(), args)
 }
 
 /// The demo with any runner (tests use a fake one). Calibration needs the
 /// real VM executor and runs only when `runner` offers both vm and sim.
-pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
+pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
     if !(args.scale.is_finite() && args.scale > 0.0) || args.reps == 0 {
-        eprintln!("--scale must be positive and --reps at least 1");
+        report_error("--scale must be positive and --reps at least 1");
         return exit::BAD_INPUT;
     }
+    let reps = Repetitions::adaptive(args.reps);
     let out = &args.out;
     let store_path = out.join("results.jsonl");
     if args.fresh {
@@ -139,7 +172,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
     let mut store = match Store::open(&store_path) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {e}");
+            report_error(&e);
             return exit::RUN_FAILED;
         }
     };
@@ -155,7 +188,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
     let qemu = can(Executor::Qemu, "QEMU runs");
     let sim = can(Executor::Sim, "simulator runs");
     outln!(
-        "smplab demo: {} profiles × native{}{}{}, {} repetitions, scale {} → {}",
+        "smplab demo: {} profiles × native{}{}{}, {}–{} repetitions (until ±5%), scale {} → {}",
         WORKLOADS.len(),
         if vm { ", smplab-vmm" } else { "" },
         if qemu { ", QEMU" } else { "" },
@@ -164,7 +197,8 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
         } else {
             ""
         },
-        args.reps,
+        reps.min,
+        reps.max,
         args.scale,
         out.display()
     );
@@ -173,9 +207,10 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
     }
     let opts = SweepOptions {
         retry_failed: false,
-        progress: !args.quiet,
+        progress: args.progress,
     };
     let mut failed = 0;
+    let mut wide = Vec::new();
 
     // 1. Calibrate the simulator to this host, so its 2-vCPU predictions can
     //    be set beside the measurements.
@@ -190,12 +225,14 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
             outln!(
                 "[1/4] calibrating the simulator to this host (exit, IPI, HLT wakeup, timer costs)"
             );
+            // The probes size themselves (`calibrate::long_scale`); at the
+            // sweeps' scale the shootdown probe alone takes ~10 s per run here.
             match crate::calibrate::measure(
                 runner,
                 &mut store,
-                args.scale,
+                args.scale.min(CALIBRATION_SCALE),
                 args.reps.min(2),
-                !args.quiet,
+                args.progress,
             ) {
                 Ok(cal) => {
                     let t = crate::calibrate::table(&cal);
@@ -209,7 +246,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
                     }
                 }
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    report_error(&e);
                     return exit::RUN_FAILED;
                 }
             }
@@ -220,27 +257,49 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
 
     // 2. The sweeps.
     outln!("[2/4] sweeps: native, smplab-vmm, QEMU, simulator");
-    let mut points = Vec::new();
+    let (mut points, mut qemu_points) = (Vec::new(), Vec::new());
     for (file, text) in specs(args.reps, args.scale, &platform) {
         let _ = std::fs::create_dir_all(out);
         let _ = std::fs::write(out.join(file), &text);
         match ExperimentSpec::from_text(file, &text) {
-            Ok(s) => points.extend(s.points.into_iter().filter(|p| match p.executor() {
-                Executor::Vm => vm,
-                Executor::Qemu => qemu,
-                Executor::Sim => sim,
-                Executor::Native => true,
-            })),
+            Ok(s) => {
+                for p in s.points {
+                    match p.executor() {
+                        Executor::Vm if vm => points.push(p),
+                        Executor::Sim if sim => points.push(p),
+                        Executor::Native => points.push(p),
+                        // One QEMU run per configuration: its firmware takes
+                        // seconds to start.
+                        Executor::Qemu if qemu => qemu_points.push(p),
+                        _ => {}
+                    }
+                }
+            }
             Err(e) => {
-                eprintln!("internal error: demo spec {file}: {e}");
+                report_error(format!("internal error: demo spec {file}: {e}"));
                 return exit::INTERNAL;
             }
         }
     }
-    match run_points(&points, &mut store, runner, &opts) {
-        Ok(s) => failed += s.failed,
+    let swept = run_repeated(&points, &mut store, runner, &opts, &reps).and_then(|a| {
+        let b = run_repeated(
+            &qemu_points,
+            &mut store,
+            runner,
+            &opts,
+            &Repetitions::fixed(1),
+        )?;
+        Ok([a, b])
+    });
+    match swept {
+        Ok([a, b]) => {
+            failed += a.failed;
+            wide.extend(a.wide);
+            // One QEMU run never has an interval: not a finding worth listing.
+            failed += b.failed;
+        }
         Err(e) => {
-            eprintln!("error: {e}");
+            report_error(&e);
             return exit::RUN_FAILED;
         }
     }
@@ -248,9 +307,9 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
     // 3. Diagnosis of one profile, measured and simulated.
     outln!("[3/4] diagnosing {DIAGNOSED}: one factor removed at a time");
     let mut plans = Vec::new();
-    // Longer runs for the measured diagnosis: its credits are differences of
-    // wall times, and scheduling noise on a shared host is per run, not per
-    // unit of work.
+    // Longer runs for the measured diagnosis when the demo is small: its
+    // credits are differences of wall times, and scheduling noise on a shared
+    // host is per run, not per unit of work.
     let diag_scale = (args.scale * 5.0).min(1.0).max(args.scale);
     if vm {
         plans.push(Plan::new(diagnose::baseline(
@@ -271,16 +330,20 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
         )));
     }
     for plan in &plans {
-        // Factor effects are differences of noisy wall times on a shared
-        // host: more repetitions than the sweeps.
-        let mut pts = plan.points(args.reps.max(5));
+        // Every configuration of the plan (native included) interleaved,
+        // repeated until its interval is narrow: credits are only given
+        // outside the noise.
+        let mut pts = plan.points(1);
         for p in &mut pts {
             p.timeout_s = 120;
         }
-        match run_points(&pts, &mut store, runner, &opts) {
-            Ok(s) => failed += s.failed,
+        match run_repeated(&pts, &mut store, runner, &opts, &reps) {
+            Ok(s) => {
+                failed += s.failed;
+                wide.extend(s.wide);
+            }
             Err(e) => {
-                eprintln!("error: {e}");
+                report_error(&e);
                 return exit::RUN_FAILED;
             }
         }
@@ -305,6 +368,25 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
         for (m, s) in crate::metrics::prediction_error_by_metric(&preds) {
             outln!("  {m:<18} {:>6.0}%  ({} pairs)", s.median * 100.0, s.n);
         }
+    }
+    if !wide.is_empty() {
+        outln!(
+            "\n{} configurations reached {} repetitions without a 95% interval within ±5% of the median (the host is noisy; their differences are less certain):",
+            wide.len(),
+            reps.max
+        );
+        for (label, ci) in wide.iter().take(10) {
+            outln!(
+                "  {label}: ±{:.1}% over {} runs",
+                ci.rel_half_width() * 100.0,
+                ci.n
+            );
+        }
+        notes.push(format!(
+            "{} configurations reached {} repetitions without a 95% interval within ±5% of the median.",
+            wide.len(),
+            reps.max
+        ));
     }
     let problems: Vec<_> = store
         .latest()
@@ -345,7 +427,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
             );
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            report_error(&e);
             return exit::RUN_FAILED;
         }
     }
@@ -374,12 +456,12 @@ mod tests {
         let out = crate::testutil::temp_dir("demo");
         let mut runner = FakeRunner::new();
         runner.unavailable = vec![Executor::Vm, Executor::Qemu];
-        let args = DemoArgs {
+        let args = DemoOptions {
             out: out.clone(),
             reps: 1,
             scale: 0.05,
             fresh: true,
-            quiet: true,
+            progress: false,
         };
         let code = run_with(&runner, &args);
         assert_eq!(code, exit::OK);
@@ -409,7 +491,7 @@ mod tests {
             .any(|e| e.point.executor() == Executor::Native));
         // Resuming runs nothing new.
         let before = store.entries().len();
-        let args = DemoArgs {
+        let args = DemoOptions {
             fresh: false,
             ..args
         };

@@ -9,9 +9,15 @@
 //! `Σ c_f` need not equal `s0 − s_all`; the difference is reported as its own
 //! "interaction" term rather than spread over the factors:
 //! `s0 = Σ c_f + interaction + s_all`.
+//!
+//! Noise: a factor is credited only when the 95% intervals of the slowdown's
+//! median with and without it do not overlap ([`MedianCi::differs_from`]);
+//! otherwise the table says "within noise" and the credit counts as 0 in the
+//! sum, the interaction and the chart.
 
 use crate::metrics::{mean_wall_s, Results, Summary};
 use crate::point::{Point, Variant};
+use crate::stats::MedianCi;
 use serde::Serialize;
 use smplab_record::config::{
     GuestSettings, IdlePolicy, NativeSettings, Placement, Ple, QemuSettings, RunConfig,
@@ -181,8 +187,25 @@ pub struct FactorRow {
     pub removal: String,
     /// Slowdown versus native with this factor removed.
     pub slowdown_without: Summary,
-    /// `s0 − s_f`: the slowdown this factor accounts for on its own.
+    /// Its median with the 95% interval.
+    pub slowdown_without_ci: MedianCi,
+    /// `s0 − s_f`: the slowdown this factor accounts for on its own (the
+    /// difference of the medians, whether or not it is outside the noise).
     pub contribution: f64,
+    /// The intervals with and without the factor do not overlap: the
+    /// contribution is credited. Otherwise it is within noise and counts as 0.
+    pub credited: bool,
+}
+
+impl FactorRow {
+    /// The contribution if it is outside the noise, else 0.
+    pub fn credit(&self) -> f64 {
+        if self.credited {
+            self.contribution
+        } else {
+            0.0
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -193,10 +216,14 @@ pub struct Attribution {
     pub vms: u32,
     pub native_wall_s: Summary,
     pub baseline: Summary,
+    /// The baseline slowdown's median with its 95% interval.
+    pub baseline_ci: MedianCi,
     pub rows: Vec<FactorRow>,
     pub all_removed: Option<Summary>,
-    /// `s0 − s_all − Σ c_f`: what one-at-a-time removal cannot assign to a
-    /// single factor (overlap or synergy between factors, plus noise).
+    pub all_removed_ci: Option<MedianCi>,
+    /// `s0 − s_all − Σ credited c_f`: what one-at-a-time removal cannot
+    /// assign to a single factor (overlap or synergy between factors, plus
+    /// the credits within noise).
     pub interaction: Option<f64>,
     /// Factors the plan wanted but whose runs are missing or failed.
     pub missing: Vec<String>,
@@ -204,15 +231,10 @@ pub struct Attribution {
     pub pvm_host: bool,
 }
 
-/// Two ranges of repetitions overlap: the difference of their medians is
-/// within run-to-run spread.
-fn overlaps(a: &Summary, b: &Summary) -> bool {
-    a.min <= b.max && b.min <= a.max
-}
-
 /// Slowdowns in a diagnosis are all against the *original* program's native
 /// time, so the spin→block variant is judged against what the user runs today.
-fn slowdown_vs(results: &Results, p: &Point, native_s: Option<f64>) -> Option<Summary> {
+/// The median with its spread and with its 95% interval.
+fn slowdown_vs(results: &Results, p: &Point, native_s: Option<f64>) -> Option<(Summary, MedianCi)> {
     let es = results.get(p)?;
     let v: Vec<f64> = es
         .iter()
@@ -223,23 +245,24 @@ fn slowdown_vs(results: &Results, p: &Point, native_s: Option<f64>) -> Option<Su
             Some(wall / native - 1.0)
         })
         .collect();
-    Summary::of(&v)
+    Some((Summary::of(&v)?, MedianCi::of(&v)?))
 }
 
 /// The simulator's native time for the original (as-is) program of `p`'s
-/// baseline: `sim.native_wall_ns` of any as-is run of the plan.
+/// baseline: `sim.native_wall_ns` of the as-is runs of the plan on the same
+/// platform (a native reference from another platform's CPU costs would mix
+/// two machines in one ratio).
 fn sim_native_of(results: &Results, p: &Point) -> Option<f64> {
-    let mut q = p.clone();
-    q.variant = Variant::AsIs;
     let candidates: Vec<f64> = results
         .points()
         .filter(|r| {
             r.executor() == Executor::Sim
-                && r.workload == q.workload
+                && r.workload == p.workload
                 && r.variant == Variant::AsIs
-                && r.threads == q.threads
-                && r.scale == q.scale
-                && r.vcpus() == q.vcpus()
+                && r.threads == p.threads
+                && r.scale == p.scale
+                && r.vcpus() == p.vcpus()
+                && r.config.platform() == p.config.platform()
         })
         .filter_map(|r| results.get(r))
         .flat_map(|es| es.iter())
@@ -259,23 +282,26 @@ pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
         results.wall(&plan.native)?
     };
     let native_s = (b.executor() != Executor::Sim).then_some(native.median);
-    let s0 = slowdown_vs(results, b, native_s)?;
+    let (s0, s0_ci) = slowdown_vs(results, b, native_s)?;
     let mut rows = Vec::new();
     let mut missing = Vec::new();
     for (f, p) in &plan.removed {
         match slowdown_vs(results, p, native_s) {
-            Some(s) => rows.push(FactorRow {
+            Some((s, ci)) => rows.push(FactorRow {
                 factor: f.name.into(),
                 removal: f.removal.into(),
                 contribution: s0.median - s.median,
+                credited: ci.differs_from(&s0_ci),
                 slowdown_without: s,
+                slowdown_without_ci: ci,
             }),
             None => missing.push(f.name.to_string()),
         }
     }
     let all = slowdown_vs(results, &plan.all_removed, native_s);
-    let interaction =
-        all.map(|a| s0.median - a.median - rows.iter().map(|r| r.contribution).sum::<f64>());
+    let interaction = all
+        .as_ref()
+        .map(|(a, _)| s0.median - a.median - rows.iter().map(FactorRow::credit).sum::<f64>());
     let pvm_host = b.executor() != Executor::Sim
         && results.get(b).is_some_and(|es| {
             es.iter()
@@ -290,8 +316,10 @@ pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
         vms: b.vms(),
         native_wall_s: native,
         baseline: s0,
+        baseline_ci: s0_ci,
         rows,
-        all_removed: all,
+        all_removed: all.map(|a| a.0),
+        all_removed_ci: all.map(|a| a.1),
         interaction,
         missing,
     })
@@ -325,58 +353,72 @@ pub fn detect(results: &Results) -> Vec<Plan> {
     plans
 }
 
+/// A slowdown interval in percent: `+12.3% [+10.1, +14.0]`.
+fn pct_ci(ci: &MedianCi) -> String {
+    format!(
+        "{:+.1}% [{:+.1}, {:+.1}]",
+        ci.median * 100.0,
+        ci.lo * 100.0,
+        ci.hi * 100.0
+    )
+}
+
 /// The attribution as a text table.
 pub fn table(a: &Attribution) -> String {
     let mut s = format!(
-        "Diagnosis of {} on {} ({} vCPUs{}): native {:.3} ms, baseline slowdown {:+.1} % (spread {:.1}–{:.1} %)\n",
+        "Diagnosis of {} on {} ({} vCPUs{}): native {:.3} ms, baseline slowdown {} (95% interval of the median, {} runs)\n",
         a.workload,
         a.executor,
         a.vcpus,
         if a.vms > 1 { format!(", {} VMs at once", a.vms) } else { String::new() },
         a.native_wall_s.median * 1e3,
-        a.baseline.median * 100.0,
-        a.baseline.min * 100.0,
-        a.baseline.max * 100.0
+        pct_ci(&a.baseline_ci),
+        a.baseline_ci.n,
     );
     s.push_str(&format!(
-        "  {:<22} {:>16} {:>14}  {}\n",
-        "factor removed", "slowdown without", "attributed", "how"
+        "  {:<22} {:>30} {:>13}  {}\n",
+        "factor removed", "slowdown without [95% interval]", "attributed", "how"
     ));
     let mut noisy = false;
+    let mut few = a.baseline_ci.coverage < 0.95;
     for r in &a.rows {
-        let within = overlaps(&r.slowdown_without, &a.baseline)
-            && r.slowdown_without.n > 1
-            && r.contribution.abs() > 1e-9;
-        noisy |= within;
+        noisy |= !r.credited;
+        few |= r.slowdown_without_ci.coverage < 0.95;
+        let credit = if r.credited {
+            format!("{:+.1}%", r.contribution * 100.0)
+        } else {
+            "within noise".to_string()
+        };
         s.push_str(&format!(
-            "  {:<22} {:>15.1}% {:>13.1}%{} {}\n",
+            "  {:<22} {:>30} {:>13}  {}\n",
             r.factor,
-            r.slowdown_without.median * 100.0,
-            r.contribution * 100.0,
-            if within { "~" } else { " " },
+            pct_ci(&r.slowdown_without_ci),
+            credit,
             r.removal
         ));
     }
-    if let (Some(all), Some(i)) = (a.all_removed, a.interaction) {
+    if let (Some(all), Some(i)) = (a.all_removed_ci, a.interaction) {
         s.push_str(&format!(
-            "  {:<22} {:>15.1}% {:>13.1}%  (what no single removal explains)\n",
+            "  {:<22} {:>30} {:>13}  (what no single credited removal explains)\n",
             "interaction",
-            f64::NAN,
-            i * 100.0
+            "",
+            format!("{:+.1}%", i * 100.0)
         ));
         s.push_str(&format!(
-            "  {:<22} {:>15.1}% {:>14}  every factor above removed at once\n",
+            "  {:<22} {:>30} {:>13}  every factor above removed at once\n",
             "remainder",
-            all.median * 100.0,
+            pct_ci(&all),
             ""
         ));
     }
     for m in &a.missing {
         s.push_str(&format!("  {m}: no successful run, not attributed\n"));
     }
-    s = s.replace("NaN%", "   ");
     if noisy {
-        s.push_str("  ~ the ranges over repetitions with and without the factor overlap: the credit is within run-to-run noise.\n");
+        s.push_str("  within noise: the 95% intervals of the median slowdown with and without the factor overlap, so the\n  difference is not credited (it counts as 0 in the interaction); more repetitions or longer runs narrow them.\n");
+    }
+    if few {
+        s.push_str("  Fewer than 6 runs of a configuration: its interval is the full range and covers the median with less than 95%.\n");
     }
     if let Some(all) = a.all_removed {
         if a.baseline.median > 0.0 && all.median >= a.baseline.median {
@@ -407,33 +449,37 @@ pub fn charts(a: &Attribution) -> String {
     use crate::svg::{bar_chart, stacked_bars, Bar};
     let mut bars = vec![Bar {
         label: "baseline".into(),
-        value: a.baseline.median * 100.0,
-        range: Some((a.baseline.min * 100.0, a.baseline.max * 100.0)),
+        value: a.baseline_ci.median * 100.0,
+        range: Some((a.baseline_ci.lo * 100.0, a.baseline_ci.hi * 100.0)),
         group: 0,
     }];
     for r in &a.rows {
         bars.push(Bar {
             label: format!("− {}", r.factor),
-            value: r.slowdown_without.median * 100.0,
+            value: r.slowdown_without_ci.median * 100.0,
             range: Some((
-                r.slowdown_without.min * 100.0,
-                r.slowdown_without.max * 100.0,
+                r.slowdown_without_ci.lo * 100.0,
+                r.slowdown_without_ci.hi * 100.0,
             )),
             group: 1,
         });
     }
-    if let Some(all) = a.all_removed {
+    if let Some(all) = a.all_removed_ci {
         bars.push(Bar {
             label: "− all factors".into(),
             value: all.median * 100.0,
-            range: Some((all.min * 100.0, all.max * 100.0)),
+            range: Some((all.lo * 100.0, all.hi * 100.0)),
             group: 2,
         });
     }
-    let title = format!("{} on {}: slowdown vs native (%)", a.workload, a.executor);
+    let title = format!(
+        "{} on {}: slowdown vs native (%, whiskers: 95% interval of the median)",
+        a.workload, a.executor
+    );
     let mut out = bar_chart(&title, "slowdown %", &bars, &[]);
     let mut series: Vec<String> = a.rows.iter().map(|r| r.factor.clone()).collect();
-    let mut vals: Vec<f64> = a.rows.iter().map(|r| r.contribution * 100.0).collect();
+    // Credits within noise are drawn as 0, as they are counted.
+    let mut vals: Vec<f64> = a.rows.iter().map(|r| r.credit() * 100.0).collect();
     if let (Some(all), Some(i)) = (a.all_removed, a.interaction) {
         series.push("interaction".into());
         vals.push(i * 100.0);
@@ -442,7 +488,7 @@ pub fn charts(a: &Attribution) -> String {
     }
     out.push_str(&stacked_bars(
         &format!("{}: baseline slowdown attributed to factors", a.workload),
-        "percentage points of slowdown (negative: removing the factor made it slower)",
+        "percentage points of slowdown (negative: removing the factor made it slower; within noise: 0)",
         &series,
         &[(format!("{} {}", a.workload, a.executor), vals)],
     ));
@@ -607,9 +653,83 @@ mod tests {
         let store = Store::from_entries(es);
         let a = attribute(&Results::new(&store), &plan).unwrap();
         let t = table(&a);
-        assert!(t.contains("%~"), "{t}");
-        assert!(t.contains("within run-to-run noise"), "{t}");
+        assert!(t.contains("within noise"), "{t}");
+        assert!(!a.rows[0].credited);
+        assert!(t.contains("Fewer than 6 runs"), "{t}");
         assert!(t.contains("remains with every factor removed"), "{t}");
+    }
+
+    /// Six hand-made repetitions per configuration: removing HLT gives
+    /// intervals clear of the baseline's (credited), removing spinning gives
+    /// overlapping ones (within noise, not counted).
+    #[test]
+    fn only_factors_outside_the_noise_are_credited() {
+        use crate::store::{Entry, Status};
+        use crate::testutil::rec;
+        let base = baseline(Executor::Vm, "dedup", 2, 0.1, "");
+        let plan = Plan::new(base.clone());
+        let ms = 1_000_000u64;
+        let jitter = [0, 3, 6, 2, 5, 1];
+        let mut es = vec![];
+        for (rep, j) in jitter.iter().enumerate() {
+            let at = |p: &Point, wall: u64, e: Executor| {
+                let mut p = p.clone();
+                p.rep = rep as u32;
+                Entry::new(p, Status::Ok, 0.0, vec![rec(e, "dedup", 2, wall)])
+            };
+            es.push(at(&plan.native, 100 * ms, Executor::Native));
+            es.push(at(&base, (200 + j) * ms, Executor::Vm));
+            // HLT removed: 150–156 ms, clear of 200–206.
+            es.push(at(&plan.removed[0].1, (150 + j) * ms, Executor::Vm));
+            // Spinning removed: 198–204 ms, inside the baseline's interval.
+            es.push(at(&plan.removed[1].1, (198 + j) * ms, Executor::Vm));
+            es.push(at(&plan.all_removed, (140 + j) * ms, Executor::Vm));
+        }
+        let store = Store::from_entries(es);
+        let a = attribute(&Results::new(&store), &plan).unwrap();
+        assert_eq!(a.baseline_ci.n, 6);
+        assert!(a.baseline_ci.coverage >= 0.95);
+        let hlt = &a.rows[0];
+        let spin = &a.rows[1];
+        assert!(
+            hlt.credited && (hlt.credit() - 0.5).abs() < 0.011,
+            "{hlt:?}"
+        );
+        assert!(!spin.credited && spin.credit() == 0.0, "{spin:?}");
+        assert!(spin.contribution > 0.0, "the raw difference is kept");
+        // s0 − s_all − credited = 1.025 − 0.425 − 0.5 (medians of the jittered runs).
+        let s0 = a.baseline.median;
+        let all = a.all_removed.unwrap().median;
+        assert!((a.interaction.unwrap() - (s0 - all - hlt.contribution)).abs() < 1e-9);
+        let t = table(&a);
+        assert!(t.contains("within noise"), "{t}");
+        assert!(t.contains("[+100.0, +106.0]"), "intervals shown: {t}");
+        assert!(!t.contains("Fewer than 6 runs"), "{t}");
+    }
+
+    /// The simulator's native reference comes from the baseline's platform,
+    /// not from a run of the same workload on another platform.
+    #[test]
+    fn sim_native_reference_uses_the_same_platform() {
+        use crate::store::{Entry, Status};
+        use crate::testutil::rec;
+        let mut es = vec![];
+        for (platform, native_ms, wall_ms) in [("pvm-here", 100u64, 150u64), ("kvm2015", 50, 60)] {
+            let b = baseline(Executor::Sim, "dedup", 16, 0.1, platform);
+            let mut r = rec(Executor::Sim, "dedup", 16, wall_ms * 1_000_000);
+            r.sim = Some(smplab_record::sim::SimSection {
+                native_wall_ns: Some(native_ms * 1_000_000),
+                ..Default::default()
+            });
+            es.push(Entry::new(b, Status::Ok, 0.0, vec![r]));
+        }
+        let store = Store::from_entries(es);
+        let results = Results::new(&store);
+        for (platform, want) in [("pvm-here", 0.5), ("kvm2015", 0.2)] {
+            let plan = Plan::new(baseline(Executor::Sim, "dedup", 16, 0.1, platform));
+            let a = attribute(&results, &plan).unwrap();
+            assert!((a.baseline.median - want).abs() < 1e-9, "{platform}: {a:?}");
+        }
     }
 
     #[test]

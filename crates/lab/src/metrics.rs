@@ -4,6 +4,7 @@
 //! repetitions. Definitions are repeated in docs/lab.md.
 
 use crate::point::Point;
+use crate::stats::MedianCi;
 use crate::store::{Entry, Store};
 use serde::Serialize;
 use smplab_record::config::Placement;
@@ -182,6 +183,9 @@ impl<'a> Results<'a> {
         let es = self.get(p)?;
         Summary::of(
             &es.iter()
+                // Runs whose VMs did not run their workloads at the same time
+                // say nothing about sharing the host.
+                .filter(|e| workload_overlap(&e.records).is_none_or(|f| f >= MIN_WORKLOAD_OVERLAP))
                 .map(|e| {
                     e.records
                         .iter()
@@ -192,6 +196,107 @@ impl<'a> Results<'a> {
                 })
                 .collect::<Vec<_>>(),
         )
+    }
+
+    /// Wall time (seconds) of a configuration: the median over repetitions
+    /// with its distribution-free 95% interval (per repetition the mean over
+    /// VMs).
+    pub fn wall_ci(&self, p: &Point) -> Option<MedianCi> {
+        let es = self.get(p)?;
+        MedianCi::of(
+            &es.iter()
+                .map(|e| mean_wall_s(&e.records))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    /// Slowdown versus native with a 95% interval.
+    ///
+    /// Measured executors: the ratio of the medians, `T̃_exec / T̃_native − 1`,
+    /// and an interval built conservatively from the two medians' intervals:
+    /// `[lo_exec / hi_native − 1, hi_exec / lo_native − 1]`. The two are
+    /// measured independently, so it covers the true ratio of medians with at
+    /// least the product of their coverages (≥ 0.939 with 6 repetitions each,
+    /// recorded in `coverage`). No bootstrap: with 6–10 repetitions a
+    /// bootstrap interval of a median is too coarse to trust.
+    ///
+    /// Simulator: per repetition against the simulator's own native model of
+    /// the same run, the interval of those ratios' median.
+    pub fn slowdown_ci(&self, p: &Point) -> Option<MedianCi> {
+        if p.executor() == Executor::Native {
+            return None;
+        }
+        if p.executor() == Executor::Sim {
+            let es = self.get(p)?;
+            let v: Vec<f64> = es
+                .iter()
+                .filter_map(|e| Some(mean_wall_s(&e.records) / sim_native_s(&e.records)? - 1.0))
+                .collect();
+            if let Some(ci) = MedianCi::of(&v) {
+                return Some(ci);
+            }
+        }
+        let exec = self.wall_ci(p)?;
+        let native = MedianCi::of(
+            &self
+                .native_for(p)?
+                .iter()
+                .map(|e| mean_wall_s(&e.records))
+                .collect::<Vec<_>>(),
+        )?;
+        ratio_ci(&exec, &native).map(|r| MedianCi {
+            median: r.median - 1.0,
+            lo: r.lo - 1.0,
+            hi: r.hi - 1.0,
+            ..r
+        })
+    }
+
+    /// Weighted speedup with a 95% interval, over the repetitions whose K
+    /// VMs ran their workloads at the same time (see [`WeightedSpeedup`]).
+    ///
+    /// Per repetition `Σ_i T̃_1 / T_K,i`; the interval of those values'
+    /// median is widened by the relative interval of `T̃_1` (the 1-VM median
+    /// every repetition divides by): `[lo · lo_1/T̃_1, hi · hi_1/T̃_1]`,
+    /// coverage the product of the two.
+    pub fn weighted_speedup_ci(&self, p: &Point) -> Option<WeightedSpeedup> {
+        let mut one = p.clone();
+        one.config.set_vms(1);
+        let t1 = self.wall_ci(&one)?;
+        if t1.median <= 0.0 {
+            return None;
+        }
+        let es = self.get(p)?;
+        let (mut used, mut excluded, mut unverified) = (Vec::new(), 0, 0);
+        for e in es {
+            match workload_overlap(&e.records) {
+                Some(f) if f < MIN_WORKLOAD_OVERLAP => {
+                    excluded += 1;
+                    continue;
+                }
+                Some(_) => {}
+                None => unverified += usize::from(e.records.len() > 1),
+            }
+            used.push(
+                e.records
+                    .iter()
+                    .map(|r| r.timing.wall_ns as f64 / 1e9)
+                    .filter(|&t| t > 0.0)
+                    .map(|t| t1.median / t)
+                    .sum::<f64>(),
+            );
+        }
+        let ws = MedianCi::of(&used)?;
+        Some(WeightedSpeedup {
+            ci: MedianCi {
+                lo: ws.lo * t1.lo / t1.median,
+                hi: ws.hi * t1.hi / t1.median,
+                coverage: ws.coverage * t1.coverage,
+                ..ws
+            },
+            excluded,
+            unverified,
+        })
     }
 
     /// Weighted speedup as VMs go from 1 to K, for the family of `p`.
@@ -336,6 +441,63 @@ impl<'a> Results<'a> {
         };
         Some([q(|h| h.p50_ns)?, q(|h| h.p90_ns)?, q(|h| h.p99_ns)?])
     }
+}
+
+/// A weighted speedup with its interval, and which runs it stands on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct WeightedSpeedup {
+    pub ci: MedianCi,
+    /// Repetitions left out: their VMs' workload windows overlapped less than
+    /// [`MIN_WORKLOAD_OVERLAP`], so they did not share the host the whole time.
+    pub excluded: usize,
+    /// Multi-VM repetitions counted whose records carry no workload windows
+    /// (older records): their overlap is assumed, not checked.
+    pub unverified: usize,
+}
+
+/// The least overlap of the K VMs' workload windows for a run to count in
+/// weighted speedup: 90% of the union of the windows.
+pub const MIN_WORKLOAD_OVERLAP: f64 = 0.9;
+
+/// How much the workload windows of a multi-VM run's records overlapped: the
+/// time all K ran their workloads at once over the union of their windows
+/// (1 = fully together), `None` when the records carry no windows.
+///
+/// TODO(lead): a stub. The window fields of `RunRecord` and the pure overlap
+/// function belong to smplab-record (another engineer's change, not on main
+/// when this was written): call it here and delete this body. Until then
+/// every multi-VM run counts as "unverified" in [`WeightedSpeedup`].
+pub fn workload_overlap(records: &[RunRecord]) -> Option<f64> {
+    if records.len() < 2 {
+        return Some(1.0);
+    }
+    None
+}
+
+/// `a / b` of two independent medians with a conservative interval:
+/// `[a.lo / b.hi, a.hi / b.lo]`, coverage the product of both coverages.
+/// `None` when `b`'s interval reaches zero.
+pub fn ratio_ci(a: &MedianCi, b: &MedianCi) -> Option<MedianCi> {
+    if b.lo <= 0.0 || b.median <= 0.0 {
+        return None;
+    }
+    Some(MedianCi {
+        median: a.median / b.median,
+        lo: a.lo / b.hi,
+        hi: a.hi / b.lo,
+        n: a.n.min(b.n),
+        coverage: a.coverage * b.coverage,
+    })
+}
+
+/// The simulator's native model of a run (mean over VMs), seconds.
+fn sim_native_s(records: &[RunRecord]) -> Option<f64> {
+    let n: Vec<f64> = records
+        .iter()
+        .filter_map(|r| r.sim.as_ref()?.native_wall_ns)
+        .map(|ns| ns as f64 / 1e9)
+        .collect();
+    (!n.is_empty()).then(|| n.iter().sum::<f64>() / n.len() as f64)
 }
 
 /// Mean wall time over a point's records, seconds.
@@ -498,43 +660,8 @@ pub fn merge_histograms(hs: &[&LatencyHistogram]) -> Option<LatencyHistogram> {
 // ---------------------------------------------------------------------------
 // Speedup versus vCPUs and the Amdahl projection (seed 004, eq. 5.1).
 
-/// Amdahl's law, eq. 2.1 / 5.1: `S(N) = 1 / ((1 - P) + P / N)`.
-pub fn amdahl(p: f64, n: f64) -> f64 {
-    1.0 / ((1.0 - p) + p / n)
-}
-
-/// The parallel fraction that explains a measured speedup `s` on `n` CPUs
-/// (eq. 2.1 solved for P), clamped to [0, 1].
-pub fn parallel_fraction(s: f64, n: f64) -> Option<f64> {
-    if n <= 1.0 || s <= 0.0 {
-        return None;
-    }
-    Some(((1.0 - 1.0 / s) / (1.0 - 1.0 / n)).clamp(0.0, 1.0))
-}
-
-/// Inputs of the seed-004 projection, measured on a pilot run.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct AmdahlInputs {
-    /// Parallel fraction of the workload natively.
-    pub p_native: f64,
-    /// Exit handling per vCPU: exits/s per vCPU × mean exit cost (s/s).
-    pub exit_handling_per_cpu: f64,
-    /// Share of exits that are serialized (synchronous through the global
-    /// lock or the I/O thread).
-    pub sync_share: f64,
-}
-
-impl AmdahlInputs {
-    /// Figure 3.7: `P(N) = P · (1 − exit handling per CPU · N · synchronous share)`.
-    pub fn p_at(&self, n: f64) -> f64 {
-        (self.p_native * (1.0 - (self.exit_handling_per_cpu * n * self.sync_share).min(1.0)))
-            .clamp(0.0, 1.0)
-    }
-    /// Eq. 5.1: projected speedup with the serialization of exits.
-    pub fn projected(&self, n: f64) -> f64 {
-        amdahl(self.p_at(n), n)
-    }
-}
+/// Eq. 5.1 and its inputs are written once, in smplab-record, for every crate.
+pub use smplab_record::amdahl::{amdahl, parallel_fraction, AmdahlInputs};
 
 /// One point of a speedup-versus-vCPUs curve.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -1013,6 +1140,66 @@ mod tests {
         assert!((r.idle_fraction(&p).unwrap().median - 1.0 / 6.0).abs() < 1e-12);
         assert!((r.spin_fraction(&p).unwrap().median - 0.5).abs() < 1e-12);
         assert!(r.spin_rate(&p).is_some());
+    }
+
+    /// Hand-made runs: six natives at 100–105 ms, six VM runs at 150–156 ms,
+    /// and 2-VM runs: slowdown and weighted speedup with intervals.
+    #[test]
+    fn slowdown_and_weighted_speedup_intervals() {
+        let ms = 1_000_000u64;
+        let jitter = [0u64, 3, 5, 1, 4, 2];
+        let vm1 = vm_point("dedup", 2, 0);
+        let native = vm1.native_twin();
+        let mut vm2 = vm1.clone();
+        vm2.config.set_vms(2);
+        let mut es = vec![];
+        for (rep, j) in jitter.iter().enumerate() {
+            let at = |p: &Point| {
+                let mut p = p.clone();
+                p.rep = rep as u32;
+                p
+            };
+            es.push(entry(
+                at(&native),
+                vec![rec(Executor::Native, "dedup", 2, (100 + j) * ms)],
+            ));
+            es.push(entry(
+                at(&vm1),
+                vec![rec(Executor::Vm, "dedup", 2, (150 + j) * ms)],
+            ));
+            // Two VMs each twice as slow: weighted speedup ~1.
+            es.push(entry(
+                at(&vm2),
+                vec![
+                    rec(Executor::Vm, "dedup", 2, (300 + j) * ms),
+                    rec(Executor::Vm, "dedup", 2, (300 + j) * ms),
+                ],
+            ));
+        }
+        let store = Store::from_entries(es);
+        let r = Results::new(&store);
+        let w = r.wall_ci(&native).unwrap();
+        assert_eq!((w.n, w.lo, w.hi), (6, 0.100, 0.105));
+        let s = r.slowdown_ci(&vm1).unwrap();
+        // Ratio of medians 152.5/102.5; interval [150/105, 155/100] − 1.
+        assert!((s.median - (152.5 / 102.5 - 1.0)).abs() < 1e-12, "{s:?}");
+        assert!((s.lo - (150.0 / 105.0 - 1.0)).abs() < 1e-12, "{s:?}");
+        assert!((s.hi - (155.0 / 100.0 - 1.0)).abs() < 1e-12, "{s:?}");
+        assert!(s.lo <= s.median && s.median <= s.hi);
+        assert!((s.coverage - 0.96875 * 0.96875).abs() < 1e-12);
+        let ws = r.weighted_speedup_ci(&vm2).unwrap();
+        assert_eq!(ws.ci.n, 6);
+        assert_eq!(ws.excluded, 0);
+        assert_eq!(ws.unverified, 6, "the overlap stub cannot check windows");
+        assert!(ws.ci.lo <= ws.ci.median && ws.ci.median <= ws.ci.hi);
+        // Per rep 2 × 152.5/(300+j) ms; widened by T_1's [150, 155] around 152.5.
+        let hi = 2.0 * 152.5 / 300.0 * 155.0 / 152.5;
+        assert!((ws.ci.hi - hi).abs() < 1e-12, "{ws:?}");
+        assert!((r.weighted_speedup(&vm2).unwrap().median - ws.ci.median).abs() < 1e-12);
+        // A native point has no slowdown; a divisor interval reaching 0 no ratio.
+        assert!(r.slowdown_ci(&native).is_none());
+        let zero = MedianCi::of(&[0.0, 1.0]).unwrap();
+        assert!(ratio_ci(&w, &zero).is_none());
     }
 
     #[test]

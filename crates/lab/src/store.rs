@@ -388,11 +388,13 @@ impl Store {
     }
 
     pub fn is_finished(&self, key: &str, retry_failed: bool) -> bool {
-        self.entries
-            .iter()
-            .rev()
-            .find(|e| e.key == key)
+        self.latest_entry(key)
             .is_some_and(|e| e.is_finished(retry_failed))
+    }
+
+    /// The latest entry of one point (key with repetition), if any.
+    pub fn latest_entry(&self, key: &str) -> Option<&Entry> {
+        self.entries.iter().rev().find(|e| e.key == key)
     }
 
     /// Append one entry durably: a single `write` of the whole line with

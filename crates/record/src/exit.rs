@@ -33,3 +33,14 @@ pub const BAD_TRACE: i32 = 13;
 /// `smplab trace`: the traced program was killed by signal N: the status is
 /// 128 + N (as a shell reports it); the trace so far is kept, marked incomplete.
 pub const SIGNAL_BASE: i32 = 128;
+
+/// Print an error the way every `smplab` command does: `smplab: <message>` on
+/// stderr, the prefix on every line (a list of spec problems stays greppable).
+pub fn report_error(message: impl std::fmt::Display) {
+    use std::io::Write as _;
+    let mut err = std::io::stderr().lock();
+    for line in message.to_string().lines() {
+        // Nothing useful can be done when stderr itself is gone.
+        let _ = writeln!(err, "smplab: {line}");
+    }
+}

@@ -7,7 +7,9 @@
 //! renaming or removing one, or changing a meaning, bumps it.
 
 pub mod config;
+pub mod amdahl;
 pub mod cpus;
+pub mod diag;
 pub mod exit;
 pub mod guest;
 pub mod histogram;

@@ -145,14 +145,14 @@ pub fn run(args: &SimArgs) -> i32 {
     let s = match scenario_from_args(args) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("smplab sim: {e}");
+            smplab_record::exit::report_error(&e);
             return e.exit_status();
         }
     };
     let records = match simulate(&s) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("smplab sim: {e}");
+            smplab_record::exit::report_error(&e);
             return e.exit_status();
         }
     };

@@ -1,16 +1,14 @@
 //! Errors of the simulator, with messages that say what to change.
 
+use smplab_record::diag::{Diagnostics, SourceText};
+
 /// Everything that can go wrong building or running a simulation.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
-    /// A located problem in a spec or platform file: `file:line:col: message`.
-    #[error("{file}:{line}:{col}: {message}")]
-    Located {
-        file: String,
-        line: usize,
-        col: usize,
-        message: String,
-    },
+    /// Located problems in a spec or platform file, one `file:line:col:
+    /// message` per line.
+    #[error(transparent)]
+    Invalid(#[from] Diagnostics),
     #[error("unknown platform profile `{name}`: use one of kvm2015, pvm-here, or a path to a profile TOML file")]
     UnknownPlatform { name: String },
     #[error("{origin}: invalid platform profile: {message}")]
@@ -49,17 +47,5 @@ pub(crate) fn locate(
     offset: usize,
     message: impl Into<String>,
 ) -> SimError {
-    let mut offset = offset.min(text.len());
-    while offset > 0 && !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    SimError::Located {
-        file: file.to_string(),
-        line,
-        col,
-        message: message.into(),
-    }
+    SimError::Invalid(SourceText::new(file, text).at(offset, message).into())
 }

@@ -8,7 +8,7 @@
 //!    work device; per mode exits/s and speedup over 1 vCPU next to the thesis's
 //!    Amdahl projection (eq. 5.1) from the 1-vCPU exit rate, handling time and
 //!    share of serialized requests, and the bound of one serial server
-//!    (`model::serial_server_bound`).
+//!    (`smplab_record::amdahl::AmdahlInputs::serial_server_bound`).
 //! 3. VMM memory overhead: RSS minus resident guest RAM at 2 vCPUs (target ≤ 16 MiB).
 //! 4. Criterion micro-benchmarks of one bus dispatch per mode (no KVM), against a
 //!    direct call of the same device.
@@ -17,8 +17,8 @@
 
 use criterion::Criterion;
 use kvm_ioctls::{Kvm, VcpuExit};
+use smplab_record::amdahl::AmdahlInputs;
 use smplab_vmm::devices::{ConcurrentDevice, WorkDevice};
-use smplab_vmm::model::{projected_speedup, serial_server_bound, AmdahlInputs};
 use smplab_vmm::test_guest::{GuestProgram, BSP_LOAD_ADDR};
 use smplab_vmm::{run_vm, AddressSpace, BusBuilder, ConsoleSink, KernelImage, SyncMode, VmConfig};
 use std::sync::Arc;
@@ -206,19 +206,15 @@ fn scalability_at(work_ns: u64, variants: &[(SyncMode, bool)]) {
                         } else {
                             0.0
                         };
-                    let inputs = AmdahlInputs {
-                        parallel_fraction: 1.0,
-                        exits_per_sec_per_cpu: rate,
-                        handling_secs: median(handling) / 1e9,
-                        serialized_share: serialized,
-                    };
+                    let inputs =
+                        AmdahlInputs::from_exit_rate(1.0, rate, median(handling) / 1e9, serialized);
                     base = Some((rate, inputs));
                     (1.0, 1.0, 1.0)
                 }
                 Some((base_rate, inputs)) => (
                     rate / base_rate,
-                    projected_speedup(&inputs, vcpus),
-                    serial_server_bound(&inputs, vcpus),
+                    inputs.projected(f64::from(vcpus)),
+                    inputs.serial_server_bound(f64::from(vcpus)),
                 ),
             };
             let note = if vcpus as usize > host_cpus {

@@ -14,7 +14,6 @@ pub mod exits;
 mod io_thread;
 pub mod irqchip;
 pub mod kvm_stats;
-pub mod model;
 pub mod placement;
 pub mod rss;
 pub mod run;

@@ -38,34 +38,15 @@ impl Placement {
 pub struct CpuList(pub Vec<usize>);
 
 impl std::str::FromStr for CpuList {
-    type Err = String;
+    type Err = CpuListError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         parse_cpu_list(s).map(CpuList)
     }
 }
 
-/// Parse a CPU list such as `0,2-3`.
-pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
-    let mut cpus = Vec::new();
-    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || format!("'{part}' in CPU list '{text}' is not a CPU number or range like 2-3");
-        if let Some((lo, hi)) = part.split_once('-') {
-            let lo: usize = lo.trim().parse().map_err(|_| bad())?;
-            let hi: usize = hi.trim().parse().map_err(|_| bad())?;
-            if hi < lo || hi - lo > 4096 {
-                return Err(bad());
-            }
-            cpus.extend(lo..=hi);
-        } else {
-            cpus.push(part.parse().map_err(|_| bad())?);
-        }
-    }
-    if cpus.is_empty() {
-        return Err(format!("CPU list '{text}' names no CPU"));
-    }
-    Ok(cpus)
-}
+/// The one CPU-list parser (`0,2-3`), shared by every crate.
+pub use smplab_record::cpus::{parse_cpu_list, CpuListError};
 
 /// Restrict the calling thread to `cpus`.
 pub fn pin_current_thread(cpus: &[usize]) -> std::io::Result<()> {

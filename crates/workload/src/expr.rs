@@ -31,9 +31,29 @@ pub struct Env {
     pub s: f64,
 }
 
+/// Why a count expression cannot be evaluated; the message has no location
+/// (the caller adds file:line:col).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExprError {
+    #[error("unexpected `{found}` in expression `{text}`")]
+    Trailing { found: char, text: String },
+    #[error("expression `{text}` is {value}, not a count")]
+    NotACount { text: String, value: String },
+    #[error("division by zero in expression")]
+    DivisionByZero,
+    #[error("missing `)` in expression")]
+    MissingParen,
+    #[error("`{0}` is not a number")]
+    NotANumber(String),
+    #[error("unexpected `{0}` in expression (use numbers, n, s, + - * / and parentheses)")]
+    Unexpected(char),
+    #[error("expression ends too early")]
+    EndsEarly,
+}
+
 impl Count {
-    /// Evaluate; the error is a message without location (the caller adds it).
-    pub fn eval(&self, env: Env) -> Result<u64, String> {
+    /// Evaluate with thread parameter and scale `env`.
+    pub fn eval(&self, env: Env) -> Result<u64, ExprError> {
         match self {
             Count::Int(v) => Ok(*v),
             Count::Expr(text) => {
@@ -45,13 +65,16 @@ impl Count {
                 let v = p.expr()?;
                 p.skip_ws();
                 if p.pos != p.chars.len() {
-                    return Err(format!(
-                        "unexpected `{}` in expression `{text}`",
-                        p.chars[p.pos] as char
-                    ));
+                    return Err(ExprError::Trailing {
+                        found: p.chars[p.pos] as char,
+                        text: text.clone(),
+                    });
                 }
                 if !v.is_finite() || v < -0.5 {
-                    return Err(format!("expression `{text}` is {v}, not a count"));
+                    return Err(ExprError::NotACount {
+                        text: text.clone(),
+                        value: v.to_string(),
+                    });
                 }
                 Ok(v.round() as u64)
             }
@@ -77,7 +100,7 @@ impl Parser<'_> {
         self.chars.get(self.pos).copied()
     }
 
-    fn expr(&mut self) -> Result<f64, String> {
+    fn expr(&mut self) -> Result<f64, ExprError> {
         let mut v = self.term()?;
         while let Some(c @ (b'+' | b'-')) = self.peek() {
             self.pos += 1;
@@ -87,20 +110,20 @@ impl Parser<'_> {
         Ok(v)
     }
 
-    fn term(&mut self) -> Result<f64, String> {
+    fn term(&mut self) -> Result<f64, ExprError> {
         let mut v = self.factor()?;
         while let Some(c @ (b'*' | b'/')) = self.peek() {
             self.pos += 1;
             let r = self.factor()?;
             if c == b'/' && r == 0.0 {
-                return Err("division by zero in expression".into());
+                return Err(ExprError::DivisionByZero);
             }
             v = if c == b'*' { v * r } else { v / r };
         }
         Ok(v)
     }
 
-    fn factor(&mut self) -> Result<f64, String> {
+    fn factor(&mut self) -> Result<f64, ExprError> {
         match self.peek() {
             Some(b'n') => {
                 self.pos += 1;
@@ -114,7 +137,7 @@ impl Parser<'_> {
                 self.pos += 1;
                 let v = self.expr()?;
                 if self.peek() != Some(b')') {
-                    return Err("missing `)` in expression".into());
+                    return Err(ExprError::MissingParen);
                 }
                 self.pos += 1;
                 Ok(v)
@@ -131,14 +154,10 @@ impl Parser<'_> {
                     .chars()
                     .filter(|&c| c != '_')
                     .collect();
-                text.parse::<f64>()
-                    .map_err(|_| format!("`{text}` is not a number"))
+                text.parse::<f64>().map_err(|_| ExprError::NotANumber(text))
             }
-            Some(c) => Err(format!(
-                "unexpected `{}` in expression (use numbers, n, s, + - * / and parentheses)",
-                c as char
-            )),
-            None => Err("expression ends too early".into()),
+            Some(c) => Err(ExprError::Unexpected(c as char)),
+            None => Err(ExprError::EndsEarly),
         }
     }
 }
@@ -148,7 +167,9 @@ mod tests {
     use super::*;
 
     fn ev(s: &str, n: u32) -> Result<u64, String> {
-        Count::Expr(s.into()).eval(Env { n, s: 1.0 })
+        Count::Expr(s.into())
+            .eval(Env { n, s: 1.0 })
+            .map_err(|e| e.to_string())
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod validate;
 
 pub use program::{BufferRef, Group, Op, Program};
 pub use spec::{BarrierWait, Rmw, SpinKind, WorkloadSpec};
-pub use validate::{Diagnostic, WorkloadError};
+pub use validate::{Diagnostic, Diagnostics, WorkloadError};
 
 use std::path::Path;
 

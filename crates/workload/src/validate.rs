@@ -9,24 +9,8 @@ use serde_spanned::Spanned;
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-/// A problem in a workload file, located.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Diagnostic {
-    pub file: String,
-    pub line: usize,
-    pub col: usize,
-    pub message: String,
-}
-
-impl std::fmt::Display for Diagnostic {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}: {}",
-            self.file, self.line, self.col, self.message
-        )
-    }
-}
+use smplab_record::diag::SourceText;
+pub use smplab_record::diag::{Diagnostic, Diagnostics};
 
 /// Errors from loading a workload.
 #[derive(Debug, thiserror::Error)]
@@ -37,8 +21,8 @@ pub enum WorkloadError {
         source: std::io::Error,
     },
     /// One or more located problems; Display prints them one per line.
-    #[error("{}", .0.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"))]
-    Invalid(Vec<Diagnostic>),
+    #[error(transparent)]
+    Invalid(#[from] Diagnostics),
     #[error("no built-in workload named `{0}`; `smplab workloads` lists them, or pass a path to a .toml file")]
     UnknownWorkload(String),
     #[error("--threads must be at least 1")]
@@ -50,59 +34,24 @@ pub enum WorkloadError {
 impl WorkloadError {
     pub fn diagnostics(&self) -> &[Diagnostic] {
         match self {
-            WorkloadError::Invalid(d) => d,
+            WorkloadError::Invalid(d) => d.as_slice(),
             _ => &[],
         }
     }
 }
 
-/// Maps byte offsets to 1-based line and column (in characters).
-struct Locator<'a> {
-    file: &'a str,
-    text: &'a str,
-}
-
-impl Locator<'_> {
-    fn at(&self, offset: usize, message: impl Into<String>) -> Diagnostic {
-        let offset = offset.min(self.text.len());
-        let before = &self.text[..floor_char_boundary(self.text, offset)];
-        let line = before.matches('\n').count() + 1;
-        let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-        Diagnostic {
-            file: self.file.to_string(),
-            line,
-            col,
-            message: message.into(),
-        }
-    }
-
-    fn span(&self, span: Range<usize>, message: impl Into<String>) -> Diagnostic {
-        self.at(span.start, message)
-    }
-}
-
-fn floor_char_boundary(s: &str, mut i: usize) -> usize {
-    while i > 0 && !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
 /// Parse a workload file's text. `file` is used only in messages.
 pub fn parse(file: &str, text: &str) -> Result<WorkloadSpec, WorkloadError> {
-    let loc = Locator { file, text };
+    let loc = SourceText::new(file, text);
     toml::from_str::<WorkloadSpec>(text).map_err(|e| {
-        let offset = e.span().map_or(0, |s| s.start);
         let message = e
             .message()
             .replace("unknown variant", "unknown operation")
             .replace(
                 "wrong number of keys",
                 "an operation is a table with exactly one key; wrong number of keys",
-            )
-            .trim()
-            .replace('\n', "; ");
-        WorkloadError::Invalid(vec![loc.at(offset, message)])
+            );
+        WorkloadError::Invalid(loc.parse_error(e.span(), &message).into())
     })
 }
 
@@ -121,28 +70,23 @@ pub fn instantiate(
         return Err(WorkloadError::BadScale(scale));
     }
     let mut cx = Cx {
-        loc: Locator { file, text },
+        loc: SourceText::new(file, text),
         env: Env { n, s: scale },
         spec,
-        diags: Vec::new(),
+        diags: Diagnostics::default(),
     };
     let program = cx.build();
     if cx.diags.is_empty() {
         cx.check_balance(&program);
     }
-    if cx.diags.is_empty() {
-        Ok(program)
-    } else {
-        cx.diags.sort_by_key(|d| (d.line, d.col));
-        Err(WorkloadError::Invalid(cx.diags))
-    }
+    Ok(cx.diags.into_result(program)?)
 }
 
 struct Cx<'a> {
-    loc: Locator<'a>,
+    loc: SourceText<'a>,
     env: Env,
     spec: &'a WorkloadSpec,
-    diags: Vec<Diagnostic>,
+    diags: Diagnostics,
 }
 
 /// Which table a name lives in, for "is a mutex, not a spin lock" hints.
