@@ -149,7 +149,10 @@ mod tests {
         let wide = MedianCi::of(&[10.0, 14.0, 9.0, 10.0, 6.0, 10.0]).unwrap();
         assert!(!wide.is_narrow(TARGET_REL_HALF_WIDTH));
         let few = MedianCi::of(&[10.0, 10.0, 10.0]).unwrap();
-        assert!(!few.is_narrow(TARGET_REL_HALF_WIDTH), "3 samples never reach 95%");
+        assert!(
+            !few.is_narrow(TARGET_REL_HALF_WIDTH),
+            "3 samples never reach 95%"
+        );
     }
 
     #[test]
