@@ -184,7 +184,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
         .collect();
     let _ = write!(
         h,
-        "<p class=\"lead\">{} workload{} ({}) on {}. Slowdown is wall time over native wall time minus one; brackets give the 95% interval of the median over repetitions († fewer than 6 repetitions: the range, which covers the median with less than 95%). A difference is <span class=\"sig\">outside noise</span> when the intervals do not overlap, otherwise <span class=\"noise\">~ within noise</span>.</p>",
+        "<p class=\"lead\">{} workload{} ({}) on {}. Slowdown: wall time over native wall time, minus one; median over repetitions with its 95% interval in brackets († fewer than 6 repetitions: the range). <span class=\"sig\">outside noise</span>: the intervals do not overlap; <span class=\"noise\">~ within noise</span>: they do.</p>",
         ctx.workloads.len(),
         if ctx.workloads.len() == 1 { "" } else { "s" },
         esc(&ctx.workloads.join(", ")),

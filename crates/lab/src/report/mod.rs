@@ -96,7 +96,7 @@ nav.toc{position:sticky;top:0;background:#fff;border-bottom:1px solid #ddd;paddi
 nav.toc a{margin-right:14px;white-space:nowrap}\
 table{border-collapse:collapse;margin:8px 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}\
 td:first-child,th:first-child,td.l,th.l{text-align:left}th{background:#f0f0f0}\
-table.findings{font-size:14px;width:100%}table.findings td{text-align:left}table.findings td:first-child{font-weight:bold;white-space:nowrap}\
+table.findings{font-size:14px;width:100%}table.findings td,table.findings th{text-align:left}table.findings td:first-child{font-weight:bold;white-space:nowrap}\
 .ci{color:#666;font-size:12px;white-space:nowrap}.sig{color:#0a6b36;font-size:12px;white-space:nowrap}.noise{color:#a05a00;font-size:12px;white-space:nowrap}\
 .lead{font-size:16px}.muted{color:#666;font-size:13px}\
 .note{background:#fff8dc;padding:6px 10px;border-left:4px solid #e6b800;margin:6px 0}\

@@ -20,7 +20,7 @@ pub fn sample_store() -> Store {
         ("streamcluster", 10, 14),
         ("blackscholes", 10, 10),
     ] {
-        for rep in 0..3u32 {
+        for rep in 0..6u32 {
             let mut n = vm_point(wl, 2, rep).native_twin();
             n.rep = rep;
             es.push(Entry::new(
@@ -39,7 +39,7 @@ pub fn sample_store() -> Store {
                     Executor::Vm,
                     wl,
                     vcpus,
-                    vm * s / 10 / vcpus as u64 + rep as u64 * 20_000_000,
+                    vm * s / 10 * 2 / vcpus as u64 + rep as u64 * 20_000_000,
                 );
                 let mut per = BTreeMap::new();
                 per.insert("io_out".to_string(), 4000 + rep as u64 * 100);
@@ -106,34 +106,266 @@ pub fn sample_store() -> Store {
     Store::from_entries(es)
 }
 
-#[test]
-fn html_has_every_plot_kind_and_no_external_resources() {
-    let store = sample_store();
-    let html = render_html(
-        &store,
-        &ReportOptions {
-            title: "t".into(),
-            notes: vec!["qemu skipped: not installed".into()],
-            sections: vec![],
-        },
-    );
-    for section in [
-        "Slowdown versus native",
-        "Throughput as VMs are added",
-        "Exits by reason",
-        "Latency distributions",
-        "Speedup versus vCPUs",
-        "Simulator predictions beside measurements",
-        "Macro versus micro",
-        "Failed and skipped points",
-    ] {
-        assert!(html.contains(section), "missing {section}");
+/// `sample_store` plus a diagnosis of dedup on the VM (fake runner: known
+/// credits, no noise).
+pub fn sample_store_with_diagnosis() -> Store {
+    use crate::diagnose::{baseline, Plan};
+    use crate::runner::fake::FakeRunner;
+    use crate::sweep::{run_points, SweepOptions};
+    let mut store = sample_store();
+    let plan = Plan::new(baseline(Executor::Vm, "dedup", 2, 0.1, ""));
+    run_points(
+        &plan.points(6),
+        &mut store,
+        &FakeRunner::new(),
+        &SweepOptions::default(),
+    )
+    .expect("fake diagnosis runs");
+    store
+}
+
+/// A simulator sweep of `n` runs (5 workloads × vCPUs × VMs × scales ×
+/// 5 repetitions), the size a user's 10,000-point sweep reaches.
+pub fn big_sim_store(n: usize) -> Store {
+    let workloads = [
+        "blackscholes",
+        "dedup",
+        "ocean_ncp",
+        "streamcluster",
+        "spinlock",
+    ];
+    let vcpus = [2u32, 4, 8, 16, 32];
+    let vms = [1u32, 2, 4, 8];
+    let reps = 5u32;
+    let per_scale = workloads.len() * vcpus.len() * vms.len() * reps as usize;
+    let scales = n.div_ceil(per_scale);
+    let mut es = Vec::with_capacity(n);
+    'all: for si in 0..scales {
+        for (wi, wl) in workloads.iter().enumerate() {
+            for &v in &vcpus {
+                for &k in &vms {
+                    for rep in 0..reps {
+                        if es.len() == n {
+                            break 'all;
+                        }
+                        let mut p = vm_point(wl, v, rep);
+                        p.executor = Executor::Sim;
+                        p.scale = 0.05 * (si + 1) as f64;
+                        p.vms = k;
+                        p.platform = Some("pvm-here".into());
+                        p.ple = Some(true);
+                        p.apicv = Some(false);
+                        let native = 1_000_000 * (10 + wi as u64) * (si as u64 + 1);
+                        let wall = native
+                            + native * (wi as u64 + 1) * v as u64 / 40 * k as u64
+                            + rep as u64 * 10_000;
+                        let records = (0..k)
+                            .map(|_| {
+                                let mut r = rec(Executor::Sim, wl, v, wall);
+                                let mut ex = BTreeMap::new();
+                                ex.insert("hlt".to_string(), 100 * v as u64);
+                                ex.insert("ipi".to_string(), 50 * v as u64);
+                                r.sim = Some(SimSection {
+                                    native_wall_ns: Some(native),
+                                    vcpus: v,
+                                    idle_ns: wall / 4,
+                                    spin_ns: wall / 8,
+                                    exits: ex,
+                                    ..Default::default()
+                                });
+                                r
+                            })
+                            .collect();
+                        es.push(Entry::new(p, Status::Ok, 0.0, records));
+                    }
+                }
+            }
+        }
     }
-    assert!(html.matches("<svg").count() >= 6);
-    assert!(!html.contains("<script"));
-    assert!(!html.contains("http://") || !html.contains("src=\"http"));
+    Store::from_entries(es)
+}
+
+fn opts() -> ReportOptions {
+    ReportOptions {
+        title: "t".into(),
+        notes: vec!["qemu skipped: not installed".into()],
+        sections: vec![],
+        calibration: None,
+    }
+}
+
+/// The text of the `<section id=ID>` of a page.
+fn section<'h>(html: &'h str, id: &str) -> &'h str {
+    let start = html
+        .find(&format!("<section id=\"{id}\">"))
+        .unwrap_or_else(|| panic!("no section {id}"));
+    let end = html[start..]
+        .find("</section>")
+        .map_or(html.len(), |e| start + e);
+    &html[start..end]
+}
+
+#[test]
+fn sections_in_order_with_contents_and_no_external_resources() {
+    let html = render_html(&sample_store_with_diagnosis(), &opts());
+    let ids = [
+        "findings",
+        "workloads",
+        "diagnosis",
+        "scaling",
+        "overcommit",
+        "exits",
+        "sim",
+        "raw-data",
+    ];
+    let mut at = 0;
+    for id in ids {
+        let pos = html
+            .find(&format!("<section id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("missing section {id}"));
+        assert!(pos > at, "section {id} out of order");
+        at = pos;
+        assert!(
+            html.contains(&format!("<a href=\"#{id}\">")),
+            "{id} not in the table of contents"
+        );
+    }
+    assert!(html.matches("<svg").count() >= 8);
+    for class in [
+        "class=\"pt\"",
+        "class=\"series\"",
+        "class=\"seg\"",
+        "class=\"bin\"",
+        "class=\"whisker\"",
+    ] {
+        assert!(html.contains(class), "no {class}");
+    }
+    assert!(!html.contains("src=\"http") && !html.contains("href=\"http"));
     assert!(!html.contains("NaN"));
     assert!(html.contains("&lt;triple fault&gt;"));
+    assert!(html.contains("qemu skipped: not installed"));
+    // Raw data last and collapsed, sortable.
+    let raw = section(&html, "raw-data");
+    assert!(raw.contains("<details id=\"raw\">") && raw.contains("data-sort"));
+}
+
+#[test]
+fn findings_name_every_workload_with_intervals_credits_remedy_and_sim() {
+    let html = render_html(&sample_store_with_diagnosis(), &opts());
+    let f = section(&html, "findings");
+    for w in ["dedup", "streamcluster", "blackscholes"] {
+        assert!(
+            f.contains(&format!("id=\"finding-{w}\"")),
+            "no finding for {w}"
+        );
+        assert!(
+            f.contains(&format!("href=\"#wl-{w}\"")),
+            "{w} not linked to its plot"
+        );
+        assert!(
+            html.contains(&format!("id=\"wl-{w}\"")),
+            "no section for {w}"
+        );
+    }
+    let dedup = &f[f.find("id=\"finding-dedup\"").unwrap()..];
+    let dedup = &dedup[..dedup.find("</tr>").unwrap()];
+    // dedup: VM 2.7 s + reps vs native 1.0 s → about +170%, 6 reps: a 95% interval.
+    assert!(dedup.contains("+17"), "{dedup}");
+    assert!(
+        dedup.contains("class=\"ci\">[") && !dedup.contains("†"),
+        "{dedup}"
+    );
+    assert!(dedup.contains("outside noise"), "{dedup}");
+    // The fake diagnosis: HLT idle credits 40 pp, the largest, listed first.
+    let hlt = dedup.find("HLT idle +40 pp").expect("HLT credit");
+    let spin = dedup
+        .find("user-space spinning +30 pp")
+        .expect("spin credit");
+    assert!(hlt < spin, "largest first: {dedup}");
+    assert!(dedup.contains("href=\"#diag-dedup-vm\""));
+    assert!(html.contains("id=\"diag-dedup-vm\""));
+    // Remedy: removing every factor at once helps most in the fake.
+    assert!(dedup.contains("every factor removed at once"), "{dedup}");
+    // Simulator: 3.0 s vs native 1.0 s predicted against +170% measured.
+    assert!(dedup.contains("predicted +200.0%"), "{dedup}");
+    assert!(dedup.contains("off by"), "{dedup}");
+    // blackscholes: VM equal to native within noise.
+    let bs = &f[f.find("id=\"finding-blackscholes\"").unwrap()..];
+    let bs = &bs[..bs.find("</tr>").unwrap()];
+    assert!(bs.contains("within noise"), "{bs}");
+    assert!(bs.contains("not diagnosed"), "{bs}");
+}
+
+#[test]
+fn calibration_is_a_table() {
+    use crate::calibrate::{Calibration, Estimate};
+    let mut o = opts();
+    o.calibration = Some(Calibration {
+        estimates: vec![Estimate {
+            field: "vmm.ipi_receive_ns",
+            value: 12345.6,
+            spread: Some((11000.0, 13000.0)),
+            how: "shootdown <2 vCPUs>".into(),
+        }],
+        unmeasured: vec![("vmm.hlt_wake_ns".into(), "polling was slower".into())],
+        info: vec![],
+    });
+    let html = render_html(&sample_store(), &o);
+    let c = section(&html, "calibration");
+    assert!(c.contains("<table>") && !c.contains("<pre>"));
+    assert!(c.contains("<code>vmm.ipi_receive_ns</code>") && c.contains("12345.6 ns"));
+    assert!(c.contains("11000.0 – 13000.0") && c.contains("shootdown &lt;2 vCPUs&gt;"));
+    assert!(c.contains("not measured") && c.contains("polling was slower"));
+}
+
+#[test]
+fn ten_thousand_simulator_runs_give_aggregated_plots() {
+    let store = big_sim_store(10_000);
+    assert_eq!(store.entries().len(), 10_000);
+    let t0 = std::time::Instant::now();
+    let html = render_html(&store, &opts());
+    eprintln!(
+        "10,000 simulator runs: rendered in {:.2} s, {} kB",
+        t0.elapsed().as_secs_f64(),
+        html.len() / 1024
+    );
+    let f = section(&html, "findings");
+    for w in [
+        "blackscholes",
+        "dedup",
+        "ocean_ncp",
+        "streamcluster",
+        "spinlock",
+    ] {
+        assert!(
+            f.contains(&format!("id=\"finding-{}\"", super::data::slug(w))),
+            "no finding for {w}"
+        );
+    }
+    // Distributions per executor and size, not a row per configuration.
+    let wl = section(&html, "workloads");
+    assert!(wl.contains("configs"), "aggregated rows");
+    let marks = html.matches("class=\"pt\"").count()
+        + html.matches("class=\"bar\"").count()
+        + html.matches("class=\"seg\"").count();
+    assert!(marks < 1500, "{marks} plot marks for 2000 configurations");
+    // Every configuration is still in the (collapsed) raw table.
+    assert_eq!(section(&html, "raw-data").matches("<tr><td>").count(), 2000);
+}
+
+#[test]
+fn demo_summary_shows_intervals() {
+    let store = sample_store();
+    let t = crate::demo::summary_table(&Results::new(&store), 0.1);
+    let dedup = t
+        .lines()
+        .find(|l| l.starts_with("dedup"))
+        .expect("dedup row");
+    // 6 repetitions: a real 95% interval, no dagger; outside the noise of native.
+    assert!(dedup.contains("% [+"), "{t}");
+    assert!(!dedup.contains('†') && !dedup.contains('~'), "{t}");
+    let bs = t.lines().find(|l| l.starts_with("blackscholes")).unwrap();
+    assert!(bs.contains('~'), "blackscholes runs as fast as native: {t}");
 }
 
 #[test]
