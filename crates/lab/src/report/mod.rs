@@ -171,7 +171,7 @@ pub fn render_html(store: &Store, opts: &ReportOptions) -> String {
     }
     h.push_str("</nav>");
     h.push_str(&page.body);
-    let _ = write!(h, "<script>{SCRIPT}</script></body></html>\n");
+    let _ = writeln!(h, "<script>{SCRIPT}</script></body></html>");
     h
 }
 

@@ -52,7 +52,9 @@ fn chart_rows(ctx: &Ctx, points: &[&Point]) -> (Vec<IntervalRow>, bool) {
     }
     // Many configurations: one row per executor, vCPUs and VMs with the
     // distribution of their medians (box: quartiles; whiskers: min–max).
-    let mut groups: BTreeMap<(usize, Option<u32>, u32), (Executor, Vec<f64>)> = BTreeMap::new();
+    // (colour, vCPUs, VMs) → (executor, configuration medians).
+    type Groups = BTreeMap<(usize, Option<u32>, u32), (Executor, Vec<f64>)>;
+    let mut groups = Groups::new();
     for p in points {
         if let Some(ci) = slowdown_ci(r, p) {
             groups
