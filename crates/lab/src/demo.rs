@@ -92,10 +92,17 @@ pub fn summary_table(results: &Results, scale: f64) -> String {
             format!("{:.2} [{:.2},{:.2}]", c.median, c.lo, c.hi)
         })
     };
-    let mut out = format!(
-        "{:<14} {:>9} {:>18} {:>18} {:>18} {:>18} {:>17} {:>17}\n",
-        "workload", "native ms", "vm", "qemu", "sim 2vcpu", "sim 16vcpu", "WS vm×2", "WS sim16×4"
-    );
+    let mut rows: Vec<[String; 8]> = vec![[
+        "workload",
+        "native ms",
+        "vm",
+        "qemu",
+        "sim 2vcpu",
+        "sim 16vcpu",
+        "WS vm×2",
+        "WS sim16×4",
+    ]
+    .map(String::from)];
     for w in WORKLOADS {
         // The default set-up at this scale, one VM, `vcpus` vCPUs.
         let one = |e: Executor, vcpus: u32| {
@@ -133,9 +140,8 @@ pub fn summary_table(results: &Results, scale: f64) -> String {
             })
         };
         let sim16 = one(Executor::Sim, 16);
-        out.push_str(&format!(
-            "{:<14} {:>9} {:>18} {:>18} {:>18} {:>18} {:>17} {:>17}\n",
-            w,
+        rows.push([
+            w.to_string(),
             native,
             slow(vm),
             slow(one(Executor::Qemu, 2)),
@@ -143,7 +149,21 @@ pub fn summary_table(results: &Results, scale: f64) -> String {
             slow(sim16),
             ws(with_vms(vm, 2)),
             ws(with_vms(sim16, 4)),
-        ));
+        ]);
+    }
+    // Columns as wide as their widest cell: intervals of large slowdowns are long.
+    let widths: Vec<usize> = (0..8)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in &rows {
+        let mut line = format!("{:<w$}", r[0], w = widths[0]);
+        for c in 1..8 {
+            let pad = widths[c].saturating_sub(r[c].chars().count());
+            line.push_str(&format!("  {}{}", " ".repeat(pad), r[c]));
+        }
+        out.push_str(&line);
+        out.push('\n');
     }
     out.push_str("Slowdown vs native: median [95% interval] over repetitions (sim: vs its own native model);\n~ within the noise of native, † fewer than 6 repetitions (the range). WS: weighted speedup, 1 = one VM's throughput.\n");
     out

@@ -493,8 +493,8 @@ pub fn interval_chart(
     legend_names: &[String],
 ) -> String {
     let row_h = 22.0;
-    let left = 230.0;
-    let w = 760.0;
+    let left = 300.0;
+    let w = 820.0;
     let legend_rows = legend_names.iter().filter(|n| !n.is_empty()).count();
     let h = 34.0 + rows.len() as f64 * row_h + 44.0 + legend_rows as f64 * 15.0;
     let mut s = Frame::new(w, h, left, 0.0).open(title);
@@ -540,7 +540,7 @@ pub fn interval_chart(
             "<text x=\"{tx}\" y=\"{ty:.1}\" text-anchor=\"end\">{l}</text>",
             tx = left - 8.0,
             ty = y + 4.0,
-            l = esc(&truncate(&r.label, 38))
+            l = esc(&truncate(&r.label, 48))
         );
         if !(r.median.is_finite() && r.lo.is_finite() && r.hi.is_finite()) {
             continue;

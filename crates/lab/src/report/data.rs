@@ -118,6 +118,9 @@ pub fn slowdown_ci(results: &Results, p: &Point) -> Option<MedianCi> {
 /// Whether `p`'s wall time differs from native outside the noise: the two
 /// intervals do not overlap. `None` without both.
 pub fn differs_from_native(results: &Results, p: &Point) -> Option<bool> {
+    if p.executor == Executor::Native {
+        return None;
+    }
     let a = wall_ci(results, p)?;
     let b = MedianCi::of(&native_samples(results, p))?;
     Some(a.differs_from(&b))
@@ -168,10 +171,12 @@ pub fn is_default_setup(p: &Point) -> bool {
     b.config_key() == p.config_key()
 }
 
-/// The workloads of the run (successful configurations), sorted.
+/// The workloads of the run (successful configurations outside studies, such
+/// as calibration probes), sorted.
 pub fn workloads(results: &Results) -> Vec<String> {
     results
         .points()
+        .filter(|p| p.study.is_none())
         .map(|p| p.workload.clone())
         .collect::<BTreeSet<_>>()
         .into_iter()
@@ -213,15 +218,49 @@ pub fn slug(s: &str) -> String {
 /// median with less than 95%).
 pub fn pct_ci(ci: Option<MedianCi>) -> String {
     match ci {
+        // Exactly repeatable (the simulator with equal seeds' outcomes): no bracket.
+        Some(c) if c.lo == c.hi => pct(c.median),
         Some(c) => format!(
-            "{:+.1}% <span class=\"ci\">[{:+.1} – {:+.1}]{}</span>",
-            c.median * 100.0,
-            c.lo * 100.0,
-            c.hi * 100.0,
+            "{} <span class=\"ci\">[{} – {}]{}</span>",
+            pct(c.median),
+            pct_bare(c.lo),
+            pct_bare(c.hi),
             dagger(&c)
         ),
         None => "–".into(),
     }
+}
+
+/// A signed percentage of a fraction: one decimal below ±100%, none above.
+pub fn pct(v: f64) -> String {
+    format!("{}%", pct_bare(v))
+}
+
+fn pct_bare(v: f64) -> String {
+    if (v * 100.0).abs() >= 100.0 {
+        format!("{:+.0}", v * 100.0)
+    } else {
+        format!("{:+.1}", v * 100.0)
+    }
+}
+
+/// A configuration's label for display: without the workload when the
+/// context names it, and a platform file path shortened to its file name.
+pub fn display_label(p: &Point, drop_workload: bool) -> String {
+    p.label()
+        .split(' ')
+        .filter(|t| !(drop_workload && *t == p.workload))
+        .map(|t| {
+            if t.contains('/') && t.ends_with(".toml") {
+                std::path::Path::new(t)
+                    .file_name()
+                    .map_or(t.to_string(), |f| f.to_string_lossy().into_owned())
+            } else {
+                t.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A number with its interval, `1.52 [1.40 – 1.61]`, as HTML.

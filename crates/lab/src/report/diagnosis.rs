@@ -117,8 +117,15 @@ fn one(ctx: &Ctx, plan: &Plan, a: &Attribution, h: &mut String) {
         &rows,
         &executor_legend([a.executor]),
     ));
-    let mut series: Vec<String> = cs.iter().map(|c| c.factor.clone()).collect();
-    let mut vals: Vec<f64> = cs.iter().map(|c| c.credit * 100.0).collect();
+    // One colour per factor in every diagnosis: series in the order of
+    // `diagnose::FACTORS`, factors that do not apply left unnamed and empty.
+    let mut series: Vec<String> = Vec::new();
+    let mut vals: Vec<f64> = Vec::new();
+    for f in crate::diagnose::FACTORS {
+        let c = cs.iter().find(|c| c.factor == f.name);
+        series.push(c.map_or(String::new(), |c| c.factor.clone()));
+        vals.push(c.map_or(0.0, |c| c.credit * 100.0));
+    }
     if let (Some(all), Some(i)) = (a.all_removed, a.interaction) {
         series.push("interaction".into());
         vals.push(i * 100.0);

@@ -97,7 +97,7 @@ fn remedy(ctx: &Ctx, diag: Option<&(Plan, Attribution)>, hp: &Point) -> String {
                 pct_ci(diag_slowdown_ci(r, a, &plan.baseline)),
                 pct_ci(diag_slowdown_ci(r, a, p))
             ),
-            None => "no single change lowered the slowdown outside the noise".into(),
+            None => "<span class=\"muted\">nothing outside the noise</span>".into(),
         };
     }
     let Some(base) = wall_ci(r, hp) else {
@@ -136,7 +136,7 @@ fn remedy(ctx: &Ctx, diag: Option<&(Plan, Attribution)>, hp: &Point) -> String {
                 pct_ci(slowdown_ci(r, q))
             )
         }
-        None => "<span class=\"muted\">no diagnosis; no sibling configuration was faster outside the noise</span>".into(),
+        None => "<span class=\"muted\">– (no faster configuration outside the noise)</span>".into(),
     }
 }
 
@@ -148,21 +148,21 @@ fn sim_agreement(ctx: &Ctx, hp: &Point, measured: Option<MedianCi>) -> String {
         .iter()
         .find(|p| p.label == label && p.metric == "slowdown")
     else {
-        return "<span class=\"muted\">no simulation of this configuration</span>".into();
+        return "<span class=\"muted\">not simulated</span>".into();
     };
     let Some(m) = measured else {
         return "–".into();
     };
     let inside = m.lo <= pred.predicted && pred.predicted <= m.hi;
     format!(
-        "predicted {:+.1}% vs measured {:+.1}%: {} <a href=\"#sim\">→ plot</a>",
-        pred.predicted * 100.0,
-        m.median * 100.0,
+        "predicted {} vs measured {}: {} <a href=\"#sim\">→ plot</a>",
+        data::pct(pred.predicted),
+        data::pct(m.median),
         if inside {
             "<span class=\"sig\">agrees (inside the measured interval)</span>".to_string()
         } else {
             format!(
-                "<span class=\"noise\">off by {:+.1} pp</span>",
+                "<span class=\"noise\">off by {:+.0} pp</span>",
                 (pred.predicted - m.median) * 100.0
             )
         }
@@ -184,7 +184,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
         .collect();
     let _ = write!(
         h,
-        "<p class=\"lead\">{} workload{} ({}) on {}. Slowdown: wall time over native wall time, minus one; median over repetitions with its 95% interval in brackets († fewer than 6 repetitions: the range). <span class=\"sig\">outside noise</span>: the intervals do not overlap; <span class=\"noise\">~ within noise</span>: they do.</p>",
+        "<p class=\"lead\">{} workload{} ({}) on {}: how much slower each runs in a VM, why, what helped, and whether the simulator agreed.</p>",
         ctx.workloads.len(),
         if ctx.workloads.len() == 1 { "" } else { "s" },
         esc(&ctx.workloads.join(", ")),
@@ -303,7 +303,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
                 s
             }
             None => format!(
-                "<span class=\"muted\">not diagnosed: <code>smplab diagnose --workload {}</code> removes one factor at a time</span>",
+                "<span class=\"muted\">not diagnosed (<code>smplab diagnose --workload {}</code>)</span>",
                 esc(w)
             ),
         };
@@ -320,7 +320,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
             }
         );
     }
-    h.push_str("</table>");
+    h.push_str("</table><p class=\"muted\">Slowdown: wall time over native wall time, minus one; median over repetitions with its 95% interval in brackets († fewer than 6 repetitions: the range, covering the median with less than 95%). <span class=\"sig\">outside noise</span>: the intervals do not overlap; <span class=\"noise\">~ within noise</span>: they do. pp: percentage points of slowdown.</p>");
     if !rows.is_empty() {
         h.push_str("<figure id=\"fig-slowdown\">");
         h.push_str(&svg::interval_chart(

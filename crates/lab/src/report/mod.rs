@@ -120,17 +120,26 @@ window.addEventListener('load',function(){void document.body.offsetHeight;docume
 /// Render the page.
 pub fn render_html(store: &Store, opts: &ReportOptions) -> String {
     let results = Results::new(store);
-    let diagnoses = diagnose::detect(&results)
+    let diagnoses: Vec<(Plan, Attribution)> = diagnose::detect(&results)
         .into_iter()
         .filter_map(|plan| {
             let a = diagnose::attribute(&results, &plan)?;
             Some((plan, a))
         })
         .collect();
+    let mut diagnoses: Vec<(Plan, Attribution)> = diagnoses;
+    // Measured diagnoses first: they are what the user's machine does.
+    diagnoses.sort_by_key(|(_, a)| a.executor == smplab_record::Executor::Sim);
+    let mut workloads = data::workloads(&results);
+    for (_, a) in &diagnoses {
+        if !workloads.contains(&a.workload) {
+            workloads.push(a.workload.clone());
+        }
+    }
     let ctx = Ctx {
         results: &results,
         store,
-        workloads: data::workloads(&results),
+        workloads,
         diagnoses,
         predictions: results.predictions(None),
         opts,

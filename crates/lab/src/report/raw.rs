@@ -58,7 +58,7 @@ fn configurations(ctx: &Ctx) -> String {
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{reps}</td><td{}>{}</td><td{}>{}</td><td{}>{}</td><td{}>{}</td><td{}>{}</td><td{}>{}</td><td{}>{}</td><td{}>{}</td></tr>",
-            esc(&p.label()),
+            esc(&super::data::display_label(p, false)),
             sort_value(wall.map(|c| c.median)),
             num_ci(wall, 1e3, 2),
             sort_value(slow.map(|c| c.median)),

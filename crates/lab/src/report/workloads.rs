@@ -3,8 +3,8 @@
 //! table of the configurations behind it.
 
 use super::data::{
-    colour_index, differs_from_native, executor_legend, executor_name, noise_badge, num_ci, pct_ci,
-    rows_link, slowdown_ci, slug, wall_ci,
+    colour_index, differs_from_native, display_label, executor_legend, executor_name, noise_badge,
+    num_ci, pct_ci, rows_link, slowdown_ci, slug, wall_ci,
 };
 use super::{Ctx, Page};
 use crate::point::Point;
@@ -38,7 +38,7 @@ fn chart_rows(ctx: &Ctx, points: &[&Point]) -> (Vec<IntervalRow>, bool) {
             .filter_map(|p| {
                 let ci = slowdown_ci(r, p)?;
                 Some(IntervalRow {
-                    label: p.label(),
+                    label: display_label(p, true),
                     median: ci.median * 100.0,
                     lo: ci.lo * 100.0,
                     hi: ci.hi * 100.0,
@@ -146,7 +146,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
             let _ = write!(
                 h,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&p.label()),
+                esc(&display_label(p, true)),
                 r.get(p).map_or(0, |v| v.len()),
                 num_ci(wall_ci(r, p), 1e3, 2),
                 pct_ci(slowdown_ci(r, p)),
