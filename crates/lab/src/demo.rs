@@ -77,6 +77,10 @@ pub fn summary_table(results: &Results, scale: f64) -> String {
     use crate::stats::MedianCi;
     let pct = |ci: Option<MedianCi>, noise: Option<bool>| {
         ci.map_or("–".to_string(), |c| {
+            if c.lo == c.hi {
+                // Exactly repeatable (the simulator): no interval to show.
+                return format!("{:+.0}%", c.median * 100.0);
+            }
             format!(
                 "{:+.0}% [{:+.0},{:+.0}]{}{}",
                 c.median * 100.0,
@@ -235,6 +239,26 @@ pub fn run_with(runner: &dyn Runner, args: &DemoArgs) -> i32 {
         if calibrated.exists() && !args.fresh {
             outln!("[1/4] calibration: reusing {}", calibrated.display());
             platform = calibrated.display().to_string();
+            // The report's calibration table from the stored probe runs; the
+            // two direct probes are not stored (their values are in the profile).
+            let window = smplab_record::host::KvmFacts::detect()
+                .halt_poll_ns
+                .filter(|&w| w > 0)
+                .unwrap_or(200_000);
+            let mut cal = crate::calibrate::Calibration::default();
+            crate::calibrate::derive(
+                &Results::new(&store),
+                &crate::calibrate::Probes::new(args.scale, window),
+                &mut cal,
+            );
+            cal.unmeasured.push((
+                "vmm.user_exit_ns, vmm.exit_ns".into(),
+                format!(
+                    "measured by direct probes when {} was written; see that file",
+                    calibrated.display()
+                ),
+            ));
+            calibration = Some(cal);
         } else {
             outln!(
                 "[1/4] calibrating the simulator to this host (exit, IPI, HLT wakeup, timer costs)"
