@@ -213,14 +213,24 @@ fn ten_thousand_point_report_loads_in_under_three_seconds() {
         &ReportOptions::default(),
     )
     .expect("report written");
-    // Baseline in the same run: the small sample report, same browser.
+    // Baseline in the same run: the small sample report, same browser. The
+    // fastest of three loads each: the host is shared, and interference only
+    // ever adds time.
     let url = |p: &Path| format!("file://{}", p.display());
-    let small_ms = load_ms(&dump_dom(browser, &dir.join("p1"), &url(&small.html)));
-    let dom = dump_dom(browser, &dir.join("p2"), &url(&big.html));
-    let big_ms = load_ms(&dom);
+    let fastest = |html: &Path, tag: &str| {
+        (0..3)
+            .map(|i| {
+                let dom = dump_dom(browser, &dir.join(format!("{tag}{i}")), &url(html));
+                (load_ms(&dom), dom)
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .expect("three loads")
+    };
+    let (small_ms, _) = fastest(&small.html, "small");
+    let (big_ms, dom) = fastest(&big.html, "big");
     let size_kb = std::fs::metadata(&big.html).map_or(0, |m| m.len() / 1024);
     let line = format!(
-        "10,000 simulator runs (2,000 configurations, {size_kb} kB): loaded in {big_ms:.0} ms; the small sample report in {small_ms:.0} ms ({:.1}x)\n",
+        "10,000 simulator runs (2,000 configurations, {size_kb} kB): loaded in {big_ms:.0} ms; the small sample report in {small_ms:.0} ms ({:.1}x; fastest of 3 loads each)\n",
         big_ms / small_ms.max(1.0)
     );
     eprint!("{line}");

@@ -245,9 +245,11 @@ fn pct_bare(v: f64) -> String {
 }
 
 /// A configuration's label for display: without the workload when the
-/// context names it, and a platform file path shortened to its file name.
+/// context names it, a platform file path shortened to its file name, and
+/// the workload scale (sweeps and diagnoses may differ only in it).
 pub fn display_label(p: &Point, drop_workload: bool) -> String {
-    p.label()
+    let label = p.label();
+    let mut tokens: Vec<String> = label
         .split(' ')
         .filter(|t| !(drop_workload && *t == p.workload))
         .map(|t| {
@@ -259,8 +261,14 @@ pub fn display_label(p: &Point, drop_workload: bool) -> String {
                 t.to_string()
             }
         })
-        .collect::<Vec<_>>()
-        .join(" ")
+        .collect();
+    // Before a trailing "(study)" tag.
+    let at = tokens
+        .iter()
+        .position(|t| t.starts_with('('))
+        .unwrap_or(tokens.len());
+    tokens.insert(at, format!("scale={}", p.scale));
+    tokens.join(" ")
 }
 
 /// A number with its interval, `1.52 [1.40 – 1.61]`, as HTML.

@@ -388,3 +388,20 @@ fn csv_exports() {
     assert_eq!(t.lines().count(), 7, "{t}");
     assert!(t.contains("more in the report"));
 }
+
+#[test]
+fn display_labels_are_short_and_tell_scales_apart() {
+    let mut p = vm_point("dedup", 2, 0);
+    p.executor = Executor::Sim;
+    p.platform = Some("/long/path/to/calibrated.toml".into());
+    p.study = Some("diagnose".into());
+    let l = super::data::display_label(&p, true);
+    assert!(!l.contains("dedup") && !l.contains("/long/path"), "{l}");
+    assert!(
+        l.contains("calibrated.toml") && l.ends_with("scale=0.1 (diagnose)"),
+        "{l}"
+    );
+    let mut q = p.clone();
+    q.scale = 0.2;
+    assert_ne!(l, super::data::display_label(&q, true));
+}
