@@ -2,7 +2,7 @@
 //! its value and interval, how it was measured; what could not be measured.
 
 use super::{Ctx, Page};
-use crate::svg::esc;
+use crate::svg::{esc, fmt_ns};
 use std::fmt::Write;
 
 pub fn render(ctx: &Ctx, page: &mut Page) {
@@ -11,18 +11,21 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
     };
     let mut h = String::from("<p>Costs measured on this host and written into the simulator's platform profile (medians over repetitions; brackets: range).</p><table><tr><th>profile field</th><th>value</th><th>range</th><th class=\"l\">how it was measured</th></tr>");
     for e in &cal.estimates {
-        let unit = if e.field.ends_with("_per_iter") {
-            "ns/iter"
-        } else {
-            "ns"
+        // Nanosecond costs span ns to ms: scaled units read better.
+        let fmt = |v: f64| {
+            if e.field.ends_with("_per_iter") {
+                format!("{v:.1} ns/iter")
+            } else {
+                fmt_ns(v.max(0.0).round() as u64)
+            }
         };
         let _ = write!(
             h,
-            "<tr><td><code>{}</code></td><td>{:.1} {unit}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
             esc(e.field),
-            e.value,
+            fmt(e.value),
             e.spread
-                .map_or("–".into(), |(a, b)| format!("{a:.1} – {b:.1}")),
+                .map_or("–".into(), |(a, b)| format!("{} – {}", fmt(a), fmt(b))),
             esc(&e.how)
         );
     }

@@ -313,8 +313,8 @@ fn calibration_is_a_table() {
     let html = render_html(&sample_store(), &o);
     let c = section(&html, "calibration");
     assert!(c.contains("<table>") && !c.contains("<pre>"));
-    assert!(c.contains("<code>vmm.ipi_receive_ns</code>") && c.contains("12345.6 ns"));
-    assert!(c.contains("11000.0 – 13000.0") && c.contains("shootdown &lt;2 vCPUs&gt;"));
+    assert!(c.contains("<code>vmm.ipi_receive_ns</code>") && c.contains("12.3µs"));
+    assert!(c.contains("11.0µs – 13.0µs") && c.contains("shootdown &lt;2 vCPUs&gt;"));
     assert!(c.contains("not measured") && c.contains("polling was slower"));
 }
 
