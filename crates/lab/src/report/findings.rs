@@ -169,6 +169,53 @@ fn sim_agreement(ctx: &Ctx, hp: &Point, measured: Option<MedianCi>) -> String {
     )
 }
 
+/// The "why" cell: the diagnosis's credits, largest first, with noise status.
+fn why_cell(ctx: &Ctx, w: &str, diag: Option<&(Plan, Attribution)>) -> String {
+    let r = ctx.results;
+    let wid = slug(w);
+    match diag {
+        Some((plan, a)) => {
+            let cs = credits(r, plan, a);
+            let mut s = format!(
+                "<span class=\"muted\">diagnosis on {} ({} vCPUs):</span> ",
+                executor_name(a.executor),
+                a.vcpus
+            );
+            let parts: Vec<String> = cs
+                .iter()
+                .take(4)
+                .map(|c| {
+                    format!(
+                        "{} {:+.0} pp {}",
+                        esc(&c.factor),
+                        c.credit * 100.0,
+                        super::data::noise_badge(c.outside_noise)
+                    )
+                })
+                .collect();
+            s.push_str(&parts.join("; "));
+            if let Some(all) = a.all_removed {
+                let _ = write!(
+                    s,
+                    "; <i>not explained by any factor: {:+.0}%</i>",
+                    all.median * 100.0
+                );
+            }
+            let _ = write!(
+                s,
+                " <a href=\"#diag-{}-{}\">→ diagnosis</a>",
+                wid,
+                a.executor
+            );
+            s
+        }
+        None => format!(
+            "<span class=\"muted\">not diagnosed (<code>smplab diagnose --workload {}</code>)</span>",
+            esc(w)
+        ),
+    }
+}
+
 pub fn render(ctx: &Ctx, page: &mut Page) {
     let r = ctx.results;
     let mut h = String::new();
@@ -266,47 +313,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
             .iter()
             .filter(|(_, a)| &a.workload == w)
             .min_by_key(|(_, a)| a.executor == Executor::Sim);
-        let why = match diag {
-            Some((plan, a)) => {
-                let cs = credits(r, plan, a);
-                let mut s = format!(
-                    "<span class=\"muted\">diagnosis on {} ({} vCPUs):</span> ",
-                    executor_name(a.executor),
-                    a.vcpus
-                );
-                let parts: Vec<String> = cs
-                    .iter()
-                    .take(4)
-                    .map(|c| {
-                        format!(
-                            "{} {:+.0} pp {}",
-                            esc(&c.factor),
-                            c.credit * 100.0,
-                            super::data::noise_badge(c.outside_noise)
-                        )
-                    })
-                    .collect();
-                s.push_str(&parts.join("; "));
-                if let Some(all) = a.all_removed {
-                    let _ = write!(
-                        s,
-                        "; <i>not explained by any factor: {:+.0}%</i>",
-                        all.median * 100.0
-                    );
-                }
-                let _ = write!(
-                    s,
-                    " <a href=\"#diag-{}-{}\">→ diagnosis</a>",
-                    wid,
-                    a.executor
-                );
-                s
-            }
-            None => format!(
-                "<span class=\"muted\">not diagnosed (<code>smplab diagnose --workload {}</code>)</span>",
-                esc(w)
-            ),
-        };
+        let why = why_cell(ctx, w, diag);
         let _ = write!(
             h,
             "<tr id=\"finding-{wid}\"><td><a href=\"#wl-{wid}\">{}</a><br><span class=\"muted\"><a href=\"#wl-{wid}\">plot</a> · {}</span></td><td>{cell}</td><td>{why}</td><td>{}</td><td>{}</td></tr>",
