@@ -315,6 +315,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
                 title: format!("smplab lab: {}", spec.name),
                 notes: vec![],
                 sections: vec![],
+                calibration: None,
             },
         ) {
             Ok(f) => outln!("report: {}", f.html.display()),
@@ -359,6 +360,7 @@ fn lab_report(a: &LabReportArgs) -> i32 {
             title,
             notes: vec![],
             sections: vec![],
+            calibration: None,
         },
     ) {
         Ok(f) => {
@@ -491,6 +493,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
             title: format!("smplab diagnose: {} on {}", args.workload, args.executor),
             notes: vec![],
             sections: vec![],
+            calibration: None,
         },
     ) {
         Ok(f) => outln!("report: {}", f.html.display()),

@@ -14,7 +14,6 @@ use crate::spec::ExperimentSpec;
 use crate::store::{Status, Store};
 use crate::sweep::{run_repeated, Repetitions, SweepOptions};
 use smplab_record::exit::{self, report_error};
-use smplab_record::config::{IdlePolicy, RunConfig, SyncMode};
 use smplab_record::Executor;
 use std::path::{Path, PathBuf};
 
@@ -99,56 +98,110 @@ pub fn specs(reps: u32, scale: f64, platform: &str) -> Vec<(&'static str, String
     ]
 }
 
-fn find<'a>(results: &'a Results, f: impl Fn(&Point) -> bool) -> Option<&'a Point> {
-    results.points().find(|p| f(p))
-}
-
-/// The summary table: one row per workload.
+/// The summary table: one row per workload, slowdowns and weighted speedups
+/// as `median [95% interval]`; `~` marks a slowdown whose wall time is
+/// within the noise of native (the intervals overlap), `†` an interval of
+/// fewer than 6 repetitions (the range).
 pub fn summary_table(results: &Results, scale: f64) -> String {
-    let pct = |s: Option<crate::metrics::Summary>| {
-        s.map_or("–".to_string(), |s| format!("{:+.0}%", s.median * 100.0))
+    use crate::report::data::{
+        differs_from_native, headline, slowdown_ci, wall_ci, weighted_speedup_ci,
     };
-    let ws = |s: Option<crate::metrics::Summary>| {
-        s.map_or("–".to_string(), |s| format!("{:.2}", s.median))
+    use crate::stats::MedianCi;
+    let pct = |ci: Option<MedianCi>, noise: Option<bool>| {
+        ci.map_or("–".to_string(), |c| {
+            if c.lo == c.hi {
+                // Exactly repeatable (the simulator): no interval to show.
+                return format!("{:+.0}%", c.median * 100.0);
+            }
+            format!(
+                "{:+.0}% [{:+.0},{:+.0}]{}{}",
+                c.median * 100.0,
+                c.lo * 100.0,
+                c.hi * 100.0,
+                if c.coverage < 0.95 { "†" } else { "" },
+                if noise == Some(false) { "~" } else { "" }
+            )
+        })
     };
-    let mut out = format!(
-        "{:<14} {:>10} {:>10} {:>10} {:>11} {:>11} {:>9} {:>9}\n",
-        "workload", "native ms", "vm", "qemu", "sim 2vcpu", "sim 16vcpu", "WS vm×2", "WS sim16×4"
-    );
+    let ws = |ci: Option<MedianCi>| {
+        ci.map_or("–".to_string(), |c| {
+            format!("{:.2} [{:.2},{:.2}]", c.median, c.lo, c.hi)
+        })
+    };
+    let mut rows: Vec<[String; 8]> = vec![[
+        "workload",
+        "native ms",
+        "vm",
+        "qemu",
+        "sim 2vcpu",
+        "sim 16vcpu",
+        "WS vm×2",
+        "WS sim16×4",
+    ]
+    .map(String::from)];
     for w in WORKLOADS {
-        let base = |p: &Point, e: Executor| {
-            p.executor() == e
-                && p.workload == *w
-                && p.scale == scale
-                && p.variant == crate::Variant::AsIs
+        // The default set-up at this scale, one VM, `vcpus` vCPUs.
+        let one = |e: Executor, vcpus: u32| {
+            headline(results, w, e, Some(vcpus))
+                .filter(|p| p.vcpus() == Some(vcpus) && p.scale == scale)
         };
-        let native = find(results, |p| base(p, Executor::Native) && p.threads == 2)
-            .and_then(|p| results.wall(p))
-            .map_or("–".into(), |s| format!("{:.1}", s.median * 1e3));
-        let one = |e: Executor, vcpus: u32, vms: u32| {
-            find(results, |p| {
-                base(p, e)
-                    && p.vcpus() == Some(vcpus)
-                    && p.vms() == vms
-                    && p.config.placement().is_float()
-                    && p.config.idle() == Some(IdlePolicy::Hlt)
-                    && p.config.sync().unwrap_or_default() == SyncMode::default()
-                    && !matches!(&p.config, RunConfig::Sim(s) if s.ple.is_some() || s.apicv)
+        let vm = one(Executor::Vm, 2);
+        let native = vm
+            .map(|p| crate::report::data::native_samples(results, p))
+            .and_then(|v| MedianCi::of(&v))
+            .or_else(|| {
+                results
+                    .points()
+                    .find(|p| {
+                        p.executor() == Executor::Native
+                            && p.workload == *w
+                            && p.threads == 2
+                            && p.scale == scale
+                            && crate::report::data::is_default_setup(p)
+                    })
+                    .and_then(|p| wall_ci(results, p))
+            })
+            .map_or("–".into(), |c| format!("{:.1}", c.median * 1e3));
+        let slow = |p: Option<&Point>| {
+            pct(
+                p.and_then(|p| slowdown_ci(results, p)),
+                p.and_then(|p| differs_from_native(results, p)),
+            )
+        };
+        let with_vms = |p: Option<&Point>, k: u32| {
+            p.and_then(|p| {
+                let mut q = p.clone();
+                q.config.set_vms(k);
+                weighted_speedup_ci(results, &q)
             })
         };
-        out.push_str(&format!(
-            "{:<14} {:>10} {:>10} {:>10} {:>11} {:>11} {:>9} {:>9}\n",
-            w,
+        let sim16 = one(Executor::Sim, 16);
+        rows.push([
+            w.to_string(),
             native,
-            pct(one(Executor::Vm, 2, 1).and_then(|p| results.slowdown(p))),
-            pct(one(Executor::Qemu, 2, 1).and_then(|p| results.slowdown(p))),
-            pct(one(Executor::Sim, 2, 1).and_then(|p| results.slowdown(p))),
-            pct(one(Executor::Sim, 16, 1).and_then(|p| results.slowdown(p))),
-            ws(one(Executor::Vm, 2, 2).and_then(|p| results.weighted_speedup(p))),
-            ws(one(Executor::Sim, 16, 4).and_then(|p| results.weighted_speedup(p))),
-        ));
+            slow(vm),
+            slow(one(Executor::Qemu, 2)),
+            slow(one(Executor::Sim, 2)),
+            slow(sim16),
+            ws(with_vms(vm, 2)),
+            ws(with_vms(sim16, 4)),
+        ]);
     }
-    out.push_str("Slowdown vs native (medians; sim: vs its own native model). WS: weighted speedup, 1 = one VM's throughput.\n");
+    // Columns as wide as their widest cell: intervals of large slowdowns are long.
+    let widths: Vec<usize> = (0..8)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in &rows {
+        let mut line = format!("{:<w$}", r[0], w = widths[0]);
+        for c in 1..8 {
+            let pad = widths[c].saturating_sub(r[c].chars().count());
+            line.push_str(&format!("  {}{}", " ".repeat(pad), r[c]));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push_str("Slowdown vs native: median [95% interval] over repetitions (sim: vs its own native model);\n~ within the noise of native, † fewer than 6 repetitions (the range). WS: weighted speedup, 1 = one VM's throughput.\n");
     out
 }
 
@@ -215,12 +268,32 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
     // 1. Calibrate the simulator to this host, so its 2-vCPU predictions can
     //    be set beside the measurements.
     let calibrated = out.join("calibrated.toml");
-    let mut sections: Vec<(String, String)> = Vec::new();
+    let mut calibration = None;
     let mut platform = "pvm-here".to_string();
     if vm && sim {
         if calibrated.exists() && !args.fresh {
             outln!("[1/4] calibration: reusing {}", calibrated.display());
             platform = calibrated.display().to_string();
+            // The report's calibration table from the stored probe runs; the
+            // two direct probes are not stored (their values are in the profile).
+            let window = smplab_record::host::KvmFacts::detect()
+                .halt_poll_ns
+                .filter(|&w| w > 0)
+                .unwrap_or(200_000);
+            let mut cal = crate::calibrate::Calibration::default();
+            crate::calibrate::derive(
+                &Results::new(&store),
+                &crate::calibrate::Probes::new(args.scale, window),
+                &mut cal,
+            );
+            cal.unmeasured.push((
+                "vmm.user_exit_ns, vmm.exit_ns".into(),
+                format!(
+                    "measured by direct probes when {} was written; see that file",
+                    calibrated.display()
+                ),
+            ));
+            calibration = Some(cal);
         } else {
             outln!(
                 "[1/4] calibrating the simulator to this host (exit, IPI, HLT wakeup, timer costs)"
@@ -235,15 +308,14 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
                 args.progress,
             ) {
                 Ok(cal) => {
-                    let t = crate::calibrate::table(&cal);
-                    out!("{t}");
-                    sections.push(("Calibration of this host".into(), t));
+                    out!("{}", crate::calibrate::table(&cal));
                     match crate::calibrate::write_profile(&cal, &calibrated) {
                         Ok(()) => platform = calibrated.display().to_string(),
                         Err(e) => notes.push(format!(
                             "Calibration not written ({e}); the simulator used pvm-here."
                         )),
                     }
+                    calibration = Some(cal);
                 }
                 Err(e) => {
                     report_error(&e);
@@ -355,7 +427,6 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
     outln!();
     let summary = summary_table(&results, args.scale);
     out!("{summary}");
-    sections.insert(0, ("Demo summary".into(), summary));
     for plan in &plans {
         if let Some(a) = diagnose::attribute(&results, plan) {
             outln!();
@@ -415,7 +486,8 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
         &ReportOptions {
             title: "smplab demo".into(),
             notes: notes.clone(),
-            sections,
+            sections: vec![],
+            calibration,
         },
     ) {
         Ok(f) => {

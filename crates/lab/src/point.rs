@@ -188,7 +188,7 @@ pub(crate) mod tests {
             0.1,
             RunConfig::Vm(VmSettings {
                 guest: GuestSettings::new(vcpus),
-                sync: SyncMode::Global,
+                sync: SyncMode::default(),
             }),
         );
         p.timeout_s = 60;

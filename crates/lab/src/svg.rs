@@ -99,7 +99,7 @@ impl Frame {
     }
     fn open(&self, title: &str) -> String {
         format!(
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"11\" role=\"img\"><title>{t}</title><rect x=\"0\" y=\"0\" width=\"{w}\" height=\"{h}\" fill=\"#ffffff\"/><text x=\"{cx}\" y=\"18\" text-anchor=\"middle\" font-size=\"13\" font-weight=\"bold\">{t}</text>",
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" style=\"max-width:100%;height:auto\" font-family=\"sans-serif\" font-size=\"11\" role=\"img\"><title>{t}</title><rect x=\"0\" y=\"0\" width=\"{w}\" height=\"{h}\" fill=\"#ffffff\"/><text x=\"{cx}\" y=\"18\" text-anchor=\"middle\" font-size=\"13\" font-weight=\"bold\">{t}</text>",
             w = self.w,
             h = self.h,
             t = esc(title),
@@ -347,16 +347,39 @@ pub fn stacked_bars(
     s
 }
 
-/// A line series: name, points `(x, y)`, dashed or solid.
+/// A line series: name, points `(x, y)`, dashed or solid, its colour index
+/// and, when the points are medians of repetitions, their intervals.
 pub struct Line {
     pub name: String,
     pub points: Vec<(f64, f64)>,
     pub dashed: bool,
+    /// Index into [`PALETTE`].
+    pub colour: usize,
+    /// `(lo, hi)` per point, drawn as whiskers; empty for none.
+    pub ranges: Vec<(f64, f64)>,
 }
 
-/// Lines over a numeric x axis.
+/// A legend of line samples (solid or dashed), one row per line.
+fn line_legend(s: &mut String, x: f64, y: f64, lines: &[Line]) {
+    for (row, l) in lines.iter().enumerate() {
+        let yy = y + row as f64 * 15.0;
+        let _ = write!(
+            s,
+            "<line x1=\"{x}\" y1=\"{ly:.1}\" x2=\"{x2}\" y2=\"{ly:.1}\" stroke=\"{c}\" stroke-width=\"2\"{d}/><text x=\"{tx}\" y=\"{ty:.1}\">{n}</text>",
+            ly = yy + 5.0,
+            x2 = x + 22.0,
+            c = colour(l.colour),
+            d = if l.dashed { " stroke-dasharray=\"6 4\"" } else { "" },
+            tx = x + 28.0,
+            ty = yy + 9.0,
+            n = esc(&l.name)
+        );
+    }
+}
+
+/// Lines over a numeric x axis, with whiskers where a line has ranges.
 pub fn line_chart(title: &str, xlabel: &str, ylabel: &str, lines: &[Line]) -> String {
-    let f = Frame::new(560.0, 340.0, 56.0, 70.0 + lines.len() as f64 * 15.0);
+    let f = Frame::new(520.0, 340.0, 56.0, 56.0 + lines.len() as f64 * 15.0);
     let mut s = f.open(title);
     let xs = lines.iter().flat_map(|l| l.points.iter().map(|p| p.0));
     let xmax = xs.clone().fold(f64::MIN, f64::max);
@@ -366,14 +389,21 @@ pub fn line_chart(title: &str, xlabel: &str, ylabel: &str, lines: &[Line]) -> St
     } else {
         (xmin - 1.0, xmin + 1.0)
     };
-    let hi = nice_max(
-        lines
-            .iter()
-            .flat_map(|l| l.points.iter().map(|p| p.1))
-            .fold(0.0, f64::max),
-    );
-    f.y_axis(&mut s, 0.0, hi, ylabel, false);
-    let x_of = |x: f64| f.left + f.pw() * (x - xmin) / (xmax - xmin);
+    let top = lines
+        .iter()
+        .flat_map(|l| {
+            l.points
+                .iter()
+                .map(|p| p.1)
+                .chain(l.ranges.iter().map(|r| r.1))
+        })
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    let (lo, hi) = nice_range(0.0, top);
+    f.y_axis(&mut s, lo, hi, ylabel, false);
+    // Keep the end points off the axes so their whiskers stay visible.
+    let pad = (xmax - xmin) * 0.04;
+    let x_of = |x: f64| f.left + f.pw() * (x - xmin + pad) / (xmax - xmin + 2.0 * pad);
     let axis_y = f.top + f.ph();
     let mut xt: Vec<f64> = lines
         .iter()
@@ -391,41 +421,163 @@ pub fn line_chart(title: &str, xlabel: &str, ylabel: &str, lines: &[Line]) -> St
         );
     }
     f.x_axis_line(&mut s, xlabel);
-    for (i, l) in lines.iter().enumerate() {
+    for l in lines {
+        let c = colour(l.colour);
         let pts: Vec<String> = l
             .points
             .iter()
-            .map(|&(x, y)| format!("{:.1},{:.1}", x_of(x), f.y_of(y, 0.0, hi)))
+            .map(|&(x, y)| format!("{:.1},{:.1}", x_of(x), f.y_of(y, lo, hi)))
             .collect();
         let _ = write!(
             s,
             "<polyline class=\"series\" fill=\"none\" stroke=\"{c}\" stroke-width=\"2\"{d} points=\"{p}\"/>",
-            c = colour(i),
             d = if l.dashed { " stroke-dasharray=\"6 4\"" } else { "" },
             p = pts.join(" ")
         );
-        for &(x, y) in &l.points {
+        for (i, &(x, y)) in l.points.iter().enumerate() {
+            let px = x_of(x);
+            let range = l
+                .ranges
+                .get(i)
+                .filter(|r| r.0.is_finite() && r.1.is_finite());
+            if let Some(&(a, b)) = range {
+                let _ = write!(
+                    s,
+                    "<path class=\"whisker\" d=\"M{px:.1} {ya:.1}V{yb:.1}M{l:.1} {ya:.1}H{r:.1}M{l:.1} {yb:.1}H{r:.1}\" stroke=\"{c}\" fill=\"none\"/>",
+                    ya = f.y_of(a, lo, hi),
+                    yb = f.y_of(b, lo, hi),
+                    l = px - 4.0,
+                    r = px + 4.0
+                );
+            }
+            let interval = range.map_or(String::new(), |r| {
+                format!(" [{}–{}]", fmt_num(r.0), fmt_num(r.1))
+            });
             let _ = write!(
                 s,
-                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{c}\"><title>{n}: {x}, {y}</title></circle>",
-                x_of(x),
-                f.y_of(y, 0.0, hi),
-                c = colour(i),
+                "<circle cx=\"{px:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{c}\"><title>{n}: {x}, {y}{interval}</title></circle>",
+                f.y_of(y, lo, hi),
                 n = esc(&l.name),
                 x = fmt_num(x),
                 y = fmt_num(y)
             );
         }
     }
-    let names: Vec<String> = lines.iter().map(|l| l.name.clone()).collect();
-    legend(&mut s, f.left, axis_y + 40.0, &names);
+    line_legend(&mut s, f.left, axis_y + 40.0, lines);
     s.push_str("</svg>");
     s
 }
 
-/// A latency histogram from log-spaced `(upper bound ns, count)` buckets.
-pub fn histogram(title: &str, buckets: &[(u64, u64)]) -> String {
-    let f = Frame::new(520.0, 300.0, 56.0, 60.0);
+/// One row of an interval chart: a median with its interval, optionally the
+/// interquartile box of a distribution.
+pub struct IntervalRow {
+    pub label: String,
+    pub median: f64,
+    pub lo: f64,
+    pub hi: f64,
+    /// `(q1, q3)` when the row summarises many configurations.
+    pub quartiles: Option<(f64, f64)>,
+    /// Index into [`PALETTE`].
+    pub colour: usize,
+    /// Hover text (counts, coverage).
+    pub note: String,
+}
+
+/// Horizontal rows of median dots with interval whiskers (a forest plot)
+/// around a zero line: readable with long labels and any number of rows
+/// up to a few dozen; `legend` names colour indices (empty names skipped).
+pub fn interval_chart(
+    title: &str,
+    unit: &str,
+    rows: &[IntervalRow],
+    legend_names: &[String],
+) -> String {
+    let row_h = 22.0;
+    let left = 300.0;
+    let w = 820.0;
+    let legend_rows = legend_names.iter().filter(|n| !n.is_empty()).count();
+    let h = 34.0 + rows.len() as f64 * row_h + 44.0 + legend_rows as f64 * 15.0;
+    let mut s = Frame::new(w, h, left, 0.0).open(title);
+    let fin = |v: &f64| v.is_finite();
+    let (lo, hi) = nice_range(
+        rows.iter()
+            .flat_map(|r| [r.lo, r.median])
+            .filter(fin)
+            .fold(0.0, f64::min),
+        rows.iter()
+            .flat_map(|r| [r.hi, r.median])
+            .filter(fin)
+            .fold(0.0, f64::max),
+    );
+    let pw = w - left - 30.0;
+    let x_of = |v: f64| left + pw * ((v - lo) / (hi - lo)).clamp(-0.02, 1.02);
+    let top = 34.0;
+    let axis_y = top + rows.len() as f64 * row_h + 4.0;
+    for i in 0..=5 {
+        let v = lo + (hi - lo) * i as f64 / 5.0;
+        let x = x_of(v);
+        let _ = write!(
+            s,
+            "<line x1=\"{x:.1}\" y1=\"{top}\" x2=\"{x:.1}\" y2=\"{axis_y:.1}\" stroke=\"#dddddd\"/><text x=\"{x:.1}\" y=\"{ty:.1}\" text-anchor=\"middle\">{v}</text>",
+            ty = axis_y + 13.0,
+            v = fmt_num(v)
+        );
+    }
+    let _ = write!(
+        s,
+        "<line x1=\"{x0:.1}\" y1=\"{top}\" x2=\"{x0:.1}\" y2=\"{axis_y:.1}\" stroke=\"#333333\"/><line x1=\"{left}\" y1=\"{axis_y:.1}\" x2=\"{r:.1}\" y2=\"{axis_y:.1}\" stroke=\"#333333\"/><text x=\"{cx:.1}\" y=\"{ty:.1}\" text-anchor=\"middle\">{u}</text>",
+        x0 = x_of(0.0),
+        r = left + pw,
+        cx = left + pw / 2.0,
+        ty = axis_y + 28.0,
+        u = esc(unit)
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let y = top + i as f64 * row_h + row_h / 2.0;
+        let c = colour(r.colour);
+        let _ = write!(
+            s,
+            "<text x=\"{tx}\" y=\"{ty:.1}\" text-anchor=\"end\">{l}</text>",
+            tx = left - 8.0,
+            ty = y + 4.0,
+            l = esc(&truncate(&r.label, 48))
+        );
+        if !(r.median.is_finite() && r.lo.is_finite() && r.hi.is_finite()) {
+            continue;
+        }
+        if let Some((q1, q3)) = r.quartiles {
+            let _ = write!(
+                s,
+                "<rect x=\"{x:.1}\" y=\"{y0:.1}\" width=\"{bw:.1}\" height=\"10\" fill=\"{c}\" fill-opacity=\"0.35\" stroke=\"{c}\"/>",
+                x = x_of(q1),
+                y0 = y - 5.0,
+                bw = (x_of(q3) - x_of(q1)).max(1.0)
+            );
+        }
+        let _ = write!(
+            s,
+            "<path class=\"whisker\" d=\"M{a:.1} {y:.1}H{b:.1}M{a:.1} {y1:.1}V{y2:.1}M{b:.1} {y1:.1}V{y2:.1}\" stroke=\"{c}\" stroke-width=\"1.5\" fill=\"none\"/><circle class=\"pt\" cx=\"{m:.1}\" cy=\"{y:.1}\" r=\"4.5\" fill=\"{c}\"><title>{l}: {v} [{lo}–{hi}] {n}</title></circle>",
+            a = x_of(r.lo),
+            b = x_of(r.hi),
+            y1 = y - 5.0,
+            y2 = y + 5.0,
+            m = x_of(r.median),
+            l = esc(&r.label),
+            v = fmt_num(r.median),
+            lo = fmt_num(r.lo),
+            hi = fmt_num(r.hi),
+            n = esc(&r.note)
+        );
+    }
+    legend(&mut s, left, axis_y + 40.0, legend_names);
+    s.push_str("</svg>");
+    s
+}
+
+/// A latency histogram from log-spaced `(upper bound ns, count)` buckets,
+/// bars in palette colour `colour_index`.
+pub fn histogram(title: &str, buckets: &[(u64, u64)], colour_index: usize) -> String {
+    let f = Frame::new(420.0, 300.0, 56.0, 72.0);
     let mut s = f.open(title);
     let hi = nice_max(buckets.iter().map(|b| b.1 as f64).fold(0.0, f64::max));
     f.y_axis(&mut s, 0.0, hi, "count", false);
@@ -438,7 +590,7 @@ pub fn histogram(title: &str, buckets: &[(u64, u64)]) -> String {
             "<rect class=\"bin\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"{col}\"><title>≤ {ub} ns: {c}</title></rect>",
             bw = (slot - 2.0).max(0.5),
             bh = (f.top + f.ph() - y).max(0.5),
-            col = colour(0)
+            col = colour(colour_index)
         );
         if buckets.len() <= 16 || i % 2 == 0 {
             let _ = write!(
@@ -450,6 +602,13 @@ pub fn histogram(title: &str, buckets: &[(u64, u64)]) -> String {
             );
         }
     }
+    f.x_axis_line(&mut s, "");
+    let _ = write!(
+        s,
+        "<text x=\"{cx:.1}\" y=\"{ty:.1}\" text-anchor=\"middle\">latency, upper bound of each log₂ bucket</text>",
+        cx = f.left + f.pw() / 2.0,
+        ty = f.h - 6.0
+    );
     s.push_str("</svg>");
     s
 }
@@ -589,12 +748,43 @@ mod tests {
                 name: "m".into(),
                 points: vec![(1.0, 1.0), (2.0, 1.8)],
                 dashed: true,
+                colour: 2,
+                ranges: vec![(0.9, 1.1), (1.5, 2.0)],
             }],
         );
         assert!(l.contains("polyline") && !l.contains("NaN"));
-        let h = histogram("h", &[(1024, 5), (2048, 9)]);
+        assert_eq!(l.matches("class=\"whisker\"").count(), 2);
+        assert!(l.contains(PALETTE[2]));
+        let h = histogram("h", &[(1024, 5), (2048, 9)], 0);
         assert_eq!(h.matches("class=\"bin\"").count(), 2);
         let sc = scatter("s", &["slowdown".into()], &[(0, 1.0, 0.8, "x".into())]);
         assert!(sc.contains("class=\"pt\""));
+        let rows = [
+            IntervalRow {
+                label: "vm <dedup>".into(),
+                median: 35.0,
+                lo: 30.0,
+                hi: 41.0,
+                quartiles: None,
+                colour: 0,
+                note: String::new(),
+            },
+            IntervalRow {
+                label: "sim".into(),
+                median: f64::NAN,
+                lo: 0.0,
+                hi: 1.0,
+                quartiles: Some((1.0, 2.0)),
+                colour: 2,
+                note: String::new(),
+            },
+        ];
+        let ic = interval_chart("i", "slowdown %", &rows, &["vm".into()]);
+        assert_eq!(
+            ic.matches("class=\"whisker\"").count(),
+            1,
+            "NaN rows are not drawn"
+        );
+        assert!(ic.contains("vm &lt;dedup&gt;") && !ic.contains("NaN"));
     }
 }

@@ -83,5 +83,9 @@ fn demo_without_kvm_runs_native_and_simulator() {
         "says what it skipped"
     );
     assert!(html.contains("/nonexistent/kvm"), "and why");
-    assert!(html.contains("Diagnosis: dedup on sim"));
+    assert!(
+        html.contains("id=\"diag-dedup-sim\""),
+        "the simulated diagnosis"
+    );
+    assert!(html.contains("<section id=\"findings\">"));
 }

@@ -6,8 +6,8 @@
 //! Compatibility rule: adding an optional field keeps [`SCHEMA_VERSION`];
 //! renaming or removing one, or changing a meaning, bumps it.
 
-pub mod config;
 pub mod amdahl;
+pub mod config;
 pub mod cpus;
 pub mod diag;
 pub mod exit;
