@@ -31,6 +31,9 @@ use std::path::{Path, PathBuf};
 pub const STORE_VERSION: u32 = 1;
 
 /// How a point ended.
+
+/// Attempts (50 ms apart) to take the store's lock before refusing.
+const LOCK_TRIES: u32 = 40;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "lowercase")]
 pub enum Status {
@@ -273,10 +276,21 @@ impl Store {
             .truncate(false)
             .open(path)
             .map_err(open_err)?;
-        // SAFETY: flock on a file descriptor we own; no memory is involved.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            return Err(StoreError::Locked { path: shown });
+        // A lock released a moment ago can still be held by a child process
+        // forked meanwhile (it holds a copy of the descriptor until its exec
+        // closes it), so a busy store is retried briefly before it is refused.
+        let mut tries = 0;
+        loop {
+            // SAFETY: flock on a file descriptor we own; no memory is involved.
+            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                break;
+            }
+            tries += 1;
+            if tries >= LOCK_TRIES {
+                return Err(StoreError::Locked { path: shown });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
         }
         let mut text = String::new();
         file.read_to_string(&mut text).map_err(open_err)?;

@@ -40,9 +40,9 @@ pub fn rec(executor: Executor, workload: &str, n: u32, wall_ns: u64) -> RunRecor
 }
 
 /// The simulator twin of a vm point: same guest settings, on `platform`,
-/// with Intel PLE and no APICv.
+/// with the platform's PLE and no APICv.
 pub fn as_sim(p: &crate::Point, platform: &str) -> crate::Point {
-    use smplab_record::config::{Ple, RunConfig, SimSettings};
+    use smplab_record::config::{RunConfig, SimSettings};
     let mut q = p.clone();
     let mut s = SimSettings::new(p.vcpus().unwrap_or(1), platform);
     if let Some(idle) = p.config.idle() {
@@ -51,7 +51,6 @@ pub fn as_sim(p: &crate::Point, platform: &str) -> crate::Point {
     s.placement = p.config.placement().clone();
     s.vms = p.vms();
     s.sync = p.config.sync().unwrap_or_default();
-    s.ple = Some(Ple::Intel);
     q.config = RunConfig::Sim(s);
     q
 }
