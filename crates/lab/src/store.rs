@@ -30,10 +30,10 @@ use std::path::{Path, PathBuf};
 /// Layout version of a store line.
 pub const STORE_VERSION: u32 = 1;
 
-/// How a point ended.
-
 /// Attempts (50 ms apart) to take the store's lock before refusing.
 const LOCK_TRIES: u32 = 40;
+
+/// How a point ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "lowercase")]
 pub enum Status {
