@@ -7,7 +7,7 @@ use crate::exec::RealRunner;
 use crate::report::{write_report, ReportOptions};
 use crate::spec::ExperimentSpec;
 use crate::store::Store;
-use crate::sweep::{run_points, SweepOptions, SweepSummary};
+use crate::sweep::{run_points, run_repeated, SweepOptions, SweepSummary};
 use clap::{Args, Subcommand};
 use smplab_record::exit::{self, report_error};
 use std::path::{Path, PathBuf};
@@ -279,14 +279,24 @@ fn lab_run(a: &LabRunArgs) -> i32 {
             },
         );
     }
+    let reps = &spec.repetitions;
+    let configs = spec.points.len() / (reps.min.max(1) as usize);
+    let how = if reps.min == reps.max {
+        format!("{} repetitions each", reps.max)
+    } else {
+        format!(
+            "{}–{} repetitions each, until the 95% interval of the median is within ±{:.0}%",
+            reps.min,
+            reps.max,
+            reps.rel_half_width * 100.0
+        )
+    };
     eprintln!(
-        "{}: {} points ({} repetitions) into {}",
+        "{}: {configs} configurations, {how}, into {}",
         spec.name,
-        spec.points.len(),
-        spec.repetitions,
         path.display()
     );
-    let summary = match run_points(
+    let summary = match run_repeated(
         &spec.points,
         &mut store,
         &runner,
@@ -294,6 +304,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
             retry_failed: a.retry_failed,
             progress: !a.quiet,
         },
+        reps,
     ) {
         Ok(s) => s,
         Err(e) => {

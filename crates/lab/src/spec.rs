@@ -3,35 +3,18 @@
 //! docs/lab.md. Every error names file:line:col, like workload files do.
 
 use crate::point::{Point, Variant};
+use crate::sweep::{Repetitions, DEFAULT_MAX_REPETITIONS};
 use serde::Deserialize;
 use serde_spanned::Spanned;
 use smplab_record::config::{
     self, GuestSettings, HostPolicy, IdlePolicy, NativeSettings, Placement, Ple, QemuSettings,
     RunConfig, SimSettings, SyncMode, VmSettings,
 };
+use smplab_record::diag::{Diagnostics, SourceText};
 use smplab_record::Executor;
 use std::collections::BTreeSet;
 use std::ops::Range;
 use std::path::Path;
-
-/// A located problem in a spec file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpecDiagnostic {
-    pub file: String,
-    pub line: usize,
-    pub col: usize,
-    pub message: String,
-}
-
-impl std::fmt::Display for SpecDiagnostic {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}: {}",
-            self.file, self.line, self.col, self.message
-        )
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
@@ -40,9 +23,9 @@ pub enum SpecError {
         path: String,
         source: std::io::Error,
     },
-    /// One or more located problems, one per line.
-    #[error("{}", .0.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("\n"))]
-    Invalid(Vec<SpecDiagnostic>),
+    /// One or more located problems, sorted, one per line.
+    #[error(transparent)]
+    Invalid(#[from] Diagnostics),
 }
 
 /// The file as written.
@@ -52,7 +35,8 @@ struct SpecFile {
     name: Spanned<String>,
     #[serde(default)]
     description: String,
-    repetitions: Option<Spanned<i64>>,
+    repetitions: Option<Spanned<toml::Value>>,
+    max_repetitions: Option<Spanned<i64>>,
     timeout_s: Option<Spanned<i64>>,
     matrix: Spanned<MatrixFile>,
 }
@@ -83,11 +67,15 @@ struct MatrixFile {
 pub struct ExperimentSpec {
     pub name: String,
     pub description: String,
-    pub repetitions: u32,
+    /// `repetitions = N` (fixed) or `"auto"` (adaptive, up to
+    /// `max_repetitions`): what `sweep::run_repeated` is given.
+    pub repetitions: Repetitions,
     pub timeout_s: u64,
-    /// Every point, repetitions included, in run order (repetitions of one
-    /// configuration are spread out so a slow drift of the host does not land
-    /// on one configuration only).
+    /// Every point in run order, `repetitions.min` repetitions each (all of
+    /// them for a fixed count; an adaptive sweep repeats further as it goes).
+    /// Repetitions of one configuration are spread out so a slow drift of the
+    /// host does not land on one configuration only. Slurm submission runs
+    /// exactly these: it cannot adapt.
     pub points: Vec<Point>,
 }
 
@@ -96,27 +84,6 @@ pub const DEFAULT_REPETITIONS: u32 = 3;
 pub const DEFAULT_TIMEOUT_S: u64 = 300;
 /// vCPUs of a point whose spec gives none.
 pub const DEFAULT_VCPUS: u32 = 2;
-
-struct Locator<'a> {
-    file: &'a str,
-    text: &'a str,
-}
-
-impl Locator<'_> {
-    fn at(&self, span: Range<usize>, message: impl Into<String>) -> SpecDiagnostic {
-        let mut offset = span.start.min(self.text.len());
-        while offset > 0 && !self.text.is_char_boundary(offset) {
-            offset -= 1;
-        }
-        let before = &self.text[..offset];
-        SpecDiagnostic {
-            file: self.file.to_string(),
-            line: before.matches('\n').count() + 1,
-            col: before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1,
-            message: message.into(),
-        }
-    }
-}
 
 impl ExperimentSpec {
     pub fn from_file(path: &Path) -> Result<Self, SpecError> {
@@ -130,20 +97,12 @@ impl ExperimentSpec {
 
     /// Parse and expand spec text; `file` is used only in messages.
     pub fn from_text(file: &str, text: &str) -> Result<Self, SpecError> {
-        let loc = Locator { file, text };
-        let raw: SpecFile = toml::from_str(text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            let msg = e.message().trim().replace('\n', "; ");
-            SpecError::Invalid(vec![loc.at(span, msg)])
-        })?;
-        let mut diags = Vec::new();
+        let loc = SourceText::new(file, text);
+        let raw: SpecFile = toml::from_str(text)
+            .map_err(|e| Diagnostics::from(loc.parse_error(e.span(), e.message())))?;
+        let mut diags = Diagnostics::default();
         let spec = expand(&loc, &raw, &mut diags);
-        if diags.is_empty() {
-            Ok(spec)
-        } else {
-            diags.sort_by_key(|d| (d.line, d.col));
-            Err(SpecError::Invalid(diags))
-        }
+        Ok(diags.into_result(spec)?)
     }
 }
 
@@ -157,10 +116,10 @@ fn items(v: &toml::Value) -> Vec<toml::Value> {
 
 /// Parse every item of a string axis with the setting's own parser.
 fn parsed<T: std::str::FromStr>(
-    loc: &Locator,
+    loc: &SourceText,
     axis: &str,
     v: &Spanned<toml::Value>,
-    diags: &mut Vec<SpecDiagnostic>,
+    diags: &mut Diagnostics,
 ) -> Vec<T>
 where
     T::Err: std::fmt::Display,
@@ -168,7 +127,7 @@ where
     let mut out = Vec::new();
     let list = items(v.get_ref());
     if list.is_empty() {
-        diags.push(loc.at(
+        diags.push(loc.span(
             v.span(),
             format!("`{axis}` is an empty list; give at least one value"),
         ));
@@ -177,9 +136,9 @@ where
         match item.as_str() {
             Some(s) => match s.parse::<T>() {
                 Ok(x) => out.push(x),
-                Err(m) => diags.push(loc.at(v.span(), format!("`{axis}`: {m}"))),
+                Err(m) => diags.push(loc.span(v.span(), format!("`{axis}`: {m}"))),
             },
-            None => diags.push(loc.at(
+            None => diags.push(loc.span(
                 v.span(),
                 format!("`{axis}` takes strings, got {}", item.type_str()),
             )),
@@ -190,11 +149,11 @@ where
 
 /// An axis absent from the spec takes its one default value.
 fn axis<T: std::str::FromStr>(
-    loc: &Locator,
+    loc: &SourceText,
     name: &str,
     v: &Option<Spanned<toml::Value>>,
     default: T,
-    diags: &mut Vec<SpecDiagnostic>,
+    diags: &mut Diagnostics,
 ) -> Vec<T>
 where
     T::Err: std::fmt::Display,
@@ -206,17 +165,17 @@ where
 }
 
 fn numbers(
-    loc: &Locator,
+    loc: &SourceText,
     axis: &str,
     v: &Spanned<toml::Value>,
     min: i64,
     max: i64,
-    diags: &mut Vec<SpecDiagnostic>,
+    diags: &mut Diagnostics,
 ) -> Vec<u32> {
     let mut out = Vec::new();
     let list = items(v.get_ref());
     if list.is_empty() {
-        diags.push(loc.at(
+        diags.push(loc.span(
             v.span(),
             format!("`{axis}` is an empty list; give at least one value"),
         ));
@@ -224,11 +183,11 @@ fn numbers(
     for item in list {
         match item.as_integer() {
             Some(n) if (min..=max).contains(&n) => out.push(u32::try_from(n).unwrap_or(u32::MAX)),
-            Some(n) => diags.push(loc.at(
+            Some(n) => diags.push(loc.span(
                 v.span(),
                 format!("`{axis}` = {n} is out of range; use {min}..={max}"),
             )),
-            None => diags.push(loc.at(
+            None => diags.push(loc.span(
                 v.span(),
                 format!("`{axis}` takes whole numbers, got {}", item.type_str()),
             )),
@@ -238,16 +197,16 @@ fn numbers(
 }
 
 fn bools(
-    loc: &Locator,
+    loc: &SourceText,
     axis: &str,
     v: &Spanned<toml::Value>,
-    diags: &mut Vec<SpecDiagnostic>,
+    diags: &mut Diagnostics,
 ) -> Vec<bool> {
     let mut out = Vec::new();
     for item in items(v.get_ref()) {
         match item.as_bool() {
             Some(b) => out.push(b),
-            None => diags.push(loc.at(
+            None => diags.push(loc.span(
                 v.span(),
                 format!("`{axis}` takes true/false, got {}", item.type_str()),
             )),
@@ -278,9 +237,9 @@ struct Axes {
 /// `ple` takes true (Intel PLE, seed 000's hosts), false, or a mode name;
 /// absent, a simulated host has what its platform has.
 fn ple_axis(
-    loc: &Locator,
+    loc: &SourceText,
     v: &Option<Spanned<toml::Value>>,
-    diags: &mut Vec<SpecDiagnostic>,
+    diags: &mut Diagnostics,
 ) -> Vec<Option<Ple>> {
     let Some(v) = v else { return vec![None] };
     let mut out = Vec::new();
@@ -296,14 +255,14 @@ fn ple_axis(
         };
         match parsed {
             Ok(p) => out.push(Some(p)),
-            Err(m) => diags.push(loc.at(v.span(), format!("`ple`: {m}"))),
+            Err(m) => diags.push(loc.span(v.span(), format!("`ple`: {m}"))),
         }
     }
     out
 }
 
-fn parse_axes(loc: &Locator, m: &MatrixFile, diags: &mut Vec<SpecDiagnostic>) -> Axes {
-    let opt_nums = |v: &Option<Spanned<toml::Value>>, axis: &str, min, max, d: &mut Vec<_>| {
+fn parse_axes(loc: &SourceText, m: &MatrixFile, diags: &mut Diagnostics) -> Axes {
+    let opt_nums = |v: &Option<Spanned<toml::Value>>, axis: &str, min, max, d: &mut Diagnostics| {
         v.as_ref().map(|v| numbers(loc, axis, v, min, max, d))
     };
     let workloads: Vec<String> = parsed::<String>(loc, "workload", &m.workload, diags)
@@ -312,7 +271,7 @@ fn parse_axes(loc: &Locator, m: &MatrixFile, diags: &mut Vec<SpecDiagnostic>) ->
             Ok(_) => true,
             Err(e) => {
                 let msg = e.to_string().replace('\n', "; ");
-                diags.push(loc.at(m.workload.span(), format!("`workload`: {msg}")));
+                diags.push(loc.span(m.workload.span(), format!("`workload`: {msg}")));
                 false
             }
         })
@@ -330,14 +289,14 @@ fn parse_axes(loc: &Locator, m: &MatrixFile, diags: &mut Vec<SpecDiagnostic>) ->
                 match x {
                     Some(x) if x.is_finite() && x > 0.0 => Some(x),
                     _ => {
-                        diags.push(loc.at(v.span(), "`scale` takes positive numbers"));
+                        diags.push(loc.span(v.span(), "`scale` takes positive numbers"));
                         None
                     }
                 }
             })
             .collect(),
     };
-    let bool_axis = |v: &Option<Spanned<toml::Value>>, name: &str, d: &mut Vec<_>| {
+    let bool_axis = |v: &Option<Spanned<toml::Value>>, name: &str, d: &mut Diagnostics| {
         v.as_ref()
             .map(|v| bools(loc, name, v, d))
             .unwrap_or_else(|| vec![false])
@@ -464,31 +423,22 @@ fn setting_span(m: &Spanned<MatrixFile>, setting: &str) -> Range<usize> {
     }
 }
 
-fn expand(loc: &Locator, raw: &SpecFile, diags: &mut Vec<SpecDiagnostic>) -> ExperimentSpec {
+fn expand(loc: &SourceText, raw: &SpecFile, diags: &mut Diagnostics) -> ExperimentSpec {
     let m = raw.matrix.get_ref();
     let name = raw.name.get_ref().trim().to_string();
     if name.is_empty() || name.contains(['/', '\\']) {
-        diags.push(loc.at(
+        diags.push(loc.span(
             raw.name.span(),
             "`name` must be non-empty and contain no path separator (it names the results store)",
         ));
     }
-    let repetitions = match &raw.repetitions {
-        None => DEFAULT_REPETITIONS,
-        Some(r) => match u32::try_from(*r.get_ref()) {
-            Ok(n) if (1..=1000).contains(&n) => n,
-            _ => {
-                diags.push(loc.at(r.span(), "`repetitions` must be between 1 and 1000"));
-                1
-            }
-        },
-    };
+    let repetitions = repetitions(loc, raw, diags);
     let timeout_s = match &raw.timeout_s {
         None => DEFAULT_TIMEOUT_S,
         Some(t) => match u64::try_from(*t.get_ref()) {
             Ok(n) if (1..=86_400).contains(&n) => n,
             _ => {
-                diags.push(loc.at(t.span(), "`timeout_s` must be between 1 and 86400 seconds"));
+                diags.push(loc.span(t.span(), "`timeout_s` must be between 1 and 86400 seconds"));
                 DEFAULT_TIMEOUT_S
             }
         },
@@ -502,7 +452,7 @@ fn expand(loc: &Locator, raw: &SpecFile, diags: &mut Vec<SpecDiagnostic>) -> Exp
                 if !std::path::Path::new(p).exists() {
                     msg.push_str(" (a calibrated profile is written by `smplab calibrate`)");
                 }
-                diags.push(loc.at(span, format!("`platform`: {msg}")));
+                diags.push(loc.span(span, format!("`platform`: {msg}")));
             }
         }
     }
@@ -556,10 +506,10 @@ fn expand(loc: &Locator, raw: &SpecFile, diags: &mut Vec<SpecDiagnostic>) -> Exp
         }
     }
     for (start, msg) in problems {
-        diags.push(loc.at(start..start, msg));
+        diags.push(loc.at(start, msg));
     }
-    let mut points = Vec::with_capacity(configs.len() * repetitions as usize);
-    for rep in 0..repetitions {
+    let mut points = Vec::with_capacity(configs.len() * repetitions.min as usize);
+    for rep in 0..repetitions.min {
         for c in &configs {
             let mut p = c.clone();
             p.rep = rep;
@@ -572,6 +522,67 @@ fn expand(loc: &Locator, raw: &SpecFile, diags: &mut Vec<SpecDiagnostic>) -> Exp
         repetitions,
         timeout_s,
         points,
+    }
+}
+
+/// Most repetitions a spec may ask for, fixed or as a maximum.
+pub const MAX_REPETITIONS: i64 = 1000;
+
+/// `repetitions = N` (exactly N) or `repetitions = "auto"` with an optional
+/// `max_repetitions = M` (at least 6, until the 95% interval of the median
+/// wall time is within ±5%, at most M).
+fn repetitions(loc: &SourceText, raw: &SpecFile, diags: &mut Diagnostics) -> Repetitions {
+    let max = match &raw.max_repetitions {
+        None => DEFAULT_MAX_REPETITIONS,
+        Some(m) => match u32::try_from(*m.get_ref()) {
+            Ok(n) if (1..=MAX_REPETITIONS).contains(&i64::from(n)) => n,
+            _ => {
+                diags.push(loc.span(
+                    m.span(),
+                    format!("`max_repetitions` must be between 1 and {MAX_REPETITIONS}"),
+                ));
+                DEFAULT_MAX_REPETITIONS
+            }
+        },
+    };
+    let Some(r) = &raw.repetitions else {
+        if let Some(m) = &raw.max_repetitions {
+            diags.push(loc.span(
+                m.span(),
+                "`max_repetitions` applies only with `repetitions = \"auto\"`",
+            ));
+        }
+        return Repetitions::fixed(DEFAULT_REPETITIONS);
+    };
+    match r.get_ref() {
+        toml::Value::String(s) if s == "auto" => Repetitions::adaptive(max),
+        toml::Value::Integer(n) if (1..=MAX_REPETITIONS).contains(n) => {
+            if let Some(m) = &raw.max_repetitions {
+                diags.push(loc.span(
+                    m.span(),
+                    format!(
+                        "`max_repetitions` applies only with `repetitions = \"auto\"`; \
+                         `repetitions = {n}` runs exactly {n}"
+                    ),
+                ));
+            }
+            Repetitions::fixed(u32::try_from(*n).unwrap_or(1))
+        }
+        other => {
+            let got = match other {
+                toml::Value::String(s) => format!("\"{s}\""),
+                toml::Value::Integer(n) => n.to_string(),
+                v => v.type_str().to_string(),
+            };
+            diags.push(loc.span(
+                r.span(),
+                format!(
+                    "`repetitions` must be a whole number between 1 and {MAX_REPETITIONS}, \
+                     or \"auto\" (repeat until the 95% interval of the median is within ±5%), got {got}"
+                ),
+            ));
+            Repetitions::fixed(1)
+        }
     }
 }
 
@@ -748,6 +759,65 @@ sync = ["global", "hybrid"]
             .to_string();
         assert!(
             err.starts_with("t.toml:5:12:") && err.contains("nosuch.toml"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn repetitions_fixed_or_adaptive() {
+        let base = "[matrix]\nexecutor = \"native\"\nworkload = \"dedup\"\n";
+        let s = ExperimentSpec::from_text("t.toml", &format!("name = \"t\"\n{base}")).unwrap();
+        assert_eq!(s.repetitions, Repetitions::fixed(DEFAULT_REPETITIONS));
+        assert_eq!(s.points.len(), DEFAULT_REPETITIONS as usize);
+
+        let text = format!("name = \"t\"\nrepetitions = 4\n{base}");
+        let s = ExperimentSpec::from_text("t.toml", &text).unwrap();
+        assert_eq!(s.repetitions, Repetitions::fixed(4));
+        assert_eq!(s.points.len(), 4);
+        assert_eq!(s.points.last().map(|p| p.rep), Some(3));
+
+        let text = format!("name = \"t\"\nrepetitions = \"auto\"\n{base}");
+        let s = ExperimentSpec::from_text("t.toml", &text).unwrap();
+        assert_eq!(
+            s.repetitions,
+            Repetitions::adaptive(DEFAULT_MAX_REPETITIONS)
+        );
+        assert_eq!(s.repetitions.min, 6);
+        // The points hold the minimum; the sweep repeats further as needed.
+        assert_eq!(s.points.len(), 6);
+
+        let text = format!("name = \"t\"\nrepetitions = \"auto\"\nmax_repetitions = 9\n{base}");
+        let s = ExperimentSpec::from_text("t.toml", &text).unwrap();
+        assert_eq!(s.repetitions, Repetitions::adaptive(9));
+        assert_eq!((s.repetitions.min, s.repetitions.max), (6, 9));
+    }
+
+    #[test]
+    fn bad_repetitions_are_located() {
+        let base = "[matrix]\nexecutor = \"native\"\nworkload = \"dedup\"\n";
+        for (reps, col) in [("\"often\"", 15), ("0", 15), ("2.5", 15), ("1001", 15)] {
+            let text = format!("name = \"t\"\nrepetitions = {reps}\n{base}");
+            let err = ExperimentSpec::from_text("t.toml", &text)
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(&format!("t.toml:2:{col}:")), "{err}");
+            assert!(err.contains("\"auto\""), "{err}");
+        }
+        let text = format!("name = \"t\"\nrepetitions = \"auto\"\nmax_repetitions = 0\n{base}");
+        let err = ExperimentSpec::from_text("t.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("t.toml:3:19:") && err.contains("between 1 and 1000"),
+            "{err}"
+        );
+        // A maximum without "auto" would be silently ignored: it is an error.
+        let text = format!("name = \"t\"\nrepetitions = 3\nmax_repetitions = 10\n{base}");
+        let err = ExperimentSpec::from_text("t.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("t.toml:3:19:") && err.contains("only with"),
             "{err}"
         );
     }
