@@ -326,6 +326,25 @@ impl<'a> Results<'a> {
         (!e.is_empty()).then_some(total)
     }
 
+    /// The span a point's exit figures cover: [`ExitScope::WholeRun`] if
+    /// any of its smplab-vmm records lacks a complete workload window (its
+    /// figures include boot and the result stream), `None` without
+    /// smplab-vmm records.
+    pub fn exit_scope(&self, p: &Point) -> Option<ExitScope> {
+        let scopes: Vec<ExitScope> = self
+            .get(p)?
+            .iter()
+            .flat_map(|e| e.records.iter())
+            .filter_map(exit_scope)
+            .collect();
+        let first = *scopes.first()?;
+        Some(if scopes.contains(&ExitScope::WholeRun) {
+            ExitScope::WholeRun
+        } else {
+            first
+        })
+    }
+
     /// Exits per second by reason, medians over repetitions.
     pub fn exits_per_s(&self, p: &Point) -> BTreeMap<String, Summary> {
         let Some(es) = self.get(p) else {
@@ -387,14 +406,18 @@ impl<'a> Results<'a> {
 
     /// Percentiles (p50, p90, p99, ns) of the VMM's global device-lock wait.
     pub fn lock_wait(&self, p: &Point) -> Option<[Summary; 3]> {
-        self.percentiles(p, |r| r.vmm.as_ref()?.global_lock_wait.clone())
+        self.percentiles(p, |r| {
+            exit_view(r.vmm.as_ref()?, r.timing.wall_ns)
+                .global_lock_wait
+                .cloned()
+        })
     }
 
     /// Percentiles (p50, p90, p99, ns) of exit-handling latency over every
     /// device/mode key, histograms merged per run.
     pub fn exit_latency(&self, p: &Point) -> Option<[Summary; 3]> {
         self.percentiles(p, |r| {
-            let v = r.vmm.as_ref()?;
+            let v = exit_view(r.vmm.as_ref()?, r.timing.wall_ns);
             let hs: Vec<&LatencyHistogram> = v.exit_latency.values().collect();
             merge_histograms(&hs)
         })
@@ -406,7 +429,7 @@ impl<'a> Results<'a> {
         let hs: Vec<&LatencyHistogram> = es
             .iter()
             .flat_map(|e| e.records.iter())
-            .filter_map(|r| r.vmm.as_ref())
+            .filter_map(|r| Some(exit_view(r.vmm.as_ref()?, r.timing.wall_ns)))
             .flat_map(|v| v.exit_latency.values())
             .collect();
         merge_histograms(&hs)
@@ -461,17 +484,15 @@ pub const MIN_WORKLOAD_OVERLAP: f64 = 0.9;
 
 /// How much the workload windows of a multi-VM run's records overlapped: the
 /// time all K ran their workloads at once over the union of their windows
-/// (1 = fully together), `None` when the records carry no windows.
-///
-/// TODO(lead): a stub. The window fields of `RunRecord` and the pure overlap
-/// function belong to smplab-record (another engineer's change, not on main
-/// when this was written): call it here and delete this body. Until then
-/// every multi-VM run counts as "unverified" in [`WeightedSpeedup`].
+/// (1 = fully together; [`smplab_record::overlap_of_records`]). `None` when
+/// it cannot be known: records without windows (older smplab, a run stopped
+/// before the guest said "done") or QEMU runs, whose windows are on each
+/// guest's own clock. A single record overlaps itself fully.
 pub fn workload_overlap(records: &[RunRecord]) -> Option<f64> {
     if records.len() < 2 {
         return Some(1.0);
     }
-    None
+    smplab_record::overlap_of_records(records).ok()
 }
 
 /// `a / b` of two independent medians with a conservative interval:
@@ -537,7 +558,62 @@ pub fn work(records: &[RunRecord]) -> f64 {
     }
 }
 
-/// Exit counts by reason for one run, summed over vCPUs.
+/// The span of a run that its exit figures (counts, rates, latencies,
+/// global-lock wait) cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitScope {
+    /// Only exits handled inside the workload window (smplab-vmm's
+    /// `vmm.window`, from its "go" to the guest's "done"): neither boot nor
+    /// the result stream written after the workload is in them.
+    Window,
+    /// The whole run, boot and result stream included: records without a
+    /// complete `vmm.window` (older records, a run stopped before "done").
+    WholeRun,
+}
+
+/// One run's exit statistics over the span [`ExitScope`] names, and that
+/// span's length.
+struct ExitView<'a> {
+    scope: ExitScope,
+    seconds: f64,
+    exits_per_vcpu: &'a [BTreeMap<String, u64>],
+    kvm_vcpu_stats: &'a [BTreeMap<String, u64>],
+    exit_latency: &'a BTreeMap<String, LatencyHistogram>,
+    global_lock_wait: Option<&'a LatencyHistogram>,
+}
+
+/// The window's figures when the record has a complete window, else the
+/// whole run's (over the record's wall time).
+fn exit_view(v: &smplab_record::vmm::VmmSection, wall_ns: u64) -> ExitView<'_> {
+    match &v.window {
+        Some(w) if w.done_ns.is_some_and(|d| d > w.go_ns) => ExitView {
+            scope: ExitScope::Window,
+            seconds: w.done_ns.unwrap_or(w.go_ns).saturating_sub(w.go_ns) as f64 / 1e9,
+            exits_per_vcpu: &w.exits_per_vcpu,
+            kvm_vcpu_stats: &w.kvm_vcpu_stats,
+            exit_latency: &w.exit_latency,
+            global_lock_wait: w.global_lock_wait.as_ref(),
+        },
+        _ => ExitView {
+            scope: ExitScope::WholeRun,
+            seconds: wall_ns as f64 / 1e9,
+            exits_per_vcpu: &v.exits_per_vcpu,
+            kvm_vcpu_stats: &v.kvm_vcpu_stats,
+            exit_latency: &v.exit_latency,
+            global_lock_wait: v.global_lock_wait.as_ref(),
+        },
+    }
+}
+
+/// The span [`exit_counts`] and [`exit_rates`] cover for one record: `None`
+/// for records without a `vmm` section (native, QEMU, simulated runs).
+pub fn exit_scope(r: &RunRecord) -> Option<ExitScope> {
+    Some(exit_view(r.vmm.as_ref()?, r.timing.wall_ns).scope)
+}
+
+/// Exit counts by reason for one run, summed over vCPUs, inside the workload
+/// window when the record has one ([`ExitScope`]).
 ///
 /// Measured runs combine two sources: smplab-vmm counts the exits that reach
 /// user space (port and MMIO I/O, ...) and KVM's binary stats count those it
@@ -549,7 +625,7 @@ pub fn work(records: &[RunRecord]) -> f64 {
 /// Simulated runs report the simulator's counts.
 pub fn exit_counts(r: &RunRecord) -> BTreeMap<String, u64> {
     let mut m: BTreeMap<String, u64> = BTreeMap::new();
-    if let Some(v) = &r.vmm {
+    if let Some(v) = r.vmm.as_ref().map(|v| exit_view(v, r.timing.wall_ns)) {
         let n = v.exits_per_vcpu.len().max(v.kvm_vcpu_stats.len());
         for i in 0..n {
             let mut per: BTreeMap<String, u64> = BTreeMap::new();
@@ -599,11 +675,15 @@ pub fn exit_counts(r: &RunRecord) -> BTreeMap<String, u64> {
 }
 
 /// Exits per second by reason over a point's records (summed over VMs: the
-/// host's exit load).
+/// host's exit load): exits inside the workload window over the window's
+/// length when the record has one, else whole-run exits over wall time.
 pub fn exit_rates(records: &[RunRecord]) -> BTreeMap<String, f64> {
     let mut m: BTreeMap<String, f64> = BTreeMap::new();
     for r in records {
-        let wall = r.timing.wall_ns as f64 / 1e9;
+        let wall = match &r.vmm {
+            Some(v) => exit_view(v, r.timing.wall_ns).seconds,
+            None => r.timing.wall_ns as f64 / 1e9,
+        };
         if wall <= 0.0 {
             continue;
         }
@@ -704,10 +784,14 @@ pub fn sync_share(r: &RunRecord) -> f64 {
 
 /// Exit handling per vCPU (fraction of a vCPU's time spent handling device
 /// exits): device exits per vCPU per second × the mean exit-handling latency.
+///
+/// Counts, latencies and time all come from the workload window when the
+/// record has one ([`ExitScope::Window`]), else from the whole run.
 pub fn exit_handling_per_cpu(r: &RunRecord) -> Option<f64> {
-    let v = r.vmm.as_ref()?;
-    let wall = r.timing.wall_ns as f64 / 1e9;
-    if wall <= 0.0 || v.vcpus == 0 {
+    let vmm = r.vmm.as_ref()?;
+    let v = exit_view(vmm, r.timing.wall_ns);
+    let wall = v.seconds;
+    if wall <= 0.0 || vmm.vcpus == 0 {
         return None;
     }
     let hs: Vec<&LatencyHistogram> = v.exit_latency.values().collect();
@@ -720,7 +804,7 @@ pub fn exit_handling_per_cpu(r: &RunRecord) -> Option<f64> {
         .filter(|(k, _)| k.starts_with("io_") || k.starts_with("mmio"))
         .map(|(_, n)| n)
         .sum();
-    Some(exits as f64 / v.vcpus as f64 / wall * h.mean_ns / 1e9)
+    Some(exits as f64 / vmm.vcpus as f64 / wall * h.mean_ns / 1e9)
 }
 
 impl Results<'_> {
