@@ -1274,7 +1274,10 @@ mod tests {
         let ws = r.weighted_speedup_ci(&vm2).unwrap();
         assert_eq!(ws.ci.n, 6);
         assert_eq!(ws.excluded, 0);
-        assert_eq!(ws.unverified, 6, "the overlap stub cannot check windows");
+        assert_eq!(
+            ws.unverified, 6,
+            "records without windows cannot be checked"
+        );
         assert!(ws.ci.lo <= ws.ci.median && ws.ci.median <= ws.ci.hi);
         // Per rep 2 × 152.5/(300+j) ms; widened by T_1's [150, 155] around 152.5.
         let hi = 2.0 * 152.5 / 300.0 * 155.0 / 152.5;
@@ -1304,6 +1307,54 @@ mod tests {
             r.spin_fraction(&p).is_none(),
             "no spin time without the simulator"
         );
+    }
+
+    fn windowed(mut r: RunRecord, start_ms: u64, end_ms: u64) -> RunRecord {
+        let ms = 1_000_000;
+        r.timing.window = Some(smplab_record::WorkloadWindow {
+            clock: smplab_record::WindowClock::HostMonotonic,
+            threads_ready_ns: start_ms * ms,
+            start_ns: start_ms * ms,
+            end_ns: end_ms * ms,
+            start_gate: None,
+        });
+        r
+    }
+
+    /// Hand-made 2-VM runs: one whose windows overlap fully, one that
+    /// overlaps 50/150, one without windows. The second is excluded, the
+    /// third counted but unverified.
+    #[test]
+    fn weighted_speedup_excludes_runs_whose_windows_did_not_overlap() {
+        let one = vm_point("dedup", 2, 0);
+        let mut es = vec![entry(
+            one.clone(),
+            vec![rec(Executor::Vm, "dedup", 2, 2 * S)],
+        )];
+        let mut p2 = one.clone();
+        p2.config.set_vms(2);
+        let two = |rep: u32, a: RunRecord, b: RunRecord| {
+            let mut p = p2.clone();
+            p.rep = rep;
+            entry(p, vec![a, b])
+        };
+        let r4 = || rec(Executor::Vm, "dedup", 2, 4 * S);
+        // Together: weighted speedup 2/4 + 2/4 = 1.
+        es.push(two(0, windowed(r4(), 0, 100), windowed(r4(), 0, 100)));
+        // Apart (overlap 1/3) and faster: 2/1 + 2/1 = 4, must not count.
+        let r1 = || rec(Executor::Vm, "dedup", 2, S);
+        es.push(two(1, windowed(r1(), 0, 100), windowed(r1(), 50, 150)));
+        // No windows (older records): counted, marked unverified.
+        es.push(two(2, r4(), r4()));
+        assert_eq!(workload_overlap(&es[1].records), Some(1.0));
+        assert_eq!(workload_overlap(&es[2].records), Some(50.0 / 150.0));
+        assert_eq!(workload_overlap(&es[3].records), None);
+        let store = Store::from_entries(es);
+        let r = Results::new(&store);
+        assert!((r.weighted_speedup(&p2).unwrap().median - 1.0).abs() < 1e-12);
+        let ws = r.weighted_speedup_ci(&p2).unwrap();
+        assert_eq!((ws.excluded, ws.unverified), (1, 1));
+        assert!((ws.ci.median - 1.0).abs() < 1e-12);
     }
 
     #[test]
@@ -1364,6 +1415,64 @@ mod tests {
             ..Default::default()
         });
         r
+    }
+
+    /// A hand-made record whose whole run (10 s: boot, workload, result
+    /// stream) and workload window (2 s) differ: every exit figure and the
+    /// Amdahl input come from the window; an old record without one falls
+    /// back to the whole run and says so.
+    #[test]
+    fn exit_figures_come_from_the_workload_window() {
+        let mut whole = vmm_record(10, &[("io_out", 1000), ("mmio_read", 500)], &[50_000]);
+        let old = whole.clone();
+        let mut win_exits = vec![BTreeMap::new(), BTreeMap::new()];
+        win_exits[0].insert("io_out".to_string(), 100);
+        win_exits[1].insert("mmio_read".to_string(), 60);
+        let mut win_lat = BTreeMap::new();
+        win_lat.insert(
+            "uart/global".to_string(),
+            LatencyHistogram::from_samples(&[1000; 160]),
+        );
+        if let Some(v) = whole.vmm.as_mut() {
+            v.window = Some(smplab_record::vmm::VmmWindow {
+                ready_ns: S,
+                go_ns: 2 * S,
+                done_ns: Some(4 * S),
+                exits_per_vcpu: win_exits,
+                exit_latency: win_lat,
+                global_lock_wait: Some(LatencyHistogram::from_samples(&[7, 7, 7])),
+                ..Default::default()
+            });
+        }
+        assert_eq!(exit_scope(&whole), Some(ExitScope::Window));
+        assert_eq!(exit_scope(&old), Some(ExitScope::WholeRun));
+        let c = exit_counts(&whole);
+        assert_eq!((c["io_out"], c["mmio_read"]), (100, 60));
+        let rates = exit_rates(std::slice::from_ref(&whole));
+        assert!((rates["io_out"] - 50.0).abs() < 1e-9, "{rates:?}");
+        assert!((exit_rates(std::slice::from_ref(&old))["io_out"] - 100.0).abs() < 1e-9);
+        // 160 exits / 2 vCPUs / 2 s × 1 µs.
+        let h = exit_handling_per_cpu(&whole).unwrap();
+        assert!((h - 160.0 / 2.0 / 2.0 * 1e-6).abs() < 1e-9, "{h}");
+        let h_old = exit_handling_per_cpu(&old).unwrap();
+        assert!(
+            (h_old - 1500.0 / 2.0 / 10.0 * 50e-6).abs() < 1e-9,
+            "{h_old}"
+        );
+
+        let p = vm_point("dedup", 2, 0);
+        let store = Store::from_entries(vec![entry(p.clone(), vec![whole.clone()])]);
+        let r = Results::new(&store);
+        assert_eq!(r.exit_scope(&p), Some(ExitScope::Window));
+        assert_eq!(r.lock_wait(&p).unwrap()[0].median, 7.0);
+        assert_eq!(r.exit_latency(&p).unwrap()[0].median, 1000.0);
+        let mut q = p.clone();
+        q.rep = 1;
+        let store = Store::from_entries(vec![entry(p.clone(), vec![whole]), entry(q, vec![old])]);
+        assert_eq!(
+            Results::new(&store).exit_scope(&p),
+            Some(ExitScope::WholeRun)
+        );
     }
 
     #[test]
