@@ -225,6 +225,16 @@ fn guest_options(g: &GuestSettings, limits: &RunLimits) -> smplab_guest::VmRunOp
 
 /// One guest, or K at once on their own threads (seed 000's consolidation
 /// runs).
+///
+/// smplab-vmm VMs share one [`smplab_guest::StartGate`]: each guest boots,
+/// creates its workers and waits until every sibling is ready, so the K
+/// workloads start together instead of one boot time apart. QEMU has no such
+/// gate (its guests release their own workers, and their windows are on each
+/// guest's own TSC, so their overlap cannot be computed either): the record
+/// says `start_gate = "none"`. After the runs, each record gets
+/// `window_overlap`, the fraction of the union of the K workload windows
+/// during which all K ran ([`smplab_record::overlap_of_records`]), or
+/// `window_overlap_error` when it cannot be computed.
 fn run_guests(
     program: &Program,
     info: &WorkloadInfo,
@@ -232,10 +242,16 @@ fn run_guests(
     opts: &smplab_guest::VmRunOptions,
     executor: Executor,
 ) -> Result<Vec<RunRecord>, ExecuteError> {
+    let gate = (g.vms > 1 && executor == Executor::Vm)
+        .then(|| smplab_guest::StartGate::new(g.vms as usize, gate_max_wait(opts.timeout)));
     let one = |vm: u32| -> Result<RunRecord, ExecuteError> {
         let r = match executor {
             Executor::Qemu => smplab_guest::run_qemu(program, info.clone(), opts),
-            _ => smplab_guest::run_vm(program, info.clone(), opts),
+            _ => {
+                let mut opts = opts.clone();
+                opts.start_gate = gate.clone();
+                smplab_guest::run_vm(program, info.clone(), &opts)
+            }
         };
         let mut r = r.map_err(|source| ExecuteError::Guest {
             vm: (g.vms > 1).then_some(vm),
@@ -247,12 +263,30 @@ fn run_guests(
     if g.vms <= 1 {
         return Ok(vec![one(0)?]);
     }
-    std::thread::scope(|s| {
+    let mut records = std::thread::scope(|s| {
         let handles: Vec<_> = (0..g.vms).map(|vm| s.spawn(move || one(vm))).collect();
         handles
             .into_iter()
             .zip(0..)
             .map(|(h, vm)| h.join().unwrap_or(Err(ExecuteError::Panicked(vm))))
-            .collect()
-    })
+            .collect::<Result<Vec<_>, _>>()
+    })?;
+    let overlap = smplab_record::overlap_of_records(&records);
+    for r in &mut records {
+        if gate.is_none() {
+            r.set_config("start_gate", "none");
+        }
+        match &overlap {
+            Ok(x) => r.set_config("window_overlap", *x),
+            Err(e) => r.set_config("window_overlap_error", e.to_string()),
+        }
+    }
+    Ok(records)
+}
+
+/// How long the first VM at the start gate waits for its siblings: their
+/// boots run in parallel, so a quarter of the run's time limit is far more
+/// than any boot spread and still leaves the run most of its time.
+fn gate_max_wait(timeout: Duration) -> Duration {
+    timeout / 4
 }

@@ -326,6 +326,25 @@ impl<'a> Results<'a> {
         (!e.is_empty()).then_some(total)
     }
 
+    /// The span a point's exit figures cover: [`ExitScope::WholeRun`] if
+    /// any of its smplab-vmm records lacks a complete workload window (its
+    /// figures include boot and the result stream), `None` without
+    /// smplab-vmm records.
+    pub fn exit_scope(&self, p: &Point) -> Option<ExitScope> {
+        let scopes: Vec<ExitScope> = self
+            .get(p)?
+            .iter()
+            .flat_map(|e| e.records.iter())
+            .filter_map(exit_scope)
+            .collect();
+        let first = *scopes.first()?;
+        Some(if scopes.contains(&ExitScope::WholeRun) {
+            ExitScope::WholeRun
+        } else {
+            first
+        })
+    }
+
     /// Exits per second by reason, medians over repetitions.
     pub fn exits_per_s(&self, p: &Point) -> BTreeMap<String, Summary> {
         let Some(es) = self.get(p) else {
@@ -387,14 +406,18 @@ impl<'a> Results<'a> {
 
     /// Percentiles (p50, p90, p99, ns) of the VMM's global device-lock wait.
     pub fn lock_wait(&self, p: &Point) -> Option<[Summary; 3]> {
-        self.percentiles(p, |r| r.vmm.as_ref()?.global_lock_wait.clone())
+        self.percentiles(p, |r| {
+            exit_view(r.vmm.as_ref()?, r.timing.wall_ns)
+                .global_lock_wait
+                .cloned()
+        })
     }
 
     /// Percentiles (p50, p90, p99, ns) of exit-handling latency over every
     /// device/mode key, histograms merged per run.
     pub fn exit_latency(&self, p: &Point) -> Option<[Summary; 3]> {
         self.percentiles(p, |r| {
-            let v = r.vmm.as_ref()?;
+            let v = exit_view(r.vmm.as_ref()?, r.timing.wall_ns);
             let hs: Vec<&LatencyHistogram> = v.exit_latency.values().collect();
             merge_histograms(&hs)
         })
@@ -406,7 +429,7 @@ impl<'a> Results<'a> {
         let hs: Vec<&LatencyHistogram> = es
             .iter()
             .flat_map(|e| e.records.iter())
-            .filter_map(|r| r.vmm.as_ref())
+            .filter_map(|r| Some(exit_view(r.vmm.as_ref()?, r.timing.wall_ns)))
             .flat_map(|v| v.exit_latency.values())
             .collect();
         merge_histograms(&hs)
@@ -461,17 +484,15 @@ pub const MIN_WORKLOAD_OVERLAP: f64 = 0.9;
 
 /// How much the workload windows of a multi-VM run's records overlapped: the
 /// time all K ran their workloads at once over the union of their windows
-/// (1 = fully together), `None` when the records carry no windows.
-///
-/// TODO(lead): a stub. The window fields of `RunRecord` and the pure overlap
-/// function belong to smplab-record (another engineer's change, not on main
-/// when this was written): call it here and delete this body. Until then
-/// every multi-VM run counts as "unverified" in [`WeightedSpeedup`].
+/// (1 = fully together; [`smplab_record::overlap_of_records`]). `None` when
+/// it cannot be known: records without windows (older smplab, a run stopped
+/// before the guest said "done") or QEMU runs, whose windows are on each
+/// guest's own clock. A single record overlaps itself fully.
 pub fn workload_overlap(records: &[RunRecord]) -> Option<f64> {
     if records.len() < 2 {
         return Some(1.0);
     }
-    None
+    smplab_record::overlap_of_records(records).ok()
 }
 
 /// `a / b` of two independent medians with a conservative interval:
@@ -537,7 +558,62 @@ pub fn work(records: &[RunRecord]) -> f64 {
     }
 }
 
-/// Exit counts by reason for one run, summed over vCPUs.
+/// The span of a run that its exit figures (counts, rates, latencies,
+/// global-lock wait) cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitScope {
+    /// Only exits handled inside the workload window (smplab-vmm's
+    /// `vmm.window`, from its "go" to the guest's "done"): neither boot nor
+    /// the result stream written after the workload is in them.
+    Window,
+    /// The whole run, boot and result stream included: records without a
+    /// complete `vmm.window` (older records, a run stopped before "done").
+    WholeRun,
+}
+
+/// One run's exit statistics over the span [`ExitScope`] names, and that
+/// span's length.
+struct ExitView<'a> {
+    scope: ExitScope,
+    seconds: f64,
+    exits_per_vcpu: &'a [BTreeMap<String, u64>],
+    kvm_vcpu_stats: &'a [BTreeMap<String, u64>],
+    exit_latency: &'a BTreeMap<String, LatencyHistogram>,
+    global_lock_wait: Option<&'a LatencyHistogram>,
+}
+
+/// The window's figures when the record has a complete window, else the
+/// whole run's (over the record's wall time).
+fn exit_view(v: &smplab_record::vmm::VmmSection, wall_ns: u64) -> ExitView<'_> {
+    match &v.window {
+        Some(w) if w.done_ns.is_some_and(|d| d > w.go_ns) => ExitView {
+            scope: ExitScope::Window,
+            seconds: w.done_ns.unwrap_or(w.go_ns).saturating_sub(w.go_ns) as f64 / 1e9,
+            exits_per_vcpu: &w.exits_per_vcpu,
+            kvm_vcpu_stats: &w.kvm_vcpu_stats,
+            exit_latency: &w.exit_latency,
+            global_lock_wait: w.global_lock_wait.as_ref(),
+        },
+        _ => ExitView {
+            scope: ExitScope::WholeRun,
+            seconds: wall_ns as f64 / 1e9,
+            exits_per_vcpu: &v.exits_per_vcpu,
+            kvm_vcpu_stats: &v.kvm_vcpu_stats,
+            exit_latency: &v.exit_latency,
+            global_lock_wait: v.global_lock_wait.as_ref(),
+        },
+    }
+}
+
+/// The span [`exit_counts`] and [`exit_rates`] cover for one record: `None`
+/// for records without a `vmm` section (native, QEMU, simulated runs).
+pub fn exit_scope(r: &RunRecord) -> Option<ExitScope> {
+    Some(exit_view(r.vmm.as_ref()?, r.timing.wall_ns).scope)
+}
+
+/// Exit counts by reason for one run, summed over vCPUs, inside the workload
+/// window when the record has one ([`ExitScope`]).
 ///
 /// Measured runs combine two sources: smplab-vmm counts the exits that reach
 /// user space (port and MMIO I/O, ...) and KVM's binary stats count those it
@@ -549,7 +625,7 @@ pub fn work(records: &[RunRecord]) -> f64 {
 /// Simulated runs report the simulator's counts.
 pub fn exit_counts(r: &RunRecord) -> BTreeMap<String, u64> {
     let mut m: BTreeMap<String, u64> = BTreeMap::new();
-    if let Some(v) = &r.vmm {
+    if let Some(v) = r.vmm.as_ref().map(|v| exit_view(v, r.timing.wall_ns)) {
         let n = v.exits_per_vcpu.len().max(v.kvm_vcpu_stats.len());
         for i in 0..n {
             let mut per: BTreeMap<String, u64> = BTreeMap::new();
@@ -599,11 +675,15 @@ pub fn exit_counts(r: &RunRecord) -> BTreeMap<String, u64> {
 }
 
 /// Exits per second by reason over a point's records (summed over VMs: the
-/// host's exit load).
+/// host's exit load): exits inside the workload window over the window's
+/// length when the record has one, else whole-run exits over wall time.
 pub fn exit_rates(records: &[RunRecord]) -> BTreeMap<String, f64> {
     let mut m: BTreeMap<String, f64> = BTreeMap::new();
     for r in records {
-        let wall = r.timing.wall_ns as f64 / 1e9;
+        let wall = match &r.vmm {
+            Some(v) => exit_view(v, r.timing.wall_ns).seconds,
+            None => r.timing.wall_ns as f64 / 1e9,
+        };
         if wall <= 0.0 {
             continue;
         }
@@ -704,10 +784,14 @@ pub fn sync_share(r: &RunRecord) -> f64 {
 
 /// Exit handling per vCPU (fraction of a vCPU's time spent handling device
 /// exits): device exits per vCPU per second × the mean exit-handling latency.
+///
+/// Counts, latencies and time all come from the workload window when the
+/// record has one ([`ExitScope::Window`]), else from the whole run.
 pub fn exit_handling_per_cpu(r: &RunRecord) -> Option<f64> {
-    let v = r.vmm.as_ref()?;
-    let wall = r.timing.wall_ns as f64 / 1e9;
-    if wall <= 0.0 || v.vcpus == 0 {
+    let vmm = r.vmm.as_ref()?;
+    let v = exit_view(vmm, r.timing.wall_ns);
+    let wall = v.seconds;
+    if wall <= 0.0 || vmm.vcpus == 0 {
         return None;
     }
     let hs: Vec<&LatencyHistogram> = v.exit_latency.values().collect();
@@ -720,7 +804,7 @@ pub fn exit_handling_per_cpu(r: &RunRecord) -> Option<f64> {
         .filter(|(k, _)| k.starts_with("io_") || k.starts_with("mmio"))
         .map(|(_, n)| n)
         .sum();
-    Some(exits as f64 / v.vcpus as f64 / wall * h.mean_ns / 1e9)
+    Some(exits as f64 / vmm.vcpus as f64 / wall * h.mean_ns / 1e9)
 }
 
 impl Results<'_> {
@@ -1190,7 +1274,10 @@ mod tests {
         let ws = r.weighted_speedup_ci(&vm2).unwrap();
         assert_eq!(ws.ci.n, 6);
         assert_eq!(ws.excluded, 0);
-        assert_eq!(ws.unverified, 6, "the overlap stub cannot check windows");
+        assert_eq!(
+            ws.unverified, 6,
+            "records without windows cannot be checked"
+        );
         assert!(ws.ci.lo <= ws.ci.median && ws.ci.median <= ws.ci.hi);
         // Per rep 2 × 152.5/(300+j) ms; widened by T_1's [150, 155] around 152.5.
         let hi = 2.0 * 152.5 / 300.0 * 155.0 / 152.5;
@@ -1220,6 +1307,54 @@ mod tests {
             r.spin_fraction(&p).is_none(),
             "no spin time without the simulator"
         );
+    }
+
+    fn windowed(mut r: RunRecord, start_ms: u64, end_ms: u64) -> RunRecord {
+        let ms = 1_000_000;
+        r.timing.window = Some(smplab_record::WorkloadWindow {
+            clock: smplab_record::WindowClock::HostMonotonic,
+            threads_ready_ns: start_ms * ms,
+            start_ns: start_ms * ms,
+            end_ns: end_ms * ms,
+            start_gate: None,
+        });
+        r
+    }
+
+    /// Hand-made 2-VM runs: one whose windows overlap fully, one that
+    /// overlaps 50/150, one without windows. The second is excluded, the
+    /// third counted but unverified.
+    #[test]
+    fn weighted_speedup_excludes_runs_whose_windows_did_not_overlap() {
+        let one = vm_point("dedup", 2, 0);
+        let mut es = vec![entry(
+            one.clone(),
+            vec![rec(Executor::Vm, "dedup", 2, 2 * S)],
+        )];
+        let mut p2 = one.clone();
+        p2.config.set_vms(2);
+        let two = |rep: u32, a: RunRecord, b: RunRecord| {
+            let mut p = p2.clone();
+            p.rep = rep;
+            entry(p, vec![a, b])
+        };
+        let r4 = || rec(Executor::Vm, "dedup", 2, 4 * S);
+        // Together: weighted speedup 2/4 + 2/4 = 1.
+        es.push(two(0, windowed(r4(), 0, 100), windowed(r4(), 0, 100)));
+        // Apart (overlap 1/3) and faster: 2/1 + 2/1 = 4, must not count.
+        let r1 = || rec(Executor::Vm, "dedup", 2, S);
+        es.push(two(1, windowed(r1(), 0, 100), windowed(r1(), 50, 150)));
+        // No windows (older records): counted, marked unverified.
+        es.push(two(2, r4(), r4()));
+        assert_eq!(workload_overlap(&es[1].records), Some(1.0));
+        assert_eq!(workload_overlap(&es[2].records), Some(50.0 / 150.0));
+        assert_eq!(workload_overlap(&es[3].records), None);
+        let store = Store::from_entries(es);
+        let r = Results::new(&store);
+        assert!((r.weighted_speedup(&p2).unwrap().median - 1.0).abs() < 1e-12);
+        let ws = r.weighted_speedup_ci(&p2).unwrap();
+        assert_eq!((ws.excluded, ws.unverified), (1, 1));
+        assert!((ws.ci.median - 1.0).abs() < 1e-12);
     }
 
     #[test]
@@ -1280,6 +1415,64 @@ mod tests {
             ..Default::default()
         });
         r
+    }
+
+    /// A hand-made record whose whole run (10 s: boot, workload, result
+    /// stream) and workload window (2 s) differ: every exit figure and the
+    /// Amdahl input come from the window; an old record without one falls
+    /// back to the whole run and says so.
+    #[test]
+    fn exit_figures_come_from_the_workload_window() {
+        let mut whole = vmm_record(10, &[("io_out", 1000), ("mmio_read", 500)], &[50_000]);
+        let old = whole.clone();
+        let mut win_exits = vec![BTreeMap::new(), BTreeMap::new()];
+        win_exits[0].insert("io_out".to_string(), 100);
+        win_exits[1].insert("mmio_read".to_string(), 60);
+        let mut win_lat = BTreeMap::new();
+        win_lat.insert(
+            "uart/global".to_string(),
+            LatencyHistogram::from_samples(&[1000; 160]),
+        );
+        if let Some(v) = whole.vmm.as_mut() {
+            v.window = Some(smplab_record::vmm::VmmWindow {
+                ready_ns: S,
+                go_ns: 2 * S,
+                done_ns: Some(4 * S),
+                exits_per_vcpu: win_exits,
+                exit_latency: win_lat,
+                global_lock_wait: Some(LatencyHistogram::from_samples(&[7, 7, 7])),
+                ..Default::default()
+            });
+        }
+        assert_eq!(exit_scope(&whole), Some(ExitScope::Window));
+        assert_eq!(exit_scope(&old), Some(ExitScope::WholeRun));
+        let c = exit_counts(&whole);
+        assert_eq!((c["io_out"], c["mmio_read"]), (100, 60));
+        let rates = exit_rates(std::slice::from_ref(&whole));
+        assert!((rates["io_out"] - 50.0).abs() < 1e-9, "{rates:?}");
+        assert!((exit_rates(std::slice::from_ref(&old))["io_out"] - 100.0).abs() < 1e-9);
+        // 160 exits / 2 vCPUs / 2 s × 1 µs.
+        let h = exit_handling_per_cpu(&whole).unwrap();
+        assert!((h - 160.0 / 2.0 / 2.0 * 1e-6).abs() < 1e-9, "{h}");
+        let h_old = exit_handling_per_cpu(&old).unwrap();
+        assert!(
+            (h_old - 1500.0 / 2.0 / 10.0 * 50e-6).abs() < 1e-9,
+            "{h_old}"
+        );
+
+        let p = vm_point("dedup", 2, 0);
+        let store = Store::from_entries(vec![entry(p.clone(), vec![whole.clone()])]);
+        let r = Results::new(&store);
+        assert_eq!(r.exit_scope(&p), Some(ExitScope::Window));
+        assert_eq!(r.lock_wait(&p).unwrap()[0].median, 7.0);
+        assert_eq!(r.exit_latency(&p).unwrap()[0].median, 1000.0);
+        let mut q = p.clone();
+        q.rep = 1;
+        let store = Store::from_entries(vec![entry(p.clone(), vec![whole]), entry(q, vec![old])]);
+        assert_eq!(
+            Results::new(&store).exit_scope(&p),
+            Some(ExitScope::WholeRun)
+        );
     }
 
     #[test]
