@@ -33,7 +33,7 @@ pub enum CalibrateError {
     #[error("cannot write the profile as TOML: {0}")]
     Serialize(#[from] toml::ser::Error),
     #[error("the calibrated profile is not a valid platform: {0}")]
-    InvalidProfile(String),
+    InvalidProfile(#[source] smplab_sim::SimError),
     #[error("{path}: cannot write the calibrated profile: {source}")]
     Write {
         path: String,
@@ -588,7 +588,7 @@ pub fn measure(
             "vmm.user_exit_ns".into(),
             format!(
                 "the port-read loop guest did not run: {}",
-                loop_err.unwrap_or_else(|| "no samples".into())
+                loop_err.map_or_else(|| "no samples".into(), |e| e.to_string())
             ),
         )),
     }

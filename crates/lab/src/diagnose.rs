@@ -229,6 +229,9 @@ pub struct Attribution {
     pub missing: Vec<String>,
     /// The measured runs happened on a PVM host (guest kernel code emulated).
     pub pvm_host: bool,
+    /// Simulator diagnoses: its exact time accounting of the unmodified
+    /// baseline, printed beside the table and naming the remainder by cause.
+    pub sim: Option<crate::diagnose_sim::SimExplanation>,
 }
 
 /// Slowdowns in a diagnosis are all against the *original* program's native
@@ -310,6 +313,7 @@ pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
         });
     Some(Attribution {
         pvm_host,
+        sim: crate::diagnose_sim::explain(results, b),
         workload: b.workload.clone(),
         executor: b.executor(),
         vcpus: b.vcpus().unwrap_or(0),
@@ -427,6 +431,15 @@ pub fn table(a: &Attribution) -> String {
                 all.median * 100.0,
                 a.baseline.median * 100.0
             ));
+        } else if let (true, Some(x)) = (
+            a.baseline.median > 0.0 && all.median > 0.5 * a.baseline.median,
+            a.sim.as_ref().filter(|x| !x.causes.is_empty()),
+        ) {
+            s.push_str(&format!(
+                "  Most of the slowdown ({:.0}% of it) remains with every factor removed; the simulator's accounting\n  of the baseline names where the VM's extra time goes: {}.\n",
+                all.median / a.baseline.median * 100.0,
+                crate::diagnose_sim::named_causes(x)
+            ));
         } else if a.baseline.median > 0.0 && all.median > 0.5 * a.baseline.median {
             s.push_str(&format!(
                 "  Most of the slowdown ({:.0}% of it) remains with every factor removed: its main cause is not among these factors.\n",
@@ -440,6 +453,10 @@ pub fn table(a: &Attribution) -> String {
     s.push_str(
         "  Factors interact: each is removed from the baseline alone, so the attributions need not add up;\n  the interaction line is the difference, and the order of removal would change a sequential split.\n",
     );
+    if let Some(x) = &a.sim {
+        s.push('\n');
+        s.push_str(&x.table);
+    }
     s
 }
 

@@ -49,8 +49,8 @@ pub fn run_config(point: &Point) -> RunConfig {
 }
 
 impl Runner for RealRunner {
-    fn availability(&self, executor: Executor) -> Result<(), String> {
-        availability(executor, &self.limits(1)).map_err(|e| e.to_string())
+    fn availability(&self, executor: Executor) -> Result<(), crate::execute::ExecuteError> {
+        availability(executor, &self.limits(1))
     }
 
     fn run(&self, point: &Point) -> Result<Vec<RunRecord>, RunError> {
@@ -70,7 +70,7 @@ impl Runner for RealRunner {
 
 /// Wall time of smplab-vmm's port-read loop guest doing `reads` port reads on
 /// one vCPU (set-up included; callers difference two read counts).
-pub fn port_loop_wall_ns(reads: u32) -> Result<u64, String> {
+pub fn port_loop_wall_ns(reads: u32) -> Result<u64, smplab_vmm::VmmError> {
     let prog = smplab_vmm::test_guest::GuestProgram {
         bsp_loops: reads,
         ..Default::default()
@@ -78,15 +78,15 @@ pub fn port_loop_wall_ns(reads: u32) -> Result<u64, String> {
     let mut cfg = smplab_vmm::VmConfig::new(smplab_vmm::KernelImage::Bytes(prog.elf()));
     cfg.console = smplab_vmm::ConsoleSink::Discard;
     cfg.timeout = Some(Duration::from_secs(120));
-    let run = smplab_vmm::run_vm(&cfg).map_err(|e| e.to_string())?;
+    let run = smplab_vmm::run_vm(&cfg)?;
     Ok(run.wall.as_nanos() as u64)
 }
 
 /// Workload wall time of blackscholes on one vCPU with the guest timer at
 /// `timer_hz` (0: tickless).
-pub fn timer_probe_wall_ns(timer_hz: u32, scale: f64) -> Result<u64, String> {
-    let src = smplab_workload::Source::resolve("blackscholes").map_err(|e| e.to_string())?;
-    let program = src.instantiate(Some(1), scale).map_err(|e| e.to_string())?;
+pub fn timer_probe_wall_ns(timer_hz: u32, scale: f64) -> Result<u64, crate::calibrate::ProbeError> {
+    let src = smplab_workload::Source::resolve("blackscholes")?;
+    let program = src.instantiate(Some(1), scale)?;
     let info = smplab_record::WorkloadInfo {
         name: "blackscholes".into(),
         source: "builtin".into(),
@@ -100,6 +100,6 @@ pub fn timer_probe_wall_ns(timer_hz: u32, scale: f64) -> Result<u64, String> {
         timeout: Duration::from_secs(120),
         ..Default::default()
     };
-    let r = smplab_guest::run_vm(&program, info, &opts).map_err(|e| e.to_string())?;
+    let r = smplab_guest::run_vm(&program, info, &opts)?;
     Ok(r.timing.wall_ns)
 }

@@ -34,6 +34,7 @@ pub mod calibrate;
 pub mod cli;
 pub mod demo;
 pub mod diagnose;
+pub mod diagnose_sim;
 pub mod exec;
 pub mod execute;
 pub mod metrics;

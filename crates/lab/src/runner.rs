@@ -33,7 +33,10 @@ pub trait Runner: Sync {
 
     /// `Err(reason)` when this runner cannot run `executor` here at all, so
     /// callers can say what they skip before trying.
-    fn availability(&self, executor: smplab_record::Executor) -> Result<(), String>;
+    fn availability(
+        &self,
+        executor: smplab_record::Executor,
+    ) -> Result<(), crate::execute::ExecuteError>;
 }
 
 /// Resolve and instantiate a point's workload, in the variant it asks for.
@@ -122,16 +125,20 @@ pub mod fake {
     }
 
     impl Runner for FakeRunner {
-        fn availability(&self, e: Executor) -> Result<(), String> {
+        fn availability(&self, e: Executor) -> Result<(), crate::execute::ExecuteError> {
             if self.unavailable.contains(&e) {
-                Err(format!("{e} not available in this build"))
+                Err(crate::execute::ExecuteError::Unavailable {
+                    executor: e,
+                    reason: "not available in this build".into(),
+                    status: smplab_record::exit::RUN_FAILED,
+                })
             } else {
                 Ok(())
             }
         }
         fn run(&self, point: &Point) -> Result<Vec<RunRecord>, RunError> {
             self.availability(point.executor())
-                .map_err(RunError::Unavailable)?;
+                .map_err(|e| RunError::Unavailable(e.to_string()))?;
             std::thread::sleep(self.delay);
             if self.fail.contains(&point.key()) {
                 return Err(RunError::Failed("guest crashed: triple fault".into()));

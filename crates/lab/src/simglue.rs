@@ -139,10 +139,8 @@ pub fn base_profile_text(name: &str) -> Option<String> {
 }
 
 /// Check that profile text parses as a simulator platform.
-pub fn check_profile_text(origin: &str, text: &str) -> Result<(), String> {
-    Platform::from_text(origin, text)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+pub fn check_profile_text(origin: &str, text: &str) -> Result<(), smplab_sim::SimError> {
+    Platform::from_text(origin, text).map(|_| ())
 }
 
 #[cfg(test)]

@@ -320,7 +320,7 @@ vcpus = [1, 2]
     /// narrow interval) while every other workload is steady.
     struct NoisyRunner(FakeRunner);
     impl Runner for NoisyRunner {
-        fn availability(&self, e: Executor) -> Result<(), String> {
+        fn availability(&self, e: Executor) -> Result<(), crate::execute::ExecuteError> {
             self.0.availability(e)
         }
         fn run(&self, p: &Point) -> Result<Vec<smplab_record::RunRecord>, RunError> {

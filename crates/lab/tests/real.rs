@@ -94,7 +94,10 @@ fn native_and_vm_sweep_with_resume_and_report() {
 #[test]
 fn qemu_point_runs_or_is_skipped_with_reason() {
     let runner = RealRunner::default();
-    let missing = runner.availability(Executor::Qemu).err();
+    let missing = runner
+        .availability(Executor::Qemu)
+        .err()
+        .map(|e| e.to_string());
     if !have("QEMU with KVM", "SMPLAB_REQUIRE_QEMU", missing.clone()) {
         // Without QEMU the point is stored as skipped, with the reason.
         let spec = ExperimentSpec::from_text(

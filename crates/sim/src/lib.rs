@@ -31,7 +31,8 @@ pub mod spec;
 pub use error::SimError;
 pub use platform::Platform;
 pub use scenario::{
-    Affinity, DeviceSync, Devices, Idle, Ple, Policy, PolicyKind, Scenario, Sdb, Topology, VmSpec,
+    Affinity, BadAffinity, BadDeviceSync, DeviceSync, Devices, Idle, Ple, Policy, PolicyKind,
+    Scenario, Sdb, Topology, VmSpec,
 };
 pub use smplab_record::RunRecord;
 

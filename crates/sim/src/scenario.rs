@@ -73,18 +73,18 @@ impl Affinity {
     }
 
     /// `float`, `pin`, or `range:A-B` (inclusive).
-    pub fn parse(s: &str) -> Result<Affinity, String> {
+    pub fn parse(s: &str) -> Result<Affinity, BadAffinity> {
         match s {
             "float" => Ok(Affinity::Float),
             "pin" => Ok(Affinity::Pin),
             _ => {
-                let bad = || format!("unknown affinity `{s}`: use float, pin or range:A-B");
+                let bad = || BadAffinity::Unknown(s.to_string());
                 let r = s.strip_prefix("range:").ok_or_else(bad)?;
                 let (a, b) = r.split_once('-').ok_or_else(bad)?;
                 let a: u32 = a.trim().parse().map_err(|_| bad())?;
                 let b: u32 = b.trim().parse().map_err(|_| bad())?;
                 if b < a {
-                    return Err(format!("affinity range {a}-{b} is empty"));
+                    return Err(BadAffinity::Empty { first: a, last: b });
                 }
                 Ok(Affinity::Range {
                     first: a,
@@ -94,6 +94,20 @@ impl Affinity {
         }
     }
 }
+
+/// An affinity setting that is not one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BadAffinity {
+    #[error("unknown affinity `{0}`: use float, pin or range:A-B")]
+    Unknown(String),
+    #[error("affinity range {first}-{last} is empty")]
+    Empty { first: u32, last: u32 },
+}
+
+/// A device-sync setting that is not one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("unknown device sync `{0}`: use global, iothread, hybrid, hybrid:FRACTION (0..1) or fine")]
+pub struct BadDeviceSync(pub String);
 
 /// Spin Detection Buffer settings (seed 002). `None` fields take the platform's.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -143,7 +157,7 @@ impl DeviceSync {
             DeviceSync::Fine => "fine".into(),
         }
     }
-    pub fn parse(s: &str) -> Result<DeviceSync, String> {
+    pub fn parse(s: &str) -> Result<DeviceSync, BadDeviceSync> {
         match s {
             "global" => Ok(DeviceSync::Global),
             "iothread" => Ok(DeviceSync::IoThread),
@@ -153,9 +167,7 @@ impl DeviceSync {
             }),
             _ => match s.strip_prefix("hybrid:").map(str::parse::<f64>) {
                 Some(Ok(b)) if (0.0..=1.0).contains(&b) => Ok(DeviceSync::Hybrid { bypass: b }),
-                _ => Err(format!(
-                    "unknown device sync `{s}`: use global, iothread, hybrid, hybrid:FRACTION (0..1) or fine"
-                )),
+                _ => Err(BadDeviceSync(s.to_string())),
             },
         }
     }
@@ -366,6 +378,17 @@ mod tests {
         assert!(Policy::parse("rr").is_err());
         assert_eq!(parse_duration("1.5ms"), Ok(1_500_000));
         assert_eq!(DeviceSync::from(SyncMode::Global), DeviceSync::Global);
-        assert!(DeviceSync::parse("hybrid:2").is_err());
+        assert_eq!(
+            DeviceSync::parse("hybrid:2").unwrap_err().to_string(),
+            "unknown device sync `hybrid:2`: use global, iothread, hybrid, hybrid:FRACTION (0..1) or fine"
+        );
+        assert_eq!(
+            Affinity::parse("range:5-2").unwrap_err().to_string(),
+            "affinity range 5-2 is empty"
+        );
+        assert_eq!(
+            Affinity::parse("spread").unwrap_err(),
+            BadAffinity::Unknown("spread".into())
+        );
     }
 }

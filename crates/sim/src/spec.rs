@@ -168,7 +168,8 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
                 Idle::from_setting(policy, window).map_err(|m| at(s.span(), m.to_string()))?;
         }
         if let Some(s) = &v.affinity {
-            spec.affinity = Affinity::parse(s.get_ref()).map_err(|m| at(s.span(), m))?;
+            spec.affinity =
+                Affinity::parse(s.get_ref()).map_err(|m| at(s.span(), m.to_string()))?;
             if let Affinity::Range { first, count } = spec.affinity {
                 if first as u64 + count as u64 > pcpus as u64 {
                     return Err(at(
@@ -214,7 +215,9 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
                 ));
             }
             let sync = match &dr.sync {
-                Some(s) => DeviceSync::parse(s.get_ref()).map_err(|m| at(s.span(), m))?,
+                Some(s) => {
+                    DeviceSync::parse(s.get_ref()).map_err(|m| at(s.span(), m.to_string()))?
+                }
                 None => DeviceSync::Global,
             };
             let synchronous = match &dr.synchronous {

@@ -58,9 +58,18 @@ pub struct VmmArgs {
     pub json: bool,
 }
 
+/// A memory size that is not one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BadSize {
+    #[error("'{0}' is not a size like 256M or 1G")]
+    NotASize(String),
+    #[error("size '{0}' is too large")]
+    TooLarge(String),
+}
+
 /// Parse a memory size: a number of bytes with an optional K, M, G or T suffix
 /// (powers of 1024, optional trailing `i`/`B`).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, BadSize> {
     let t = text.trim();
     let t = t.strip_suffix(['B', 'b']).unwrap_or(t);
     let t = t.strip_suffix(['i']).unwrap_or(t);
@@ -74,10 +83,10 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let value: u64 = digits
         .trim()
         .parse()
-        .map_err(|_| format!("'{text}' is not a size like 256M or 1G"))?;
+        .map_err(|_| BadSize::NotASize(text.to_string()))?;
     value
         .checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size '{text}' is too large"))
+        .ok_or_else(|| BadSize::TooLarge(text.to_string()))
 }
 
 /// Add `cpus=N` to a command line that does not name a vCPU count.
