@@ -607,6 +607,6 @@ mod tests {
         }
         assert_eq!("IO-Thread".parse::<SyncMode>(), Ok(SyncMode::IoThread));
         let err = "bkl".parse::<SyncMode>().unwrap_err();
-        assert!(err.to_string().contains("global, iothread, hybrid, fine"));
+        assert!(err.to_string().contains("global, iothread, hybrid or fine"));
     }
 }
