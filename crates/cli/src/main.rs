@@ -48,6 +48,8 @@ enum Cmd {
     Trace(smplab_trace::cli::TraceArgs),
 }
 
+// Casts: the value is bounded by construction (see the surrounding code).
+#[allow(clippy::cast_sign_loss)]
 fn main() -> ExitCode {
     // Behave like other Unix tools when stdout is a pipe that closes early
     // (`smplab run --json | head`): die quietly on SIGPIPE instead of letting

@@ -499,6 +499,8 @@ mod tests {
         /// A kill can cut the file at any byte: opening it keeps exactly the
         /// entries whose lines were complete, and appending afterwards works.
         #[test]
+        // Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         fn any_cut_keeps_the_complete_prefix(cut_frac in 0.0f64..1.0, n in 1usize..6) {
             let path = temp_path("cut");
             let mut full = String::new();

@@ -178,7 +178,10 @@ pub fn run(
         },
     );
     if let Some(t) = opts.timeout {
-        record.set_config("timeout_ms", t.as_millis().min(u64::MAX as u128) as u64);
+        record.set_config(
+            "timeout_ms",
+            u64::try_from(t.as_millis()).unwrap_or(u64::MAX),
+        );
     }
     record.timing.wall_ns = ex.wall_ns;
     record.timing.window = Some(ex.window);
@@ -282,6 +285,8 @@ const ABORT_GRACE: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(10);
 
 /// Run `program` on real threads and return everything measured.
+// Casts: the value is bounded by construction (see the surrounding code).
+#[allow(clippy::cast_possible_truncation)]
 pub fn execute(program: &Program, opts: &NativeOptions) -> Result<Execution, NativeError> {
     if let Some(pin) = &opts.pin {
         check_pin(pin)?;
@@ -418,13 +423,17 @@ fn summarize(shared: &Shared, outs: Vec<ThreadOut>) -> Execution {
     let start = outs.iter().map(|o| o.start).min();
     let end = outs.iter().map(|o| o.end).max();
     let wall_ns = match (start, end) {
-        (Some(s), Some(e)) => e.saturating_duration_since(s).as_nanos() as u64,
+        (Some(s), Some(e)) => {
+            u64::try_from(e.saturating_duration_since(s).as_nanos()).unwrap_or(u64::MAX)
+        }
         _ => 0,
     };
     // Instant is CLOCK_MONOTONIC on Linux: place the last end on that clock.
     let (now, now_ns) = (Instant::now(), sys::monotonic_ns());
     let end_ns = end.map_or(now_ns, |e| {
-        now_ns.saturating_sub(now.saturating_duration_since(e).as_nanos() as u64)
+        now_ns.saturating_sub(
+            u64::try_from(now.saturating_duration_since(e).as_nanos()).unwrap_or(u64::MAX),
+        )
     });
     let mut counts = OpCounts::default();
     let mut stats = Stats::default();
@@ -563,7 +572,8 @@ fn worker(
             index,
             cpu,
             last_cpu,
-            wall_ns: end.saturating_duration_since(start).as_nanos() as u64,
+            wall_ns: u64::try_from(end.saturating_duration_since(start).as_nanos())
+                .unwrap_or(u64::MAX),
             cpu_ns: cpu1.saturating_sub(cpu0),
             stats: w.ctx.stats,
             counts: w.counts,

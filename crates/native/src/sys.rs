@@ -10,6 +10,8 @@ use std::time::Duration;
 /// Returns `true` if the thread actually went to sleep (woken, timed out or
 /// interrupted), `false` if the kernel refused because the word had already
 /// changed (EAGAIN): only the former counts as a block.
+// Casts: kernel timespec/rusage fields are non-negative and in range by the syscall contract.
+#[allow(clippy::cast_possible_wrap)]
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> bool {
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
@@ -41,6 +43,12 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) ->
 }
 
 /// Wake up to `n` threads blocked on `word`; returns how many were woken.
+// Casts: kernel timespec/rusage fields are non-negative and in range by the syscall contract.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss
+)]
 pub fn futex_wake(word: &AtomicU32, n: u32) -> u32 {
     let n = n.min(i32::MAX as u32) as i32;
     // SAFETY: `word` is a live AtomicU32; FUTEX_WAKE only uses the address as a
@@ -203,6 +211,8 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
 }
 
 /// CPU time consumed by the calling thread so far, in nanoseconds.
+// Casts: kernel timespec/rusage fields are non-negative and in range by the syscall contract.
+#[allow(clippy::cast_sign_loss)]
 pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -219,6 +229,8 @@ pub fn thread_cpu_ns() -> u64 {
 }
 
 /// Voluntary and involuntary context switches of the calling thread so far.
+// Casts: kernel timespec/rusage fields are non-negative and in range by the syscall contract.
+#[allow(clippy::cast_sign_loss)]
 pub fn thread_context_switches() -> (u64, u64) {
     // SAFETY: rusage is plain data; all-zero is valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -239,6 +251,8 @@ pub fn yield_now() {
 }
 
 /// Sleep at least `ns` nanoseconds with nanosleep, resuming after signals.
+// Casts: kernel timespec/rusage fields are non-negative and in range by the syscall contract.
+#[allow(clippy::cast_possible_wrap)]
 pub fn sleep_ns(ns: u64) {
     let mut req = libc::timespec {
         tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,

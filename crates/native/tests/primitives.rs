@@ -125,6 +125,8 @@ fn uncontended_mutex_neither_blocks_nor_wakes() {
 }
 
 #[test]
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn barrier_generations_hold_every_mode() {
     for wait in [
         BarrierWait::Spin,
@@ -163,6 +165,8 @@ fn barrier_generations_hold_every_mode() {
 }
 
 #[test]
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn barrier_with_fewer_parties_than_users_completes_every_generation() {
     // 4 threads on a 2-party barrier: two generations per round overlap and may
     // open out of order; every one must complete with exactly 2 arrivals. A

@@ -63,6 +63,8 @@ struct Gen {
 }
 
 impl Gen {
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn new(seed: u64) -> Self {
         let mut rng = Rng(seed);
         let mut p = Program {
@@ -114,6 +116,8 @@ impl Gen {
         Gen { rng, p }
     }
 
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn barrier(&mut self, parties: u32) -> u32 {
         let wait = self.rng.wait();
         let spin_limit = self.rng.below(2000) as u32;
@@ -129,6 +133,8 @@ impl Gen {
         i as u32
     }
 
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn queue(&mut self) -> u32 {
         let capacity = self.rng.range(1, 4) as u32;
         let i = self.p.queues.len();
@@ -140,6 +146,8 @@ impl Gen {
     }
 
     /// An op that never waits for another thread.
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn plain(&mut self) -> Op {
         let r = &mut self.rng;
         match r.below(7) {
@@ -178,6 +186,8 @@ impl Gen {
     }
 
     /// A segment: plain ops, sleeps, shootdowns, locked sections, small loops.
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn segment(&mut self, depth: u32) -> Vec<Op> {
         match self.rng.below(8) {
             0 => vec![Op::SleepNs(self.rng.below(20_000))],
@@ -255,6 +265,8 @@ impl Gen {
         Some(self.barrier(parties))
     }
 
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn build(mut self) -> Program {
         // Plain worker groups.
         for g in 0..self.rng.range(1, 2) {
@@ -342,6 +354,8 @@ proptest! {
     ))]
 
     #[test]
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn random_valid_workloads_terminate_and_conserve(seed in any::<u64>()) {
         let p = Gen::new(seed).build();
         let opts = NativeOptions {

@@ -228,6 +228,8 @@ impl RunRecord {
         serde_json::to_string(self).unwrap_or_default()
     }
 
+    // Casts: the value is bounded by construction (see the surrounding code).
+    #[allow(clippy::cast_possible_truncation)]
     pub fn from_json(text: &str) -> Result<Self, RecordError> {
         let value: serde_json::Value = serde_json::from_str(text)?;
         let found = value

@@ -93,6 +93,8 @@ pub fn compile(program: &Program, platform: &Platform) -> Vec<GroupCode> {
         .collect()
 }
 
+// Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn emit(
     ops: &[Op],
     p: &Platform,

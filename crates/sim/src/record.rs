@@ -7,6 +7,8 @@ use smplab_record::sim::SimSection;
 use smplab_record::{Counters, Executor, Outcome, RunRecord, ThreadTiming, Timing};
 use smplab_workload::program::counter_names;
 
+// Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+#[allow(clippy::cast_possible_truncation)]
 pub(crate) fn records(
     s: &Scenario,
     out: &RunOutcome,

@@ -71,6 +71,8 @@ impl Kind {
     ];
 
     /// The byte in the file (1-based, as in trace.h).
+    // Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn code(self) -> u8 {
         Self::ALL.iter().position(|k| *k == self).unwrap_or(0) as u8 + 1
     }
@@ -234,6 +236,8 @@ pub fn read(path: &Path) -> Result<Trace, TraceError> {
 }
 
 /// Parse trace bytes (`path` only names the file in errors).
+// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+#[allow(clippy::cast_possible_wrap)]
 pub fn parse(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
     let mut c = Cursor { b: bytes, at: 0 };
     let mut trace = Trace {
@@ -370,6 +374,8 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
     Ok(trace)
 }
 
+// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+#[allow(clippy::cast_possible_truncation)]
 fn block(ty: u32, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(8 + payload.len());
     v.extend_from_slice(&ty.to_le_bytes());
@@ -379,6 +385,8 @@ fn block(ty: u32, payload: &[u8]) -> Vec<u8> {
 }
 
 /// The header block smplab writes before starting the program.
+// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+#[allow(clippy::cast_possible_truncation)]
 pub fn header_block(
     argv: &[String],
     threads_hint: Option<u32>,
@@ -400,6 +408,8 @@ pub fn header_block(
 }
 
 /// The exit block smplab appends after the program ended.
+// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+#[allow(clippy::cast_sign_loss)]
 pub fn exit_block(ending: Ending, end_ns: u64, wall_ns: u64) -> Vec<u8> {
     let (how, code) = match ending {
         Ending::Exited(c) => (0u32, c),
@@ -414,6 +424,8 @@ pub fn exit_block(ending: Ending, end_ns: u64, wall_ns: u64) -> Vec<u8> {
 }
 
 /// An events block, as the interposer writes it (tests build traces with it).
+// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+#[allow(clippy::cast_possible_truncation)]
 pub fn events_block(thread: u32, events: &[Event]) -> Vec<u8> {
     let mut p = Vec::new();
     p.extend_from_slice(&thread.to_le_bytes());

@@ -290,6 +290,8 @@ fn quote(s: &str) -> String {
     q
 }
 
+// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn write_ops(out: &mut String, nodes: &[Node], ipn: f64, indent: usize) {
     let pad = " ".repeat(indent);
     for n in nodes {
@@ -322,6 +324,8 @@ fn write_ops(out: &mut String, nodes: &[Node], ipn: f64, indent: usize) {
     }
 }
 
+// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+#[allow(clippy::cast_possible_truncation)]
 fn write_toml(
     trace: &Trace,
     analysis: &Analysis,

@@ -38,6 +38,8 @@ impl Traced {
 }
 
 /// CLOCK_MONOTONIC in ns: the clock the interposer stamps events with.
+// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+#[allow(clippy::cast_sign_loss)]
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

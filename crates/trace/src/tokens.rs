@@ -293,6 +293,8 @@ pub fn build(trace: &Trace, wakes: &[Wake]) -> Tokens {
 }
 
 #[allow(clippy::too_many_arguments)]
+// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+#[allow(clippy::cast_possible_truncation)]
 fn event_ops(
     b: &mut Builder,
     names: &mut Names,
@@ -400,6 +402,8 @@ fn event_ops(
 /// multiple of its parties, dropping the latest surplus ops (in a complete
 /// trace only a semaphore's final value is surplus). A dropped op's CPU time
 /// moves to the next op of its thread.
+// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+#[allow(clippy::cast_possible_truncation)]
 fn balance(tokens: &mut Tokens) {
     // (time, thread, item) of every push/pop/arrival per object.
     let mut pushes: HashMap<String, Vec<(u64, usize, usize)>> = HashMap::new();

@@ -43,6 +43,8 @@ pub fn read_kernel(image: &KernelImage) -> Result<Vec<u8>, VmmError> {
 }
 
 /// RAM layout: `(guest address, bytes)` for each region.
+// Casts: the value is bounded by construction (see the surrounding code).
+#[allow(clippy::cast_possible_truncation)]
 pub fn ram_regions(mem_bytes: u64) -> Vec<(GuestAddress, usize)> {
     let low = mem_bytes.min(MMIO_HOLE_START);
     let mut regions = vec![(GuestAddress(0), low as usize)];
@@ -85,6 +87,8 @@ fn boot_err(what: &str) -> impl FnOnce(vm_memory::GuestMemoryError) -> VmmError 
 }
 
 /// Write the command line, modules, e820 map, GDT and hvm_start_info.
+// Casts: the value is bounded by construction (see the surrounding code).
+#[allow(clippy::cast_possible_truncation)]
 pub fn write_boot_data(
     mem: &GuestMemoryMmap,
     config: &VmConfig,
@@ -300,6 +304,8 @@ mod tests {
     }
 
     #[test]
+    // Casts: the value is bounded by construction (see the surrounding code).
+    #[allow(clippy::cast_possible_truncation)]
     fn memory_above_the_hole_is_mapped_above_4_gib() {
         let regions = ram_regions(4 << 30);
         assert_eq!(regions[0], (GuestAddress(0), MMIO_HOLE_START as usize));

@@ -73,6 +73,8 @@ fn store32(code: &mut Vec<u8>, addr: u32, value: u32) {
 
 /// 32-bit code that enters long mode with the first 2 MiB identity-mapped
 /// (user-accessible), then `iretq`s to a CPL3 `jmp $`.
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn spin_at_cpl3_code() -> Vec<u8> {
     let mut c = Vec::new();
     // PML4[0] -> PDPT, PDPT[0] -> PD, PD[0] = 2 MiB page at 0 (P|RW|US|PS).
@@ -163,6 +165,8 @@ fn out_bytes(code: &mut Vec<u8>, port: u16, bytes: &[u8]) {
 
 impl GuestProgram {
     /// 32-bit BSP code.
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn bsp_code(&self) -> Vec<u8> {
         let mut c = Vec::new();
         if self.misbehave == Some(Misbehave::SpinAtCpl3) {
@@ -260,6 +264,8 @@ impl GuestProgram {
     }
 
     /// 16-bit real-mode AP code (entered at CS = AP_TRAMPOLINE_ADDR >> 4, IP = 0).
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn ap_code(&self) -> Vec<u8> {
         let mut c = Vec::new();
         if self.ap_loops > 0 {
@@ -288,6 +294,8 @@ impl GuestProgram {
 
 /// Build an ELF64 x86-64 executable with one PT_LOAD per `(paddr, bytes)` segment
 /// and a PT_NOTE holding the Xen PVH entry note (type 18) for `entry`.
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 pub fn pvh_elf(entry: u32, segments: &[(u32, Vec<u8>)]) -> Vec<u8> {
     const EHDR: usize = 64;
     const PHDR: usize = 56;

@@ -69,6 +69,8 @@ fn rmw_kind(r: Rmw) -> u8 {
     }
 }
 
+// Casts: lengths and counts are bounded by validation (limits far below u32::MAX); f64 `as` u64 saturates, which is the clamp wanted.
+#[allow(clippy::cast_possible_truncation)]
 fn ops(w: &mut W, ops: &[Op]) {
     use opcode::*;
     for op in ops {
@@ -150,6 +152,8 @@ fn ops(w: &mut W, ops: &[Op]) {
 }
 
 /// Encode a validated program for the guest.
+// Casts: lengths and counts are bounded by validation (limits far below u32::MAX); f64 `as` u64 saturates, which is the clamp wanted.
+#[allow(clippy::cast_possible_truncation)]
 pub fn encode(p: &Program) -> Vec<u8> {
     let mut w = W(Vec::new());
     w.0.extend_from_slice(MAGIC);

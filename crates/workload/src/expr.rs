@@ -53,6 +53,8 @@ pub enum ExprError {
 
 impl Count {
     /// Evaluate with thread parameter and scale `env`.
+    // Casts: lengths and counts are bounded by validation (limits far below u32::MAX); f64 `as` u64 saturates, which is the clamp wanted.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn eval(&self, env: Env) -> Result<u64, ExprError> {
         match self {
             Count::Int(v) => Ok(*v),

@@ -53,6 +53,8 @@ fn opened_of(state: u64) -> u32 {
 /// Whether generation `g` is open given `opened`, robust to wrap-around
 /// (waiters are never 2^31 generations behind).
 #[inline]
+// Casts: the value is bounded by construction (see the surrounding code).
+#[allow(clippy::cast_possible_wrap)]
 fn is_open(opened: u32, g: u32) -> bool {
     (opened.wrapping_sub(g) as i32) > 0
 }
@@ -92,6 +94,8 @@ impl Barrier {
 
     /// Arrive and wait until this arrival's generation has opened.
     #[inline]
+    // Casts: the value is bounded by construction (see the surrounding code).
+    #[allow(clippy::cast_possible_truncation)]
     pub fn wait(&self, ctx: &mut Ctx<'_>) -> Result<(), Aborted> {
         let old = self.state.fetch_add(1, Ordering::AcqRel);
         let opened = opened_of(old);

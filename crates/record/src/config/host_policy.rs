@@ -76,11 +76,11 @@ pub fn parse_duration(s: &str) -> Result<u64, BadDuration> {
 }
 
 fn print_duration(ns: u64) -> String {
-    if ns % 1_000_000_000 == 0 && ns > 0 {
+    if ns.is_multiple_of(1_000_000_000) && ns > 0 {
         format!("{}s", ns / 1_000_000_000)
-    } else if ns % 1_000_000 == 0 && ns > 0 {
+    } else if ns.is_multiple_of(1_000_000) && ns > 0 {
         format!("{}ms", ns / 1_000_000)
-    } else if ns % 1000 == 0 && ns > 0 {
+    } else if ns.is_multiple_of(1000) && ns > 0 {
         format!("{}us", ns / 1000)
     } else {
         format!("{ns}ns")

@@ -13,6 +13,8 @@
 use super::{Sim, NONE};
 
 impl Sim {
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub(super) fn warmup_cost(&self, v: u32, p: u32) -> u64 {
         let vc = &self.vcpus[v as usize];
         let vm = vc.vm;
@@ -43,6 +45,8 @@ impl Sim {
         (lines as f64 * per_line) as u64
     }
 
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub(super) fn shared_cost(&self, v: u32, ns: u64) -> u64 {
         let vc = &self.vcpus[v as usize];
         let vm = &self.vms[vc.vm as usize];

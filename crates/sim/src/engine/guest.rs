@@ -40,6 +40,8 @@ pub(super) enum Flow {
 
 impl Sim {
     /// A running vCPU decides what to do next.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn resume(&mut self, v: u32) {
         loop {
             let now = self.now;
@@ -349,6 +351,8 @@ impl Sim {
     }
 
     /// Stop the running vCPU's activity, keeping its progress.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn interrupt_act(&mut self, v: u32) {
         let now = self.now;
         let vc = &mut self.vcpus[v as usize];
@@ -528,6 +532,8 @@ impl Sim {
     }
 
     /// Nothing to run on `v`.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     fn go_idle(&mut self, v: u32) {
         let vm = self.vcpus[v as usize].vm as usize;
         if self.vms[vm].done_threads == self.vms[vm].n_threads {
@@ -579,6 +585,8 @@ impl Sim {
     }
 
     /// The HLT exit has been handled: halt-poll or block.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn halting_done(&mut self, v: u32) {
         let vm = self.vcpus[v as usize].vm as usize;
         let p = self.vcpus[v as usize].pcpu;
@@ -598,6 +606,8 @@ impl Sim {
     }
 
     /// Block the vCPU in the host: it leaves its pCPU until kicked.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn halt(&mut self, v: u32) {
         let vc = &mut self.vcpus[v as usize];
         vc.act = Act::Off;
@@ -644,6 +654,8 @@ impl Sim {
 
     /// A halted vCPU was kicked: its host thread wakes after `latency`, which
     /// the accounting charges as block-to-wake latency.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     fn start_wake(&mut self, u: u32, latency: u64) {
         let vc = &mut self.vcpus[u as usize];
         if !vc.wake_pending {
@@ -722,6 +734,8 @@ impl Sim {
         Flow::Again
     }
 
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     fn thread_exit(&mut self, v: u32, t: u32) -> Flow {
         let now = self.now;
         let th = &mut self.threads[t as usize];

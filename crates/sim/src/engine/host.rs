@@ -20,6 +20,8 @@ use crate::scenario::{PolicyKind, Scenario};
 
 impl Sim {
     /// Every vCPU starts runnable at time 0 (the workload's threads start together).
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn start(&mut self) {
         if self.policy.kind == PolicyKind::Gang {
             for v in 0..self.vcpus.len() as u32 {
@@ -49,6 +51,8 @@ impl Sim {
     /// more than one (affinity permitting). Wakeup placement and idle
     /// stealing alone never correct a bad placement of vCPUs that do not
     /// block. Returns false when the event was not needed (stale).
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn balance_tick(&mut self, level: u32) -> bool {
         if self.q.len() == 0 {
             // Nothing else pending: re-arming would hide a stall.
@@ -134,6 +138,8 @@ impl Sim {
     }
 
     /// A vCPU that was halted (or parked) becomes runnable.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn make_ready(&mut self, v: u32) {
         let vm = self.vcpus[v as usize].vm;
         if self.policy.kind == PolicyKind::Gang {
@@ -236,6 +242,8 @@ impl Sim {
         Some(v)
     }
 
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     fn enqueue(&mut self, p: u32, v: u32) {
         // CFS's place_entity: a vCPU that slept (or comes from another
         // pCPU) gets at most half a slice of credit over the least-served
@@ -271,6 +279,8 @@ impl Sim {
     /// Even out the load of pCPUs `lo..hi`: sort once by load, then move
     /// queued vCPUs from the busiest end to the least busy end until the two
     /// ends differ by at most one (O(n log n) per call, so huge hosts stay cheap).
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     fn balance_range(&mut self, lo: u32, hi: u32, blocked: &[u32]) {
         if hi - lo < 2 {
             return;
@@ -366,12 +376,16 @@ impl Sim {
     /// real pCPUs from switching in lockstep; without that, equal slices on all
     /// pCPUs started together would amount to accidental gang scheduling. A
     /// uniform ±25% jitter (seeded) models it.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn slice_len(&mut self) -> u64 {
         let u = self.rand_f64();
         (self.slice_ns as f64 * (0.75 + 0.5 * u)) as u64
     }
 
     /// Put `v` on idle pCPU `p` and let it run.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn dispatch(&mut self, p: u32, v: u32) {
         let vm = self.vcpus[v as usize].vm;
         let switch = if self.pcpus[p as usize].last_vcpu == v {
@@ -465,6 +479,8 @@ impl Sim {
     }
 
     /// A queued vCPU from another pCPU that may run on `p`.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     fn steal(&mut self, p: u32) -> Option<u32> {
         let n = self.pcpus.len() as u32;
         let start = (p / self.per_llc) * self.per_llc;
@@ -632,6 +648,8 @@ impl Sim {
     // ---- gang scheduling ----
 
     /// Group VMs first-fit into gangs that fit the host together.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn setup_gangs(&mut self, s: &Scenario) {
         let mut groups: Vec<Vec<u32>> = Vec::new();
         let mut used = u32::MAX;
@@ -688,6 +706,8 @@ impl Sim {
         }
     }
 
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     fn gang_deschedule(&mut self, v: u32) {
         if self.vcpus[v as usize].host != HostState::Running {
             return;

@@ -399,6 +399,8 @@ pub(crate) struct RunOutcome {
 }
 
 impl Sim {
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn new(s: &Scenario) -> Result<Sim, SimError> {
         s.check()?;
         let p = &s.platform;
@@ -468,6 +470,8 @@ impl Sim {
     }
 
     /// Allowed pCPU range of each VM (the whole host, or its partition).
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     fn vm_ranges(&self, s: &Scenario) -> Vec<(u32, u32)> {
         let pc = s.pcpus;
         if s.policy.kind != PolicyKind::Partition {
@@ -490,6 +494,8 @@ impl Sim {
         out
     }
 
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn add_vm(
         &mut self,
         k: u32,
@@ -784,6 +790,8 @@ impl Sim {
     }
 
     /// Run until every VM finishes or the horizon.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn run(&mut self, horizon: Option<u64>) -> Result<RunOutcome, SimError> {
         self.start();
         let horizon = horizon.unwrap_or(u64::MAX);
@@ -978,6 +986,8 @@ impl Sim {
         }
     }
 
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn outcome(&self, end: u64) -> RunOutcome {
         let vms = self
             .vms

@@ -52,6 +52,8 @@ impl Sim {
     }
 
     /// Start (or continue) spinning; takes the object at once if it is free.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn start_spin(&mut self, v: u32, t: u32) -> Flow {
         let lt = self.platform.cpu.line_transfer_ns;
         let vm = self.threads[t as usize].vm as usize;
@@ -216,6 +218,8 @@ impl Sim {
         Flow::Continue
     }
 
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub(super) fn mutex_lock(&mut self, v: u32, t: u32, i: u32) -> Flow {
         let vm = self.threads[t as usize].vm as usize;
         let retry = self.threads[t as usize].retry;
@@ -277,6 +281,8 @@ impl Sim {
         Flow::Continue
     }
 
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub(super) fn barrier(&mut self, v: u32, t: u32, i: u32) -> Flow {
         let vm = self.threads[t as usize].vm as usize;
         self.vms[vm].ops[counter::BARRIER] += 1;

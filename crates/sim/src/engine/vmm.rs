@@ -51,6 +51,8 @@ impl Sim {
 
     /// Arm the SDB on pCPU `p` when vCPUs wait there: detection of a current
     /// spinner, and the next false positive during useful work.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub(super) fn arm_sdb_false_positive(&mut self, p: u32) {
         let pc = &self.pcpus[p as usize];
         let v = pc.cur;
@@ -103,6 +105,8 @@ impl Sim {
     }
 
     /// A device-model exit in the middle of a segment.
+    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub(super) fn device_exit(&mut self, v: u32) {
         self.interrupt_act(v);
         let vm = self.vcpus[v as usize].vm as usize;

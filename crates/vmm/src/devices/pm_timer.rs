@@ -29,6 +29,8 @@ impl PmTimer {
     }
 
     /// The current 24-bit counter value.
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn counter(&self) -> u32 {
         let ticks = u128::from(rdtsc().wrapping_sub(self.tsc_at_start));
         let pm_ticks = ticks * u128::from(PM_TIMER_HZ) / u128::from(self.tsc_hz);
@@ -48,6 +50,8 @@ impl ConcurrentDevice for PmTimer {
 
 /// Measures the TSC frequency against the monotonic clock (used when KVM cannot
 /// tell us the guest TSC frequency).
+// Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+#[allow(clippy::cast_possible_truncation)]
 pub fn calibrate_tsc_hz() -> u64 {
     let start = std::time::Instant::now();
     let tsc0 = rdtsc();

@@ -153,6 +153,8 @@ fn read64(client: &mut BusClient, addr: u64) -> u64 {
 }
 
 /// Program the controllers as a guest would before the run.
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn set_up(target: Target, client: &mut BusClient, sources: &[Source], vcpus: u32) {
     match target {
         Target::Lapic => {
@@ -195,6 +197,8 @@ struct Receiver {
 }
 
 impl Receiver {
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn inta(&self, client: &mut BusClient) -> Option<u8> {
         let addr = match self.target {
             Target::Lapic => lapic_control_address(0, lapic_ctl::INTA),
@@ -256,6 +260,8 @@ const TRIGGERS: usize = 3;
 const TRIGGER_BACKOFF: Duration = Duration::from_micros(20);
 
 /// The harness's lines, trigger t owning lines `t * LINES_PER_TRIGGER ..`.
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn sources(target: Target) -> Vec<Source> {
     let mut lines = Vec::new();
     for t in 0..TRIGGERS {
@@ -462,6 +468,8 @@ fn check_empty(chip: &Irqchip, target: Target, shared: &Shared) {
 
 /// Listing 4.4's `trigger_fn`: raise its lines in turn, `count` interrupts in
 /// all, each line waiting for its re-raise condition.
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn trigger(
     lines: std::ops::Range<usize>,
     sources: &[Source],

@@ -78,6 +78,8 @@ impl Ioapic {
         }
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn send(&mut self, index: usize) -> u32 {
         let entry = self.redirection[index];
         let mode = DeliveryMode::from_bits((entry >> 8) as u32);
@@ -103,6 +105,8 @@ impl Ioapic {
     }
 
     /// EOI of `vector` by a LAPIC: clear remote IRR, re-deliver a still-high line.
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn eoi(&mut self, vector: u8) {
         for index in 0..IOAPIC_PINS {
             let entry = self.redirection[index];
@@ -118,6 +122,8 @@ impl Ioapic {
         self.redirection.get(pin).copied()
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn read_indirect(&self) -> u32 {
         match self.select {
             0 => self.id << 24,
@@ -178,6 +184,8 @@ impl ExclusiveDevice for Ioapic {
         fill_le(data, u64::from(value), byte);
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn write(&mut self, offset: u64, data: &[u8]) {
         let value = le_value(data);
         if offset >= PAGE {

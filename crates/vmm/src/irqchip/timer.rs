@@ -91,6 +91,8 @@ impl Drop for TimerThread {
     }
 }
 
+// Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+#[allow(clippy::cast_possible_truncation)]
 fn run(shared: &Shared, clock: &dyn IrqClock, fire: &mut dyn FnMut(u32, u64)) {
     let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
     while !state.stop {
