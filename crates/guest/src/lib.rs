@@ -167,8 +167,6 @@ impl GuestError {
 /// The host's TSC frequency, measured once against the monotonic clock. The
 /// guest reads the raw host TSC (KVM without TSC scaling), so this is the rate
 /// its `rdtsc` runs at.
-// Casts: the value is bounded by construction (see the surrounding code).
-#[allow(clippy::cast_possible_truncation)]
 pub fn host_tsc_hz() -> u64 {
     static HZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *HZ.get_or_init(|| {
@@ -181,7 +179,7 @@ pub fn host_tsc_hz() -> u64 {
         }
         let c1 = tsc();
         let ns = t0.elapsed().as_nanos().max(1);
-        ((c1.wrapping_sub(c0)) as u128 * 1_000_000_000 / ns) as u64
+        u64::try_from(u128::from(c1.wrapping_sub(c0)) * 1_000_000_000 / ns).unwrap_or(u64::MAX)
     })
 }
 
@@ -463,7 +461,7 @@ pub fn qemu_args(
 
 /// Run `program` in the smplab guest under QEMU with KVM, the VMM a user would
 /// otherwise pick. The result comes back framed on the serial console.
-// Casts: the value is bounded by construction (see the surrounding code).
+// Casts: a Unix exit status is 0..=255, so it is non-negative.
 #[allow(clippy::cast_sign_loss)]
 pub fn run_qemu(
     program: &Program,

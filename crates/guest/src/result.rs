@@ -256,11 +256,9 @@ fn checked_sum(what: &str, values: impl IntoIterator<Item = u64>) -> Result<u64,
 
 impl GuestResult {
     /// TSC cycles to nanoseconds with this run's TSC frequency.
-    // Casts: the value is bounded by construction (see the surrounding code).
-    #[allow(clippy::cast_possible_truncation)]
     pub fn ns(&self, cycles: u64) -> u64 {
         let hz = self.tsc_hz.max(1) as u128;
-        (cycles as u128 * 1_000_000_000u128 / hz).min(u64::MAX as u128) as u64
+        u64::try_from(u128::from(cycles) * 1_000_000_000u128 / hz).unwrap_or(u64::MAX)
     }
 
     /// Check what cannot be true of a real run: a thread ending before it

@@ -506,7 +506,7 @@ mod tests {
             let mut full = String::new();
             let mut ends = Vec::new();
             for rep in 0..n {
-                let e = Entry::new(vm_point("dedup", 2, rep as u32), Status::Ok, 0.5, vec![]);
+                let e = Entry::new(vm_point("dedup", 2, u32::try_from(rep).unwrap_or(u32::MAX)), Status::Ok, 0.5, vec![]);
                 full.push_str(&serde_json::to_string(&e).unwrap());
                 full.push('\n');
                 ends.push(full.len());

@@ -40,11 +40,9 @@ pub struct Repetitions {
 
 impl Default for Repetitions {
     /// Adaptive: at least 6, at most 20, until ±5%.
-    // Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
-    #[allow(clippy::cast_possible_truncation)]
     fn default() -> Self {
         Repetitions {
-            min: MIN_SAMPLES_FOR_95 as u32,
+            min: u32::try_from(MIN_SAMPLES_FOR_95).unwrap_or(u32::MAX),
             max: DEFAULT_MAX_REPETITIONS,
             rel_half_width: TARGET_REL_HALF_WIDTH,
         }

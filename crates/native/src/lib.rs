@@ -285,8 +285,6 @@ const ABORT_GRACE: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(10);
 
 /// Run `program` on real threads and return everything measured.
-// Casts: the value is bounded by construction (see the surrounding code).
-#[allow(clippy::cast_possible_truncation)]
 pub fn execute(program: &Program, opts: &NativeOptions) -> Result<Execution, NativeError> {
     if let Some(pin) = &opts.pin {
         check_pin(pin)?;
@@ -295,7 +293,8 @@ pub fn execute(program: &Program, opts: &NativeOptions) -> Result<Execution, Nat
     let shared = Arc::new(Shared::new(program)?);
     let program = Arc::new(program.clone());
     let plan = program.threads();
-    let n = plan.len() as u32;
+    // check_threads bounds the thread count far below u32::MAX.
+    let n = u32::try_from(plan.len()).unwrap_or(u32::MAX);
 
     let mut handles = Vec::with_capacity(plan.len());
     for (tid, &(gi, index)) in plan.iter().enumerate() {

@@ -130,7 +130,7 @@ impl Gen {
             spin_limit,
             pause,
         });
-        i as u32
+        u32::try_from(i).unwrap_or(u32::MAX)
     }
 
     // Casts: test code: the values come from small fixed or generator-bounded ranges.
@@ -142,7 +142,7 @@ impl Gen {
             name: format!("q{i}"),
             capacity,
         });
-        i as u32
+        u32::try_from(i).unwrap_or(u32::MAX)
     }
 
     /// An op that never waits for another thread.
@@ -164,7 +164,7 @@ impl Gen {
                 let b = r.below(self.p.buffers.len() as u64) as usize;
                 let bytes = r.range(1, self.p.buffers[b].bytes);
                 Op::Touch {
-                    buffer: BufferRef::Shared(b as u32),
+                    buffer: BufferRef::Shared(u32::try_from(b).unwrap_or(u32::MAX)),
                     bytes,
                     stride: r.range(1, 256),
                     write: r.coin(),
@@ -209,7 +209,10 @@ impl Gen {
                 }
                 let lock = |i: u64| {
                     if i < ns {
-                        (Op::SpinLock(i as u32), Op::SpinUnlock(i as u32))
+                        (
+                            Op::SpinLock(u32::try_from(i).unwrap_or(u32::MAX)),
+                            Op::SpinUnlock(u32::try_from(i).unwrap_or(u32::MAX)),
+                        )
                     } else {
                         (
                             Op::MutexLock((i - ns) as u32),
@@ -354,8 +357,6 @@ proptest! {
     ))]
 
     #[test]
-    // Casts: test code: the values come from small fixed or generator-bounded ranges.
-    #[allow(clippy::cast_possible_truncation)]
     fn random_valid_workloads_terminate_and_conserve(seed in any::<u64>()) {
         let p = Gen::new(seed).build();
         let opts = NativeOptions {
@@ -367,7 +368,7 @@ proptest! {
         let ex = watchdog(Duration::from_secs(180), seed, || execute(&p, &opts))
             .map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}\n{p:#?}")))?;
         prop_assert_eq!(ex.counts.to_map(), p.expected_counts(), "seed {}", seed);
-        prop_assert_eq!(ex.threads.len() as u32, p.total_threads());
+        prop_assert_eq!(u32::try_from(ex.threads.len()).unwrap_or(u32::MAX), p.total_threads());
         prop_assert_eq!(&ex.spin_lock_acquires, &ex.spin_lock_releases);
         prop_assert_eq!(&ex.mutex_acquires, &ex.mutex_releases);
         prop_assert!(ex.spin_lock_held.iter().chain(&ex.mutex_held).all(|h| !h));

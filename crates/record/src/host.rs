@@ -84,8 +84,6 @@ impl KvmFacts {
 }
 
 impl HostFacts {
-    // Casts: the value is bounded by construction (see the surrounding code).
-    #[allow(clippy::cast_possible_truncation)]
     pub fn detect() -> Self {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
@@ -100,7 +98,7 @@ impl HostFacts {
             .map(|l| l.split_whitespace().any(|f| f == "hypervisor"))
             .unwrap_or(false);
         let cores = std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
+            .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
             .unwrap_or(1);
         HostFacts {
             hostname: read_trimmed("/proc/sys/kernel/hostname").unwrap_or_default(),

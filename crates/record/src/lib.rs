@@ -228,14 +228,13 @@ impl RunRecord {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    // Casts: the value is bounded by construction (see the surrounding code).
-    #[allow(clippy::cast_possible_truncation)]
     pub fn from_json(text: &str) -> Result<Self, RecordError> {
         let value: serde_json::Value = serde_json::from_str(text)?;
         let found = value
             .get("schema_version")
             .and_then(|v| v.as_u64())
-            .unwrap_or(0) as u32;
+            // Saturate: a huge version must read as "too new", not wrap to an old one.
+            .map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX));
         if found > SCHEMA_VERSION {
             return Err(RecordError::TooNew { found });
         }

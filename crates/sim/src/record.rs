@@ -7,8 +7,6 @@ use smplab_record::sim::SimSection;
 use smplab_record::{Counters, Executor, Outcome, RunRecord, ThreadTiming, Timing};
 use smplab_workload::program::counter_names;
 
-// Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-#[allow(clippy::cast_possible_truncation)]
 pub(crate) fn records(
     s: &Scenario,
     out: &RunOutcome,
@@ -88,8 +86,8 @@ pub(crate) fn records(
                 policy: s.policy.label(),
                 seed: s.seed,
                 pcpus: s.pcpus,
-                vms: s.vms.len() as u32,
-                vm_index: k as u32,
+                vms: u32::try_from(s.vms.len()).unwrap_or(u32::MAX),
+                vm_index: u32::try_from(k).unwrap_or(u32::MAX),
                 vcpus: spec.vcpus,
                 exits: if s.virtualized {
                     exit::NAMES

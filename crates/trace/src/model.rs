@@ -290,7 +290,7 @@ fn quote(s: &str) -> String {
     q
 }
 
-// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+// Casts: f64 `as` u64 saturates and maps NaN to 0, the clamp wanted for an iteration count.
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn write_ops(out: &mut String, nodes: &[Node], ipn: f64, indent: usize) {
     let pad = " ".repeat(indent);
@@ -324,8 +324,6 @@ fn write_ops(out: &mut String, nodes: &[Node], ipn: f64, indent: usize) {
     }
 }
 
-// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
-#[allow(clippy::cast_possible_truncation)]
 fn write_toml(
     trace: &Trace,
     analysis: &Analysis,
@@ -369,7 +367,10 @@ fn write_toml(
     let _ = writeln!(
         o,
         "default_threads = {}",
-        trace.threads_hint.unwrap_or(threads as u32).max(1)
+        trace
+            .threads_hint
+            .unwrap_or(u32::try_from(threads).unwrap_or(u32::MAX))
+            .max(1)
     );
     o.push('\n');
     for m in &tokens.mutexes {

@@ -38,8 +38,6 @@ impl Traced {
 }
 
 /// CLOCK_MONOTONIC in ns: the clock the interposer stamps events with.
-// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
-#[allow(clippy::cast_sign_loss)]
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -47,7 +45,10 @@ pub fn monotonic_ns() -> u64 {
     };
     // SAFETY: clock_gettime writes one timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    u64::try_from(ts.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
 }
 
 /// Find `program` as the shell would: a name with a `/` is a path, anything

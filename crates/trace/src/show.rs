@@ -106,7 +106,7 @@ pub fn summary(trace: &Trace, a: &Analysis) -> String {
 /// The per-thread timeline: a lane per thread from its first to its last
 /// event, with the spans it spent blocked coloured by object kind. Spans
 /// shorter than a pixel are merged so big traces stay small.
-// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
+// Casts: the span is a finite, non-negative plot coordinate; f64 `as` u64 saturates.
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn timeline_svg(trace: &Trace, a: &Analysis) -> String {
     let (w, lane, left, top) = (960.0, 18.0, 110.0, 30.0);

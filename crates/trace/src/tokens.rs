@@ -293,8 +293,6 @@ pub fn build(trace: &Trace, wakes: &[Wake]) -> Tokens {
 }
 
 #[allow(clippy::too_many_arguments)]
-// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
-#[allow(clippy::cast_possible_truncation)]
 fn event_ops(
     b: &mut Builder,
     names: &mut Names,
@@ -381,7 +379,7 @@ fn event_ops(
             let name = names.get("bar", e.obj);
             tokens
                 .barriers
-                .insert(name, e.arg.min(u32::MAX as u64) as u32);
+                .insert(name, u32::try_from(e.arg).unwrap_or(u32::MAX));
         }
         Kind::SemWait if !e.failed() => b.handoff(
             t,
@@ -402,8 +400,6 @@ fn event_ops(
 /// multiple of its parties, dropping the latest surplus ops (in a complete
 /// trace only a semaphore's final value is surplus). A dropped op's CPU time
 /// moves to the next op of its thread.
-// Casts: counts and lengths are bounded by the trace limits checked on load; f64 `as` u64 saturates (NaN to 0), the clamp wanted here.
-#[allow(clippy::cast_possible_truncation)]
 fn balance(tokens: &mut Tokens) {
     // (time, thread, item) of every push/pop/arrival per object.
     let mut pushes: HashMap<String, Vec<(u64, usize, usize)>> = HashMap::new();
@@ -443,7 +439,7 @@ fn balance(tokens: &mut Tokens) {
             let mut th: Vec<usize> = arr.iter().map(|a| a.1).collect();
             th.sort();
             th.dedup();
-            th.len() as u32
+            u32::try_from(th.len()).unwrap_or(u32::MAX)
         };
         let parties = match tokens.barriers.get(&bn).copied() {
             Some(p) if p > 0 && p <= users => p,

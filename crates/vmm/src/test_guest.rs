@@ -109,7 +109,7 @@ fn spin_at_cpl3_code() -> Vec<u8> {
     let far_target = c.len();
     c.extend([0; 4]);
     c.extend([0x08, 0x00]);
-    let long_mode = BSP_LOAD_ADDR + c.len() as u32;
+    let long_mode = BSP_LOAD_ADDR + u32::try_from(c.len()).unwrap_or(u32::MAX);
     c[far_target..far_target + 4].copy_from_slice(&long_mode.to_le_bytes());
     // 64-bit: a kernel stack, then an iretq frame for CPL3.
     c.extend([0x48, 0xc7, 0xc4]); // mov rsp, imm32
@@ -124,7 +124,7 @@ fn spin_at_cpl3_code() -> Vec<u8> {
     let rip_at = c.len();
     c.extend([0; 4]);
     c.extend([0x48, 0xcf]); // iretq
-    let user = BSP_LOAD_ADDR + c.len() as u32;
+    let user = BSP_LOAD_ADDR + u32::try_from(c.len()).unwrap_or(u32::MAX);
     c[rip_at..rip_at + 4].copy_from_slice(&user.to_le_bytes());
     c.extend([0xeb, 0xfe]); // user: jmp $
     c
@@ -165,8 +165,6 @@ fn out_bytes(code: &mut Vec<u8>, port: u16, bytes: &[u8]) {
 
 impl GuestProgram {
     /// 32-bit BSP code.
-    // Casts: test code: the values come from small fixed or generator-bounded ranges.
-    #[allow(clippy::cast_possible_truncation)]
     pub fn bsp_code(&self) -> Vec<u8> {
         let mut c = Vec::new();
         if self.misbehave == Some(Misbehave::SpinAtCpl3) {
@@ -216,7 +214,7 @@ impl GuestProgram {
                 patches.push((c.len(), buffers.len() - 1));
                 c.extend([0; 4]);
                 c.push(0xb9); // mov ecx, imm32
-                c.extend((bytes.len() as u32).to_le_bytes());
+                c.extend(u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());
                 mov_dx(&mut c, port);
                 c.extend([0xfc, 0xf3, 0x6e]); // cld; rep outsb
             }
@@ -254,7 +252,7 @@ impl GuestProgram {
         c.extend([0xfa, 0xf4, 0xeb, 0xfd]); // cli; hlt; jmp hlt
         let mut addresses = Vec::new();
         for buffer in &buffers {
-            addresses.push(BSP_LOAD_ADDR + c.len() as u32);
+            addresses.push(BSP_LOAD_ADDR + u32::try_from(c.len()).unwrap_or(u32::MAX));
             c.extend(buffer);
         }
         for (pos, buffer) in patches {
@@ -322,7 +320,7 @@ pub fn pvh_elf(entry: u32, segments: &[(u32, Vec<u8>)]) -> Vec<u8> {
     out.extend(0u32.to_le_bytes()); // e_flags
     out.extend((EHDR as u16).to_le_bytes());
     out.extend((PHDR as u16).to_le_bytes());
-    out.extend((phnum as u16).to_le_bytes());
+    out.extend(u16::try_from(phnum).unwrap_or(u16::MAX).to_le_bytes());
     out.extend([0u8; 6]); // shentsize, shnum, shstrndx
 
     let mut placed = Vec::new();

@@ -69,8 +69,6 @@ fn rmw_kind(r: Rmw) -> u8 {
     }
 }
 
-// Casts: lengths and counts are bounded by validation (limits far below u32::MAX); f64 `as` u64 saturates, which is the clamp wanted.
-#[allow(clippy::cast_possible_truncation)]
 fn ops(w: &mut W, ops: &[Op]) {
     use opcode::*;
     for op in ops {
@@ -144,7 +142,7 @@ fn ops(w: &mut W, ops: &[Op]) {
                 self::ops(&mut inner, body);
                 w.u8(REPEAT);
                 w.u64(*count);
-                w.u32(inner.0.len() as u32);
+                w.u32(u32::try_from(inner.0.len()).unwrap_or(u32::MAX));
                 w.0.extend_from_slice(&inner.0);
             }
         }
@@ -152,8 +150,6 @@ fn ops(w: &mut W, ops: &[Op]) {
 }
 
 /// Encode a validated program for the guest.
-// Casts: lengths and counts are bounded by validation (limits far below u32::MAX); f64 `as` u64 saturates, which is the clamp wanted.
-#[allow(clippy::cast_possible_truncation)]
 pub fn encode(p: &Program) -> Vec<u8> {
     let mut w = W(Vec::new());
     w.0.extend_from_slice(MAGIC);
@@ -170,7 +166,7 @@ pub fn encode(p: &Program) -> Vec<u8> {
         p.buffers.len(),
         p.groups.len(),
     ] {
-        w.u32(len as u32);
+        w.u32(u32::try_from(len).unwrap_or(u32::MAX));
     }
     for l in &p.spin_locks {
         w.u8(spin_kind(l.kind));
@@ -196,7 +192,7 @@ pub fn encode(p: &Program) -> Vec<u8> {
         ops(&mut body, &g.ops);
         w.u32(g.threads);
         w.u64(p.private_bytes(gi));
-        w.u32(body.0.len() as u32);
+        w.u32(u32::try_from(body.0.len()).unwrap_or(u32::MAX));
         w.0.extend_from_slice(&body.0);
     }
     w.0

@@ -53,7 +53,7 @@ pub enum ExprError {
 
 impl Count {
     /// Evaluate with thread parameter and scale `env`.
-    // Casts: lengths and counts are bounded by validation (limits far below u32::MAX); f64 `as` u64 saturates, which is the clamp wanted.
+    // Casts: the value was checked finite and not negative just above; f64 `as` u64 saturates at the top.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn eval(&self, env: Env) -> Result<u64, ExprError> {
         match self {

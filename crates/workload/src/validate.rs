@@ -123,10 +123,10 @@ impl Kind {
     }
 }
 
-// Casts: lengths and counts are bounded by validation (limits far below u32::MAX); f64 `as` u64 saturates, which is the clamp wanted.
-#[allow(clippy::cast_possible_truncation)]
 fn index_of<T>(map: &BTreeMap<String, T>, name: &str) -> Option<u32> {
-    map.keys().position(|k| k == name).map(|i| i as u32)
+    map.keys()
+        .position(|k| k == name)
+        .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
 }
 
 impl Cx<'_> {

@@ -53,10 +53,8 @@ fn opened_of(state: u64) -> u32 {
 /// Whether generation `g` is open given `opened`, robust to wrap-around
 /// (waiters are never 2^31 generations behind).
 #[inline]
-// Casts: the value is bounded by construction (see the surrounding code).
-#[allow(clippy::cast_possible_wrap)]
 fn is_open(opened: u32, g: u32) -> bool {
-    (opened.wrapping_sub(g) as i32) > 0
+    opened.wrapping_sub(g).cast_signed() > 0
 }
 
 #[derive(Debug)]
@@ -94,12 +92,10 @@ impl Barrier {
 
     /// Arrive and wait until this arrival's generation has opened.
     #[inline]
-    // Casts: the value is bounded by construction (see the surrounding code).
-    #[allow(clippy::cast_possible_truncation)]
     pub fn wait(&self, ctx: &mut Ctx<'_>) -> Result<(), Aborted> {
         let old = self.state.fetch_add(1, Ordering::AcqRel);
         let opened = opened_of(old);
-        let count = old as u32;
+        let count = u32::try_from(old).unwrap_or(u32::MAX);
         let (generation, last) = if count < self.parties {
             (opened, count + 1 == self.parties)
         } else {

@@ -13,8 +13,6 @@
 use super::{Sim, NONE};
 
 impl Sim {
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub(super) fn warmup_cost(&self, v: u32, p: u32) -> u64 {
         let vc = &self.vcpus[v as usize];
         let vm = vc.vm;
@@ -42,11 +40,9 @@ impl Sim {
             } else {
                 c.refill_remote_ns_per_line
             };
-        (lines as f64 * per_line) as u64
+        crate::units_from_f64(lines as f64 * per_line)
     }
 
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub(super) fn shared_cost(&self, v: u32, ns: u64) -> u64 {
         let vc = &self.vcpus[v as usize];
         let vm = &self.vms[vc.vm as usize];
@@ -57,6 +53,6 @@ impl Sim {
         let partners = (vm.running - 1) as f64;
         let remote = (vm.running - vm.running_per_domain[d]) as f64;
         let f = 1.0 + self.platform.cache.remote_share_factor * remote / partners;
-        (ns as f64 * f) as u64
+        crate::units_from_f64(ns as f64 * f)
     }
 }

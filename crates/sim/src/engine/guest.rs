@@ -40,8 +40,6 @@ pub(super) enum Flow {
 
 impl Sim {
     /// A running vCPU decides what to do next.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn resume(&mut self, v: u32) {
         loop {
             let now = self.now;
@@ -70,7 +68,7 @@ impl Sim {
                 };
                 vc.act = Act::Handler;
                 vc.act_end = now + d;
-                self.set_acct(v, Acct::On(cause::KERNEL_SHOOTDOWN_HANDLER as u8));
+                self.set_acct(v, Acct::On(cause::id8(cause::KERNEL_SHOOTDOWN_HANDLER)));
                 self.schedule_step(v, now + d);
                 return;
             }
@@ -351,8 +349,6 @@ impl Sim {
     }
 
     /// Stop the running vCPU's activity, keeping its progress.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn interrupt_act(&mut self, v: u32) {
         let now = self.now;
         let vc = &mut self.vcpus[v as usize];
@@ -378,7 +374,7 @@ impl Sim {
         vc.act = Act::Off;
         vc.gen = vc.gen.wrapping_add(1);
         vc.step_at = u64::MAX;
-        self.set_acct(v, Acct::On(cause::UNATTRIBUTED as u8));
+        self.set_acct(v, Acct::On(cause::id8(cause::UNATTRIBUTED)));
     }
 
     /// Close a spin's accounting (time and iterations).
@@ -532,8 +528,6 @@ impl Sim {
     }
 
     /// Nothing to run on `v`.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     fn go_idle(&mut self, v: u32) {
         let vm = self.vcpus[v as usize].vm as usize;
         if self.vms[vm].done_threads == self.vms[vm].n_threads {
@@ -553,7 +547,7 @@ impl Sim {
                 let vc = &mut self.vcpus[v as usize];
                 vc.act = Act::IdlePoll;
                 vc.sdb_at = u64::MAX;
-                self.set_acct(v, Acct::On(cause::IDLE_POLL as u8));
+                self.set_acct(v, Acct::On(cause::id8(cause::IDLE_POLL)));
                 let p = self.vcpus[v as usize].pcpu;
                 if self.vms[vm].sdb && !self.pcpus[p as usize].rq.is_empty() {
                     self.vcpus[v as usize].sdb_at = self.now + costs.sdb_detect;
@@ -567,7 +561,7 @@ impl Sim {
                     vc.exits[exit::HLT] += 1;
                     vc.act = Act::Halting;
                     vc.act_end = now + costs.hlt_exit;
-                    self.set_acct(v, Acct::On(cause::EXIT_HLT as u8));
+                    self.set_acct(v, Acct::On(cause::id8(cause::EXIT_HLT)));
                     self.schedule_step(v, now + costs.hlt_exit);
                 } else if costs.native_idle_poll > 0 {
                     // Bare metal: poll first, then C1 (see halting_done).
@@ -575,7 +569,7 @@ impl Sim {
                     let vc = &mut self.vcpus[v as usize];
                     vc.act = Act::HaltPoll;
                     vc.act_end = now + costs.native_idle_poll;
-                    self.set_acct(v, Acct::On(cause::HALT_POLL as u8));
+                    self.set_acct(v, Acct::On(cause::id8(cause::HALT_POLL)));
                     self.schedule_step(v, now + costs.native_idle_poll);
                 } else {
                     self.halt(v);
@@ -585,8 +579,6 @@ impl Sim {
     }
 
     /// The HLT exit has been handled: halt-poll or block.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn halting_done(&mut self, v: u32) {
         let vm = self.vcpus[v as usize].vm as usize;
         let p = self.vcpus[v as usize].pcpu;
@@ -597,7 +589,7 @@ impl Sim {
                 let vc = &mut self.vcpus[v as usize];
                 vc.act = Act::HaltPoll;
                 vc.act_end = now + w;
-                self.set_acct(v, Acct::On(cause::HALT_POLL as u8));
+                self.set_acct(v, Acct::On(cause::id8(cause::HALT_POLL)));
                 self.schedule_step(v, now + w);
                 return;
             }
@@ -606,15 +598,13 @@ impl Sim {
     }
 
     /// Block the vCPU in the host: it leaves its pCPU until kicked.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn halt(&mut self, v: u32) {
         let vc = &mut self.vcpus[v as usize];
         vc.act = Act::Off;
         vc.host = HostState::Halted;
         vc.gen = vc.gen.wrapping_add(1);
         vc.step_at = u64::MAX;
-        self.set_acct(v, Acct::Away(cause::IDLE_HALTED as u8));
+        self.set_acct(v, Acct::Away(cause::id8(cause::IDLE_HALTED)));
         self.release(v);
     }
 
@@ -654,13 +644,11 @@ impl Sim {
 
     /// A halted vCPU was kicked: its host thread wakes after `latency`, which
     /// the accounting charges as block-to-wake latency.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     fn start_wake(&mut self, u: u32, latency: u64) {
         let vc = &mut self.vcpus[u as usize];
         if !vc.wake_pending {
             vc.wake_pending = true;
-            self.set_acct(u, Acct::Away(cause::WAKE_LATENCY as u8));
+            self.set_acct(u, Acct::Away(cause::id8(cause::WAKE_LATENCY)));
             self.push(self.now + latency, Kind::Wake { vcpu: u });
         }
     }
@@ -734,8 +722,6 @@ impl Sim {
         Flow::Again
     }
 
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     fn thread_exit(&mut self, v: u32, t: u32) -> Flow {
         let now = self.now;
         let th = &mut self.threads[t as usize];
@@ -746,8 +732,8 @@ impl Sim {
         if self.vms[vm].done_threads == self.vms[vm].n_threads {
             self.vms[vm].end_ns = now;
             self.vms_done += 1;
-            self.close_vm_acct(vm as u32);
-            self.vm_finished(vm as u32);
+            self.close_vm_acct(u32::try_from(vm).unwrap_or(u32::MAX));
+            self.vm_finished(u32::try_from(vm).unwrap_or(u32::MAX));
         }
         self.vcpus[v as usize].cur = NONE;
         Flow::Again

@@ -20,18 +20,16 @@ use crate::scenario::{PolicyKind, Scenario};
 
 impl Sim {
     /// Every vCPU starts runnable at time 0 (the workload's threads start together).
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn start(&mut self) {
         if self.policy.kind == PolicyKind::Gang {
-            for v in 0..self.vcpus.len() as u32 {
+            for v in 0..u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX) {
                 self.vcpus[v as usize].host = HostState::Parked;
-                self.set_acct(v, Acct::Away(cause::STEAL as u8));
+                self.set_acct(v, Acct::Away(cause::id8(cause::STEAL)));
             }
             self.gang_tick();
             return;
         }
-        for v in 0..self.vcpus.len() as u32 {
+        for v in 0..u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX) {
             self.make_ready(v);
         }
         let d = &self.platform.defaults;
@@ -51,14 +49,12 @@ impl Sim {
     /// more than one (affinity permitting). Wakeup placement and idle
     /// stealing alone never correct a bad placement of vCPUs that do not
     /// block. Returns false when the event was not needed (stale).
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn balance_tick(&mut self, level: u32) -> bool {
         if self.q.len() == 0 {
             // Nothing else pending: re-arming would hide a stall.
             return false;
         }
-        let n = self.pcpus.len() as u32;
+        let n = u32::try_from(self.pcpus.len()).unwrap_or(u32::MAX);
         // Linux's load average keeps a blocked task's load on its CPU (PELT
         // "blocked load"), so a pCPU whose vCPUs halt briefly still counts
         // them; without that, a pCPU with one never-halting vCPU looks as
@@ -138,8 +134,6 @@ impl Sim {
     }
 
     /// A vCPU that was halted (or parked) becomes runnable.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn make_ready(&mut self, v: u32) {
         let vm = self.vcpus[v as usize].vm;
         if self.policy.kind == PolicyKind::Gang {
@@ -152,7 +146,7 @@ impl Sim {
                 }
             }
             self.vcpus[v as usize].host = HostState::Parked;
-            self.set_acct(v, Acct::Away(cause::STEAL as u8));
+            self.set_acct(v, Acct::Away(cause::id8(cause::STEAL)));
             return;
         }
         let p = self.choose_pcpu(v);
@@ -242,8 +236,6 @@ impl Sim {
         Some(v)
     }
 
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     fn enqueue(&mut self, p: u32, v: u32) {
         // CFS's place_entity: a vCPU that slept (or comes from another
         // pCPU) gets at most half a slice of credit over the least-served
@@ -266,7 +258,7 @@ impl Sim {
         };
         self.pcpus[p as usize].rq.push_back(v);
         self.set_bit_busy_rq(p);
-        self.set_acct(v, Acct::Away(c as u8));
+        self.set_acct(v, Acct::Away(cause::id8(c)));
         self.arm_slice(p);
         self.arm_sdb_false_positive(p);
     }
@@ -279,8 +271,6 @@ impl Sim {
     /// Even out the load of pCPUs `lo..hi`: sort once by load, then move
     /// queued vCPUs from the busiest end to the least busy end until the two
     /// ends differ by at most one (O(n log n) per call, so huge hosts stay cheap).
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     fn balance_range(&mut self, lo: u32, hi: u32, blocked: &[u32]) {
         if hi - lo < 2 {
             return;
@@ -308,7 +298,7 @@ impl Sim {
                 // Keep the accounting cause (steal, or waiting after a yield).
                 let c = match self.vcpus[v as usize].acct {
                     super::Acct::Away(c) => c,
-                    _ => cause::STEAL as u8,
+                    _ => cause::id8(cause::STEAL),
                 };
                 self.enqueue(dst, v);
                 self.vcpus[v as usize].acct = super::Acct::Away(c);
@@ -376,16 +366,12 @@ impl Sim {
     /// real pCPUs from switching in lockstep; without that, equal slices on all
     /// pCPUs started together would amount to accidental gang scheduling. A
     /// uniform ±25% jitter (seeded) models it.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     fn slice_len(&mut self) -> u64 {
         let u = self.rand_f64();
-        (self.slice_ns as f64 * (0.75 + 0.5 * u)) as u64
+        crate::units_from_f64(self.slice_ns as f64 * (0.75 + 0.5 * u))
     }
 
     /// Put `v` on idle pCPU `p` and let it run.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn dispatch(&mut self, p: u32, v: u32) {
         let vm = self.vcpus[v as usize].vm;
         let switch = if self.pcpus[p as usize].last_vcpu == v {
@@ -434,7 +420,7 @@ impl Sim {
         pc.sdb_armed = false;
         pc.want_preempt = false;
         self.set_bit_idle(p, false);
-        self.set_acct(v, Acct::On(cause::UNATTRIBUTED as u8));
+        self.set_acct(v, Acct::On(cause::id8(cause::UNATTRIBUTED)));
         self.arm_slice(p);
         self.arm_sdb_false_positive(p);
         self.resume(v);
@@ -479,10 +465,8 @@ impl Sim {
     }
 
     /// A queued vCPU from another pCPU that may run on `p`.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     fn steal(&mut self, p: u32) -> Option<u32> {
-        let n = self.pcpus.len() as u32;
+        let n = u32::try_from(self.pcpus.len()).unwrap_or(u32::MAX);
         let start = (p / self.per_llc) * self.per_llc;
         let mut q = start;
         // Bounded: in huge hosts give up after a few candidate queues rather
@@ -648,8 +632,6 @@ impl Sim {
     // ---- gang scheduling ----
 
     /// Group VMs first-fit into gangs that fit the host together.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn setup_gangs(&mut self, s: &Scenario) {
         let mut groups: Vec<Vec<u32>> = Vec::new();
         let mut used = u32::MAX;
@@ -661,7 +643,7 @@ impl Sim {
             self.vms[k].gang_base = used;
             used += vm.vcpus;
             if let Some(g) = groups.last_mut() {
-                g.push(k as u32);
+                g.push(u32::try_from(k).unwrap_or(u32::MAX));
             }
         }
         self.gang_groups = groups;
@@ -706,8 +688,6 @@ impl Sim {
         }
     }
 
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     fn gang_deschedule(&mut self, v: u32) {
         if self.vcpus[v as usize].host != HostState::Running {
             return;
@@ -720,10 +700,10 @@ impl Sim {
         let vc = &mut self.vcpus[v as usize];
         if matches!(act, Act::Halting | Act::HaltPoll) {
             vc.host = HostState::Halted;
-            self.set_acct(v, Acct::Away(cause::IDLE_HALTED as u8));
+            self.set_acct(v, Acct::Away(cause::id8(cause::IDLE_HALTED)));
         } else {
             vc.host = HostState::Parked;
-            self.set_acct(v, Acct::Away(cause::STEAL as u8));
+            self.set_acct(v, Acct::Away(cause::id8(cause::STEAL)));
         }
     }
 }

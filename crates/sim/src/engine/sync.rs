@@ -52,8 +52,6 @@ impl Sim {
     }
 
     /// Start (or continue) spinning; takes the object at once if it is free.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation)]
     pub(super) fn start_spin(&mut self, v: u32, t: u32) -> Flow {
         let lt = self.platform.cpu.line_transfer_ns;
         let vm = self.threads[t as usize].vm as usize;
@@ -131,7 +129,7 @@ impl Sim {
             Wait::Shootdown => cause::SPIN_SHOOTDOWN,
             Wait::None => cause::UNATTRIBUTED,
         };
-        self.set_acct(v, Acct::On(c as u8));
+        self.set_acct(v, Acct::On(cause::id8(c)));
         self.reschedule(v);
         Flow::Started
     }
@@ -218,8 +216,6 @@ impl Sim {
         Flow::Continue
     }
 
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub(super) fn mutex_lock(&mut self, v: u32, t: u32, i: u32) -> Flow {
         let vm = self.threads[t as usize].vm as usize;
         let retry = self.threads[t as usize].retry;
@@ -238,7 +234,8 @@ impl Sim {
         }
         if !retry && m.spin_limit > 0 {
             m.spinners.push(t);
-            let budget = (m.spin_limit as f64 * self.platform.cpu.spin_iter_pause_ns) as u64;
+            let budget =
+                crate::units_from_f64(m.spin_limit as f64 * self.platform.cpu.spin_iter_pause_ns);
             let th = &mut self.threads[t as usize];
             th.state = TState::Spinning;
             th.wait = Wait::Mutex(i);
@@ -281,8 +278,6 @@ impl Sim {
         Flow::Continue
     }
 
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub(super) fn barrier(&mut self, v: u32, t: u32, i: u32) -> Flow {
         let vm = self.threads[t as usize].vm as usize;
         self.vms[vm].ops[counter::BARRIER] += 1;
@@ -325,7 +320,7 @@ impl Sim {
                     } else {
                         cpu.spin_iter_nopause_ns
                     };
-                    (limit as f64 * iter) as u64
+                    crate::units_from_f64(limit as f64 * iter)
                 };
                 self.start_spin(v, t)
             }

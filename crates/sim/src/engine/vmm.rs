@@ -51,8 +51,6 @@ impl Sim {
 
     /// Arm the SDB on pCPU `p` when vCPUs wait there: detection of a current
     /// spinner, and the next false positive during useful work.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub(super) fn arm_sdb_false_positive(&mut self, p: u32) {
         let pc = &self.pcpus[p as usize];
         let v = pc.cur;
@@ -79,7 +77,9 @@ impl Sim {
             } else {
                 ((1.0 - u).ln() / (1.0 - costs.sdb_fp).ln()).ceil().max(1.0)
             };
-            let at = now.saturating_add((windows * self.platform.sdb.window_ns as f64) as u64);
+            let at = now.saturating_add(crate::units_from_f64(
+                windows * self.platform.sdb.window_ns as f64,
+            ));
             let gen = self.pcpus[p as usize].slice_gen;
             self.push(at, Kind::SdbFalse { pcpu: p, gen });
         }
@@ -105,8 +105,6 @@ impl Sim {
     }
 
     /// A device-model exit in the middle of a segment.
-    // Casts: VM, vCPU and thread counts are bounded by spec validation (far below u32::MAX), cause ids are < breakdown::N (< 256), and f64 `as` u64 saturates (NaN to 0), the clamp wanted for simulated times.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub(super) fn device_exit(&mut self, v: u32) {
         self.interrupt_act(v);
         let vm = self.vcpus[v as usize].vm as usize;
@@ -117,7 +115,7 @@ impl Sim {
         let costs = self.vms[vm].costs;
         let service = self.platform.device.service_ns;
         let now = self.now;
-        let period = (1e6 / d.exits_per_ms) as u64;
+        let period = crate::units_from_f64(1e6 / d.exits_per_ms);
         let take = |acc: &mut f64, frac: f64| {
             *acc += frac;
             if *acc >= 1.0 {

@@ -20,7 +20,7 @@ impl ConcurrentDevice for DebugExit {
         data.fill(0xff);
     }
 
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    // Casts: the port is 32 bits wide; the low 32 bits are the written value.
     #[allow(clippy::cast_possible_truncation)]
     fn write(&self, _offset: u64, data: &[u8]) {
         // Any width is accepted; wider than 32 bits is clipped, as the port is 32-bit.

@@ -316,7 +316,7 @@ fn fuzz_ioapic() {
                 } else {
                     0x10 + rng.below(48)
                 };
-                ioapic.write(0, &(select as u32).to_le_bytes());
+                ioapic.write(0, &u32::try_from(select).unwrap_or(u32::MAX).to_le_bytes());
             }
             3..=4 => {
                 let value = rng.value().to_le_bytes();

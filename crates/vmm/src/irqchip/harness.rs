@@ -153,8 +153,6 @@ fn read64(client: &mut BusClient, addr: u64) -> u64 {
 }
 
 /// Program the controllers as a guest would before the run.
-// Casts: test code: the values come from small fixed or generator-bounded ranges.
-#[allow(clippy::cast_possible_truncation)]
 fn set_up(target: Target, client: &mut BusClient, sources: &[Source], vcpus: u32) {
     match target {
         Target::Lapic => {
@@ -169,9 +167,17 @@ fn set_up(target: Target, client: &mut BusClient, sources: &[Source], vcpus: u32
                     let select = IOAPIC_WINDOW;
                     let window = IOAPIC_WINDOW + 0x10;
                     // Edge, fixed, physical destination 0, unmasked.
-                    write32(client, select, 0x10 + 2 * pin as u32 + 1);
+                    write32(
+                        client,
+                        select,
+                        0x10 + 2 * u32::try_from(pin).unwrap_or(u32::MAX) + 1,
+                    );
                     write32(client, window, 0);
-                    write32(client, select, 0x10 + 2 * pin as u32);
+                    write32(
+                        client,
+                        select,
+                        0x10 + 2 * u32::try_from(pin).unwrap_or(u32::MAX),
+                    );
                     write32(client, window, u32::from(vector));
                 }
             }
@@ -277,7 +283,7 @@ fn sources(target: Target) -> Vec<Source> {
                         }
                     } else {
                         Source::Ipi {
-                            from: t as u32,
+                            from: u32::try_from(t).unwrap_or(u32::MAX),
                             vector,
                         }
                     }

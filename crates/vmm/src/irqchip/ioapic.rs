@@ -122,8 +122,6 @@ impl Ioapic {
         self.redirection.get(pin).copied()
     }
 
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     fn read_indirect(&self) -> u32 {
         match self.select {
             0 => self.id << 24,
@@ -132,7 +130,7 @@ impl Ioapic {
             r @ 0x10..=0x3f => {
                 let entry = self.redirection[((r - 0x10) / 2) as usize];
                 if r % 2 == 0 {
-                    entry as u32
+                    u32::try_from(entry).unwrap_or(u32::MAX)
                 } else {
                     (entry >> 32) as u32
                 }
@@ -201,8 +199,8 @@ impl ExclusiveDevice for Ioapic {
             return;
         }
         match reg {
-            0x00 => self.select = value as u32 & 0xff,
-            0x10 => self.write_indirect(value as u32),
+            0x00 => self.select = u32::try_from(value).unwrap_or(u32::MAX) & 0xff,
+            0x10 => self.write_indirect(u32::try_from(value).unwrap_or(u32::MAX)),
             0x40 => self.eoi(value as u8),
             _ => IrqchipCounters::bump(&self.counters.reserved_write),
         }

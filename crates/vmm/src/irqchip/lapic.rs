@@ -47,10 +47,8 @@ impl ExclusiveLapics {
         }
     }
 
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     pub fn vcpus(&self) -> u32 {
-        self.lapics.len() as u32
+        u32::try_from(self.lapics.len()).unwrap_or(u32::MAX)
     }
 
     /// The vector `acknowledge` would return for `vcpu`.

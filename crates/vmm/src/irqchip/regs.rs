@@ -64,7 +64,7 @@ impl VectorSet {
 }
 
 /// The highest vector set in eight words.
-// Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+// Casts: i < 8 and the bit index is < 32, so the vector is < 256.
 #[allow(clippy::cast_possible_truncation)]
 pub fn highest_in(words: &[u32; 8]) -> Option<u8> {
     (0..8)

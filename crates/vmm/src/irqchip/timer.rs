@@ -91,8 +91,6 @@ impl Drop for TimerThread {
     }
 }
 
-// Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-#[allow(clippy::cast_possible_truncation)]
 fn run(shared: &Shared, clock: &dyn IrqClock, fire: &mut dyn FnMut(u32, u64)) {
     let mut state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
     while !state.stop {
@@ -120,7 +118,7 @@ fn run(shared: &Shared, clock: &dyn IrqClock, fire: &mut dyn FnMut(u32, u64)) {
         // Fire without the lock: `fire` reaches the model, whose periodic
         // re-arm comes back through `TimerHandle::arm`.
         drop(state);
-        fire(vcpu as u32, deadline);
+        fire(u32::try_from(vcpu).unwrap_or(u32::MAX), deadline);
         state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
     }
 }
