@@ -71,7 +71,7 @@ fn main() -> ExitCode {
         Cmd::Demo(a) => smplab_lab::cli::demo(a),
         Cmd::Trace(a) => smplab_trace::cli::run(a),
     };
-    ExitCode::from(status.clamp(0, 255) as u8)
+    ExitCode::from(u8::try_from(status.clamp(0, 255)).unwrap_or(u8::MAX))
 }
 
 /// Print an error the way every subcommand does: `smplab: <message>` on

@@ -179,7 +179,7 @@ pub fn host_tsc_hz() -> u64 {
         }
         let c1 = tsc();
         let ns = t0.elapsed().as_nanos().max(1);
-        ((c1.wrapping_sub(c0)) as u128 * 1_000_000_000 / ns) as u64
+        u64::try_from(u128::from(c1.wrapping_sub(c0)) * 1_000_000_000 / ns).unwrap_or(u64::MAX)
     })
 }
 
@@ -202,7 +202,10 @@ pub fn mem_bytes_for(program: &Program) -> u64 {
 pub fn cmdline(program: &Program, opts: &VmRunOptions, result_serial: bool) -> String {
     let timer_hz = effective_timer_hz(program, opts);
     let tsc_hz = opts.tsc_hz.unwrap_or_else(host_tsc_hz);
-    let watchdog_ms = (opts.timeout.as_millis() as u64).saturating_mul(9) / 10;
+    let watchdog_ms = u64::try_from(opts.timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_mul(9)
+        / 10;
     let mut line = format!(
         "cpus={} idle={} timer_hz={} tsc_hz={} watchdog_ms={} result={} console=on",
         opts.vcpus,
@@ -369,7 +372,7 @@ pub fn run_vm(
         ConsoleSink::Capture
     };
     let run = smplab_vmm::run_vm(&cfg)?;
-    let watchdog_ms = opts.timeout.as_millis() as u64 * 9 / 10;
+    let watchdog_ms = u64::try_from(opts.timeout.as_millis()).unwrap_or(u64::MAX) * 9 / 10;
     check_exit(run.exit_code, &run.console, watchdog_ms)?;
     let parsed = result::parse(&run.result).map_err(|e| {
         GuestError::BadResult(e, String::from_utf8_lossy(&run.console).into_owned())
@@ -386,7 +389,7 @@ pub fn run_vm(
     if let Some(window) = host_window(&run.section) {
         rec.timing.window = Some(window);
     }
-    rec.timing.total_ns = Some(run.wall.as_nanos() as u64);
+    rec.timing.total_ns = Some(u64::try_from(run.wall.as_nanos()).unwrap_or(u64::MAX));
     rec.vmm = Some(run.section);
     Ok(rec)
 }
@@ -458,6 +461,8 @@ pub fn qemu_args(
 
 /// Run `program` in the smplab guest under QEMU with KVM, the VMM a user would
 /// otherwise pick. The result comes back framed on the serial console.
+// Casts: a Unix exit status is 0..=255, so it is non-negative.
+#[allow(clippy::cast_sign_loss)]
 pub fn run_qemu(
     program: &Program,
     info: WorkloadInfo,
@@ -557,7 +562,11 @@ pub fn run_qemu(
     let (record_bytes, console) = match result::split_serial(&stdout) {
         Ok(split) => split,
         Err(e) => {
-            check_exit(code, &stdout, opts.timeout.as_millis() as u64 * 9 / 10)?;
+            check_exit(
+                code,
+                &stdout,
+                u64::try_from(opts.timeout.as_millis()).unwrap_or(u64::MAX) * 9 / 10,
+            )?;
             return Err(GuestError::BadResult(
                 e,
                 String::from_utf8_lossy(&stdout).into_owned(),
@@ -567,7 +576,11 @@ pub fn run_qemu(
     if opts.show_console {
         print!("{}", String::from_utf8_lossy(&console));
     }
-    check_exit(code, &console, opts.timeout.as_millis() as u64 * 9 / 10)?;
+    check_exit(
+        code,
+        &console,
+        u64::try_from(opts.timeout.as_millis()).unwrap_or(u64::MAX) * 9 / 10,
+    )?;
     let parsed = result::parse(&record_bytes)
         .map_err(|e| GuestError::BadResult(e, String::from_utf8_lossy(&console).into_owned()))?;
     let mut rec = base_record(Executor::Qemu, info, program, opts, mem);
@@ -575,7 +588,7 @@ pub fn run_qemu(
     parsed
         .fill(&mut rec, program)
         .map_err(|e| GuestError::BadResult(e, String::from_utf8_lossy(&console).into_owned()))?;
-    rec.timing.total_ns = Some(wall.as_nanos() as u64);
+    rec.timing.total_ns = Some(u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX));
     Ok(rec)
 }
 

@@ -258,7 +258,7 @@ impl GuestResult {
     /// TSC cycles to nanoseconds with this run's TSC frequency.
     pub fn ns(&self, cycles: u64) -> u64 {
         let hz = self.tsc_hz.max(1) as u128;
-        (cycles as u128 * 1_000_000_000u128 / hz).min(u64::MAX as u128) as u64
+        u64::try_from(u128::from(cycles) * 1_000_000_000u128 / hz).unwrap_or(u64::MAX)
     }
 
     /// Check what cannot be true of a real run: a thread ending before it

@@ -313,6 +313,8 @@ pub fn slope(samples: &[(u64, u64)]) -> Option<f64> {
 }
 
 /// Set measured fields in a platform profile's TOML text and rename it.
+// Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
+#[allow(clippy::cast_possible_truncation)]
 pub fn apply_to_profile(
     base: &str,
     name: &str,

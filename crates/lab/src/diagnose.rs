@@ -691,7 +691,7 @@ mod tests {
         for (rep, j) in jitter.iter().enumerate() {
             let at = |p: &Point, wall: u64, e: Executor| {
                 let mut p = p.clone();
-                p.rep = rep as u32;
+                p.rep = u32::try_from(rep).unwrap_or(u32::MAX);
                 Entry::new(p, Status::Ok, 0.0, vec![rec(e, "dedup", 2, wall)])
             };
             es.push(at(&plan.native, 100 * ms, Executor::Native));

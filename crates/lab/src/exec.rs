@@ -79,7 +79,7 @@ pub fn port_loop_wall_ns(reads: u32) -> Result<u64, smplab_vmm::VmmError> {
     cfg.console = smplab_vmm::ConsoleSink::Discard;
     cfg.timeout = Some(Duration::from_secs(120));
     let run = smplab_vmm::run_vm(&cfg)?;
-    Ok(run.wall.as_nanos() as u64)
+    Ok(u64::try_from(run.wall.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Workload wall time of blackscholes on one vCPU with the guest timer at

@@ -713,6 +713,8 @@ pub fn merge_histograms(hs: &[&LatencyHistogram]) -> Option<LatencyHistogram> {
     let count: u64 = hs.iter().map(|h| h.count).sum();
     let mean = hs.iter().map(|h| h.mean_ns * h.count as f64).sum::<f64>() / count as f64;
     let total_b: u64 = buckets.values().sum();
+    // Casts: f is a quantile in 0..=1, so the target is in 0..=total_b.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let q = |f: f64| -> u64 {
         let target = (f * total_b as f64).ceil() as u64;
         let mut acc = 0;
@@ -1240,7 +1242,7 @@ mod tests {
         for (rep, j) in jitter.iter().enumerate() {
             let at = |p: &Point| {
                 let mut p = p.clone();
-                p.rep = rep as u32;
+                p.rep = u32::try_from(rep).unwrap_or(u32::MAX);
                 p
             };
             es.push(entry(
@@ -1562,7 +1564,7 @@ mod tests {
             ),
         ];
         // Recompute exactly: 10 / 1.9 s.
-        es[1].records[0].timing.wall_ns = (10.0e9 / 1.9) as u64;
+        es[1].records[0].timing.wall_ns = 5_263_157_894; // 10 s / 1.9, truncated
         let mut v1 = vmm_record(10, &[("io_out", 10_000)], &[10_000; 4]);
         v1.vmm.as_mut().unwrap().vcpus = 1;
         es.push(entry(vm_point("dedup", 1, 0), vec![v1]));

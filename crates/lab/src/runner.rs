@@ -96,6 +96,8 @@ pub mod fake {
 
     /// Native 1.0 s; VM adds 0.4 s for HLT idle, 0.3 s for spinning, 0.2 s for
     /// global sync, 0.1 s unpinned; each VM beyond the first adds 50 %.
+    // Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn fake_wall_ns(p: &Point) -> u64 {
         let mut t = 1.0;
         if p.executor() != Executor::Native {

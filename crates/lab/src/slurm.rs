@@ -149,6 +149,8 @@ pub fn spec_digest(points: &[Point]) -> String {
 
 /// Simulator points per task so that a task runs about `target_s` when one
 /// point costs `point_s` host seconds: at least one, at most [`MAX_BATCH`].
+// Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn batch_size(point_s: f64, target_s: f64) -> usize {
     if !(point_s.is_finite() && point_s > 0.0 && target_s.is_finite() && target_s > 0.0) {
         return 1;

@@ -513,12 +513,14 @@ mod tests {
         /// A kill can cut the file at any byte: opening it keeps exactly the
         /// entries whose lines were complete, and appending afterwards works.
         #[test]
+        // Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         fn any_cut_keeps_the_complete_prefix(cut_frac in 0.0f64..1.0, n in 1usize..6) {
             let path = temp_path("cut");
             let mut full = String::new();
             let mut ends = Vec::new();
             for rep in 0..n {
-                let e = Entry::new(vm_point("dedup", 2, rep as u32), Status::Ok, 0.5, vec![]);
+                let e = Entry::new(vm_point("dedup", 2, u32::try_from(rep).unwrap_or(u32::MAX)), Status::Ok, 0.5, vec![]);
                 full.push_str(&serde_json::to_string(&e).unwrap());
                 full.push('\n');
                 ends.push(full.len());

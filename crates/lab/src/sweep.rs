@@ -42,7 +42,7 @@ impl Default for Repetitions {
     /// Adaptive: at least 6, at most 20, until ±5%.
     fn default() -> Self {
         Repetitions {
-            min: MIN_SAMPLES_FOR_95 as u32,
+            min: u32::try_from(MIN_SAMPLES_FOR_95).unwrap_or(u32::MAX),
             max: DEFAULT_MAX_REPETITIONS,
             rel_half_width: TARGET_REL_HALF_WIDTH,
         }

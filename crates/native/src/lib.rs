@@ -178,7 +178,10 @@ pub fn run(
         },
     );
     if let Some(t) = opts.timeout {
-        record.set_config("timeout_ms", t.as_millis().min(u64::MAX as u128) as u64);
+        record.set_config(
+            "timeout_ms",
+            u64::try_from(t.as_millis()).unwrap_or(u64::MAX),
+        );
     }
     record.timing.wall_ns = ex.wall_ns;
     record.timing.window = Some(ex.window);
@@ -290,7 +293,8 @@ pub fn execute(program: &Program, opts: &NativeOptions) -> Result<Execution, Nat
     let shared = Arc::new(Shared::new(program)?);
     let program = Arc::new(program.clone());
     let plan = program.threads();
-    let n = plan.len() as u32;
+    // check_threads bounds the thread count far below u32::MAX.
+    let n = u32::try_from(plan.len()).unwrap_or(u32::MAX);
 
     let mut handles = Vec::with_capacity(plan.len());
     for (tid, &(gi, index)) in plan.iter().enumerate() {
@@ -418,13 +422,17 @@ fn summarize(shared: &Shared, outs: Vec<ThreadOut>) -> Execution {
     let start = outs.iter().map(|o| o.start).min();
     let end = outs.iter().map(|o| o.end).max();
     let wall_ns = match (start, end) {
-        (Some(s), Some(e)) => e.saturating_duration_since(s).as_nanos() as u64,
+        (Some(s), Some(e)) => {
+            u64::try_from(e.saturating_duration_since(s).as_nanos()).unwrap_or(u64::MAX)
+        }
         _ => 0,
     };
     // Instant is CLOCK_MONOTONIC on Linux: place the last end on that clock.
     let (now, now_ns) = (Instant::now(), sys::monotonic_ns());
     let end_ns = end.map_or(now_ns, |e| {
-        now_ns.saturating_sub(now.saturating_duration_since(e).as_nanos() as u64)
+        now_ns.saturating_sub(
+            u64::try_from(now.saturating_duration_since(e).as_nanos()).unwrap_or(u64::MAX),
+        )
     });
     let mut counts = OpCounts::default();
     let mut stats = Stats::default();
@@ -563,7 +571,8 @@ fn worker(
             index,
             cpu,
             last_cpu,
-            wall_ns: end.saturating_duration_since(start).as_nanos() as u64,
+            wall_ns: u64::try_from(end.saturating_duration_since(start).as_nanos())
+                .unwrap_or(u64::MAX),
             cpu_ns: cpu1.saturating_sub(cpu0),
             stats: w.ctx.stats,
             counts: w.counts,

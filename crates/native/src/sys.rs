@@ -12,7 +12,7 @@ use std::time::Duration;
 /// changed (EAGAIN): only the former counts as a block.
 pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> bool {
     let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
         tv_nsec: d.subsec_nanos() as libc::c_long,
     });
     let ts_ptr = ts
@@ -42,7 +42,7 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) ->
 
 /// Wake up to `n` threads blocked on `word`; returns how many were woken.
 pub fn futex_wake(word: &AtomicU32, n: u32) -> u32 {
-    let n = n.min(i32::MAX as u32) as i32;
+    let n = i32::try_from(n).unwrap_or(i32::MAX);
     // SAFETY: `word` is a live AtomicU32; FUTEX_WAKE only uses the address as a
     // key and never dereferences memory we do not own.
     let r = unsafe {
@@ -57,7 +57,7 @@ pub fn futex_wake(word: &AtomicU32, n: u32) -> u32 {
         )
     };
     if r > 0 {
-        r as u32
+        u32::try_from(r).unwrap_or(u32::MAX)
     } else {
         0
     }
@@ -213,9 +213,10 @@ pub fn thread_cpu_ns() -> u64 {
     if r != 0 {
         return 0;
     }
-    (ts.tv_sec as u64)
+    u64::try_from(ts.tv_sec)
+        .unwrap_or(0)
         .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
 }
 
 /// Voluntary and involuntary context switches of the calling thread so far.
@@ -227,7 +228,10 @@ pub fn thread_context_switches() -> (u64, u64) {
     if r != 0 {
         return (0, 0);
     }
-    (ru.ru_nvcsw.max(0) as u64, ru.ru_nivcsw.max(0) as u64)
+    (
+        u64::try_from(ru.ru_nvcsw).unwrap_or(0),
+        u64::try_from(ru.ru_nivcsw).unwrap_or(0),
+    )
 }
 
 /// Give up the CPU once.
@@ -241,8 +245,9 @@ pub fn yield_now() {
 /// Sleep at least `ns` nanoseconds with nanosleep, resuming after signals.
 pub fn sleep_ns(ns: u64) {
     let mut req = libc::timespec {
-        tv_sec: (ns / 1_000_000_000).min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        tv_sec: libc::time_t::try_from(ns / 1_000_000_000).unwrap_or(libc::time_t::MAX),
+        // Below 1e9, so it always fits.
+        tv_nsec: libc::c_long::try_from(ns % 1_000_000_000).unwrap_or(0),
     };
     loop {
         let mut rem = libc::timespec {

@@ -63,6 +63,8 @@ struct Gen {
 }
 
 impl Gen {
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn new(seed: u64) -> Self {
         let mut rng = Rng(seed);
         let mut p = Program {
@@ -114,6 +116,8 @@ impl Gen {
         Gen { rng, p }
     }
 
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn barrier(&mut self, parties: u32) -> u32 {
         let wait = self.rng.wait();
         let spin_limit = self.rng.below(2000) as u32;
@@ -126,9 +130,11 @@ impl Gen {
             spin_limit,
             pause,
         });
-        i as u32
+        u32::try_from(i).unwrap_or(u32::MAX)
     }
 
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn queue(&mut self) -> u32 {
         let capacity = self.rng.range(1, 4) as u32;
         let i = self.p.queues.len();
@@ -136,10 +142,12 @@ impl Gen {
             name: format!("q{i}"),
             capacity,
         });
-        i as u32
+        u32::try_from(i).unwrap_or(u32::MAX)
     }
 
     /// An op that never waits for another thread.
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn plain(&mut self) -> Op {
         let r = &mut self.rng;
         match r.below(7) {
@@ -156,7 +164,7 @@ impl Gen {
                 let b = r.below(self.p.buffers.len() as u64) as usize;
                 let bytes = r.range(1, self.p.buffers[b].bytes);
                 Op::Touch {
-                    buffer: BufferRef::Shared(b as u32),
+                    buffer: BufferRef::Shared(u32::try_from(b).unwrap_or(u32::MAX)),
                     bytes,
                     stride: r.range(1, 256),
                     write: r.coin(),
@@ -178,6 +186,8 @@ impl Gen {
     }
 
     /// A segment: plain ops, sleeps, shootdowns, locked sections, small loops.
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn segment(&mut self, depth: u32) -> Vec<Op> {
         match self.rng.below(8) {
             0 => vec![Op::SleepNs(self.rng.below(20_000))],
@@ -199,7 +209,10 @@ impl Gen {
                 }
                 let lock = |i: u64| {
                     if i < ns {
-                        (Op::SpinLock(i as u32), Op::SpinUnlock(i as u32))
+                        (
+                            Op::SpinLock(u32::try_from(i).unwrap_or(u32::MAX)),
+                            Op::SpinUnlock(u32::try_from(i).unwrap_or(u32::MAX)),
+                        )
                     } else {
                         (
                             Op::MutexLock((i - ns) as u32),
@@ -255,6 +268,8 @@ impl Gen {
         Some(self.barrier(parties))
     }
 
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn build(mut self) -> Program {
         // Plain worker groups.
         for g in 0..self.rng.range(1, 2) {
@@ -353,7 +368,7 @@ proptest! {
         let ex = watchdog(Duration::from_secs(180), seed, || execute(&p, &opts))
             .map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}\n{p:#?}")))?;
         prop_assert_eq!(ex.counts.to_map(), p.expected_counts(), "seed {}", seed);
-        prop_assert_eq!(ex.threads.len() as u32, p.total_threads());
+        prop_assert_eq!(u32::try_from(ex.threads.len()).unwrap_or(u32::MAX), p.total_threads());
         prop_assert_eq!(&ex.spin_lock_acquires, &ex.spin_lock_releases);
         prop_assert_eq!(&ex.mutex_acquires, &ex.mutex_releases);
         prop_assert!(ex.spin_lock_held.iter().chain(&ex.mutex_held).all(|h| !h));

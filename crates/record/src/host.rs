@@ -98,7 +98,7 @@ impl HostFacts {
             .map(|l| l.split_whitespace().any(|f| f == "hypervisor"))
             .unwrap_or(false);
         let cores = std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
+            .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
             .unwrap_or(1);
         HostFacts {
             hostname: read_trimmed("/proc/sys/kernel/hostname").unwrap_or_default(),

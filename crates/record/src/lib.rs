@@ -233,7 +233,8 @@ impl RunRecord {
         let found = value
             .get("schema_version")
             .and_then(|v| v.as_u64())
-            .unwrap_or(0) as u32;
+            // Saturate: a huge version must read as "too new", not wrap to an old one.
+            .map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX));
         if found > SCHEMA_VERSION {
             return Err(RecordError::TooNew { found });
         }

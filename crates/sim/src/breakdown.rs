@@ -226,3 +226,13 @@ pub fn format_breakdown(r: &RunRecord) -> Option<String> {
     );
     Some(t)
 }
+
+/// A cause id as the byte the engine's accounting state stores.
+///
+/// Every id above is a small constant, so the assert (evaluated at compile
+/// time for constants) proves the cast below never truncates.
+#[allow(clippy::cast_possible_truncation)]
+pub(crate) const fn id8(cause: usize) -> u8 {
+    assert!(cause <= u8::MAX as usize, "cause ids fit in a byte");
+    cause as u8
+}

@@ -104,7 +104,7 @@ fn emit(
     for op in ops {
         let ins = match op {
             Op::Compute { iters } => Ins::Compute {
-                ns: (*iters as f64 * p.cpu.compute_ns_per_iter).round() as u64,
+                ns: crate::units_from_f64((*iters as f64 * p.cpu.compute_ns_per_iter).round()),
                 iters: *iters,
             },
             Op::Touch {
@@ -121,8 +121,9 @@ fn emit(
                     BufferRef::Shared(_) => footprint.1 = footprint.1.saturating_add(lines_bytes),
                 }
                 Ins::Touch {
-                    ns: (touch_steps(*bytes, *stride) as f64 * p.cpu.touch_ns_per_access).round()
-                        as u64,
+                    ns: crate::units_from_f64(
+                        (touch_steps(*bytes, *stride) as f64 * p.cpu.touch_ns_per_access).round(),
+                    ),
                     bytes: *bytes,
                     shared: matches!(buffer, BufferRef::Shared(_)),
                 }
@@ -148,11 +149,11 @@ fn emit(
                 emit(body, p, out, level + 1, depth, footprint);
                 let end = out.len();
                 out.push(Ins::LoopEnd {
-                    begin: begin as u32,
+                    begin: u32::try_from(begin).unwrap_or(u32::MAX),
                 });
                 out[begin] = Ins::LoopBegin {
                     count: *count,
-                    end: end as u32,
+                    end: u32::try_from(end).unwrap_or(u32::MAX),
                 };
                 continue;
             }

@@ -170,3 +170,13 @@ pub fn sweep(scenarios: &[Scenario], progress: bool) -> Vec<Result<Vec<RunRecord
     bar.finish_and_clear();
     out
 }
+
+/// A simulated time or count computed in floating point, as whole units.
+///
+/// Float-to-integer `as` saturates at the bounds and maps NaN to 0, which is
+/// the clamp wanted: a negative or NaN model output means "none", and an
+/// overflowing one cannot occur for the bounded inputs specs allow.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+pub(crate) fn units_from_f64(x: f64) -> u64 {
+    x as u64
+}

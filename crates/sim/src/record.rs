@@ -86,8 +86,8 @@ pub(crate) fn records(
                 policy: s.policy.label(),
                 seed: s.seed,
                 pcpus: s.pcpus,
-                vms: s.vms.len() as u32,
-                vm_index: k as u32,
+                vms: u32::try_from(s.vms.len()).unwrap_or(u32::MAX),
+                vm_index: u32::try_from(k).unwrap_or(u32::MAX),
                 vcpus: spec.vcpus,
                 exits: if s.virtualized {
                     exit::NAMES

@@ -8,6 +8,8 @@
 use smplab_sim::*;
 
 #[test]
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn random_scenarios_finish_with_exact_counts() {
     let env = |name: &str, default: u64| {
         std::env::var(name)

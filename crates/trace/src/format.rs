@@ -71,6 +71,8 @@ impl Kind {
     ];
 
     /// The byte in the file (1-based, as in trace.h).
+    // Casts: Kind::ALL has far fewer than 256 entries.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn code(self) -> u8 {
         Self::ALL.iter().position(|k| *k == self).unwrap_or(0) as u8 + 1
     }
@@ -346,7 +348,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
             BLOCK_EXIT => {
                 let short = || corrupt(path, at, "short exit block");
                 let how = p.u32().ok_or_else(short)?;
-                let code = p.u32().ok_or_else(short)? as i32;
+                let code = p.u32().ok_or_else(short)?.cast_signed();
                 let _end = p.u64().ok_or_else(short)?;
                 trace.wall_ns = Some(p.u64().ok_or_else(short)?);
                 trace.ending = Some(match how {
@@ -373,7 +375,11 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
 fn block(ty: u32, payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(8 + payload.len());
     v.extend_from_slice(&ty.to_le_bytes());
-    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    v.extend_from_slice(
+        &u32::try_from(payload.len())
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
     v.extend_from_slice(payload);
     v
 }
@@ -391,9 +397,9 @@ pub fn header_block(
     p.extend_from_slice(&threads_hint.unwrap_or(0).to_le_bytes());
     p.extend_from_slice(&start_ns.to_le_bytes());
     p.extend_from_slice(&start_unix.to_le_bytes());
-    p.extend_from_slice(&(argv.len() as u32).to_le_bytes());
+    p.extend_from_slice(&u32::try_from(argv.len()).unwrap_or(u32::MAX).to_le_bytes());
     for a in argv {
-        p.extend_from_slice(&(a.len() as u32).to_le_bytes());
+        p.extend_from_slice(&u32::try_from(a.len()).unwrap_or(u32::MAX).to_le_bytes());
         p.extend_from_slice(a.as_bytes());
     }
     block(BLOCK_HEADER, &p)
@@ -407,7 +413,7 @@ pub fn exit_block(ending: Ending, end_ns: u64, wall_ns: u64) -> Vec<u8> {
     };
     let mut p = Vec::new();
     p.extend_from_slice(&how.to_le_bytes());
-    p.extend_from_slice(&(code as u32).to_le_bytes());
+    p.extend_from_slice(&code.cast_unsigned().to_le_bytes());
     p.extend_from_slice(&end_ns.to_le_bytes());
     p.extend_from_slice(&wall_ns.to_le_bytes());
     block(BLOCK_EXIT, &p)
@@ -417,7 +423,11 @@ pub fn exit_block(ending: Ending, end_ns: u64, wall_ns: u64) -> Vec<u8> {
 pub fn events_block(thread: u32, events: &[Event]) -> Vec<u8> {
     let mut p = Vec::new();
     p.extend_from_slice(&thread.to_le_bytes());
-    p.extend_from_slice(&(events.len() as u32).to_le_bytes());
+    p.extend_from_slice(
+        &u32::try_from(events.len())
+            .unwrap_or(u32::MAX)
+            .to_le_bytes(),
+    );
     for e in events {
         p.extend_from_slice(&e.to_bytes());
     }

@@ -290,6 +290,8 @@ fn quote(s: &str) -> String {
     q
 }
 
+// Casts: f64 `as` u64 saturates and maps NaN to 0, the clamp wanted for an iteration count.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn write_ops(out: &mut String, nodes: &[Node], ipn: f64, indent: usize) {
     let pad = " ".repeat(indent);
     for n in nodes {
@@ -365,7 +367,10 @@ fn write_toml(
     let _ = writeln!(
         o,
         "default_threads = {}",
-        trace.threads_hint.unwrap_or(threads as u32).max(1)
+        trace
+            .threads_hint
+            .unwrap_or(u32::try_from(threads).unwrap_or(u32::MAX))
+            .max(1)
     );
     o.push('\n');
     for m in &tokens.mutexes {

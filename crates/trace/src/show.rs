@@ -106,6 +106,8 @@ pub fn summary(trace: &Trace, a: &Analysis) -> String {
 /// The per-thread timeline: a lane per thread from its first to its last
 /// event, with the spans it spent blocked coloured by object kind. Spans
 /// shorter than a pixel are merged so big traces stay small.
+// Casts: the span is a finite, non-negative plot coordinate; f64 `as` u64 saturates.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn timeline_svg(trace: &Trace, a: &Analysis) -> String {
     let (w, lane, left, top) = (960.0, 18.0, 110.0, 30.0);
     let t0 = trace.start_ns;

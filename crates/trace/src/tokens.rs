@@ -379,7 +379,7 @@ fn event_ops(
             let name = names.get("bar", e.obj);
             tokens
                 .barriers
-                .insert(name, e.arg.min(u32::MAX as u64) as u32);
+                .insert(name, u32::try_from(e.arg).unwrap_or(u32::MAX));
         }
         Kind::SemWait if !e.failed() => b.handoff(
             t,
@@ -439,7 +439,7 @@ fn balance(tokens: &mut Tokens) {
             let mut th: Vec<usize> = arr.iter().map(|a| a.1).collect();
             th.sort();
             th.dedup();
-            th.len() as u32
+            u32::try_from(th.len()).unwrap_or(u32::MAX)
         };
         let parties = match tokens.barriers.get(&bn).copied() {
             Some(p) if p > 0 && p <= users => p,

@@ -160,6 +160,8 @@ fn scalability() {
 }
 
 /// One table: `variants` are (mode, work device registered as exclusive).
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn scalability_at(work_ns: u64, variants: &[(SyncMode, bool)]) {
     const READS_PER_VCPU: u32 = 2_000;
     let host_cpus = smplab_vmm::placement::allowed_cpus().len();

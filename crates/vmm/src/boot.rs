@@ -43,6 +43,8 @@ pub fn read_kernel(image: &KernelImage) -> Result<Vec<u8>, VmmError> {
 }
 
 /// RAM layout: `(guest address, bytes)` for each region.
+// Casts: smplab runs on 64-bit x86 hosts only (KVM), where usize is 64 bits.
+#[allow(clippy::cast_possible_truncation)]
 pub fn ram_regions(mem_bytes: u64) -> Vec<(GuestAddress, usize)> {
     let low = mem_bytes.min(MMIO_HOLE_START);
     let mut regions = vec![(GuestAddress(0), low as usize)];
@@ -169,12 +171,12 @@ pub fn write_boot_data(
         magic: XEN_HVM_START_MAGIC_VALUE,
         version: 1,
         flags: 0,
-        nr_modules: modlist.len() as u32,
+        nr_modules: u32::try_from(modlist.len()).unwrap_or(u32::MAX),
         modlist_paddr: if modlist.is_empty() { 0 } else { MODLIST_ADDR },
         cmdline_paddr: CMDLINE_ADDR,
         rsdp_paddr: 0,
         memmap_paddr: MEMMAP_ADDR,
-        memmap_entries: memmap.len() as u32,
+        memmap_entries: u32::try_from(memmap.len()).unwrap_or(u32::MAX),
         reserved: 0,
     };
     let mut params = BootParams::new(&start_info, GuestAddress(START_INFO_ADDR));
@@ -300,6 +302,8 @@ mod tests {
     }
 
     #[test]
+    // Casts: smplab runs on 64-bit x86 hosts only (KVM), where usize is 64 bits.
+    #[allow(clippy::cast_possible_truncation)]
     fn memory_above_the_hole_is_mapped_above_4_gib() {
         let regions = ram_regions(4 << 30);
         assert_eq!(regions[0], (GuestAddress(0), MMIO_HOLE_START as usize));

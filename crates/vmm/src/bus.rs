@@ -425,6 +425,8 @@ impl BusClient {
         true
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn queued_read(&mut self, slot: usize, offset: u64, data: &mut [u8]) {
         let len = data.len().min(8) as u8;
         // A fresh one-slot channel per read: if the I/O thread is gone, the reply
@@ -452,6 +454,8 @@ impl BusClient {
         }
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn posted_write(&mut self, slot: usize, offset: u64, data: &[u8]) {
         let mut bytes = [0u8; 8];
         let len = data.len().min(8);
@@ -579,6 +583,8 @@ mod tests {
     }
 
     #[test]
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn a_flood_of_posted_writes_is_bounded_and_complete() {
         let (bus, result) = bus(SyncMode::Hybrid);
         let mut client = bus.client();

@@ -198,8 +198,8 @@ pub fn record_for(args: &VmmArgs, outcome: &Result<VmRun, VmmError>) -> RunRecor
             record.timing.wall_ns = run
                 .section
                 .run_wall_ns
-                .unwrap_or(run.wall.as_nanos() as u64);
-            record.timing.total_ns = Some(run.wall.as_nanos() as u64);
+                .unwrap_or(u64::try_from(run.wall.as_nanos()).unwrap_or(u64::MAX));
+            record.timing.total_ns = Some(u64::try_from(run.wall.as_nanos()).unwrap_or(u64::MAX));
             if run.exit_code != 0 {
                 record.outcome = Outcome::Failed {
                     reason: format!("the guest exited with code {}", run.exit_code),

@@ -73,6 +73,8 @@ fn store32(code: &mut Vec<u8>, addr: u32, value: u32) {
 
 /// 32-bit code that enters long mode with the first 2 MiB identity-mapped
 /// (user-accessible), then `iretq`s to a CPL3 `jmp $`.
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn spin_at_cpl3_code() -> Vec<u8> {
     let mut c = Vec::new();
     // PML4[0] -> PDPT, PDPT[0] -> PD, PD[0] = 2 MiB page at 0 (P|RW|US|PS).
@@ -107,7 +109,7 @@ fn spin_at_cpl3_code() -> Vec<u8> {
     let far_target = c.len();
     c.extend([0; 4]);
     c.extend([0x08, 0x00]);
-    let long_mode = BSP_LOAD_ADDR + c.len() as u32;
+    let long_mode = BSP_LOAD_ADDR + u32::try_from(c.len()).unwrap_or(u32::MAX);
     c[far_target..far_target + 4].copy_from_slice(&long_mode.to_le_bytes());
     // 64-bit: a kernel stack, then an iretq frame for CPL3.
     c.extend([0x48, 0xc7, 0xc4]); // mov rsp, imm32
@@ -122,7 +124,7 @@ fn spin_at_cpl3_code() -> Vec<u8> {
     let rip_at = c.len();
     c.extend([0; 4]);
     c.extend([0x48, 0xcf]); // iretq
-    let user = BSP_LOAD_ADDR + c.len() as u32;
+    let user = BSP_LOAD_ADDR + u32::try_from(c.len()).unwrap_or(u32::MAX);
     c[rip_at..rip_at + 4].copy_from_slice(&user.to_le_bytes());
     c.extend([0xeb, 0xfe]); // user: jmp $
     c
@@ -212,7 +214,7 @@ impl GuestProgram {
                 patches.push((c.len(), buffers.len() - 1));
                 c.extend([0; 4]);
                 c.push(0xb9); // mov ecx, imm32
-                c.extend((bytes.len() as u32).to_le_bytes());
+                c.extend(u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());
                 mov_dx(&mut c, port);
                 c.extend([0xfc, 0xf3, 0x6e]); // cld; rep outsb
             }
@@ -250,7 +252,7 @@ impl GuestProgram {
         c.extend([0xfa, 0xf4, 0xeb, 0xfd]); // cli; hlt; jmp hlt
         let mut addresses = Vec::new();
         for buffer in &buffers {
-            addresses.push(BSP_LOAD_ADDR + c.len() as u32);
+            addresses.push(BSP_LOAD_ADDR + u32::try_from(c.len()).unwrap_or(u32::MAX));
             c.extend(buffer);
         }
         for (pos, buffer) in patches {
@@ -260,6 +262,8 @@ impl GuestProgram {
     }
 
     /// 16-bit real-mode AP code (entered at CS = AP_TRAMPOLINE_ADDR >> 4, IP = 0).
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn ap_code(&self) -> Vec<u8> {
         let mut c = Vec::new();
         if self.ap_loops > 0 {
@@ -288,6 +292,8 @@ impl GuestProgram {
 
 /// Build an ELF64 x86-64 executable with one PT_LOAD per `(paddr, bytes)` segment
 /// and a PT_NOTE holding the Xen PVH entry note (type 18) for `entry`.
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 pub fn pvh_elf(entry: u32, segments: &[(u32, Vec<u8>)]) -> Vec<u8> {
     const EHDR: usize = 64;
     const PHDR: usize = 56;
@@ -314,7 +320,7 @@ pub fn pvh_elf(entry: u32, segments: &[(u32, Vec<u8>)]) -> Vec<u8> {
     out.extend(0u32.to_le_bytes()); // e_flags
     out.extend((EHDR as u16).to_le_bytes());
     out.extend((PHDR as u16).to_le_bytes());
-    out.extend((phnum as u16).to_le_bytes());
+    out.extend(u16::try_from(phnum).unwrap_or(u16::MAX).to_le_bytes());
     out.extend([0u8; 6]); // shentsize, shnum, shstrndx
 
     let mut placed = Vec::new();

@@ -492,6 +492,8 @@ impl Vcpu {
     /// The port I/O of the exit just taken, split into the guest's accesses:
     /// `size` bytes each, `count` times (string I/O such as `rep outsb` repeats
     /// the access).
+    // Casts: KVM puts the I/O data inside the mmap-ed kvm_run page, so the offset is small.
+    #[allow(clippy::cast_possible_truncation)]
     fn handle_pio(&mut self, port: u16, input: bool) {
         let run = self.fd.get_kvm_run();
         // SAFETY: called right after KVM_RUN returned KVM_EXIT_IO, so `io` is the

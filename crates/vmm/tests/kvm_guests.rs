@@ -35,6 +35,8 @@ fn config(program: &GuestProgram, vcpus: u32, sync: SyncMode) -> VmConfig {
     config
 }
 
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn boots_and_exits(vcpus: u32, sync: SyncMode) {
     if !kvm_usable() {
         return;

@@ -142,7 +142,7 @@ fn ops(w: &mut W, ops: &[Op]) {
                 self::ops(&mut inner, body);
                 w.u8(REPEAT);
                 w.u64(*count);
-                w.u32(inner.0.len() as u32);
+                w.u32(u32::try_from(inner.0.len()).unwrap_or(u32::MAX));
                 w.0.extend_from_slice(&inner.0);
             }
         }
@@ -166,7 +166,7 @@ pub fn encode(p: &Program) -> Vec<u8> {
         p.buffers.len(),
         p.groups.len(),
     ] {
-        w.u32(len as u32);
+        w.u32(u32::try_from(len).unwrap_or(u32::MAX));
     }
     for l in &p.spin_locks {
         w.u8(spin_kind(l.kind));
@@ -192,7 +192,7 @@ pub fn encode(p: &Program) -> Vec<u8> {
         ops(&mut body, &g.ops);
         w.u32(g.threads);
         w.u64(p.private_bytes(gi));
-        w.u32(body.0.len() as u32);
+        w.u32(u32::try_from(body.0.len()).unwrap_or(u32::MAX));
         w.0.extend_from_slice(&body.0);
     }
     w.0

@@ -53,6 +53,8 @@ pub enum ExprError {
 
 impl Count {
     /// Evaluate with thread parameter and scale `env`.
+    // Casts: the value was checked finite and not negative just above; f64 `as` u64 saturates at the top.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn eval(&self, env: Env) -> Result<u64, ExprError> {
         match self {
             Count::Int(v) => Ok(*v),

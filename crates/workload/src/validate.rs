@@ -124,7 +124,9 @@ impl Kind {
 }
 
 fn index_of<T>(map: &BTreeMap<String, T>, name: &str) -> Option<u32> {
-    map.keys().position(|k| k == name).map(|i| i as u32)
+    map.keys()
+        .position(|k| k == name)
+        .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
 }
 
 impl Cx<'_> {

@@ -5,6 +5,8 @@ use super::{Ctx, Page};
 use crate::svg::{esc, fmt_ns};
 use std::fmt::Write;
 
+// Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn render(ctx: &Ctx, page: &mut Page) {
     let Some(cal) = &ctx.opts.calibration else {
         return;

@@ -9,6 +9,8 @@ use crate::store::Status;
 use crate::svg::{self, esc};
 use std::fmt::Write;
 
+// Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn configurations(ctx: &Ctx) -> String {
     let r = ctx.results;
     let mut h = format!(

@@ -20,6 +20,8 @@ const MAX_ROWS: usize = 24;
 const MAX_TABLE_ROWS: usize = 16;
 
 /// Quantile of sorted values (linear interpolation).
+// Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;

@@ -54,7 +54,7 @@ fn opened_of(state: u64) -> u32 {
 /// (waiters are never 2^31 generations behind).
 #[inline]
 fn is_open(opened: u32, g: u32) -> bool {
-    (opened.wrapping_sub(g) as i32) > 0
+    opened.wrapping_sub(g).cast_signed() > 0
 }
 
 #[derive(Debug)]
@@ -95,7 +95,7 @@ impl Barrier {
     pub fn wait(&self, ctx: &mut Ctx<'_>) -> Result<(), Aborted> {
         let old = self.state.fetch_add(1, Ordering::AcqRel);
         let opened = opened_of(old);
-        let count = old as u32;
+        let count = u32::try_from(old).unwrap_or(u32::MAX);
         let (generation, last) = if count < self.parties {
             (opened, count + 1 == self.parties)
         } else {

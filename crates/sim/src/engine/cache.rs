@@ -40,7 +40,7 @@ impl Sim {
             } else {
                 c.refill_remote_ns_per_line
             };
-        (lines as f64 * per_line) as u64
+        crate::units_from_f64(lines as f64 * per_line)
     }
 
     pub(super) fn shared_cost(&self, v: u32, ns: u64) -> u64 {
@@ -53,6 +53,6 @@ impl Sim {
         let partners = (vm.running - 1) as f64;
         let remote = (vm.running - vm.running_per_domain[d]) as f64;
         let f = 1.0 + self.platform.cache.remote_share_factor * remote / partners;
-        (ns as f64 * f) as u64
+        crate::units_from_f64(ns as f64 * f)
     }
 }

@@ -68,7 +68,7 @@ impl Sim {
                 };
                 vc.act = Act::Handler;
                 vc.act_end = now + d;
-                self.set_acct(v, Acct::On(cause::KERNEL_SHOOTDOWN_HANDLER as u8));
+                self.set_acct(v, Acct::On(cause::id8(cause::KERNEL_SHOOTDOWN_HANDLER)));
                 self.schedule_step(v, now + d);
                 return;
             }
@@ -374,7 +374,7 @@ impl Sim {
         vc.act = Act::Off;
         vc.gen = vc.gen.wrapping_add(1);
         vc.step_at = u64::MAX;
-        self.set_acct(v, Acct::On(cause::UNATTRIBUTED as u8));
+        self.set_acct(v, Acct::On(cause::id8(cause::UNATTRIBUTED)));
     }
 
     /// Close a spin's accounting (time and iterations).
@@ -547,7 +547,7 @@ impl Sim {
                 let vc = &mut self.vcpus[v as usize];
                 vc.act = Act::IdlePoll;
                 vc.sdb_at = u64::MAX;
-                self.set_acct(v, Acct::On(cause::IDLE_POLL as u8));
+                self.set_acct(v, Acct::On(cause::id8(cause::IDLE_POLL)));
                 let p = self.vcpus[v as usize].pcpu;
                 if self.vms[vm].sdb && !self.pcpus[p as usize].rq.is_empty() {
                     self.vcpus[v as usize].sdb_at = self.now + costs.sdb_detect;
@@ -561,7 +561,7 @@ impl Sim {
                     vc.exits[exit::HLT] += 1;
                     vc.act = Act::Halting;
                     vc.act_end = now + costs.hlt_exit;
-                    self.set_acct(v, Acct::On(cause::EXIT_HLT as u8));
+                    self.set_acct(v, Acct::On(cause::id8(cause::EXIT_HLT)));
                     self.schedule_step(v, now + costs.hlt_exit);
                 } else if costs.native_idle_poll > 0 {
                     // Bare metal: poll first, then C1 (see halting_done).
@@ -569,7 +569,7 @@ impl Sim {
                     let vc = &mut self.vcpus[v as usize];
                     vc.act = Act::HaltPoll;
                     vc.act_end = now + costs.native_idle_poll;
-                    self.set_acct(v, Acct::On(cause::HALT_POLL as u8));
+                    self.set_acct(v, Acct::On(cause::id8(cause::HALT_POLL)));
                     self.schedule_step(v, now + costs.native_idle_poll);
                 } else {
                     self.halt(v);
@@ -589,7 +589,7 @@ impl Sim {
                 let vc = &mut self.vcpus[v as usize];
                 vc.act = Act::HaltPoll;
                 vc.act_end = now + w;
-                self.set_acct(v, Acct::On(cause::HALT_POLL as u8));
+                self.set_acct(v, Acct::On(cause::id8(cause::HALT_POLL)));
                 self.schedule_step(v, now + w);
                 return;
             }
@@ -604,7 +604,7 @@ impl Sim {
         vc.host = HostState::Halted;
         vc.gen = vc.gen.wrapping_add(1);
         vc.step_at = u64::MAX;
-        self.set_acct(v, Acct::Away(cause::IDLE_HALTED as u8));
+        self.set_acct(v, Acct::Away(cause::id8(cause::IDLE_HALTED)));
         self.release(v);
     }
 
@@ -648,7 +648,7 @@ impl Sim {
         let vc = &mut self.vcpus[u as usize];
         if !vc.wake_pending {
             vc.wake_pending = true;
-            self.set_acct(u, Acct::Away(cause::WAKE_LATENCY as u8));
+            self.set_acct(u, Acct::Away(cause::id8(cause::WAKE_LATENCY)));
             self.push(self.now + latency, Kind::Wake { vcpu: u });
         }
     }
@@ -732,8 +732,8 @@ impl Sim {
         if self.vms[vm].done_threads == self.vms[vm].n_threads {
             self.vms[vm].end_ns = now;
             self.vms_done += 1;
-            self.close_vm_acct(vm as u32);
-            self.vm_finished(vm as u32);
+            self.close_vm_acct(u32::try_from(vm).unwrap_or(u32::MAX));
+            self.vm_finished(u32::try_from(vm).unwrap_or(u32::MAX));
         }
         self.vcpus[v as usize].cur = NONE;
         Flow::Again

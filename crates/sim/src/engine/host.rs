@@ -22,14 +22,14 @@ impl Sim {
     /// Every vCPU starts runnable at time 0 (the workload's threads start together).
     pub(super) fn start(&mut self) {
         if self.policy.kind == PolicyKind::Gang {
-            for v in 0..self.vcpus.len() as u32 {
+            for v in 0..u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX) {
                 self.vcpus[v as usize].host = HostState::Parked;
-                self.set_acct(v, Acct::Away(cause::STEAL as u8));
+                self.set_acct(v, Acct::Away(cause::id8(cause::STEAL)));
             }
             self.gang_tick();
             return;
         }
-        for v in 0..self.vcpus.len() as u32 {
+        for v in 0..u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX) {
             self.make_ready(v);
         }
         let d = &self.platform.defaults;
@@ -54,7 +54,7 @@ impl Sim {
             // Nothing else pending: re-arming would hide a stall.
             return false;
         }
-        let n = self.pcpus.len() as u32;
+        let n = u32::try_from(self.pcpus.len()).unwrap_or(u32::MAX);
         // Linux's load average keeps a blocked task's load on its CPU (PELT
         // "blocked load"), so a pCPU whose vCPUs halt briefly still counts
         // them; without that, a pCPU with one never-halting vCPU looks as
@@ -146,7 +146,7 @@ impl Sim {
                 }
             }
             self.vcpus[v as usize].host = HostState::Parked;
-            self.set_acct(v, Acct::Away(cause::STEAL as u8));
+            self.set_acct(v, Acct::Away(cause::id8(cause::STEAL)));
             return;
         }
         let p = self.choose_pcpu(v);
@@ -258,7 +258,7 @@ impl Sim {
         };
         self.pcpus[p as usize].rq.push_back(v);
         self.set_bit_busy_rq(p);
-        self.set_acct(v, Acct::Away(c as u8));
+        self.set_acct(v, Acct::Away(cause::id8(c)));
         self.arm_slice(p);
         self.arm_sdb_false_positive(p);
     }
@@ -298,7 +298,7 @@ impl Sim {
                 // Keep the accounting cause (steal, or waiting after a yield).
                 let c = match self.vcpus[v as usize].acct {
                     super::Acct::Away(c) => c,
-                    _ => cause::STEAL as u8,
+                    _ => cause::id8(cause::STEAL),
                 };
                 self.enqueue(dst, v);
                 self.vcpus[v as usize].acct = super::Acct::Away(c);
@@ -368,7 +368,7 @@ impl Sim {
     /// uniform ±25% jitter (seeded) models it.
     fn slice_len(&mut self) -> u64 {
         let u = self.rand_f64();
-        (self.slice_ns as f64 * (0.75 + 0.5 * u)) as u64
+        crate::units_from_f64(self.slice_ns as f64 * (0.75 + 0.5 * u))
     }
 
     /// Put `v` on idle pCPU `p` and let it run.
@@ -420,7 +420,7 @@ impl Sim {
         pc.sdb_armed = false;
         pc.want_preempt = false;
         self.set_bit_idle(p, false);
-        self.set_acct(v, Acct::On(cause::UNATTRIBUTED as u8));
+        self.set_acct(v, Acct::On(cause::id8(cause::UNATTRIBUTED)));
         self.arm_slice(p);
         self.arm_sdb_false_positive(p);
         self.resume(v);
@@ -466,7 +466,7 @@ impl Sim {
 
     /// A queued vCPU from another pCPU that may run on `p`.
     fn steal(&mut self, p: u32) -> Option<u32> {
-        let n = self.pcpus.len() as u32;
+        let n = u32::try_from(self.pcpus.len()).unwrap_or(u32::MAX);
         let start = (p / self.per_llc) * self.per_llc;
         let mut q = start;
         // Bounded: in huge hosts give up after a few candidate queues rather
@@ -643,7 +643,7 @@ impl Sim {
             self.vms[k].gang_base = used;
             used += vm.vcpus;
             if let Some(g) = groups.last_mut() {
-                g.push(k as u32);
+                g.push(u32::try_from(k).unwrap_or(u32::MAX));
             }
         }
         self.gang_groups = groups;
@@ -700,10 +700,10 @@ impl Sim {
         let vc = &mut self.vcpus[v as usize];
         if matches!(act, Act::Halting | Act::HaltPoll) {
             vc.host = HostState::Halted;
-            self.set_acct(v, Acct::Away(cause::IDLE_HALTED as u8));
+            self.set_acct(v, Acct::Away(cause::id8(cause::IDLE_HALTED)));
         } else {
             vc.host = HostState::Parked;
-            self.set_acct(v, Acct::Away(cause::STEAL as u8));
+            self.set_acct(v, Acct::Away(cause::id8(cause::STEAL)));
         }
     }
 }

@@ -459,7 +459,13 @@ impl Sim {
         }
         let ranges = sim.vm_ranges(s);
         for (k, spec) in s.vms.iter().enumerate() {
-            sim.add_vm(k as u32, spec, s.virtualized, ranges[k], s.vms.len() as u32)?;
+            sim.add_vm(
+                u32::try_from(k).unwrap_or(u32::MAX),
+                spec,
+                s.virtualized,
+                ranges[k],
+                u32::try_from(s.vms.len()).unwrap_or(u32::MAX),
+            )?;
         }
         if s.policy.kind == PolicyKind::Gang {
             sim.setup_gangs(s);
@@ -475,14 +481,15 @@ impl Sim {
         }
         // Proportional to vCPUs, at least one pCPU each, contiguous.
         let total: u64 = s.vms.iter().map(|v| v.vcpus as u64).sum();
-        let n = s.vms.len() as u32;
+        let n = u32::try_from(s.vms.len()).unwrap_or(u32::MAX);
         let mut out = Vec::with_capacity(s.vms.len());
         let mut lo = 0u32;
         let mut acc = 0u64;
-        for (i, v) in s.vms.iter().enumerate() {
-            acc += v.vcpus as u64;
-            let mut hi = ((acc * pc as u64) / total.max(1)) as u32;
-            let remaining_vms = n - i as u32 - 1;
+        for (i, v) in (0u32..).zip(&s.vms) {
+            acc += u64::from(v.vcpus);
+            // acc <= total, so the share is at most pc and always fits.
+            let mut hi = u32::try_from(acc * u64::from(pc) / total.max(1)).unwrap_or(pc);
+            let remaining_vms = n - i - 1;
             hi = hi.max(lo + 1).min(pc - remaining_vms);
             out.push((lo, hi));
             lo = hi;
@@ -564,8 +571,8 @@ impl Sim {
                 native_idle_poll: p.native.idle_poll_ns,
             }
         };
-        let first_thread = self.threads.len() as u32;
-        let first_vcpu = self.vcpus.len() as u32;
+        let first_thread = u32::try_from(self.threads.len()).unwrap_or(u32::MAX);
+        let first_vcpu = u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX);
         let n_threads = prog.total_threads();
         let line = p.cache.line_bytes.max(1);
         let cap = p.cache.private_bytes;
@@ -574,9 +581,9 @@ impl Sim {
             self.tacct.push(ThreadAcct::default());
             self.threads.push(Thread {
                 vm: k,
-                group: g as u32,
+                group: u32::try_from(g).unwrap_or(u32::MAX),
                 index: idx,
-                vcpu: first_vcpu + (ti as u32 % spec.vcpus),
+                vcpu: first_vcpu + (u32::try_from(ti).unwrap_or(u32::MAX) % spec.vcpus),
                 pc: 0,
                 loops: Vec::with_capacity(gc.depth),
                 state: TState::Running,
@@ -605,7 +612,11 @@ impl Sim {
                     Affinity::Pin => {
                         // Spread evenly; different VMs start at different offsets
                         // so pinned VMs do not all pile onto pCPU 0.
-                        let off = (k as u64 * spec.vcpus as u64 / n_vms.max(1) as u64) as u32;
+                        // k < n_vms, so the offset is below spec.vcpus and fits.
+                        let off = u32::try_from(
+                            u64::from(k) * u64::from(spec.vcpus) / u64::from(n_vms.max(1)),
+                        )
+                        .unwrap_or(0);
                         let p = plo + (i + off) % len;
                         (p, p + 1)
                     }
@@ -661,7 +672,7 @@ impl Sim {
         let dev_period = spec
             .devices
             .filter(|d| d.exits_per_ms > 0.0 && virtualized)
-            .map(|d| (1e6 / d.exits_per_ms) as u64);
+            .map(|d| crate::units_from_f64(1e6 / d.exits_per_ms));
         for v in first_vcpu..first_vcpu + spec.vcpus {
             self.vcpus[v as usize].next_device_in = dev_period.unwrap_or(u64::MAX);
         }
@@ -788,14 +799,19 @@ impl Sim {
         self.start();
         let horizon = horizon.unwrap_or(u64::MAX);
         let mut stopped_at = None;
-        while self.vms_done < self.vms.len() as u32 {
+        while self.vms_done < u32::try_from(self.vms.len()).unwrap_or(u32::MAX) {
             let Some(ev) = self.q.pop() else {
                 let (vm, pending) = self
                     .vms
                     .iter()
                     .enumerate()
                     .find(|(_, v)| v.done_threads < v.n_threads)
-                    .map(|(i, v)| (i as u32, v.n_threads - v.done_threads))
+                    .map(|(i, v)| {
+                        (
+                            u32::try_from(i).unwrap_or(u32::MAX),
+                            v.n_threads - v.done_threads,
+                        )
+                    })
                     .unwrap_or((0, 0));
                 return Err(SimError::Stalled {
                     at_ns: self.now,
@@ -849,10 +865,10 @@ impl Sim {
             );
         }
         self.now = end;
-        for v in 0..self.vcpus.len() as u32 {
+        for v in 0..u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX) {
             self.set_acct(v, Acct::Off);
         }
-        for p in 0..self.pcpus.len() as u32 {
+        for p in 0..u32::try_from(self.pcpus.len()).unwrap_or(u32::MAX) {
             // Close the idle interval (a busy pCPU's time was charged above).
             if self.pcpus[p as usize].idle_since != u64::MAX {
                 self.pcpu_idle_acct(p, false);
@@ -1029,7 +1045,7 @@ impl Sim {
                     wall_ns: if finished { vm.end_ns } else { end },
                     threads,
                     ops: vm.ops,
-                    spin_iterations: vm.spin_iters.round() as u64,
+                    spin_iterations: crate::units_from_f64(vm.spin_iters.round()),
                     blocks: vm.blocks,
                     wakeups: vm.wakeups,
                     cs_voluntary: vm.cs_voluntary,

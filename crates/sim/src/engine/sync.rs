@@ -129,7 +129,7 @@ impl Sim {
             Wait::Shootdown => cause::SPIN_SHOOTDOWN,
             Wait::None => cause::UNATTRIBUTED,
         };
-        self.set_acct(v, Acct::On(c as u8));
+        self.set_acct(v, Acct::On(cause::id8(c)));
         self.reschedule(v);
         Flow::Started
     }
@@ -234,7 +234,8 @@ impl Sim {
         }
         if !retry && m.spin_limit > 0 {
             m.spinners.push(t);
-            let budget = (m.spin_limit as f64 * self.platform.cpu.spin_iter_pause_ns) as u64;
+            let budget =
+                crate::units_from_f64(m.spin_limit as f64 * self.platform.cpu.spin_iter_pause_ns);
             let th = &mut self.threads[t as usize];
             th.state = TState::Spinning;
             th.wait = Wait::Mutex(i);
@@ -319,7 +320,7 @@ impl Sim {
                     } else {
                         cpu.spin_iter_nopause_ns
                     };
-                    (limit as f64 * iter) as u64
+                    crate::units_from_f64(limit as f64 * iter)
                 };
                 self.start_spin(v, t)
             }

@@ -77,7 +77,9 @@ impl Sim {
             } else {
                 ((1.0 - u).ln() / (1.0 - costs.sdb_fp).ln()).ceil().max(1.0)
             };
-            let at = now.saturating_add((windows * self.platform.sdb.window_ns as f64) as u64);
+            let at = now.saturating_add(crate::units_from_f64(
+                windows * self.platform.sdb.window_ns as f64,
+            ));
             let gen = self.pcpus[p as usize].slice_gen;
             self.push(at, Kind::SdbFalse { pcpu: p, gen });
         }
@@ -113,7 +115,7 @@ impl Sim {
         let costs = self.vms[vm].costs;
         let service = self.platform.device.service_ns;
         let now = self.now;
-        let period = (1e6 / d.exits_per_ms) as u64;
+        let period = crate::units_from_f64(1e6 / d.exits_per_ms);
         let take = |acc: &mut f64, frac: f64| {
             *acc += frac;
             if *acc >= 1.0 {

@@ -20,6 +20,8 @@ impl ConcurrentDevice for DebugExit {
         data.fill(0xff);
     }
 
+    // Casts: the port is 32 bits wide; the low 32 bits are the written value.
+    #[allow(clippy::cast_possible_truncation)]
     fn write(&self, _offset: u64, data: &[u8]) {
         // Any width is accepted; wider than 32 bits is clipped, as the port is 32-bit.
         let code = le_value(data) as u32;

@@ -71,6 +71,8 @@ pub fn le_value(data: &[u8]) -> u64 {
 /// Fill `data` with the little-endian bytes of `value`, starting at byte `offset`
 /// of the value (so a 1-byte read at offset 2 of a 32-bit register sees bits 16..24).
 /// Bytes past the value's 8 bytes read as zero.
+// Casts: the offset is inside a device window of a few pages.
+#[allow(clippy::cast_possible_truncation)]
 pub fn fill_le(data: &mut [u8], value: u64, offset: u64) {
     let bytes = value.to_le_bytes();
     for (i, out) in data.iter_mut().enumerate() {

@@ -32,7 +32,8 @@ impl PmTimer {
     pub fn counter(&self) -> u32 {
         let ticks = u128::from(rdtsc().wrapping_sub(self.tsc_at_start));
         let pm_ticks = ticks * u128::from(PM_TIMER_HZ) / u128::from(self.tsc_hz);
-        (pm_ticks as u64 & 0x00ff_ffff) as u32
+        // Masked to 24 bits, so it always fits.
+        u32::try_from(pm_ticks & 0x00ff_ffff).unwrap_or(0)
     }
 }
 
@@ -54,7 +55,7 @@ pub fn calibrate_tsc_hz() -> u64 {
     std::thread::sleep(std::time::Duration::from_millis(20));
     let tsc1 = rdtsc();
     let nanos = start.elapsed().as_nanos().max(1);
-    (u128::from(tsc1.wrapping_sub(tsc0)) * 1_000_000_000 / nanos) as u64
+    u64::try_from(u128::from(tsc1.wrapping_sub(tsc0)) * 1_000_000_000 / nanos).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

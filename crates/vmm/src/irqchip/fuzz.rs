@@ -48,6 +48,8 @@ impl Rng {
             _ => self.next(),
         }
     }
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn width(&mut self) -> usize {
         [4, 4, 4, 1, 2, 8, 3, 0][self.below(8) as usize]
     }
@@ -119,6 +121,8 @@ fn control(dev: &mut dyn LapicDevice, vcpu: u32, reg: u64) -> u64 {
 
 const VCPUS: u32 = 3;
 
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn fuzz_lapic(dev: &mut dyn LapicDevice, clock: &ManualClock, sink: &Recorder, seed: u64) -> u64 {
     let mut rng = Rng(seed);
     // The shadow ISR: acknowledged and not yet EOId, per vCPU.
@@ -296,6 +300,8 @@ impl ApicTarget for Deliveries {
 }
 
 #[test]
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn fuzz_ioapic() {
     let target = Arc::new(Deliveries::default());
     let mut ioapic = Ioapic::new(target.clone(), Arc::new(IrqchipCounters::default()));
@@ -310,7 +316,7 @@ fn fuzz_ioapic() {
                 } else {
                     0x10 + rng.below(48)
                 };
-                ioapic.write(0, &(select as u32).to_le_bytes());
+                ioapic.write(0, &u32::try_from(select).unwrap_or(u32::MAX).to_le_bytes());
             }
             3..=4 => {
                 let value = rng.value().to_le_bytes();

@@ -167,9 +167,17 @@ fn set_up(target: Target, client: &mut BusClient, sources: &[Source], vcpus: u32
                     let select = IOAPIC_WINDOW;
                     let window = IOAPIC_WINDOW + 0x10;
                     // Edge, fixed, physical destination 0, unmasked.
-                    write32(client, select, 0x10 + 2 * pin as u32 + 1);
+                    write32(
+                        client,
+                        select,
+                        0x10 + 2 * u32::try_from(pin).unwrap_or(u32::MAX) + 1,
+                    );
                     write32(client, window, 0);
-                    write32(client, select, 0x10 + 2 * pin as u32);
+                    write32(
+                        client,
+                        select,
+                        0x10 + 2 * u32::try_from(pin).unwrap_or(u32::MAX),
+                    );
                     write32(client, window, u32::from(vector));
                 }
             }
@@ -195,6 +203,8 @@ struct Receiver {
 }
 
 impl Receiver {
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn inta(&self, client: &mut BusClient) -> Option<u8> {
         let addr = match self.target {
             Target::Lapic => lapic_control_address(0, lapic_ctl::INTA),
@@ -256,6 +266,8 @@ const TRIGGERS: usize = 3;
 const TRIGGER_BACKOFF: Duration = Duration::from_micros(20);
 
 /// The harness's lines, trigger t owning lines `t * LINES_PER_TRIGGER ..`.
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn sources(target: Target) -> Vec<Source> {
     let mut lines = Vec::new();
     for t in 0..TRIGGERS {
@@ -271,7 +283,7 @@ fn sources(target: Target) -> Vec<Source> {
                         }
                     } else {
                         Source::Ipi {
-                            from: t as u32,
+                            from: u32::try_from(t).unwrap_or(u32::MAX),
                             vector,
                         }
                     }
@@ -462,6 +474,8 @@ fn check_empty(chip: &Irqchip, target: Target, shared: &Shared) {
 
 /// Listing 4.4's `trigger_fn`: raise its lines in turn, `count` interrupts in
 /// all, each line waiting for its re-raise condition.
+// Casts: test code: the values come from small fixed or generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
 fn trigger(
     lines: std::ops::Range<usize>,
     sources: &[Source],

@@ -64,6 +64,8 @@ impl HybridLapic {
         self.routing.store(value, Ordering::Release);
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn addressing(&self) -> Addressing {
         let r = self.routing.load(Ordering::Acquire);
         Addressing {
@@ -91,6 +93,8 @@ pub struct HybridLapics {
 }
 
 impl HybridLapics {
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn new(config: &IrqchipConfig, counters: Arc<IrqchipCounters>) -> Self {
         HybridLapics {
             lapics: (0..config.vcpus.min(super::MAX_VCPUS))
@@ -103,7 +107,7 @@ impl HybridLapics {
     }
 
     pub fn vcpus(&self) -> u32 {
-        self.lapics.len() as u32
+        u32::try_from(self.lapics.len()).unwrap_or(u32::MAX)
     }
 
     /// Set `vector` in `vcpu`'s IRR from any thread, then kick if newly pending.
@@ -167,6 +171,8 @@ impl HybridLapics {
         self.write_register(vcpu, super::regs::REG_EOI, 0);
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn send(&self, message: ApicMessage, sender: Option<u32>) -> u32 {
         let targets = destinations(&message, sender, self.vcpus(), |i| {
             self.lapics[i as usize].addressing()
@@ -321,6 +327,8 @@ impl ConcurrentDevice for HybridLapics {
         fill_le(data, u64::from(value), byte);
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn write(&self, offset: u64, data: &[u8]) {
         let (vcpu, control, offset) = window_offset(offset);
         if control {
@@ -430,6 +438,8 @@ impl HybridPic {
 }
 
 impl ConcurrentDevice for HybridPic {
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn read(&self, offset: u64, data: &mut [u8]) {
         let value = match offset {
             0..=5 => {
@@ -452,6 +462,8 @@ impl ConcurrentDevice for HybridPic {
         fill_le(data, value, 0);
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn write(&self, offset: u64, data: &[u8]) {
         let value = le_value(data);
         match offset {

@@ -78,6 +78,8 @@ impl Ioapic {
         }
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn send(&mut self, index: usize) -> u32 {
         let entry = self.redirection[index];
         let mode = DeliveryMode::from_bits((entry >> 8) as u32);
@@ -103,6 +105,8 @@ impl Ioapic {
     }
 
     /// EOI of `vector` by a LAPIC: clear remote IRR, re-deliver a still-high line.
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn eoi(&mut self, vector: u8) {
         for index in 0..IOAPIC_PINS {
             let entry = self.redirection[index];
@@ -126,7 +130,7 @@ impl Ioapic {
             r @ 0x10..=0x3f => {
                 let entry = self.redirection[((r - 0x10) / 2) as usize];
                 if r % 2 == 0 {
-                    entry as u32
+                    u32::try_from(entry).unwrap_or(u32::MAX)
                 } else {
                     (entry >> 32) as u32
                 }
@@ -178,6 +182,8 @@ impl ExclusiveDevice for Ioapic {
         fill_le(data, u64::from(value), byte);
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn write(&mut self, offset: u64, data: &[u8]) {
         let value = le_value(data);
         if offset >= PAGE {
@@ -193,8 +199,8 @@ impl ExclusiveDevice for Ioapic {
             return;
         }
         match reg {
-            0x00 => self.select = value as u32 & 0xff,
-            0x10 => self.write_indirect(value as u32),
+            0x00 => self.select = u32::try_from(value).unwrap_or(u32::MAX) & 0xff,
+            0x10 => self.write_indirect(u32::try_from(value).unwrap_or(u32::MAX)),
             0x40 => self.eoi(value as u8),
             _ => IrqchipCounters::bump(&self.counters.reserved_write),
         }

@@ -30,6 +30,8 @@ pub struct ExclusiveLapics {
 
 impl ExclusiveLapics {
     /// vCPU i gets APIC id i (as the VMM's CPUID says).
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn new(config: &IrqchipConfig, counters: Arc<IrqchipCounters>) -> Self {
         ExclusiveLapics {
             lapics: (0..config.vcpus.min(super::MAX_VCPUS))
@@ -46,7 +48,7 @@ impl ExclusiveLapics {
     }
 
     pub fn vcpus(&self) -> u32 {
-        self.lapics.len() as u32
+        u32::try_from(self.lapics.len()).unwrap_or(u32::MAX)
     }
 
     /// The vector `acknowledge` would return for `vcpu`.
@@ -102,6 +104,8 @@ impl ExclusiveLapics {
     }
 
     /// Deliver an APIC-bus message from `sender` (None: the IOAPIC).
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn send(&mut self, message: ApicMessage, sender: Option<u32>) -> u32 {
         let vcpus = self.vcpus();
         let targets = destinations(&message, sender, vcpus, |i| {
@@ -213,6 +217,8 @@ impl ExclusiveLapics {
         }
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn write_control(&mut self, vcpu: u32, reg: u64, value: u64) {
         match reg {
             lapic_ctl::ACCEPT => {
@@ -294,6 +300,8 @@ impl ExclusiveDevice for ExclusiveLapics {
         fill_le(data, u64::from(value), byte);
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn write(&mut self, offset: u64, data: &[u8]) {
         let (vcpu, control, offset) = window_offset(offset);
         if control {

@@ -148,6 +148,8 @@ impl PicConfig {
     }
 
     /// The interrupt INTA would deliver for request bits `irr`.
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn select(&self, irr: u16) -> Option<Selection> {
         let slave = self.chips[1].request((irr >> 8) as u8, false);
         let master_requests = (irr as u8 & !(1 << 2)) | if slave.is_some() { 1 << 2 } else { 0 };
@@ -251,6 +253,8 @@ impl PicConfig {
     }
 
     /// Guest read of port index `port` (a pending poll is the caller's to handle).
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn read_port(&self, port: usize, irr: u16) -> u8 {
         match port {
             0 | 2 => {
@@ -364,6 +368,8 @@ impl ExclusivePic {
 }
 
 impl ExclusiveDevice for ExclusivePic {
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn read(&mut self, offset: u64, data: &mut [u8]) {
         let value = match offset {
             0..=5 => {
@@ -385,6 +391,8 @@ impl ExclusiveDevice for ExclusivePic {
         fill_le(data, value, 0);
     }
 
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     fn write(&mut self, offset: u64, data: &[u8]) {
         let value = le_value(data);
         match offset {

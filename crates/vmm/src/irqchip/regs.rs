@@ -64,6 +64,8 @@ impl VectorSet {
 }
 
 /// The highest vector set in eight words.
+// Casts: i < 8 and the bit index is < 32, so the vector is < 256.
+#[allow(clippy::cast_possible_truncation)]
 pub fn highest_in(words: &[u32; 8]) -> Option<u8> {
     (0..8)
         .rev()
@@ -139,6 +141,8 @@ pub struct ApicMessage {
 
 impl ApicMessage {
     /// Decode an ICR write (low word `lo`, high word `hi`).
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn from_icr(lo: u32, hi: u32) -> ApicMessage {
         ApicMessage {
             vector: lo as u8,
@@ -327,6 +331,8 @@ impl LapicRegs {
     }
 
     /// The LVT timer vector, if an expiry should raise it.
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn timer_vector(&self) -> Option<u8> {
         let lvt = self.lvt[0];
         (lvt & LVT_MASKED == 0 && self.enabled()).then_some(lvt as u8)
@@ -362,6 +368,8 @@ impl LapicRegs {
     }
 
     /// A full, aligned 32-bit guest write of `value` to `reg`.
+    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
+    #[allow(clippy::cast_possible_truncation)]
     pub fn write(
         &mut self,
         reg: u64,

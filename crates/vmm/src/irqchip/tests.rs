@@ -60,6 +60,8 @@ impl Vm {
         u32::from_le_bytes(b)
     }
 
+    // Casts: test code: the values come from small fixed or generator-bounded ranges.
+    #[allow(clippy::cast_possible_truncation)]
     fn ctl_r(&mut self, addr: u64) -> Option<u8> {
         let mut b = [0u8; 8];
         assert!(self.client.read(AddressSpace::Mmio, addr, &mut b));

@@ -118,7 +118,7 @@ fn run(shared: &Shared, clock: &dyn IrqClock, fire: &mut dyn FnMut(u32, u64)) {
         // Fire without the lock: `fire` reaches the model, whose periodic
         // re-arm comes back through `TimerHandle::arm`.
         drop(state);
-        fire(vcpu as u32, deadline);
+        fire(u32::try_from(vcpu).unwrap_or(u32::MAX), deadline);
         state = shared.state.lock().unwrap_or_else(|e| e.into_inner());
     }
 }
