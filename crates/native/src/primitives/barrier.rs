@@ -95,7 +95,8 @@ impl Barrier {
     pub fn wait(&self, ctx: &mut Ctx<'_>) -> Result<(), Aborted> {
         let old = self.state.fetch_add(1, Ordering::AcqRel);
         let opened = opened_of(old);
-        let count = u32::try_from(old).unwrap_or(u32::MAX);
+        // The low 32 bits of the state are the arrival count.
+        let count = u32::try_from(old & u64::from(u32::MAX)).unwrap_or(u32::MAX);
         let (generation, last) = if count < self.parties {
             (opened, count + 1 == self.parties)
         } else {
