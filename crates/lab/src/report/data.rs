@@ -125,25 +125,10 @@ pub fn differs_from_native(results: &Results, p: &Point) -> Option<bool> {
     Some(a.differs_from(&b))
 }
 
-/// Weighted speedup of a `vms = K` point with its interval: per repetition
-/// `Σ_i T_1 / T_K,i`, `T_1` the median wall time with one VM.
+/// Weighted speedup of a `vms = K` point with its interval: metrics' one
+/// definition, which counts only runs whose VMs' workload windows overlapped.
 pub fn weighted_speedup_ci(results: &Results, p: &Point) -> Option<MedianCi> {
-    let mut one = p.clone();
-    one.config.set_vms(1);
-    let t1 = wall_ci(results, &one)?.median;
-    let es = results.get(p)?;
-    MedianCi::of(
-        &es.iter()
-            .map(|e| {
-                e.records
-                    .iter()
-                    .map(|r| r.timing.wall_ns as f64 / 1e9)
-                    .filter(|&t| t > 0.0)
-                    .map(|t| t1 / t)
-                    .sum::<f64>()
-            })
-            .collect::<Vec<_>>(),
-    )
+    results.weighted_speedup_ci(p).map(|w| w.ci)
 }
 
 /// The default set-up: every setting at its one default (HLT idle, the
