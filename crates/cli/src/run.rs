@@ -347,15 +347,26 @@ mod tests {
                 .config()
                 .unwrap_err();
             assert!(
-                e[0].contains(&format!("--irqchip does not apply to --executor {executor}")),
+                e[0].contains(&format!(
+                    "--irqchip does not apply to --executor {executor}"
+                )),
                 "{e:?}"
             );
         }
-        let c = args(&["--executor", "vm", "--irqchip", "user", "--vmm-halt-poll-ns", "20000"])
-            .config()
-            .unwrap();
+        let c = args(&[
+            "--executor",
+            "vm",
+            "--irqchip",
+            "user",
+            "--vmm-halt-poll-ns",
+            "20000",
+        ])
+        .config()
+        .unwrap();
         assert_eq!(c.irqchip(), Some(Irqchip::User));
-        assert!(Cmd::try_parse_from(["smplab", "--workload", "dedup", "--irqchip", "usr"]).is_err());
+        assert!(
+            Cmd::try_parse_from(["smplab", "--workload", "dedup", "--irqchip", "usr"]).is_err()
+        );
         let mut v = vec!["smplab", "--workload", "dedup", "--idle", "mwait"];
         assert!(Cmd::try_parse_from(v.clone()).is_err());
         v.truncate(3);

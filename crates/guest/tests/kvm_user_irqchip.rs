@@ -86,7 +86,10 @@ fn boots_with_1_2_and_4_vcpus_on_the_user_irqchip() {
     ] {
         let r = vm(&p, &user_opts(vcpus, sync));
         let g = r.guest.as_ref().expect("guest section");
-        assert_eq!(g.vcpus, vcpus, "every AP started from the model's INIT/SIPI");
+        assert_eq!(
+            g.vcpus, vcpus,
+            "every AP started from the model's INIT/SIPI"
+        );
         assert_eq!(r.counters.ops, p.expected_counts());
         let vmm = r.vmm.as_ref().expect("vmm section");
         let user = vmm.user_irqchip.as_ref().expect("user_irqchip section");
@@ -107,17 +110,24 @@ fn every_builtin_counts_equal_native_on_the_user_irqchip() {
     if !kvm_usable() {
         return;
     }
-    for (i, name) in builtin::names().iter().enumerate() {
-        let sync = SyncMode::ALL[i % SyncMode::ALL.len()];
-        let p = program(name, 2, 0.02);
-        let r = vm(&p, &user_opts(2, sync));
-        assert_eq!(r.counters.ops, p.expected_counts(), "{name} ({sync})");
-        let native = smplab_native::run(&p, info(&p), &Default::default())
-            .unwrap_or_else(|e| panic!("native {name}: {e}"));
-        assert_eq!(
-            r.counters.ops, native.counters.ops,
-            "{name} ({sync}): vm irqchip=user vs native"
-        );
+    let mut i = 0;
+    for name in builtin::names() {
+        for vcpus in [1, 2, 4] {
+            // Rotate the sync modes so each meets every profile and vCPU count
+            // somewhere without multiplying the runs.
+            let sync = SyncMode::ALL[i % SyncMode::ALL.len()];
+            i += 1;
+            let p = program(name, vcpus.max(2), 0.02);
+            let r = vm(&p, &user_opts(vcpus, sync));
+            let what = format!("{name} on {vcpus} vCPUs ({sync})");
+            assert_eq!(r.counters.ops, p.expected_counts(), "{what}");
+            let native = smplab_native::run(&p, info(&p), &Default::default())
+                .unwrap_or_else(|e| panic!("native {name}: {e}"));
+            assert_eq!(
+                r.counters.ops, native.counters.ops,
+                "{what}: vm irqchip=user vs native"
+            );
+        }
     }
 }
 

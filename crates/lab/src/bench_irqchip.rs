@@ -36,7 +36,11 @@ pub enum BenchCmd {
 #[derive(Debug, Clone, clap::Args)]
 pub struct IrqchipBenchArgs {
     /// Workloads (built-in names or files).
-    #[arg(long, value_delimiter = ',', default_value = "shootdown,dedup,ocean_ncp")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "shootdown,dedup,ocean_ncp"
+    )]
     pub workloads: Vec<String>,
     /// Scale of the workloads' work (small: this host's guest kernel mode is slow).
     #[arg(long, default_value_t = 0.05)]
@@ -46,7 +50,11 @@ pub struct IrqchipBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     pub vcpus: Vec<u32>,
     /// Sync modes.
-    #[arg(long, value_delimiter = ',', default_value = "global,iothread,hybrid,fine")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "global,iothread,hybrid,fine"
+    )]
     pub sync: Vec<SyncMode>,
     /// Interrupt controllers to compare (`kernel` is the baseline).
     #[arg(long, value_delimiter = ',', default_value = "kernel,user")]
@@ -125,12 +133,10 @@ fn run_irqchip_bench(args: &IrqchipBenchArgs) -> Result<String, i32> {
         let mut runs = WorkloadRuns::default();
         for rep in 0..args.repetitions {
             for &vcpus in &args.vcpus {
-                let program = source
-                    .instantiate(Some(vcpus), args.scale)
-                    .map_err(|e| {
-                        eprintln!("smplab: {e}");
-                        exit::BAD_INPUT
-                    })?;
+                let program = source.instantiate(Some(vcpus), args.scale).map_err(|e| {
+                    eprintln!("smplab: {e}");
+                    exit::BAD_INPUT
+                })?;
                 let info = source.workload_info(&program);
                 let native = RunConfig::Native(NativeSettings {
                     placement: Placement::Float,
@@ -157,12 +163,7 @@ fn run_irqchip_bench(args: &IrqchipBenchArgs) -> Result<String, i32> {
                             },
                             ..VmSettings::new(GuestSettings::new(vcpus), sync)
                         });
-                        eprintln!(
-                            "  {name} rep {}/{}: {}",
-                            rep + 1,
-                            args.repetitions,
-                            config
-                        );
+                        eprintln!("  {name} rep {}/{}: {}", rep + 1, args.repetitions, config);
                         match execute(&program, &info, &config, &limits) {
                             Ok(recs) => runs.vm.entry(key).or_default().extend(recs),
                             Err(e) => {
@@ -341,7 +342,14 @@ mod tests {
     #[test]
     fn flags_parse_into_typed_axes() {
         let c = Cmd::try_parse_from([
-            "bench", "irqchip", "--sync", "global,hybrid", "--irqchip", "user", "--vcpus", "1,2",
+            "bench",
+            "irqchip",
+            "--sync",
+            "global,hybrid",
+            "--irqchip",
+            "user",
+            "--vcpus",
+            "1,2",
         ])
         .expect("parses");
         let BenchCmd::Irqchip(a) = c.bench;

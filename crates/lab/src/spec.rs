@@ -633,9 +633,15 @@ irqchip = ["kernel", "user"]
         );
         let keys: BTreeSet<_> = s.points.iter().map(|p| p.key()).collect();
         assert_eq!(keys.len(), s.points.len(), "keys are unique");
-        let bad = "name = \"t\"\n[matrix]\nexecutor = \"vm\"\nworkload = \"dedup\"\nirqchip = \"usr\"\n";
-        let err = ExperimentSpec::from_text("t.toml", bad).unwrap_err().to_string();
-        assert!(err.contains("t.toml:5:") && err.contains("unknown irqchip"), "{err}");
+        let bad =
+            "name = \"t\"\n[matrix]\nexecutor = \"vm\"\nworkload = \"dedup\"\nirqchip = \"usr\"\n";
+        let err = ExperimentSpec::from_text("t.toml", bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("t.toml:5:") && err.contains("unknown irqchip"),
+            "{err}"
+        );
     }
 
     #[test]

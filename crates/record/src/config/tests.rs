@@ -73,7 +73,10 @@ fn serde_form_is_tagged_by_executor_and_omits_defaults() {
         r#"{"executor":"vm","vcpus":2,"sync":"hybrid","irqchip":"user","vmm_halt_poll_ns":50000}"#
     );
     assert_eq!(serde_json::from_str::<RunConfig>(&json).unwrap(), user);
-    assert!(serde_json::from_str::<RunConfig>(r#"{"executor":"vm","vcpus":1,"irqchip":"usr"}"#).is_err());
+    assert!(
+        serde_json::from_str::<RunConfig>(r#"{"executor":"vm","vcpus":1,"irqchip":"usr"}"#)
+            .is_err()
+    );
     let sim = RunConfig::Sim(SimSettings::new(4, "kvm2015"));
     let json = serde_json::to_string(&sim).unwrap();
     assert_eq!(
