@@ -379,6 +379,30 @@ mod tests {
     }
 
     #[test]
+    fn irqchip_user_and_its_halt_poll_window_reach_the_config() {
+        let w = Wrapper::parse_from(["x", "--kernel", "k"]);
+        assert_eq!(w.args.irqchip, Irqchip::Kernel);
+        let w = Wrapper::parse_from([
+            "x",
+            "--kernel",
+            "k",
+            "--irqchip",
+            "user",
+            "--vmm-halt-poll-ns",
+            "20000",
+        ]);
+        let config = config_from_args(&w.args).expect("valid");
+        assert_eq!(config.irqchip, Irqchip::User);
+        assert_eq!(config.vmm_halt_poll, Duration::from_micros(20));
+        // A halt-poll window the in-kernel irqchip would never use is refused.
+        let w = Wrapper::parse_from(["x", "--kernel", "k", "--vmm-halt-poll-ns", "1"]);
+        let err = config_from_args(&w.args).expect_err("refused");
+        assert_eq!(err.exit_status(), exit::BAD_INPUT);
+        assert!(err.to_string().contains("--irqchip user"), "{err}");
+        assert!(Wrapper::try_parse_from(["x", "--kernel", "k", "--irqchip", "usr"]).is_err());
+    }
+
+    #[test]
     fn missing_kernel_is_a_bad_kernel_status_and_record_says_why() {
         let w = Wrapper::parse_from(["x", "--kernel", "/nonexistent/k.elf", "--json"]);
         let outcome = config_from_args(&w.args).and_then(|c| run_vm(&c));
