@@ -445,10 +445,10 @@ impl VcpuInterrupts for UserInterrupts {
 
     fn before_entry(&mut self, fd: &mut VcpuFd, bus: &mut BusClient) -> Result<Entry, VmmError> {
         self.forward_eois(bus);
-        if self.waiting_for_sipi || self.signals.init.load(SC) || self.signals.sipi.load(SC) != 0 {
-            if !self.startup(fd, bus)? {
-                return Ok(Entry::Wait);
-            }
+        let startup_due =
+            self.waiting_for_sipi || self.signals.init.load(SC) || self.signals.sipi.load(SC) != 0;
+        if startup_due && !self.startup(fd, bus)? {
+            return Ok(Entry::Wait);
         }
         if self.signals.nmi.swap(false, SC) {
             fd.nmi().map_err(VmmError::kvm("KVM_NMI"))?;
