@@ -228,6 +228,33 @@ fn short_rates(rates: &BTreeMap<String, f64>) -> String {
         .join(" ")
 }
 
+/// Median over a configuration's records of a per-record figure in ns, as µs.
+fn median_us(records: &[RunRecord], figure: impl Fn(&RunRecord) -> Option<u64>) -> String {
+    let v: Vec<f64> = records.iter().filter_map(&figure).map(|ns| ns as f64).collect();
+    Summary::of(&v).map_or("-".into(), |s| format!("{:.1}", s.median / 1e3))
+}
+
+/// p50 handling time of the guest's LAPIC accesses (user irqchip; includes
+/// the wait for the global lock or the I/O thread's reply).
+fn lapic_p50(r: &RunRecord) -> Option<u64> {
+    let v = r.vmm.as_ref()?;
+    v.exit_latency
+        .iter()
+        .find(|(k, _)| k.starts_with("lapic/"))
+        .map(|(_, h)| h.p50_ns)
+}
+
+/// p50 wake-up latency of a vCPU halted in the VMM (user irqchip).
+fn wake_p50(r: &RunRecord) -> Option<u64> {
+    let u = r.vmm.as_ref()?.user_irqchip.as_ref()?;
+    u.wake_latency.as_ref().map(|h| h.p50_ns)
+}
+
+/// p99 wait for the global lock (`global` mode).
+fn lock_p99(r: &RunRecord) -> Option<u64> {
+    r.vmm.as_ref()?.global_lock_wait.as_ref().map(|h| h.p99_ns)
+}
+
 fn fmt_summary(s: &Summary) -> String {
     format!("{:.3} ±{:.0}%", s.median * 1e3, s.rel_spread() * 100.0)
 }
@@ -238,8 +265,17 @@ fn table(name: &str, runs: &WorkloadRuns, host_cpus: u32) -> String {
         p_native(runs).map_or("?".into(), |p| format!("{p:.3}"))
     );
     out.push_str(&format!(
-        "{:<8} {:<9} {:>5}  {:>18} {:>14} {:>8} {:>9}  exits/s\n",
-        "irqchip", "sync", "vCPUs", "ms/Mwork ±spread", "user/kernel", "speedup", "eq. 5.1"
+        "{:<8} {:<9} {:>5}  {:>18} {:>20} {:>8} {:>8} {:>7} {:>7} {:>7}  exits/s\n",
+        "irqchip",
+        "sync",
+        "vCPUs",
+        "ms/Mwork ±spread",
+        "user/kernel [range]",
+        "speedup",
+        "eq. 5.1",
+        "lapicµs",
+        "wakeµs",
+        "lock99"
     ));
     let p = p_native(runs);
     for (key, records) in &runs.vm {
@@ -298,7 +334,7 @@ fn table(name: &str, runs: &WorkloadRuns, host_cpus: u32) -> String {
             .unwrap_or_else(|| "-".into());
         let over = if key.vcpus > host_cpus { "*" } else { "" };
         out.push_str(&format!(
-            "{:<8} {:<9} {:>4}{:1}  {:>18} {:>14} {:>8} {:>9}  {}\n",
+            "{:<8} {:<9} {:>4}{:1}  {:>18} {:>20} {:>8} {:>8} {:>7} {:>7} {:>7}  {}\n",
             key.irqchip.to_string(),
             key.sync.to_string(),
             key.vcpus,
@@ -312,6 +348,9 @@ fn table(name: &str, runs: &WorkloadRuns, host_cpus: u32) -> String {
             vs_kernel,
             speedup.map_or("?".into(), |s| format!("{s:.2}x")),
             projection.map_or("?".into(), |s| format!("{s:.2}x")),
+            median_us(records, lapic_p50),
+            median_us(records, wake_p50),
+            median_us(records, lock_p99),
             short_rates(&exit_rates(records)),
         ));
     }
@@ -324,7 +363,13 @@ fn table(name: &str, runs: &WorkloadRuns, host_cpus: u32) -> String {
             reason.lines().next().unwrap_or("")
         ));
     }
-    out.push_str("  * overcommitted: more vCPUs than host CPUs\n");
+    out.push_str(
+        "  * overcommitted: more vCPUs than host CPUs. user/kernel: ratio of median times per work \
+         (range: per-repetition ratios); speedup: time per work at the fewest vCPUs over this one's, \
+         times those vCPUs; eq. 5.1: projection from native P and the exit load at the fewest vCPUs; \
+         lapicµs: p50 LAPIC access handling, wakeµs: p50 HLT wake-up, lock99: p99 global-lock wait \
+         (medians over repetitions)\n",
+    );
     out
 }
 
