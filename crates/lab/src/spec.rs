@@ -612,6 +612,7 @@ mod tests {
     fn the_irqchip_axis_multiplies_vm_points_only() {
         let text = r#"
 name = "t"
+repetitions = 1
 [matrix]
 executor = ["vm", "qemu"]
 workload = "dedup"
