@@ -230,7 +230,11 @@ fn short_rates(rates: &BTreeMap<String, f64>) -> String {
 
 /// Median over a configuration's records of a per-record figure in ns, as µs.
 fn median_us(records: &[RunRecord], figure: impl Fn(&RunRecord) -> Option<u64>) -> String {
-    let v: Vec<f64> = records.iter().filter_map(&figure).map(|ns| ns as f64).collect();
+    let v: Vec<f64> = records
+        .iter()
+        .filter_map(&figure)
+        .map(|ns| ns as f64)
+        .collect();
     Summary::of(&v).map_or("-".into(), |s| format!("{:.1}", s.median / 1e3))
 }
 

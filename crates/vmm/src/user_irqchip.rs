@@ -13,8 +13,8 @@
 //!
 //! **No lost wake-up.** Raising is "set IRR, then [`IrqchipEvent::Kick`]"; the
 //! sink sets the vCPU's `hint`, then reads whether the vCPU is halted in the
-//! VMM: if so it wakes its [`HaltWaiter`], otherwise it kicks it (`immediate_exit`,
-//! then the signal, then the waker — the same [`Kicker`] the stop uses). The vCPU
+//! VMM: if so it wakes its [`HaltWaiter`], otherwise it kicks it out of KVM_RUN
+//! (`immediate_exit`, then the signal: [`Kicker::kick_guest`]). The vCPU
 //! stores `halted` before its last look at `hint`, and clears it before it reads
 //! `PENDING`/`INTA` again, so (sequentially consistent atomics) either the
 //! raiser sees it halted and wakes it, or the vCPU sees the hint. A kick that
@@ -93,11 +93,11 @@ impl VcpuSignals {
         if self.halted.load(SC) {
             self.halt.wake();
         } else if let Some(kicker) = self.kicker.get() {
-            // Sets immediate_exit, signals the thread, and wakes the HaltWaiter
-            // (the waker), so a vCPU that halts right after the load is woken too.
-            kicker.kick();
-        } else {
-            self.halt.wake();
+            // Out of KVM_RUN (immediate_exit, then the signal). No wake: a vCPU
+            // that halts after the load above stored `halted` after it, so its
+            // last look at the flags (`wants_attention`) sees ours. A wake here
+            // would only leave a stale one that ends its next HLT at once.
+            kicker.kick_guest();
         }
     }
 
@@ -538,8 +538,8 @@ mod tests {
     fn an_interrupt_raised_while_the_target_enters_hlt_wakes_it() {
         let sink = Arc::new(VmSink::new(1));
         let signals = sink.vcpus[0].clone();
-        // A kicker without a vCPU: kick() only calls the waker, as for a vCPU
-        // that is not inside KVM_RUN.
+        // A kicker without a vCPU: the sink's kick reaches nothing, so only the
+        // halted/hint protocol can end a halt.
         let kicker = Kicker::default();
         let for_waker = signals.clone();
         kicker.set_waker(Arc::new(move || for_waker.halt.wake()));

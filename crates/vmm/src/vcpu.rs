@@ -195,6 +195,17 @@ impl Kicker {
     /// call the waker (if one is set). Whoever asks a vCPU to do something
     /// (e.g. [`RunControl::request_stop`]) does so before kicking.
     pub fn kick(&self) {
+        self.signal(true);
+    }
+
+    /// Only make KVM_RUN return (`immediate_exit`, then the signal), without
+    /// the waker: for a requester that wakes a vCPU blocked in the VMM itself
+    /// (the user-space irqchip's sink, which knows whether it is halted).
+    pub fn kick_guest(&self) {
+        self.signal(false);
+    }
+
+    fn signal(&self, call_waker: bool) {
         let target = self.lock();
         if let Some(ImmediateExit(byte)) = target.immediate_exit {
             // SAFETY: `byte` points into the vCPU's kvm_run mapping, which is
@@ -211,7 +222,7 @@ impl Kicker {
                 libc::pthread_kill(thread, kick_signal());
             }
         }
-        if let Some(waker) = &target.waker {
+        if let (true, Some(waker)) = (call_waker, &target.waker) {
             waker();
         }
     }
