@@ -36,7 +36,10 @@ fn weighted_speedup_never_exceeds_the_number_of_vms_on_kvm2015() {
 /// calibrated costs: 300 µs IPI receipt, 200 µs context switch).
 #[test]
 fn weighted_speedup_never_exceeds_the_number_of_vms_on_the_demo_profile() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/demo-calibrated.toml");
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/demo-calibrated.toml"
+    );
     let p = Platform::resolve(path).unwrap();
     for k in [2usize, 4] {
         let w = ws(&p, "ocean_ncp", 0.25, k);

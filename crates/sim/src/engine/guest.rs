@@ -100,6 +100,14 @@ impl Sim {
             // Device exits are timed by running time; keep overhead apart.
             return false;
         }
+        if self.vms[vc.vm as usize].costs.sdb_fp > 0.0 {
+            // SDB false positives preempt guest work only: folded into a
+            // segment, the exit and switch costs of a dispatch would count as
+            // guest work, and a false positive inside them would preempt the
+            // vCPU before any progress, adding another exit each time (a
+            // livelock the fuzz test found with short slices and idle pollers).
+            return false;
+        }
         let t = vc.cur;
         let th = &self.threads[t as usize];
         if th.state != TState::Running {
@@ -454,7 +462,13 @@ impl Sim {
             }
         }
         let at = self.now + self.threads[w as usize].carry;
-        self.push(at, Kind::WakeThread { thread: t, waker: w });
+        self.push(
+            at,
+            Kind::WakeThread {
+                thread: t,
+                waker: w,
+            },
+        );
     }
 
     /// A deferred wake (see [`Sim::wake_thread`]) takes effect.
@@ -471,9 +485,7 @@ impl Sim {
         let rq_was_empty = self.vcpus[target as usize].rq.is_empty();
         self.vcpus[target as usize].rq.push_back(t);
         if let Sender::Paid(w) = sender {
-            if self.threads[w as usize].vcpu == target
-                && self.vcpus[target as usize].cur == w
-            {
+            if self.threads[w as usize].vcpu == target && self.vcpus[target as usize].cur == w {
                 return;
             }
         }
