@@ -215,11 +215,12 @@ impl Sim {
     /// vruntime carried to another pCPU can be seconds ahead of everyone
     /// there and wait for seconds (the fuzz test found this starvation with
     /// short slices and idle pollers on pvm-here). Call with `v` off both
-    /// run queues. Used for moves of queued vCPUs (periodic balancing, the
-    /// directed-yield pull); a waking vCPU only gets the sleeper floor in
-    /// `enqueue`: renormalizing wakeups against the last pCPU's current
-    /// minimum (which, unlike CFS's, is not monotonic) cost blocking
-    /// pipelines fairness (Jain 0.92 for 24 dedup VMs on 32 pCPUs).
+    /// run queues. Used for the directed-yield pull only: renormalizing the
+    /// moves of periodic balancing too, or wakeups against the last pCPU's
+    /// current minimum (which, unlike CFS's, is not monotonic), cost
+    /// blocking pipelines fairness (Jain 0.91-0.94 and 0.92 for 24 dedup VMs
+    /// of 4 vCPUs on 32 pCPUs, against 0.97-0.99); those moves get only the
+    /// sleeper floor in `enqueue`.
     fn migrate_vruntime(&mut self, v: u32, src: u32, dst: u32) {
         if src == NONE || src == dst {
             return;
@@ -264,8 +265,8 @@ impl Sim {
         // CFS's place_entity: a vCPU that slept (or comes from another
         // pCPU) gets at most half a slice of credit over the least-served
         // one here, so a long sleep does not buy a long monopoly. A vCPU
-        // that comes from another pCPU was first moved to this pCPU's time
-        // base (`migrate_vruntime`).
+        // pulled here by a directed yield was first moved to this pCPU's
+        // time base (`migrate_vruntime`).
         if let Some(floor) = self.min_vruntime(p) {
             let credit = floor.saturating_sub(self.slice_ns / 2);
             let vc = &mut self.vcpus[v as usize];
@@ -324,7 +325,6 @@ impl Sim {
                     super::Acct::Away(c) => c,
                     _ => cause::id8(cause::STEAL),
                 };
-                self.migrate_vruntime(v, src, dst);
                 self.enqueue(dst, v);
                 self.vcpus[v as usize].acct = super::Acct::Away(c);
             }
