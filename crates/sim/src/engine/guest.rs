@@ -530,10 +530,9 @@ impl Sim {
                     self.defer(u, cause::WAKE_LATENCY, costs.poll_notice);
                 }
                 Act::Halting | Act::HaltPoll => {
-                    if costs.virtualized {
-                        if !costs.apicv {
-                            self.vcpus[u as usize].exits[exit::IPI_RECEIVE] += 1;
-                        }
+                    // The waker paid for the send when it decided to wake.
+                    if costs.virtualized && !costs.apicv {
+                        self.vcpus[u as usize].exits[exit::IPI_RECEIVE] += 1;
                     }
                     self.interrupt_act(u);
                     self.defer(u, cause::WAKE_LATENCY, costs.halt_poll_wake);

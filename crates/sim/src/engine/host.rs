@@ -207,20 +207,20 @@ impl Sim {
             .min()
     }
 
-    /// Move `v`'s vruntime from `src`'s time base to `dst`'s, keeping its lag
-    /// behind (or lead over) the least-served vCPU there, as CFS renormalizes
-    /// a migrating entity against the old and new run queues' min_vruntime.
-    /// Each pCPU's vruntimes advance at their own rate (a pCPU shared by five
-    /// vCPUs advances a fifth as fast as one shared by one), so an absolute
-    /// vruntime carried to another pCPU can be seconds ahead of everyone
-    /// there and wait for seconds (the fuzz test found this starvation with
-    /// short slices and idle pollers on pvm-here). Call with `v` off both
-    /// run queues. Used for the directed-yield pull only: renormalizing the
-    /// moves of periodic balancing too, or wakeups against the last pCPU's
-    /// current minimum (which, unlike CFS's, is not monotonic), cost
-    /// blocking pipelines fairness (Jain 0.91-0.94 and 0.92 for 24 dedup VMs
-    /// of 4 vCPUs on 32 pCPUs, against 0.97-0.99); those moves get only the
-    /// sleeper floor in `enqueue`.
+    /// Move `v`'s vruntime from `src`'s time base to `dst`'s when that lowers
+    /// it: its lead over the least-served vCPU there stays what it was at
+    /// the source (CFS renormalizes a migrating entity against the old and
+    /// new run queues' min_vruntime). Each pCPU's vruntimes advance at their
+    /// own rate (a pCPU shared by five vCPUs a fifth as fast as one of its
+    /// own), so an absolute vruntime carried to another pCPU can be seconds
+    /// ahead of everyone there and wait for seconds: the fuzz test found a
+    /// vCPU queued 14 s behind five others after a directed-yield pull on
+    /// pvm-here with short slices and idle pollers. Used for that pull only,
+    /// and never raising a vruntime: rebasing in both directions, or also on
+    /// balancing moves and wakeups (against a current minimum that, unlike
+    /// CFS's, is not monotonic), cost blocking pipelines fairness (Jain
+    /// 0.88-0.94 for dedup VMs against 0.97-1.0). Call with `v` off both run
+    /// queues.
     fn migrate_vruntime(&mut self, v: u32, src: u32, dst: u32) {
         if src == NONE || src == dst {
             return;
@@ -229,7 +229,8 @@ impl Sim {
             return;
         };
         let vc = &mut self.vcpus[v as usize];
-        vc.vruntime = (vc.vruntime.saturating_sub(from)).saturating_add(to);
+        let rebased = (vc.vruntime.saturating_sub(from)).saturating_add(to);
+        vc.vruntime = vc.vruntime.min(rebased);
     }
 
     /// Take the vCPU to run next on `p`: the directed-yield target if that is
