@@ -207,32 +207,6 @@ impl Sim {
             .min()
     }
 
-    /// Move `v`'s vruntime from `src`'s time base to `dst`'s when that lowers
-    /// it: its lead over the least-served vCPU there stays what it was at
-    /// the source (CFS renormalizes a migrating entity against the old and
-    /// new run queues' min_vruntime). Each pCPU's vruntimes advance at their
-    /// own rate (a pCPU shared by five vCPUs a fifth as fast as one of its
-    /// own), so an absolute vruntime carried to another pCPU can be seconds
-    /// ahead of everyone there and wait for seconds: the fuzz test found a
-    /// vCPU queued 14 s behind five others after a directed-yield pull on
-    /// pvm-here with short slices and idle pollers. Used for that pull only,
-    /// and never raising a vruntime: rebasing in both directions, or also on
-    /// balancing moves and wakeups (against a current minimum that, unlike
-    /// CFS's, is not monotonic), cost blocking pipelines fairness (Jain
-    /// 0.88-0.94 for dedup VMs against 0.97-1.0). Call with `v` off both run
-    /// queues.
-    fn migrate_vruntime(&mut self, v: u32, src: u32, dst: u32) {
-        if src == NONE || src == dst {
-            return;
-        }
-        let (Some(from), Some(to)) = (self.min_vruntime(src), self.min_vruntime(dst)) else {
-            return;
-        };
-        let vc = &mut self.vcpus[v as usize];
-        let rebased = (vc.vruntime.saturating_sub(from)).saturating_add(to);
-        vc.vruntime = vc.vruntime.min(rebased);
-    }
-
     /// Take the vCPU to run next on `p`: the directed-yield target if that is
     /// not unfair (its vruntime within a slice of the least-served, as CFS
     /// checks its buddies), else the least-served (smallest vruntime).
@@ -265,9 +239,11 @@ impl Sim {
     fn enqueue(&mut self, p: u32, v: u32) {
         // CFS's place_entity: a vCPU that slept (or comes from another
         // pCPU) gets at most half a slice of credit over the least-served
-        // one here, so a long sleep does not buy a long monopoly. A vCPU
-        // pulled here by a directed yield was first moved to this pCPU's
-        // time base (`migrate_vruntime`).
+        // one here, so a long sleep does not buy a long monopoly. (A vCPU
+        // from another pCPU keeps its absolute vruntime: rebasing it against
+        // the two pCPUs' current minimum, which unlike CFS's min_vruntime is
+        // not monotonic, on balancing moves, wakeups or directed-yield pulls
+        // cost blocking pipelines fairness; docs/sim.md.)
         if let Some(floor) = self.min_vruntime(p) {
             let credit = floor.saturating_sub(self.slice_ns / 2);
             let vc = &mut self.vcpus[v as usize];
@@ -627,7 +603,6 @@ impl Sim {
                 if let Some(pos) = qrq.iter().position(|&x| x == u) {
                     qrq.remove(pos);
                     self.set_bit_busy_rq(q);
-                    self.migrate_vruntime(u, q, p);
                     self.pcpus[p as usize].rq.push_back(u);
                     self.pcpus[p as usize].buddy = u;
                     self.set_bit_busy_rq(p);
