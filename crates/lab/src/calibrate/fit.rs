@@ -154,6 +154,9 @@ pub struct Residual {
     pub executor: &'static str,
     pub measured_ns: f64,
     pub fitted_ns: f64,
+    /// Its weight in the robust fit's last iteration (1: full; small: the
+    /// model could not explain the run, so it was discounted).
+    pub weight: f64,
 }
 
 impl Residual {
@@ -212,8 +215,20 @@ fn residuals(
     Ok((r, pairs))
 }
 
-fn cost(r: &[f64]) -> f64 {
-    r.iter().map(|x| x * x).sum()
+/// Scale of the robust loss: a micro-run whose simulated wall time is off
+/// by much more than ~30% (a log ratio of 0.3) counts less and less, so one
+/// run the model cannot explain (a host effect outside the model) does not
+/// drag every parameter toward it.
+pub const ROBUST_SCALE: f64 = 0.3;
+
+/// Weight of a log-ratio residual under the Cauchy loss (the square root of
+/// the IRLS weight, applied to the residual).
+fn cauchy_weight(r: f64) -> f64 {
+    1.0 / (1.0 + (r / ROBUST_SCALE).powi(2)).sqrt()
+}
+
+fn weighted_cost(r: &[f64], w: &[f64]) -> f64 {
+    r.iter().zip(w).map(|(x, w)| (w * x).powi(2)).sum()
 }
 
 /// Solve `a x = b` (a symmetric positive definite, n×n row-major) by
@@ -248,6 +263,55 @@ pub fn solve(mut a: Vec<f64>, mut b: Vec<f64>) -> Option<Vec<f64>> {
     x.iter().all(|v| v.is_finite()).then_some(x)
 }
 
+/// Factors a coarse scan tries for each field before the local fit.
+const SCAN: [f64; 6] = [0.1, 0.3, 3.0, 10.0, 30.0, 100.0];
+
+/// A coarse start: one pass over the fields, each tried at [`SCAN`] times
+/// its value (within its bounds), keeping whichever lowers the robust cost.
+/// A cost that is small at the profile's value has a flat gradient there (its
+/// share of the wall time is tiny), so a local fit alone would never find out
+/// that the host makes it 30x dearer.
+fn scan(
+    base: &Platform,
+    params: &[Param],
+    theta: &mut [f64],
+    theta0: &[f64],
+    (lo, hi): (&[f64], &[f64]),
+    obs: &[Observation],
+    sims: &mut u64,
+) -> Result<(), SimError> {
+    let robust = |r: &[f64]| -> f64 {
+        let data = r.len() - params.len();
+        r.iter()
+            .enumerate()
+            .map(|(i, x)| {
+                if i < data {
+                    (x * cauchy_weight(*x)).powi(2)
+                } else {
+                    x * x
+                }
+            })
+            .sum()
+    };
+    let (r, _) = residuals(base, params, theta, theta0, obs, sims)?;
+    let mut best = robust(&r);
+    for j in 0..params.len() {
+        let start = theta[j];
+        let mut keep = start;
+        for f in SCAN {
+            theta[j] = (start + f.ln()).clamp(lo[j], hi[j]);
+            let (r, _) = residuals(base, params, theta, theta0, obs, sims)?;
+            let c = robust(&r);
+            if c < best {
+                best = c;
+                keep = theta[j];
+            }
+        }
+        theta[j] = keep;
+    }
+    Ok(())
+}
+
 /// Fit `params` of `base` to the observations. `max_iter` bounds the
 /// Levenberg–Marquardt steps.
 pub fn fit(
@@ -264,8 +328,18 @@ pub fn fit(
         .collect();
     let (lo, hi): (Vec<f64>, Vec<f64>) = params.iter().map(|q| (q.lo.ln(), q.hi.ln())).unzip();
     let mut theta = theta0.clone();
+    scan(
+        base,
+        params,
+        &mut theta,
+        &theta0,
+        (&lo, &hi),
+        obs,
+        &mut sims,
+    )?;
     let (mut r, _) = residuals(base, params, &theta, &theta0, obs, &mut sims)?;
-    let mut c = cost(&r);
+    let data_rows = r.len() - np;
+    let mut w = vec![1.0; r.len()];
     let mut mu = 1e-2;
     let mut iterations = 0;
     let mut sensitivity = vec![0.0; np];
@@ -275,16 +349,20 @@ pub fn fit(
     for _ in 0..max_iter {
         iterations += 1;
         let m = r.len();
+        // Iteratively reweighted: Cauchy weights from the current residuals.
+        for i in 0..data_rows {
+            w[i] = cauchy_weight(r[i]);
+        }
+        let c = weighted_cost(&r, &w);
         let mut jac = vec![0.0; m * np];
         for j in 0..np {
             let mut t = theta.clone();
             t[j] += H;
             let (rj, _) = residuals(base, params, &t, &theta0, obs, &mut sims)?;
             for i in 0..m {
-                jac[i * np + j] = (rj[i] - r[i]) / H;
+                jac[i * np + j] = w[i] * (rj[i] - r[i]) / H;
             }
         }
-        let data_rows = m - np;
         for (j, s) in sensitivity.iter_mut().enumerate() {
             *s = (0..data_rows)
                 .map(|i| jac[i * np + j].powi(2))
@@ -295,7 +373,7 @@ pub fn fit(
         let mut jtr = vec![0.0; np];
         for i in 0..m {
             for a in 0..np {
-                jtr[a] += jac[i * np + a] * r[i];
+                jtr[a] += jac[i * np + a] * w[i] * r[i];
                 for b in 0..np {
                     jtj[a * np + b] += jac[i * np + a] * jac[i * np + b];
                 }
@@ -315,12 +393,11 @@ pub fn fit(
                 .map(|k| (theta[k] + step[k].clamp(-2.0, 2.0)).clamp(lo[k], hi[k]))
                 .collect();
             let (rt, _) = residuals(base, params, &t, &theta0, obs, &mut sims)?;
-            let ct = cost(&rt);
+            let ct = weighted_cost(&rt, &w);
             if ct < c {
                 improved = (c - ct) > 1e-6 * c.max(1e-12);
                 theta = t;
                 r = rt;
-                c = ct;
                 mu = (mu / 3.0).max(1e-6);
                 break;
             }
@@ -344,6 +421,7 @@ pub fn fit(
                     executor,
                     measured_ns: m,
                     fitted_ns: s,
+                    weight: cauchy_weight((s.max(1.0) / m).ln()).powi(2),
                 });
             }
         }

@@ -196,10 +196,11 @@ pub fn record_fit(cal: &mut Calibration, f: &fit::Fit, n_obs: usize) {
         cal.info.push((
             format!("residual {} {}", r.name, r.executor),
             format!(
-                "measured {:.2} ms, fitted {:.2} ms ({:+.1}%)",
+                "measured {:.2} ms, fitted {:.2} ms ({:+.1}%), weight {:.2}",
                 r.measured_ns / 1e6,
                 r.fitted_ns / 1e6,
-                r.rel() * 100.0
+                r.rel() * 100.0,
+                r.weight
             ),
         ));
     }
@@ -235,6 +236,10 @@ pub fn measure(
     let hscale = scale * heldout::SCALE_FACTOR;
     let mut pts = micro::points(&dir, scale, reps);
     pts.extend(heldout::points(hscale, reps));
+    // Repetition-major: every micro-run and held-out run of one repetition
+    // runs before the next, so slow drifts of the host's load (other work
+    // on its cores) hit the fitted and the checked runs alike.
+    pts.sort_by_key(|p| p.rep);
     crate::sweep::run_points(
         &pts,
         store,
@@ -268,7 +273,7 @@ pub fn measure(
     ));
     let hlt = micro::MICROS
         .iter()
-        .find(|m| m.name == "relay-hlt")
+        .find(|m| m.name == "relay")
         .map(|m| micro::point(&dir, m, true, scale));
     if let Some(es) = hlt.as_ref().and_then(|p| results.get(p)) {
         let recs: Vec<&RunRecord> = es.iter().flat_map(|e| e.records.iter()).collect();
