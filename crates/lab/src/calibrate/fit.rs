@@ -183,6 +183,9 @@ pub struct Fit {
 /// Sensitivity below which a field is reported as weakly determined.
 pub const WEAK: f64 = 0.05;
 
+/// Simulated `(VM wall, bare-metal wall)` of one micro-run, ns.
+type WallPair = (f64, f64);
+
 /// Residual vector of θ (log ratios, then prior rows), and the simulated
 /// pairs, or an error from the simulator.
 fn residuals(
@@ -192,7 +195,7 @@ fn residuals(
     theta0: &[f64],
     obs: &[Observation],
     sims: &mut u64,
-) -> Result<(Vec<f64>, Vec<(f64, f64)>), SimError> {
+) -> Result<(Vec<f64>, Vec<WallPair>), SimError> {
     let mut p = base.clone();
     for (q, &t) in params.iter().zip(theta) {
         set(&mut p, q.field, t.exp());
