@@ -30,10 +30,7 @@ pub const SCALE_FACTOR: f64 = 0.5;
 /// The stored point of a held-out configuration (`vm` false: natively).
 pub fn point(workload: &str, n: u32, vm: bool, scale: f64) -> Point {
     let config = if vm {
-        RunConfig::Vm(VmSettings {
-            guest: GuestSettings::new(n),
-            sync: SyncMode::Fine,
-        })
+        RunConfig::Vm(VmSettings::new(GuestSettings::new(n), SyncMode::Fine))
     } else {
         RunConfig::Native(NativeSettings::default())
     };

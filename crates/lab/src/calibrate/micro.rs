@@ -166,13 +166,13 @@ pub fn write_programs(store_dir: &Path) -> std::io::Result<()> {
 /// The stored point of a micro-run on one executor (`vm` false: native).
 pub fn point(store_dir: &Path, m: &Micro, vm: bool, scale: f64) -> Point {
     let config = if vm {
-        RunConfig::Vm(VmSettings {
-            guest: GuestSettings {
+        RunConfig::Vm(VmSettings::new(
+            GuestSettings {
                 idle: m.idle,
                 ..GuestSettings::new(m.vcpus)
             },
-            sync: SyncMode::Fine,
-        })
+            SyncMode::Fine,
+        ))
     } else {
         RunConfig::Native(NativeSettings::default())
     };
