@@ -125,8 +125,8 @@ pub struct CalibrateArgs {
     /// Repetitions of every probe.
     #[arg(long, default_value_t = 3)]
     pub reps: u32,
-    /// Workload scale of the probes.
-    #[arg(long, default_value_t = 0.1)]
+    /// Workload scale of the micro-runs (the held-out runs use half of it).
+    #[arg(long, default_value_t = 1.0)]
     pub scale: f64,
     /// Results store for the probe runs.
     #[arg(long, default_value = "lab-results/calibrate/results.jsonl")]
@@ -134,6 +134,10 @@ pub struct CalibrateArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Also predict the held-out set with this profile (a built-in name or
+    /// a file, e.g. an earlier calibration) and print its errors.
+    #[arg(long)]
+    pub compare: Option<String>,
 }
 
 /// `smplab demo`: a small study end to end.
@@ -515,7 +519,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
 
 /// `smplab calibrate`.
 pub fn calibrate(args: &CalibrateArgs) -> i32 {
-    use crate::calibrate::{measure, table, write_profile};
+    use crate::calibrate::{measure, write_profile};
     if let Some(why) = crate::execute::kvm_unavailable() {
         report_error(format!("cannot calibrate: {why}"));
         return exit::KVM_UNAVAILABLE;
@@ -531,20 +535,38 @@ pub fn calibrate(args: &CalibrateArgs) -> i32 {
             return exit::RUN_FAILED;
         }
     };
-    let cal = match measure(
+    let started = std::time::Instant::now();
+    let rep = match measure(
         &RealRunner::default(),
         &mut store,
         args.scale,
         args.reps,
         !args.quiet,
     ) {
-        Ok(c) => c,
+        Ok(r) => r,
         Err(e) => {
             report_error(&e);
             return exit::RUN_FAILED;
         }
     };
-    out!("{}", table(&cal));
+    out!("{}", crate::calibrate::report_text(&rep));
+    if let Some(other) = &args.compare {
+        match smplab_sim::Platform::resolve(other) {
+            Ok(p) => {
+                let (rows, _) = crate::calibrate::compare(&store, &p, args.scale);
+                out!(
+                    "{}",
+                    crate::calibrate::heldout::table(
+                        &format!("Held-out check predicted with {other}:"),
+                        &rows
+                    )
+                );
+            }
+            Err(e) => report_error(format!("--compare {other}: {e}")),
+        }
+    }
+    outln!("calibrate took {:.1} s", started.elapsed().as_secs_f64());
+    let cal = rep.cal;
     match write_profile(&cal, &args.out) {
         Ok(()) => {
             outln!("profile: {}", args.out.display());

@@ -43,9 +43,9 @@ pub struct DemoOptions {
 /// than the scale (dedup at 16 vCPUs × 4 VMs: 34 ms at 0.2, tens of seconds
 /// at 2). Pass `--scale` for longer, steadier runs. Figures: docs/lab.md.
 pub const DEFAULT_SCALE: f64 = 1.0;
-/// Largest scale of the calibration probes in the demo (`smplab calibrate`'s
-/// own default is 0.1).
-pub const CALIBRATION_SCALE: f64 = 0.2;
+/// Largest scale of the calibration's micro-runs in the demo (the same as
+/// `smplab calibrate`'s default; the held-out runs use half of it).
+pub const CALIBRATION_SCALE: f64 = 1.0;
 /// Default most repetitions of a configuration.
 pub const DEFAULT_MAX_REPS: u32 = 8;
 
@@ -205,6 +205,52 @@ pub fn summary_table(results: &Results, scale: f64) -> String {
     out
 }
 
+/// The simulator's predictions beside the measurements, fitted and
+/// held-out apart: the calibration's micro-runs (the data of the fit), its
+/// held-out set (built-in profiles, some at a vCPU count no micro-run uses)
+/// and the demo's own sweeps (held-out too: none is a micro-run), each with
+/// its median |relative error|. None when there is nothing to compare.
+pub fn prediction_table(
+    results: &Results,
+    store: &Store,
+    cal_scale: f64,
+    platform: &str,
+) -> Option<String> {
+    let mut out = String::new();
+    if let Ok(p) = smplab_sim::Platform::resolve(platform) {
+        let dir = store
+            .path()
+            .parent()
+            .map_or_else(|| Path::new(".").to_path_buf(), Path::to_path_buf);
+        let fitted = crate::calibrate::fitted_rows(results, &dir, cal_scale, &p);
+        if !fitted.is_empty() {
+            out.push_str(&crate::calibrate::heldout::table(
+                &format!("Simulator ({}) beside measurements, FITTED: the calibration's micro-runs (in-sample)", p.name),
+                &fitted,
+            ));
+        }
+        let (held, _) = crate::calibrate::compare(store, &p, cal_scale);
+        if !held.is_empty() {
+            out.push_str(&crate::calibrate::heldout::table(
+                "HELD-OUT: built-in profiles and vCPU counts not in the fit",
+                &held,
+            ));
+        }
+    }
+    let preds = results.predictions(None);
+    if !preds.is_empty() {
+        out.push_str("HELD-OUT: the demo's sweeps (built-in profiles, 2 vCPUs, 1 and 2 VMs), median |relative error|:\n");
+        for (m, s) in crate::metrics::prediction_error_by_metric(&preds) {
+            out.push_str(&format!(
+                "  {m:<18} {:>6.0}%  ({} pairs)\n",
+                s.median * 100.0,
+                s.n
+            ));
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
 pub fn run(args: &DemoOptions) -> i32 {
     run_with(&RealRunner::default(), args)
 }
@@ -268,54 +314,43 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
     // 1. Calibrate the simulator to this host, so its 2-vCPU predictions can
     //    be set beside the measurements.
     let calibrated = out.join("calibrated.toml");
+    let cal_scale = args.scale.min(CALIBRATION_SCALE);
     let mut calibration = None;
     let mut platform = "pvm-here".to_string();
     if vm && sim {
         if calibrated.exists() && !args.fresh {
             outln!("[1/4] calibration: reusing {}", calibrated.display());
             platform = calibrated.display().to_string();
-            // The report's calibration table from the stored probe runs; the
-            // two direct probes are not stored (their values are in the profile).
-            let window = smplab_record::host::KvmFacts::detect()
-                .halt_poll_ns
-                .filter(|&w| w > 0)
-                .unwrap_or(200_000);
+            // The fitted fields are in the profile; its header says how.
             let mut cal = crate::calibrate::Calibration::default();
-            crate::calibrate::derive(
-                &Results::new(&store),
-                &crate::calibrate::Probes::new(args.scale, window),
-                &mut cal,
-            );
             cal.unmeasured.push((
-                "vmm.user_exit_ns, vmm.exit_ns".into(),
+                "fitted fields".into(),
                 format!(
-                    "measured by direct probes when {} was written; see that file",
+                    "fitted when {} was written; see that file",
                     calibrated.display()
                 ),
             ));
             calibration = Some(cal);
         } else {
             outln!(
-                "[1/4] calibrating the simulator to this host (exit, IPI, HLT wakeup, timer costs)"
+                "[1/4] calibrating the simulator to this host: micro-runs, least-squares fit, held-out check"
             );
-            // The probes size themselves (`calibrate::long_scale`); at the
-            // sweeps' scale the shootdown probe alone takes ~10 s per run here.
             match crate::calibrate::measure(
                 runner,
                 &mut store,
-                args.scale.min(CALIBRATION_SCALE),
-                args.reps.min(2),
+                cal_scale,
+                args.reps.min(3),
                 args.progress,
             ) {
-                Ok(cal) => {
-                    out!("{}", crate::calibrate::table(&cal));
-                    match crate::calibrate::write_profile(&cal, &calibrated) {
+                Ok(rep) => {
+                    out!("{}", crate::calibrate::table(&rep.cal));
+                    match crate::calibrate::write_profile(&rep.cal, &calibrated) {
                         Ok(()) => platform = calibrated.display().to_string(),
                         Err(e) => notes.push(format!(
                             "Calibration not written ({e}); the simulator used pvm-here."
                         )),
                     }
-                    calibration = Some(cal);
+                    calibration = Some(rep.cal);
                 }
                 Err(e) => {
                     report_error(&e);
@@ -433,12 +468,9 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
             out!("{}", diagnose::table(&a));
         }
     }
-    let preds = results.predictions(None);
-    if !preds.is_empty() {
-        outln!("\nSimulator prediction error (median |relative error| over configurations):");
-        for (m, s) in crate::metrics::prediction_error_by_metric(&preds) {
-            outln!("  {m:<18} {:>6.0}%  ({} pairs)", s.median * 100.0, s.n);
-        }
+    if let Some(t) = prediction_table(&results, &store, cal_scale, &platform) {
+        outln!();
+        out!("{t}");
     }
     if !wide.is_empty() {
         outln!(

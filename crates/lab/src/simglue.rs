@@ -61,7 +61,13 @@ pub fn scenario(
     s: &SimSettings,
 ) -> Result<Scenario, SimError> {
     let platform = Platform::resolve(&s.platform)?;
-    let idle = Idle::from_setting(s.idle, s.host_halt_poll_ns.unwrap_or(0))?;
+    // The host's halt-poll window: the setting's, else the platform's, as
+    // `SimSettings::host_halt_poll_ns` documents (a calibrated profile
+    // carries this host's `kvm.halt_poll_ns`, which its fit assumed).
+    let window = s
+        .host_halt_poll_ns
+        .unwrap_or(platform.defaults.halt_poll_ns);
+    let idle = Idle::from_setting(s.idle, window)?;
     let aff = affinity(&s.placement)?;
     let ple = s.ple.unwrap_or(platform.defaults.ple);
     let vm = {

@@ -42,6 +42,7 @@ fn diagnose_and_calibrate_on_the_vm_exit_with_kvm_unavailable() {
         scale: 0.02,
         store: dir.join("c.jsonl"),
         quiet: true,
+        compare: None,
     });
     assert_eq!(code, exit::KVM_UNAVAILABLE);
 }

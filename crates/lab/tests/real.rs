@@ -256,6 +256,46 @@ fn calibrated_profile_is_a_valid_simulator_platform() {
 }
 
 #[test]
+fn calibrate_fits_real_micro_runs_and_checks_held_out_points() {
+    if !have("KVM", "SMPLAB_REQUIRE_KVM", kvm_unavailable()) {
+        return;
+    }
+    use smplab_lab::calibrate::{measure, micro, profile, write_profile};
+    let dir = scratch("calibrate");
+    let mut store = Store::open(&dir.join("results.jsonl")).expect("store");
+    // Small and once: this checks the path, not the figures (those are the
+    // calibrate command's and the demo's to report).
+    let rep = measure(&RealRunner::default(), &mut store, 0.2, 1, false).expect("calibrate");
+    let fit = rep.fit.as_ref().expect("a fit");
+    // Every micro-run was measured on every executor it runs on, and has a
+    // finite residual.
+    let expected: usize = micro::MICROS
+        .iter()
+        .map(|m| 1 + usize::from(m.native))
+        .sum();
+    assert_eq!(fit.residuals.len(), expected, "{:?}", fit.residuals);
+    assert!(fit.residuals.iter().all(|r| r.rel().is_finite()));
+    assert!(fit.values.iter().all(|v| v.1.is_finite() && v.1 > 0.0));
+    // The held-out set was run and predicted.
+    assert!(!rep.heldout.is_empty(), "{:?}", rep.heldout_problems);
+    assert!(rep
+        .heldout
+        .iter()
+        .all(|r| r.predicted_wall_ns > 0.0 && r.measured_wall_ns > 0.0));
+    // The written profile parses and carries the fitted VM kernel costs.
+    let out = dir.join("calibrated.toml");
+    write_profile(&rep.cal, &out).expect("profile written");
+    let p = smplab_sim::Platform::resolve(&out.display().to_string()).expect("parses");
+    assert_eq!(p, profile(&rep.cal).expect("profile"));
+    assert!(p.vm_kernel.is_some());
+    let text = std::fs::read_to_string(&out).expect("read back");
+    assert!(
+        text.contains("measured by smplab calibrate on")
+            || text.contains("Written by `smplab calibrate` on")
+    );
+}
+
+#[test]
 fn timed_out_points_are_failed_with_the_reason() {
     if !have("KVM", "SMPLAB_REQUIRE_KVM", kvm_unavailable()) {
         return;

@@ -18,6 +18,12 @@ pub struct Platform {
     #[serde(default)]
     pub description: String,
     pub cpu: CpuCosts,
+    /// Guest kernel work inside a VM when it costs something else than on
+    /// bare metal (on a host that emulates guest CPL0, ~100x more). Absent:
+    /// a VM's kernel paths cost what `cpu` says, as with hardware-assisted
+    /// virtualization, where guest kernel code runs at native speed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_kernel: Option<KernelCosts>,
     pub native: NativeCosts,
     pub vmm: VmmCosts,
     pub cache: CacheCosts,
@@ -55,6 +61,21 @@ pub struct CpuCosts {
     pub shootdown_handler_ns: u64,
     /// Kernel time slice of the guest (native) scheduler among threads on one CPU.
     pub guest_slice_ns: u64,
+}
+
+/// Guest kernel paths, each a whole path from kernel entry to return (the
+/// entry and exit of the kernel are part of every kind's cost).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelCosts {
+    /// Block a thread and switch to another (scheduler path).
+    pub context_switch_ns: u64,
+    /// Wake a blocked thread (futex wake, enqueue on a run queue).
+    pub wake_ns: u64,
+    /// A sched_yield system call.
+    pub yield_ns: u64,
+    /// One shootdown handler (flush + ack) on a target CPU.
+    pub shootdown_handler_ns: u64,
 }
 
 /// Costs natively (no VMM): the reference run.
@@ -175,6 +196,19 @@ const PVM_HERE: &str = include_str!("../platforms/pvm-here.toml");
 pub const BUILTIN: &[&str] = &["kvm2015", "pvm-here"];
 
 impl Platform {
+    /// Kernel path costs on bare metal (`virtualized == false`) or in a VM.
+    pub fn kernel(&self, virtualized: bool) -> KernelCosts {
+        match (virtualized, self.vm_kernel) {
+            (true, Some(k)) => k,
+            _ => KernelCosts {
+                context_switch_ns: self.cpu.context_switch_ns,
+                wake_ns: self.cpu.wake_ns,
+                yield_ns: self.cpu.yield_ns,
+                shootdown_handler_ns: self.cpu.shootdown_handler_ns,
+            },
+        }
+    }
+
     /// A built-in profile: `kvm2015` or `pvm-here`.
     pub fn builtin(name: &str) -> Result<Platform, SimError> {
         let text = match name {

@@ -71,7 +71,10 @@ impl Sim {
                 // A handler interrupted by preemption resumes where it was:
                 // restarting it could never finish under short host slices.
                 let d = match std::mem::take(&mut vc.handler_left) {
-                    0 => self.platform.cpu.shootdown_handler_ns,
+                    0 => {
+                        let vm = vc.vm as usize;
+                        self.vms[vm].costs.kernel.shootdown_handler_ns
+                    }
                     left => left,
                 };
                 vc.act = Act::Handler;
@@ -356,7 +359,7 @@ impl Sim {
         self.interrupt_act(v);
         let vm = self.vcpus[v as usize].vm;
         self.vms[vm as usize].cs_involuntary += 1;
-        let cs = self.platform.cpu.context_switch_ns;
+        let cs = self.vms[vm as usize].costs.kernel.context_switch_ns;
         let vc = &mut self.vcpus[v as usize];
         vc.rq.push_back(t);
         vc.cur = NONE;
@@ -418,7 +421,7 @@ impl Sim {
             self.vms[vm].blocks += 1;
         }
         self.vms[vm].cs_voluntary += 1;
-        let cs = self.platform.cpu.context_switch_ns;
+        let cs = self.vms[vm].costs.kernel.context_switch_ns;
         self.vcpus[v as usize].cur = NONE;
         self.add_overhead(v, cause::KERNEL_SCHED, cs);
         Flow::Again
@@ -445,7 +448,8 @@ impl Sim {
             self.make_runnable(t, Sender::Timer);
             return;
         };
-        self.add_carry(w, cause::KERNEL_FUTEX, self.platform.cpu.wake_ns);
+        let wake = self.vms[vm].costs.kernel.wake_ns;
+        self.add_carry(w, cause::KERNEL_FUTEX, wake);
         // The waker decides now whether the target needs an IPI (it looks
         // idle and not polling) and pays the send now; the kick lands when
         // the waker's work up to and including this send is done.
@@ -737,7 +741,7 @@ impl Sim {
         self.threads[t as usize].pc += 1;
         let (first, n) = (self.vms[vm].first_vcpu, self.vms[vm].n_vcpus);
         let costs = self.vms[vm].costs;
-        let handler = self.platform.cpu.shootdown_handler_ns;
+        let handler = costs.kernel.shootdown_handler_ns;
         if n == 1 {
             self.add_carry(t, cause::KERNEL_SHOOTDOWN_HANDLER, handler);
             return Flow::Continue;
@@ -767,12 +771,13 @@ impl Sim {
         let vm = self.threads[t as usize].vm as usize;
         self.vms[vm].ops[counter::YIELD] += k;
         self.threads[t as usize].pc += 1;
-        self.add_carry(t, cause::KERNEL_SCHED, k * self.platform.cpu.yield_ns);
+        let yield_ns = self.vms[vm].costs.kernel.yield_ns;
+        self.add_carry(t, cause::KERNEL_SCHED, k * yield_ns);
         if self.vcpus[v as usize].rq.is_empty() {
             return Flow::Continue;
         }
         self.vms[vm].cs_voluntary += 1;
-        let cs = self.platform.cpu.context_switch_ns;
+        let cs = self.vms[vm].costs.kernel.context_switch_ns;
         let vc = &mut self.vcpus[v as usize];
         vc.rq.push_back(t);
         vc.cur = NONE;

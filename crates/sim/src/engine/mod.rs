@@ -265,6 +265,8 @@ pub(crate) struct Costs {
     pub sdb_fp: f64,
     /// Bare metal: the idle governor's polling window before C1.
     pub native_idle_poll: u64,
+    /// Guest (or bare-metal) kernel paths: `Platform::kernel`.
+    pub kernel: crate::platform::KernelCosts,
 }
 
 pub(crate) struct Vm {
@@ -552,6 +554,7 @@ impl Sim {
                     .and_then(|s| s.false_positive_rate)
                     .unwrap_or(p.sdb.false_positive_rate),
                 native_idle_poll: 0,
+                kernel: p.kernel(true),
             }
         } else {
             Costs {
@@ -569,6 +572,7 @@ impl Sim {
                 sdb_detect: 0,
                 sdb_fp: 0.0,
                 native_idle_poll: p.native.idle_poll_ns,
+                kernel: p.kernel(false),
             }
         };
         let first_thread = u32::try_from(self.threads.len()).unwrap_or(u32::MAX);

@@ -1,0 +1,478 @@
+//! The least-squares fit: platform parameters that make the simulator
+//! reproduce the micro-runs' measured wall times.
+//!
+//! The model is the simulator itself, so what is fitted is what predicts:
+//! for parameters θ, each micro-run's simulated VM wall time and its
+//! simulated bare-metal wall time are compared with the measured ones as log
+//! ratios `ln(predicted / measured)` (a relative error that treats too fast
+//! and too slow alike). Levenberg–Marquardt minimizes their sum of squares
+//! over `ln θ`, with a finite-difference Jacobian (one simulation per
+//! parameter and micro-run per iteration; the micro-runs simulate in
+//! milliseconds). A weak prior row per parameter, `PRIOR_WEIGHT · ln(θ/θ₀)`,
+//! keeps a parameter the micro-runs cannot see at its profile value instead
+//! of letting it wander; its column norm in the Jacobian says how well the
+//! data determine it (reported as `sensitivity`).
+
+use smplab_sim::platform::KernelCosts;
+use smplab_sim::{Idle, Platform, Scenario, SimError, VmSpec};
+use smplab_workload::Program;
+
+/// One fitted platform field.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Param {
+    /// `section.key` in the profile.
+    pub field: &'static str,
+    /// Bounds of the search, in the field's unit.
+    pub lo: f64,
+    pub hi: f64,
+}
+
+const fn param(field: &'static str, lo: f64, hi: f64) -> Param {
+    Param { field, lo, hi }
+}
+
+/// The fitted fields: per kind, a bare-metal cost and a VM cost (the
+/// vm_kernel section for guest kernel paths, vmm for exits and wakeups).
+pub const PARAMS: &[Param] = &[
+    param("cpu.compute_ns_per_iter", 0.05, 50.0),
+    param("cpu.touch_ns_per_access", 0.01, 100.0),
+    param("cpu.context_switch_ns", 50.0, 1e6),
+    param("cpu.wake_ns", 50.0, 1e6),
+    param("cpu.shootdown_handler_ns", 50.0, 1e6),
+    param("native.ipi_receive_ns", 50.0, 1e6),
+    param("native.idle_wake_ns", 50.0, 1e6),
+    param("vm_kernel.context_switch_ns", 100.0, 5e7),
+    param("vm_kernel.wake_ns", 100.0, 5e7),
+    param("vm_kernel.shootdown_handler_ns", 100.0, 5e7),
+    param("vmm.ipi_send_ns", 100.0, 5e7),
+    param("vmm.ipi_receive_ns", 100.0, 5e7),
+    param("vmm.hlt_wake_ns", 100.0, 5e7),
+];
+
+/// Weight of the prior rows against the log-ratio residuals: a parameter
+/// moves far from its profile value only when the data ask for it.
+pub const PRIOR_WEIGHT: f64 = 0.05;
+
+fn kernel_mut(p: &mut Platform) -> &mut KernelCosts {
+    let k = p.kernel(true);
+    p.vm_kernel.get_or_insert(k)
+}
+
+/// The value of a fitted field.
+pub fn get(p: &Platform, field: &str) -> Option<f64> {
+    let k = p.kernel(true);
+    let v = match field {
+        "cpu.compute_ns_per_iter" => p.cpu.compute_ns_per_iter,
+        "cpu.touch_ns_per_access" => p.cpu.touch_ns_per_access,
+        "cpu.context_switch_ns" => p.cpu.context_switch_ns as f64,
+        "cpu.wake_ns" => p.cpu.wake_ns as f64,
+        "cpu.shootdown_handler_ns" => p.cpu.shootdown_handler_ns as f64,
+        "native.ipi_receive_ns" => p.native.ipi_receive_ns as f64,
+        "native.idle_wake_ns" => p.native.idle_wake_ns as f64,
+        "vm_kernel.context_switch_ns" => k.context_switch_ns as f64,
+        "vm_kernel.wake_ns" => k.wake_ns as f64,
+        "vm_kernel.shootdown_handler_ns" => k.shootdown_handler_ns as f64,
+        "vmm.ipi_send_ns" => p.vmm.ipi_send_ns as f64,
+        "vmm.ipi_receive_ns" => p.vmm.ipi_receive_ns as f64,
+        "vmm.hlt_wake_ns" => p.vmm.hlt_wake_ns as f64,
+        _ => return None,
+    };
+    Some(v)
+}
+
+/// Set a fitted field (nanosecond fields round to whole ns). False for a
+/// field this module does not know.
+// Casts: values are clamped to the parameter bounds (finite, positive) first.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+pub fn set(p: &mut Platform, field: &str, v: f64) -> bool {
+    let ns = v.round().max(1.0) as u64;
+    match field {
+        "cpu.compute_ns_per_iter" => p.cpu.compute_ns_per_iter = v,
+        "cpu.touch_ns_per_access" => p.cpu.touch_ns_per_access = v,
+        "cpu.context_switch_ns" => p.cpu.context_switch_ns = ns,
+        "cpu.wake_ns" => p.cpu.wake_ns = ns,
+        "cpu.shootdown_handler_ns" => p.cpu.shootdown_handler_ns = ns,
+        "native.ipi_receive_ns" => p.native.ipi_receive_ns = ns,
+        "native.idle_wake_ns" => p.native.idle_wake_ns = ns,
+        "vm_kernel.context_switch_ns" => kernel_mut(p).context_switch_ns = ns,
+        "vm_kernel.wake_ns" => kernel_mut(p).wake_ns = ns,
+        "vm_kernel.shootdown_handler_ns" => kernel_mut(p).shootdown_handler_ns = ns,
+        "vmm.ipi_send_ns" => p.vmm.ipi_send_ns = ns,
+        "vmm.ipi_receive_ns" => p.vmm.ipi_receive_ns = ns,
+        "vmm.hlt_wake_ns" => p.vmm.hlt_wake_ns = ns,
+        _ => return false,
+    }
+    true
+}
+
+/// One configuration to simulate: a program on `vcpus` vCPUs (and as many
+/// pCPUs, at most `pcpus`) with a guest idle policy.
+#[derive(Debug, Clone)]
+pub struct SimCase {
+    pub program: Program,
+    pub info: smplab_record::WorkloadInfo,
+    pub vcpus: u32,
+    pub pcpus: u32,
+    pub idle: smplab_record::config::IdlePolicy,
+}
+
+/// Simulated `(VM wall, bare-metal wall)` of a case, in ns.
+pub fn simulate(p: &Platform, c: &SimCase) -> Result<(f64, f64), SimError> {
+    let idle = Idle::from_setting(c.idle, p.defaults.halt_poll_ns)?;
+    let mut vm = VmSpec::new(c.program.clone(), c.info.clone(), c.vcpus);
+    vm.idle = idle;
+    vm.ple = p.defaults.ple;
+    let sc = Scenario::new(p.clone(), c.pcpus.min(c.vcpus).max(1), vec![vm]);
+    sc.check()?;
+    let r = smplab_sim::simulate(&sc)?;
+    let rec = r
+        .first()
+        .ok_or_else(|| SimError::Scenario("the simulation returned no record".into()))?;
+    let native = rec
+        .sim
+        .as_ref()
+        .and_then(|s| s.native_wall_ns)
+        .ok_or_else(|| SimError::Scenario("the simulation has no bare-metal reference".into()))?;
+    Ok((rec.timing.wall_ns as f64, native as f64))
+}
+
+/// A micro-run's measured wall times (medians over repetitions, ns).
+#[derive(Debug, Clone)]
+pub struct Observation {
+    pub name: String,
+    pub case: SimCase,
+    pub vm_ns: Option<f64>,
+    pub native_ns: Option<f64>,
+}
+
+/// One residual of the fit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Residual {
+    /// Micro-run name.
+    pub name: String,
+    /// `vm` or `native`.
+    pub executor: &'static str,
+    pub measured_ns: f64,
+    pub fitted_ns: f64,
+    /// Its weight in the robust fit's last iteration (1: full; small: the
+    /// model could not explain the run, so it was discounted).
+    pub weight: f64,
+}
+
+impl Residual {
+    /// `(fitted − measured) / measured`.
+    pub fn rel(&self) -> f64 {
+        (self.fitted_ns - self.measured_ns) / self.measured_ns
+    }
+}
+
+/// The outcome of a fit.
+#[derive(Debug, Clone)]
+pub struct Fit {
+    pub platform: Platform,
+    /// `(field, fitted value, sensitivity)`: sensitivity is the norm of the
+    /// field's Jacobian column, d(log residual)/d(log value); below
+    /// [`WEAK`] the micro-runs barely see the field.
+    pub values: Vec<(&'static str, f64, f64)>,
+    pub residuals: Vec<Residual>,
+    pub iterations: u32,
+    /// Simulations run.
+    pub simulations: u64,
+}
+
+/// Sensitivity below which a field is reported as weakly determined.
+pub const WEAK: f64 = 0.05;
+
+/// Simulated `(VM wall, bare-metal wall)` of one micro-run, ns.
+type WallPair = (f64, f64);
+
+/// Residual vector of θ (log ratios, then prior rows), and the simulated
+/// pairs, or an error from the simulator.
+fn residuals(
+    base: &Platform,
+    params: &[Param],
+    theta: &[f64],
+    theta0: &[f64],
+    obs: &[Observation],
+    sims: &mut u64,
+) -> Result<(Vec<f64>, Vec<WallPair>), SimError> {
+    let mut p = base.clone();
+    for (q, &t) in params.iter().zip(theta) {
+        set(&mut p, q.field, t.exp());
+    }
+    let mut r = Vec::new();
+    let mut pairs = Vec::new();
+    for o in obs {
+        let (vm, native) = simulate(&p, &o.case)?;
+        *sims += 1;
+        pairs.push((vm, native));
+        for (m, s) in [(o.vm_ns, vm), (o.native_ns, native)] {
+            if let Some(m) = m.filter(|m| *m > 0.0) {
+                r.push((s.max(1.0) / m).ln());
+            }
+        }
+    }
+    for (t, t0) in theta.iter().zip(theta0) {
+        r.push(PRIOR_WEIGHT * (t - t0));
+    }
+    Ok((r, pairs))
+}
+
+/// Scale of the robust loss: a micro-run whose simulated wall time is off
+/// by much more than ~30% (a log ratio of 0.3) counts less and less, so one
+/// run the model cannot explain (a host effect outside the model) does not
+/// drag every parameter toward it.
+pub const ROBUST_SCALE: f64 = 0.3;
+
+/// Weight of a log-ratio residual under the Cauchy loss (the square root of
+/// the IRLS weight, applied to the residual).
+fn cauchy_weight(r: f64) -> f64 {
+    1.0 / (1.0 + (r / ROBUST_SCALE).powi(2)).sqrt()
+}
+
+fn weighted_cost(r: &[f64], w: &[f64]) -> f64 {
+    r.iter().zip(w).map(|(x, w)| (w * x).powi(2)).sum()
+}
+
+/// Solve `a x = b` (a symmetric positive definite, n×n row-major) by
+/// Gaussian elimination with partial pivoting; None if singular.
+pub fn solve(mut a: Vec<f64>, mut b: Vec<f64>) -> Option<Vec<f64>> {
+    let n = b.len();
+    for col in 0..n {
+        let piv =
+            (col..n).max_by(|&i, &j| a[i * n + col].abs().total_cmp(&a[j * n + col].abs()))?;
+        if a[piv * n + col].abs() < 1e-300 {
+            return None;
+        }
+        if piv != col {
+            for k in 0..n {
+                a.swap(piv * n + k, col * n + k);
+            }
+            b.swap(piv, col);
+        }
+        for row in col + 1..n {
+            let f = a[row * n + col] / a[col * n + col];
+            for k in col..n {
+                a[row * n + k] -= f * a[col * n + k];
+            }
+            b[row] -= f * b[col];
+        }
+    }
+    let mut x = vec![0.0; n];
+    for row in (0..n).rev() {
+        let s: f64 = (row + 1..n).map(|k| a[row * n + k] * x[k]).sum();
+        x[row] = (b[row] - s) / a[row * n + row];
+    }
+    x.iter().all(|v| v.is_finite()).then_some(x)
+}
+
+/// Factors a coarse scan tries for each field before the local fit.
+const SCAN: [f64; 6] = [0.1, 0.3, 3.0, 10.0, 30.0, 100.0];
+
+/// A coarse start: one pass over the fields, each tried at [`SCAN`] times
+/// its value (within its bounds), keeping whichever lowers the robust cost.
+/// A cost that is small at the profile's value has a flat gradient there (its
+/// share of the wall time is tiny), so a local fit alone would never find out
+/// that the host makes it 30x dearer.
+fn scan(
+    base: &Platform,
+    params: &[Param],
+    theta: &mut [f64],
+    theta0: &[f64],
+    (lo, hi): (&[f64], &[f64]),
+    obs: &[Observation],
+    sims: &mut u64,
+) -> Result<(), SimError> {
+    let robust = |r: &[f64]| -> f64 {
+        let data = r.len() - params.len();
+        r.iter()
+            .enumerate()
+            .map(|(i, x)| {
+                if i < data {
+                    (x * cauchy_weight(*x)).powi(2)
+                } else {
+                    x * x
+                }
+            })
+            .sum()
+    };
+    let (r, _) = residuals(base, params, theta, theta0, obs, sims)?;
+    let mut best = robust(&r);
+    for j in 0..params.len() {
+        let start = theta[j];
+        let mut keep = start;
+        for f in SCAN {
+            theta[j] = (start + f.ln()).clamp(lo[j], hi[j]);
+            let (r, _) = residuals(base, params, theta, theta0, obs, sims)?;
+            let c = robust(&r);
+            if c < best {
+                best = c;
+                keep = theta[j];
+            }
+        }
+        theta[j] = keep;
+    }
+    Ok(())
+}
+
+/// Fit `params` of `base` to the observations. `max_iter` bounds the
+/// Levenberg–Marquardt steps.
+pub fn fit(
+    base: &Platform,
+    params: &[Param],
+    obs: &[Observation],
+    max_iter: u32,
+) -> Result<Fit, SimError> {
+    let np = params.len();
+    let mut sims = 0u64;
+    let theta0: Vec<f64> = params
+        .iter()
+        .map(|q| get(base, q.field).unwrap_or(q.lo).clamp(q.lo, q.hi).ln())
+        .collect();
+    let (lo, hi): (Vec<f64>, Vec<f64>) = params.iter().map(|q| (q.lo.ln(), q.hi.ln())).unzip();
+    let mut theta = theta0.clone();
+    scan(
+        base,
+        params,
+        &mut theta,
+        &theta0,
+        (&lo, &hi),
+        obs,
+        &mut sims,
+    )?;
+    let (mut r, _) = residuals(base, params, &theta, &theta0, obs, &mut sims)?;
+    let data_rows = r.len() - np;
+    let mut w = vec![1.0; r.len()];
+    let mut mu = 1e-2;
+    let mut iterations = 0;
+    let mut sensitivity = vec![0.0; np];
+    // Step of the finite differences in ln θ: large enough to step over
+    // the simulator's discreteness (whole events), small enough to be local.
+    const H: f64 = 0.05;
+    for _ in 0..max_iter {
+        iterations += 1;
+        let m = r.len();
+        // Iteratively reweighted: Cauchy weights from the current residuals.
+        for i in 0..data_rows {
+            w[i] = cauchy_weight(r[i]);
+        }
+        let c = weighted_cost(&r, &w);
+        let mut jac = vec![0.0; m * np];
+        for j in 0..np {
+            let mut t = theta.clone();
+            t[j] += H;
+            let (rj, _) = residuals(base, params, &t, &theta0, obs, &mut sims)?;
+            for i in 0..m {
+                jac[i * np + j] = w[i] * (rj[i] - r[i]) / H;
+            }
+        }
+        for (j, s) in sensitivity.iter_mut().enumerate() {
+            *s = (0..data_rows)
+                .map(|i| jac[i * np + j].powi(2))
+                .sum::<f64>()
+                .sqrt();
+        }
+        let mut jtj = vec![0.0; np * np];
+        let mut jtr = vec![0.0; np];
+        for i in 0..m {
+            for a in 0..np {
+                jtr[a] += jac[i * np + a] * w[i] * r[i];
+                for b in 0..np {
+                    jtj[a * np + b] += jac[i * np + a] * jac[i * np + b];
+                }
+            }
+        }
+        let mut improved = false;
+        for _ in 0..8 {
+            let mut a = jtj.clone();
+            for d in 0..np {
+                a[d * np + d] += mu * (jtj[d * np + d] + 1e-9);
+            }
+            let Some(step) = solve(a, jtr.iter().map(|v| -v).collect()) else {
+                mu *= 10.0;
+                continue;
+            };
+            let t: Vec<f64> = (0..np)
+                .map(|k| (theta[k] + step[k].clamp(-2.0, 2.0)).clamp(lo[k], hi[k]))
+                .collect();
+            let (rt, _) = residuals(base, params, &t, &theta0, obs, &mut sims)?;
+            let ct = weighted_cost(&rt, &w);
+            if ct < c {
+                improved = (c - ct) > 1e-6 * c.max(1e-12);
+                theta = t;
+                r = rt;
+                mu = (mu / 3.0).max(1e-6);
+                break;
+            }
+            mu *= 4.0;
+        }
+        if !improved {
+            break;
+        }
+    }
+    let mut platform = base.clone();
+    for (q, &t) in params.iter().zip(&theta) {
+        set(&mut platform, q.field, t.exp());
+    }
+    let (_, pairs) = residuals(base, params, &theta, &theta0, obs, &mut sims)?;
+    let mut res = Vec::new();
+    for (o, (vm, native)) in obs.iter().zip(pairs) {
+        for (executor, m, s) in [("vm", o.vm_ns, vm), ("native", o.native_ns, native)] {
+            if let Some(m) = m.filter(|m| *m > 0.0) {
+                res.push(Residual {
+                    name: o.name.clone(),
+                    executor,
+                    measured_ns: m,
+                    fitted_ns: s,
+                    weight: cauchy_weight((s.max(1.0) / m).ln()).powi(2),
+                });
+            }
+        }
+    }
+    let values = params
+        .iter()
+        .zip(&sensitivity)
+        .map(|(q, &s)| (q.field, get(&platform, q.field).unwrap_or(f64::NAN), s))
+        .collect();
+    Ok(Fit {
+        platform,
+        values,
+        residuals: res,
+        iterations,
+        simulations: sims,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_param_reads_and_writes_its_field() {
+        let mut p = Platform::builtin("kvm2015").expect("builtin");
+        assert!(p.vm_kernel.is_none());
+        for q in PARAMS {
+            let v = get(&p, q.field).expect(q.field);
+            assert!(set(&mut p, q.field, v * 2.0 + 3.0), "{}", q.field);
+            let w = get(&p, q.field).expect(q.field);
+            assert!(
+                (w - (v * 2.0 + 3.0)).abs() <= 0.5,
+                "{}: {v} -> {w}",
+                q.field
+            );
+        }
+        // Writing a VM kernel cost makes the section; bare metal is untouched.
+        assert!(p.vm_kernel.is_some());
+        assert_ne!(p.kernel(true), p.kernel(false));
+        assert!(!set(&mut p, "nosuch.field", 1.0));
+        assert!(get(&p, "nosuch.field").is_none());
+    }
+
+    #[test]
+    fn solve_small_systems() {
+        let x = solve(vec![4.0, 1.0, 1.0, 3.0], vec![1.0, 2.0]).unwrap();
+        assert!((4.0 * x[0] + x[1] - 1.0).abs() < 1e-12);
+        assert!((x[0] + 3.0 * x[1] - 2.0).abs() < 1e-12);
+        assert!(solve(vec![1.0, 2.0, 2.0, 4.0], vec![1.0, 1.0]).is_none());
+    }
+}

@@ -1,0 +1,244 @@
+//! The micro-runs: small workload programs, each dominated by one or two
+//! kinds of cost, run natively and in smplab-vmm. Their wall times are what
+//! [`super::fit`] fits the platform to.
+//!
+//! | micro-run | threads / vCPUs | what dominates it |
+//! |---|---|---|
+//! | `compute` | 2 / 2 | the compute kernel (`cpu.compute_ns_per_iter`), on both cores as the held-out runs use them |
+//! | `touch` | 2 / 2 | buffer walks (`cpu.touch_ns_per_access`) |
+//! | `pingpong` | 2 / 2 | block + wake at a blocking barrier (`context_switch_ns`, `wake_ns`) |
+//! | `relay` | 2 / 2 | two threads take turns computing ~0.5 ms through two queues, each blocked (its vCPU halted past the host's 200 µs halt-poll window) while the other computes: the IPI and wakeup of a halted vCPU on the critical path (`vmm.hlt_wake_ns`, `ipi_*`, `native.idle_wake_ns`) |
+//! | `pingpong-1vcpu` | 2 / 1 | block + wake on one vCPU: no idle, no IPI (VM only: the native run would use both cores) |
+//! | `handoff` | 2 / 2 | a blocking mutex held across the compute: wakes on the critical path |
+//! | `shootdown1` | 1 / 1 | the shootdown handler alone (`shootdown_handler_ns`) |
+//! | `shootdown2` | 2 / 2 | shootdown IPIs to a busy vCPU (`ipi_send_ns`, `ipi_receive_ns`, handler) |
+//!
+//! Every VM micro-run uses the guest's default HLT idle (as the held-out
+//! runs and the demo do): polling idle on this host, whose two cores other
+//! work shares, measures the host's load more than the VM's costs.
+//!
+//! Every program scales its repetition count by the workload scale `s`; at
+//! `s = 1` each runs ~10–50 ms natively and ~0.1–1 s in smplab-vmm here.
+//! The programs are written as files next to the calibration store (the lab
+//! runner resolves a point's workload by path), under a versioned directory
+//! so a changed program never reuses stale stored runs.
+
+use crate::point::{Point, Variant};
+use smplab_record::config::{
+    GuestSettings, IdlePolicy, NativeSettings, RunConfig, SyncMode, VmSettings,
+};
+use std::path::{Path, PathBuf};
+
+/// One micro-run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Micro {
+    pub name: &'static str,
+    /// The workload program (the lab's workload TOML format).
+    pub text: &'static str,
+    pub threads: u32,
+    pub vcpus: u32,
+    pub idle: IdlePolicy,
+    /// Also run natively (false when the native run could not match the
+    /// simulator's bare-metal reference: that uses one core per vCPU).
+    pub native: bool,
+}
+
+const COMPUTE: &str = r#"name = "micro-compute"
+description = "calibration micro-run: the compute kernel alone"
+default_threads = 1
+[[groups]]
+name = "w"
+threads = "n"
+ops = [ { repeat = { count = "40*s", ops = [ { compute = 250000 } ] } } ]
+"#;
+
+const TOUCH: &str = r#"name = "micro-touch"
+description = "calibration micro-run: walks of a 256 KiB private buffer"
+default_threads = 1
+[[groups]]
+name = "w"
+threads = "n"
+ops = [ { repeat = { count = "2000*s", ops = [ { touch = { bytes = 262144, stride = 64 } } ] } } ]
+"#;
+
+const PINGPONG: &str = r#"name = "micro-pingpong"
+description = "calibration micro-run: two threads meet at a blocking barrier"
+default_threads = 2
+[barriers.b]
+parties = "n"
+wait = "block"
+[[groups]]
+name = "w"
+threads = "n"
+ops = [ { repeat = { count = "100*s", ops = [ { compute = 20000 }, { barrier = "b" } ] } } ]
+"#;
+
+const WAIT: &str = r#"name = "micro-relay"
+description = "calibration micro-run: two threads take turns computing ~0.5 ms, each waiting blocked while the other computes"
+default_threads = 2
+[queues.to_b]
+capacity = 1
+[queues.to_a]
+capacity = 1
+[[groups]]
+name = "a"
+threads = 1
+ops = [ { repeat = { count = "100*s", ops = [ { compute = 400000 }, { push = "to_b" }, { pop = "to_a" } ] } } ]
+[[groups]]
+name = "b"
+threads = 1
+ops = [ { repeat = { count = "100*s", ops = [ { pop = "to_b" }, { compute = 400000 }, { push = "to_a" } ] } } ]
+"#;
+
+const HANDOFF: &str = r#"name = "micro-handoff"
+description = "calibration micro-run: a blocking mutex held across the compute"
+default_threads = 2
+[mutexes.m]
+spin_limit = 0
+[[groups]]
+name = "w"
+threads = "n"
+ops = [ { repeat = { count = "100*s", ops = [ { lock = "m" }, { compute = 10000 }, { unlock = "m" }, { compute = 2000 } ] } } ]
+"#;
+
+const SHOOTDOWN: &str = r#"name = "micro-shootdown"
+description = "calibration micro-run: shootdowns of one page, then compute"
+default_threads = 1
+[[groups]]
+name = "w"
+threads = "n"
+ops = [ { repeat = { count = "100*s", ops = [ { shootdown = 1 }, { compute = 20000 } ] } } ]
+"#;
+
+const fn micro(
+    name: &'static str,
+    text: &'static str,
+    threads: u32,
+    vcpus: u32,
+    idle: IdlePolicy,
+    native: bool,
+) -> Micro {
+    Micro {
+        name,
+        text,
+        threads,
+        vcpus,
+        idle,
+        native,
+    }
+}
+
+/// Every micro-run.
+pub const MICROS: &[Micro] = &[
+    micro("compute", COMPUTE, 2, 2, IdlePolicy::Hlt, true),
+    micro("touch", TOUCH, 2, 2, IdlePolicy::Hlt, true),
+    micro("pingpong", PINGPONG, 2, 2, IdlePolicy::Hlt, true),
+    micro("relay", WAIT, 2, 2, IdlePolicy::Hlt, true),
+    micro("pingpong-1vcpu", PINGPONG, 2, 1, IdlePolicy::Hlt, false),
+    micro("handoff", HANDOFF, 2, 2, IdlePolicy::Hlt, true),
+    micro("shootdown1", SHOOTDOWN, 1, 1, IdlePolicy::Hlt, true),
+    micro("shootdown2", SHOOTDOWN, 2, 2, IdlePolicy::Hlt, true),
+];
+
+/// Directory of the program files, versioned with the programs.
+pub fn program_dir(store_dir: &Path) -> PathBuf {
+    store_dir.join("micro-v2")
+}
+
+/// Path of a micro-run's program file.
+pub fn program_path(store_dir: &Path, m: &Micro) -> PathBuf {
+    // Programs shared by several micro-runs share a file.
+    let file = m.text.lines().next().map_or("micro", |l| {
+        l.trim_start_matches("name = \"").trim_end_matches('"')
+    });
+    program_dir(store_dir).join(format!("{file}.toml"))
+}
+
+/// Write the program files.
+pub fn write_programs(store_dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(program_dir(store_dir))?;
+    for m in MICROS {
+        std::fs::write(program_path(store_dir, m), m.text)?;
+    }
+    Ok(())
+}
+
+/// The stored point of a micro-run on one executor (`vm` false: native).
+pub fn point(store_dir: &Path, m: &Micro, vm: bool, scale: f64) -> Point {
+    let config = if vm {
+        RunConfig::Vm(VmSettings::new(
+            GuestSettings {
+                idle: m.idle,
+                ..GuestSettings::new(m.vcpus)
+            },
+            SyncMode::Fine,
+        ))
+    } else {
+        RunConfig::Native(NativeSettings::default())
+    };
+    let mut p = Point::new(
+        program_path(store_dir, m).display().to_string(),
+        m.threads,
+        scale,
+        config,
+    );
+    p.variant = Variant::AsIs;
+    p.timeout_s = 120;
+    p.study = Some(format!("calibrate-{}", m.name));
+    p
+}
+
+/// Every micro-run point, `reps` repetitions each, interleaved.
+pub fn points(store_dir: &Path, scale: f64, reps: u32) -> Vec<Point> {
+    let mut out = Vec::new();
+    for rep in 0..reps {
+        for m in MICROS {
+            for vm in [true, false] {
+                if vm || m.native {
+                    let mut p = point(store_dir, m, vm, scale);
+                    p.rep = rep;
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The program of a micro-run, instantiated for `threads` at `scale`.
+pub fn program(
+    m: &Micro,
+    scale: f64,
+) -> Result<(smplab_workload::Program, smplab_record::WorkloadInfo), smplab_workload::WorkloadError>
+{
+    let src = smplab_workload::Source::from_text(&format!("micro:{}", m.name), m.text)?;
+    let prog = src.instantiate(Some(m.threads), scale)?;
+    let info = src.workload_info(&prog);
+    Ok((prog, info))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_micro_run_parses_and_has_its_file() {
+        let dir = crate::testutil::temp_dir("micro");
+        write_programs(&dir).unwrap();
+        for m in MICROS {
+            let (p, _) = program(m, 1.0).expect(m.name);
+            assert_eq!(p.total_threads(), m.threads, "{}", m.name);
+            assert!(program_path(&dir, m).is_file(), "{}", m.name);
+            let pt = point(&dir, m, true, 0.5);
+            assert_eq!(pt.config.vcpus(), Some(m.vcpus));
+        }
+        let all = points(&dir, 0.5, 2);
+        let native = MICROS.iter().filter(|m| m.native).count();
+        assert_eq!(all.len(), 2 * (MICROS.len() + native));
+        // Distinct configurations have distinct keys.
+        let mut keys: Vec<String> = all.iter().map(|p| p.key()).collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), all.len());
+    }
+}
