@@ -121,8 +121,9 @@ pub fn sample_store_with_diagnosis() -> Store {
 }
 
 /// A simulator sweep of `n` runs (5 workloads × vCPUs × VMs × scales ×
-/// 5 repetitions), the size a user's 10,000-point sweep reaches.
-pub fn big_sim_store(n: usize) -> Store {
+/// `reps` repetitions), the size a user's 10,000-point sweep reaches: with 5
+/// repetitions 2,000 configurations, with 1 as many configurations as runs.
+pub fn big_sim_store(n: usize, reps: u32) -> Store {
     let workloads = [
         "blackscholes",
         "dedup",
@@ -132,7 +133,6 @@ pub fn big_sim_store(n: usize) -> Store {
     ];
     let vcpus = [2u32, 4, 8, 16, 32];
     let vms = [1u32, 2, 4, 8];
-    let reps = 5u32;
     let per_scale = workloads.len() * vcpus.len() * vms.len() * reps as usize;
     let scales = n.div_ceil(per_scale);
     let mut es = Vec::with_capacity(n);
@@ -312,7 +312,7 @@ fn calibration_is_a_table() {
 
 #[test]
 fn ten_thousand_simulator_runs_give_aggregated_plots() {
-    let store = big_sim_store(10_000);
+    let store = big_sim_store(10_000, 5);
     assert_eq!(store.entries().len(), 10_000);
     let t0 = std::time::Instant::now();
     let html = render_html(&store, &opts());
