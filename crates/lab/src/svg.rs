@@ -597,13 +597,15 @@ pub fn interval_chart(
     s
 }
 
-/// A latency histogram from log-spaced `(upper bound ns, count)` buckets,
-/// bars in `colour`.
-pub fn histogram(title: &str, buckets: &[(u64, u64)], colour: Colour) -> String {
+/// A latency histogram from log-spaced `(upper bound ns, count)` buckets:
+/// `ylabel` says what was counted, the bars are drawn in the colour of the
+/// legend `entry`.
+pub fn histogram(title: &str, ylabel: &str, buckets: &[(u64, u64)], entry: &LegendEntry) -> String {
     let f = Frame::new(420.0, 300.0, 56.0, 72.0);
     let mut s = f.open(title);
+    let colour = entry.1;
     let hi = nice_max(buckets.iter().map(|b| b.1 as f64).fold(0.0, f64::max));
-    f.y_axis(&mut s, 0.0, hi, "count", false);
+    f.y_axis(&mut s, 0.0, hi, ylabel, false);
     let slot = f.pw() / buckets.len().max(1) as f64;
     for (i, &(ub, c)) in buckets.iter().enumerate() {
         let x = f.left + slot * i as f64 + 1.0;
@@ -631,6 +633,12 @@ pub fn histogram(title: &str, buckets: &[(u64, u64)], colour: Colour) -> String 
         "<text x=\"{cx:.1}\" y=\"{ty:.1}\" text-anchor=\"middle\">latency, upper bound of each log₂ bucket</text>",
         cx = f.left + f.pw() / 2.0,
         ty = f.h - 6.0
+    );
+    legend(
+        &mut s,
+        f.left + f.pw() * 0.55,
+        f.top + 4.0,
+        std::slice::from_ref(entry),
     );
     s.push_str("</svg>");
     s
@@ -845,7 +853,7 @@ mod tests {
         assert!(l.contains("polyline") && !l.contains("NaN"));
         assert_eq!(l.matches("class=\"whisker\"").count(), 2);
         assert!(l.contains(palette::EXECUTORS[2].hex()));
-        let h = histogram("h", &[(1024, 5), (2048, 9)], blue);
+        let h = histogram("h", "exits", &[(1024, 5), (2048, 9)], &("vm".into(), blue));
         assert_eq!(h.matches("class=\"bin\"").count(), 2);
         let sc = xy_scatter(
             "s",

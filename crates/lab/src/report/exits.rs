@@ -1,7 +1,7 @@
 //! Exits per second by reason (stacked, per configuration) and the latency
 //! distributions the VMM records: exit handling and the global device lock.
 
-use super::data::{colour, executor_rank, is_default_setup};
+use super::data::{colour, executor_name, executor_rank, is_default_setup};
 use super::{Ctx, Page};
 use crate::metrics::{exit_rates, merge_histograms, Results, RESULT_STREAM};
 use crate::point::Point;
@@ -142,6 +142,16 @@ fn interval_note(c: &MedianCi) -> String {
 
 fn histograms(ctx: &Ctx) -> String {
     let r = ctx.results;
+    let entry = |p: &Point| {
+        (
+            format!(
+                "{}, {} repetitions",
+                executor_name(p.executor()),
+                r.get(p).map_or(0, Vec::len)
+            ),
+            colour(p.executor()),
+        )
+    };
     let mut exit_h = Vec::new();
     let mut lock_h = Vec::new();
     for p in r
@@ -152,8 +162,9 @@ fn histograms(ctx: &Ctx) -> String {
             if let Some(hh) = r.exit_latency_histogram(p) {
                 exit_h.push(svg::histogram(
                     &format!("Exit handling: {}", p.label()),
+                    "exits (all repetitions)",
                     &hh.buckets,
-                    colour(p.executor()),
+                    &entry(p),
                 ));
             }
         }
@@ -167,8 +178,9 @@ fn histograms(ctx: &Ctx) -> String {
                 if let Some(m) = merge_histograms(&lw) {
                     lock_h.push(svg::histogram(
                         &format!("Device-lock wait: {}", p.label()),
+                        "lock acquisitions (all repetitions)",
                         &m.buckets,
-                        colour(p.executor()),
+                        &entry(p),
                     ));
                 }
             }
