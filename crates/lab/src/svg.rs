@@ -63,7 +63,8 @@ pub fn fmt_num(v: f64) -> String {
         format!("{:.1}M", v / 1e6)
     } else if a >= 1e4 {
         format!("{:.0}k", v / 1e3)
-    } else if a >= 100.0 {
+    } else if a >= 100.0 || v.fract() == 0.0 {
+        // Whole numbers (tick labels, counts, VM and vCPU numbers) without decimals.
         format!("{v:.0}")
     } else if a >= 1.0 {
         format!("{v:.2}")

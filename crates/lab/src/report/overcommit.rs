@@ -116,8 +116,10 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
     page.section("overcommit", "Overcommit: VMs sharing the host", &h);
 }
 
-/// Multi-VM repetitions of the whole store left out of weighted speedup and
-/// counted without checking, summed from metrics' [`crate::metrics::WeightedSpeedup`].
+/// Measured multi-VM repetitions of the whole store left out of weighted
+/// speedup and counted without checking, summed from metrics'
+/// [`crate::metrics::WeightedSpeedup`]. Simulated VMs share the host by
+/// construction and are not counted.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Exclusions {
     /// Multi-VM repetitions (of configurations with a 1-VM twin).
@@ -132,7 +134,10 @@ pub(crate) struct Exclusions {
 
 pub(crate) fn exclusions(r: &Results) -> Exclusions {
     let mut x = Exclusions::default();
-    for p in r.points().filter(|p| p.vms() > 1) {
+    for p in r
+        .points()
+        .filter(|p| p.vms() > 1 && p.executor() != Executor::Sim)
+    {
         let runs = r.get(p).map_or(0, Vec::len);
         if let Some(w) = r.weighted_speedup_ci(p) {
             x.runs += runs;
@@ -155,7 +160,7 @@ pub(crate) fn exclusions(r: &Results) -> Exclusions {
 /// One sentence on the runs weighted speedup stands on, as HTML.
 pub(crate) fn exclusion_sentence(x: &Exclusions) -> String {
     let mut s = format!(
-        "{} of {} multi-VM run{} excluded from weighted speedup because their VMs' workload windows overlapped less than {:.0}%",
+        "{} of {} measured multi-VM run{} excluded from weighted speedup because their VMs' workload windows overlapped less than {:.0}%",
         x.excluded,
         x.runs,
         if x.runs == 1 { "" } else { "s" },

@@ -341,6 +341,8 @@ fn ten_thousand_simulator_runs_give_aggregated_plots() {
         + html.matches("class=\"bar\"").count()
         + html.matches("class=\"seg\"").count();
     assert!(marks < 1500, "{marks} plot marks for 2000 configurations");
+    // Simulated VMs share the host by construction: no exclusion sentence.
+    assert!(!html.contains("multi-VM runs excluded"));
     // Every configuration is still in the (collapsed) raw table.
     assert_eq!(section(&html, "raw-data").matches("<tr><td>").count(), 2000);
 }
@@ -524,12 +526,12 @@ fn overcommit_and_findings_count_runs_left_out_of_weighted_speedup() {
     let html = render_html(&sample_store(), &opts());
     let oc = section(&html, "overcommit");
     assert!(
-        oc.contains("0 of 18 multi-VM runs excluded from weighted speedup"),
+        oc.contains("0 of 18 measured multi-VM runs excluded from weighted speedup"),
         "{oc}"
     );
     assert!(oc.contains("18 counted unchecked"), "{oc}");
     let f = section(&html, "findings");
-    assert!(f.contains("0 of 18 multi-VM runs excluded"), "{f}");
+    assert!(f.contains("0 of 18 measured multi-VM runs excluded"), "{f}");
     assert!(f.contains("href=\"#overcommit\""));
 }
 
@@ -565,7 +567,7 @@ fn runs_whose_vms_did_not_overlap_are_counted_as_excluded() {
     let x = super::overcommit::exclusions(&results);
     assert_eq!((x.runs, x.excluded, x.unverified), (18, 2, 0));
     let html = render_html(&store, &opts());
-    let sentence = "2 of 18 multi-VM runs excluded from weighted speedup because their VMs' workload windows overlapped less than 90%";
+    let sentence = "2 of 18 measured multi-VM runs excluded from weighted speedup because their VMs' workload windows overlapped less than 90%";
     assert!(section(&html, "overcommit").contains(sentence));
     assert!(section(&html, "findings").contains(sentence));
     assert!(!html.contains("counted unchecked"));
