@@ -92,6 +92,23 @@ fn unknown_workload_and_bad_pin_are_bad_input() {
 }
 
 #[test]
+fn vmm_errors_go_through_the_one_error_printer() {
+    let o = smplab(&["vmm", "--kernel", "/nonexistent/k.elf"]);
+    // Without KVM the first failure is KVM_UNAVAILABLE; with it, BAD_KERNEL.
+    assert!(
+        [exit::BAD_KERNEL, exit::KVM_UNAVAILABLE].contains(&status(&o)),
+        "{}",
+        status(&o)
+    );
+    let err = stderr(&o);
+    assert!(!err.is_empty());
+    assert!(
+        err.lines().all(|l| l.starts_with("smplab: ")),
+        "every line from the one printer: {err}"
+    );
+}
+
+#[test]
 fn run_native_json_is_a_record_with_the_expected_counts() {
     let o = smplab(&[
         "run",

@@ -43,6 +43,25 @@ fn sim_only(e: Executor) -> bool {
     e == Executor::Sim
 }
 
+/// What no single factor removal explains, in charts of credits.
+pub const INTERACTION: &str = "interaction";
+/// The slowdown left with every factor removed, in charts of credits.
+pub const REMAINDER: &str = "remainder (all removed)";
+
+/// The colour a factor (or [`INTERACTION`], [`REMAINDER`]) is drawn in: the
+/// same in every diagnosis, never an executor's colour.
+pub fn factor_colour(name: &str) -> crate::svg::Colour {
+    let i = match name {
+        INTERACTION => FACTORS.len(),
+        REMAINDER => FACTORS.len() + 1,
+        _ => FACTORS
+            .iter()
+            .position(|f| f.name == name)
+            .unwrap_or(FACTORS.len() + 2),
+    };
+    crate::svg::palette::category(i)
+}
+
 /// The factors in the order seed 000 examines them.
 pub const FACTORS: &[Factor] = &[
     Factor {
@@ -460,51 +479,54 @@ pub fn table(a: &Attribution) -> String {
 /// The Fig. 3-style charts: slowdown of each configuration (bars), and the
 /// baseline slowdown decomposed into factors (one stacked bar).
 pub fn charts(a: &Attribution) -> String {
-    use crate::svg::{bar_chart, stacked_bars, Bar};
-    let mut bars = vec![Bar {
-        label: "baseline".into(),
-        value: a.baseline_ci.median * 100.0,
-        range: Some((a.baseline_ci.lo * 100.0, a.baseline_ci.hi * 100.0)),
-        group: 0,
-    }];
+    use crate::svg::{bar_chart, palette, stacked_bars, Bar, StackRow};
+    let colour = palette::executor(a.executor);
+    let bar = |label: String, ci: &MedianCi| Bar {
+        label,
+        value: ci.median * 100.0,
+        range: Some((ci.lo * 100.0, ci.hi * 100.0)),
+        colour,
+    };
+    let mut bars = vec![bar("baseline".into(), &a.baseline_ci)];
     for r in &a.rows {
-        bars.push(Bar {
-            label: format!("− {}", r.factor),
-            value: r.slowdown_without_ci.median * 100.0,
-            range: Some((
-                r.slowdown_without_ci.lo * 100.0,
-                r.slowdown_without_ci.hi * 100.0,
-            )),
-            group: 1,
-        });
+        bars.push(bar(format!("− {}", r.factor), &r.slowdown_without_ci));
     }
-    if let Some(all) = a.all_removed_ci {
-        bars.push(Bar {
-            label: "− all factors".into(),
-            value: all.median * 100.0,
-            range: Some((all.lo * 100.0, all.hi * 100.0)),
-            group: 2,
-        });
+    if let Some(all) = &a.all_removed_ci {
+        bars.push(bar("− all factors".into(), all));
     }
     let title = format!(
         "{} on {}: slowdown vs native (%, whiskers: 95% interval of the median)",
         a.workload, a.executor
     );
-    let mut out = bar_chart(&title, "slowdown %", &bars, &[]);
-    let mut series: Vec<String> = a.rows.iter().map(|r| r.factor.clone()).collect();
+    let mut out = bar_chart(
+        &title,
+        "slowdown %",
+        &bars,
+        &[(a.executor.to_string(), colour)],
+    );
+    let mut series: Vec<(String, crate::svg::Colour)> = a
+        .rows
+        .iter()
+        .map(|r| (r.factor.clone(), factor_colour(&r.factor)))
+        .collect();
     // Credits within noise are drawn as 0, as they are counted.
     let mut vals: Vec<f64> = a.rows.iter().map(|r| r.credit() * 100.0).collect();
     if let (Some(all), Some(i)) = (a.all_removed, a.interaction) {
-        series.push("interaction".into());
+        series.push((INTERACTION.into(), factor_colour(INTERACTION)));
         vals.push(i * 100.0);
-        series.push("remainder (all removed)".into());
+        series.push((REMAINDER.into(), factor_colour(REMAINDER)));
         vals.push(all.median * 100.0);
     }
     out.push_str(&stacked_bars(
         &format!("{}: baseline slowdown attributed to factors", a.workload),
         "percentage points of slowdown (negative: removing the factor made it slower; within noise: 0)",
         &series,
-        &[(format!("{} {}", a.workload, a.executor), vals)],
+        &[StackRow {
+            label: format!("{} {}", a.workload, a.executor),
+            values: vals,
+            total_range: None,
+            notes: vec![],
+        }],
     ));
     out
 }

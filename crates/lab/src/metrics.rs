@@ -752,6 +752,10 @@ pub struct SpeedupPoint {
     /// Measured `T(N_min) / T(N)` × `N_min` (so a curve starting at one vCPU
     /// starts at 1).
     pub measured: Summary,
+    /// The 95% interval of the measured speedup's median, widened by the
+    /// relative interval of the smallest configuration's time per work every
+    /// repetition divides by (as [`Results::weighted_speedup_ci`] does).
+    pub measured_ci: MedianCi,
     /// Eq. 5.1 with the pilot's exit load, if the inputs could be measured.
     pub projected: Option<f64>,
     /// Native Amdahl curve with `P_native` (the no-VMM bound).
@@ -825,23 +829,36 @@ impl Results<'_> {
             return (vec![], None);
         };
         let n0 = first.vcpus().unwrap_or(1) as f64;
-        let Some(t0) = self.time_per_work(first).map(|s| s.median) else {
+        let Some(t0_ci) = MedianCi::of(&self.time_per_work_samples(first)) else {
             return (vec![], None);
         };
+        let t0 = t0_ci.median;
         let inputs = self.amdahl_inputs(first);
         let out = members
             .iter()
             .filter_map(|q| {
                 let es = self.get(q)?;
                 let n = q.vcpus().unwrap_or(1) as f64;
-                let measured = Summary::of(
-                    &es.iter()
-                        .map(|e| t0 / (mean_wall_s(&e.records) / work(&e.records)) * n0)
-                        .collect::<Vec<_>>(),
-                )?;
+                let samples: Vec<f64> = es
+                    .iter()
+                    .map(|e| t0 / (mean_wall_s(&e.records) / work(&e.records)) * n0)
+                    .collect();
+                let measured = Summary::of(&samples)?;
+                let ci = MedianCi::of(&samples)?;
+                let measured_ci = if t0 > 0.0 {
+                    MedianCi {
+                        lo: ci.lo * t0_ci.lo / t0,
+                        hi: ci.hi * t0_ci.hi / t0,
+                        coverage: ci.coverage * t0_ci.coverage,
+                        ..ci
+                    }
+                } else {
+                    ci
+                };
                 Some(SpeedupPoint {
                     vcpus: q.vcpus().unwrap_or(1),
                     measured,
+                    measured_ci,
                     projected: inputs.map(|i| i.projected(n)),
                     native_bound: inputs.map(|i| amdahl(i.p_native, n)),
                 })
@@ -855,12 +872,16 @@ impl Results<'_> {
     /// grows with its thread count (weak scaling) is judged by throughput,
     /// as seed 004's kernel compile with a fixed job is.
     pub fn time_per_work(&self, p: &Point) -> Option<Summary> {
-        let es = self.get(p)?;
-        Summary::of(
-            &es.iter()
+        Summary::of(&self.time_per_work_samples(p))
+    }
+
+    /// Wall time per unit of work of each repetition.
+    fn time_per_work_samples(&self, p: &Point) -> Vec<f64> {
+        self.get(p).map_or_else(Vec::new, |es| {
+            es.iter()
                 .map(|e| mean_wall_s(&e.records) / work(&e.records))
-                .collect::<Vec<_>>(),
-        )
+                .collect()
+        })
     }
 
     /// Native parallel fraction of `p`'s workload from its native runs: the
@@ -951,6 +972,14 @@ fn sim_twin_matches(measured: &Point, sim: &Point) -> bool {
 }
 
 impl Results<'_> {
+    /// The simulator configuration [`Results::predictions`] pairs with the
+    /// measured configuration `m` (on `platform`, or any).
+    pub fn sim_twin(&self, m: &Point, platform: Option<&str>) -> Option<&Point> {
+        self.points().find(|s| {
+            sim_twin_matches(m, s) && platform.is_none_or(|pl| s.config.platform() == Some(pl))
+        })
+    }
+
     /// Every metric both a measured (vm/qemu) configuration and its simulator
     /// twin have: slowdown, wall time, weighted speedup, idle fraction, total
     /// exits/s.
@@ -960,9 +989,7 @@ impl Results<'_> {
             .points()
             .filter(|p| matches!(p.executor(), Executor::Vm | Executor::Qemu) && p.study.is_none())
         {
-            let Some(s) = self.points().find(|s| {
-                sim_twin_matches(m, s) && platform.is_none_or(|pl| s.config.platform() == Some(pl))
-            }) else {
+            let Some(s) = self.sim_twin(m, platform) else {
                 continue;
             };
             let mut pair = |metric: &str, a: Option<Summary>, b: Option<Summary>| {
@@ -1578,6 +1605,9 @@ mod tests {
         assert_eq!(curve.len(), 2);
         assert!((curve[0].measured.median - 1.0).abs() < 1e-12);
         assert!((curve[1].measured.median - 10.0 / 6.0).abs() < 1e-9);
+        // One repetition: the interval is the point itself.
+        assert_eq!(curve[1].measured_ci.median, curve[1].measured.median);
+        assert_eq!(curve[1].measured_ci.lo, curve[1].measured_ci.hi);
         let i = inputs.unwrap();
         assert!((i.p_native - (1.0 - 1.0 / 1.9) * 2.0).abs() < 1e-6);
         // 1000 exits/s on one vCPU × 10 µs = 1 % of the vCPU; global: all synchronous.

@@ -1,18 +1,19 @@
 //! Hand-written SVG charts: bars, stacked bars, lines, histograms, scatter.
 //! Plain strings, no scripts, so a report opens offline in any browser.
+//! Data are drawn only in [`palette`] colours; axes, grid and text in
+//! [`NEUTRALS`].
 
+pub mod palette;
+
+pub use palette::Colour;
 use std::fmt::Write;
 
-/// Colours that stay distinguishable in print and for common colour blindness
-/// (Okabe–Ito).
-pub const PALETTE: &[&str] = &[
-    "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000",
-    "#999999",
-];
+/// The colours of everything that is not data: background, axes and text,
+/// gridlines, the y = x diagonal.
+pub const NEUTRALS: [&str; 4] = ["#ffffff", "#333333", "#dddddd", "#888888"];
 
-pub fn colour(i: usize) -> &'static str {
-    PALETTE[i % PALETTE.len()]
-}
+/// A legend entry: a name and the colour it is drawn in.
+pub type LegendEntry = (String, Colour);
 
 /// Escape text for XML/HTML.
 pub fn esc(s: &str) -> String {
@@ -62,7 +63,8 @@ pub fn fmt_num(v: f64) -> String {
         format!("{:.1}M", v / 1e6)
     } else if a >= 1e4 {
         format!("{:.0}k", v / 1e3)
-    } else if a >= 100.0 {
+    } else if a >= 100.0 || v.fract() == 0.0 {
+        // Whole numbers (tick labels, counts, VM and vCPU numbers) without decimals.
         format!("{v:.0}")
     } else if a >= 1.0 {
         format!("{v:.2}")
@@ -158,20 +160,14 @@ impl Frame {
     }
 }
 
-/// A legend; empty names keep their colour index but take no row.
-fn legend(s: &mut String, x: f64, y: f64, names: &[String]) {
-    let mut row = 0;
-    for (i, n) in names.iter().enumerate() {
-        if n.is_empty() {
-            continue;
-        }
+/// A legend, one row per entry.
+fn legend(s: &mut String, x: f64, y: f64, entries: &[LegendEntry]) {
+    for (row, (n, c)) in entries.iter().enumerate() {
         let yy = y + row as f64 * 15.0;
-        row += 1;
         let _ = write!(
             s,
             "<rect x=\"{x}\" y=\"{y0:.1}\" width=\"10\" height=\"10\" fill=\"{c}\"/><text x=\"{tx}\" y=\"{ty:.1}\">{n}</text>",
             y0 = yy,
-            c = colour(i),
             tx = x + 14.0,
             ty = yy + 9.0,
             n = esc(n)
@@ -184,12 +180,11 @@ pub struct Bar {
     pub label: String,
     pub value: f64,
     pub range: Option<(f64, f64)>,
-    /// Colour index.
-    pub group: usize,
+    pub colour: Colour,
 }
 
 /// Vertical bars with whiskers; `unit` labels the y axis.
-pub fn bar_chart(title: &str, unit: &str, bars: &[Bar], groups: &[String]) -> String {
+pub fn bar_chart(title: &str, unit: &str, bars: &[Bar], legend_entries: &[LegendEntry]) -> String {
     let h = 340.0;
     let w = (120.0 + bars.len() as f64 * 34.0).clamp(420.0, 1100.0);
     let f = Frame::new(w, h, 56.0, 120.0);
@@ -214,7 +209,7 @@ pub fn bar_chart(title: &str, unit: &str, bars: &[Bar], groups: &[String]) -> St
             "<rect class=\"bar\" x=\"{x:.1}\" y=\"{top:.1}\" width=\"{bw:.1}\" height=\"{hh:.1}\" fill=\"{c}\"><title>{l}: {v}</title></rect>",
             top = y.min(y0),
             hh = (y - y0).abs().max(0.5),
-            c = colour(b.group),
+            c = b.colour,
             l = esc(&b.label),
             v = fmt_num(b.value)
         );
@@ -222,7 +217,7 @@ pub fn bar_chart(title: &str, unit: &str, bars: &[Bar], groups: &[String]) -> St
             let cx = x + bw / 2.0;
             let _ = write!(
                 s,
-                "<line x1=\"{cx:.1}\" y1=\"{ya:.1}\" x2=\"{cx:.1}\" y2=\"{yz:.1}\" stroke=\"#000000\"/>",
+                "<line class=\"whisker\" x1=\"{cx:.1}\" y1=\"{ya:.1}\" x2=\"{cx:.1}\" y2=\"{yz:.1}\" stroke=\"#333333\"/>",
                 ya = f.y_of(a, lo, hi),
                 yz = f.y_of(z, lo, hi)
             );
@@ -241,9 +236,7 @@ pub fn bar_chart(title: &str, unit: &str, bars: &[Bar], groups: &[String]) -> St
         x0 = f.left,
         x1 = f.left + f.pw()
     );
-    if groups.len() > 1 {
-        legend(&mut s, f.left + 8.0, f.top + 4.0, groups);
-    }
+    legend(&mut s, f.left + 8.0, f.top + 4.0, legend_entries);
     s.push_str("</svg>");
     s
 }
@@ -257,26 +250,37 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
+/// One row of a stacked-bar chart: segment values, one per series, and the
+/// interval of the row's total where there were repetitions.
+pub struct StackRow {
+    pub label: String,
+    pub values: Vec<f64>,
+    /// `(lo, hi)` of the total, drawn as a whisker at the bar's end.
+    pub total_range: Option<(f64, f64)>,
+    /// Hover text per segment (e.g. its own interval); empty for none.
+    pub notes: Vec<String>,
+}
+
 /// Horizontal stacked bars: each row is a label and segment values, one per
-/// series (negative segments drawn left of zero).
-pub fn stacked_bars(
-    title: &str,
-    unit: &str,
-    series: &[String],
-    rows: &[(String, Vec<f64>)],
-) -> String {
+/// series (negative segments drawn left of zero); series with an empty name
+/// take no legend row.
+pub fn stacked_bars(title: &str, unit: &str, series: &[LegendEntry], rows: &[StackRow]) -> String {
     let row_h = 26.0;
-    let h = 70.0 + rows.len() as f64 * row_h + series.len() as f64 * 15.0 + 20.0;
+    let named: Vec<LegendEntry> = series.iter().filter(|x| !x.0.is_empty()).cloned().collect();
+    let h = 70.0 + rows.len() as f64 * row_h + named.len() as f64 * 15.0 + 20.0;
     let w = 900.0;
     let left = 220.0;
     let mut s = Frame::new(w, h, left, 0.0).open(title);
     let pos = rows
         .iter()
-        .map(|r| r.1.iter().filter(|v| **v > 0.0).sum::<f64>())
+        .map(|r| {
+            let sum = r.values.iter().filter(|v| **v > 0.0).sum::<f64>();
+            r.total_range.map_or(sum, |t| sum.max(t.1))
+        })
         .fold(0.0, f64::max);
     let neg = rows
         .iter()
-        .map(|r| -r.1.iter().filter(|v| **v < 0.0).sum::<f64>())
+        .map(|r| -r.values.iter().filter(|v| **v < 0.0).sum::<f64>())
         .fold(0.0, f64::max);
     let (lo, hi) = nice_range(-neg, pos);
     let pw = w - left - 30.0;
@@ -300,17 +304,17 @@ pub fn stacked_bars(
         ty = axis_y + 27.0,
         u = esc(unit)
     );
-    for (ri, (label, vals)) in rows.iter().enumerate() {
+    for (ri, row) in rows.iter().enumerate() {
         let y = top + ri as f64 * row_h;
         let _ = write!(
             s,
             "<text x=\"{tx}\" y=\"{ty:.1}\" text-anchor=\"end\">{l}</text>",
             tx = left - 6.0,
             ty = y + row_h / 2.0 + 4.0,
-            l = esc(&truncate(label, 34))
+            l = esc(&truncate(&row.label, 34))
         );
         let (mut pos_at, mut neg_at) = (0.0, 0.0);
-        for (si, &v) in vals.iter().enumerate() {
+        for (si, &v) in row.values.iter().enumerate() {
             if v == 0.0 || !v.is_finite() {
                 continue;
             }
@@ -323,17 +327,39 @@ pub fn stacked_bars(
                 neg_at += v;
                 (neg_at, a)
             };
+            let (name, c) = series
+                .get(si)
+                .map_or(("", palette::REFERENCE), |x| (x.0.as_str(), x.1));
+            let note = row.notes.get(si).map_or("", String::as_str);
             let _ = write!(
                 s,
-                "<rect class=\"seg\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"{c}\"><title>{l} — {n}: {v}</title></rect>",
+                "<rect class=\"seg\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"{c}\"><title>{l} — {n}: {v}{sp}{note}</title></rect>",
                 x = x_of(a),
                 y = y + 3.0,
                 bw = (x_of(b) - x_of(a)).max(0.5),
                 bh = row_h - 6.0,
-                c = colour(si),
-                l = esc(label),
-                n = esc(series.get(si).map(String::as_str).unwrap_or("")),
-                v = fmt_num(v)
+                l = esc(&row.label),
+                n = esc(name),
+                v = fmt_num(v),
+                sp = if note.is_empty() { "" } else { " " },
+                note = esc(note)
+            );
+        }
+        if let Some((a, b)) = row
+            .total_range
+            .filter(|r| r.0.is_finite() && r.1.is_finite() && r.1 > r.0)
+        {
+            let yc = y + row_h / 2.0;
+            let _ = write!(
+                s,
+                "<path class=\"whisker\" d=\"M{xa:.1} {yc:.1}H{xb:.1}M{xa:.1} {y1:.1}V{y2:.1}M{xb:.1} {y1:.1}V{y2:.1}\" stroke=\"#333333\" stroke-width=\"1.5\" fill=\"none\"><title>{l}: total {ta}–{tb}</title></path>",
+                xa = x_of(a),
+                xb = x_of(b),
+                y1 = yc - 6.0,
+                y2 = yc + 6.0,
+                l = esc(&row.label),
+                ta = fmt_num(a),
+                tb = fmt_num(b)
             );
         }
     }
@@ -342,19 +368,18 @@ pub fn stacked_bars(
         s,
         "<line x1=\"{x0:.1}\" y1=\"{top}\" x2=\"{x0:.1}\" y2=\"{axis_y:.1}\" stroke=\"#333333\"/>"
     );
-    legend(&mut s, left, axis_y + 38.0, series);
+    legend(&mut s, left, axis_y + 38.0, &named);
     s.push_str("</svg>");
     s
 }
 
-/// A line series: name, points `(x, y)`, dashed or solid, its colour index
+/// A line series: name, points `(x, y)`, dashed or solid, its colour
 /// and, when the points are medians of repetitions, their intervals.
 pub struct Line {
     pub name: String,
     pub points: Vec<(f64, f64)>,
     pub dashed: bool,
-    /// Index into [`PALETTE`].
-    pub colour: usize,
+    pub colour: Colour,
     /// `(lo, hi)` per point, drawn as whiskers; empty for none.
     pub ranges: Vec<(f64, f64)>,
 }
@@ -368,7 +393,7 @@ fn line_legend(s: &mut String, x: f64, y: f64, lines: &[Line]) {
             "<line x1=\"{x}\" y1=\"{ly:.1}\" x2=\"{x2}\" y2=\"{ly:.1}\" stroke=\"{c}\" stroke-width=\"2\"{d}/><text x=\"{tx}\" y=\"{ty:.1}\">{n}</text>",
             ly = yy + 5.0,
             x2 = x + 22.0,
-            c = colour(l.colour),
+            c = l.colour,
             d = if l.dashed { " stroke-dasharray=\"6 4\"" } else { "" },
             tx = x + 28.0,
             ty = yy + 9.0,
@@ -422,7 +447,7 @@ pub fn line_chart(title: &str, xlabel: &str, ylabel: &str, lines: &[Line]) -> St
     }
     f.x_axis_line(&mut s, xlabel);
     for l in lines {
-        let c = colour(l.colour);
+        let c = l.colour;
         let pts: Vec<String> = l
             .points
             .iter()
@@ -477,25 +502,24 @@ pub struct IntervalRow {
     pub hi: f64,
     /// `(q1, q3)` when the row summarises many configurations.
     pub quartiles: Option<(f64, f64)>,
-    /// Index into [`PALETTE`].
-    pub colour: usize,
+    pub colour: Colour,
     /// Hover text (counts, coverage).
     pub note: String,
 }
 
 /// Horizontal rows of median dots with interval whiskers (a forest plot)
 /// around a zero line: readable with long labels and any number of rows
-/// up to a few dozen; `legend` names colour indices (empty names skipped).
+/// up to a few dozen.
 pub fn interval_chart(
     title: &str,
     unit: &str,
     rows: &[IntervalRow],
-    legend_names: &[String],
+    legend_entries: &[LegendEntry],
 ) -> String {
     let row_h = 22.0;
     let left = 300.0;
     let w = 820.0;
-    let legend_rows = legend_names.iter().filter(|n| !n.is_empty()).count();
+    let legend_rows = legend_entries.len();
     let h = 34.0 + rows.len() as f64 * row_h + 44.0 + legend_rows as f64 * 15.0;
     let mut s = Frame::new(w, h, left, 0.0).open(title);
     let fin = |v: &f64| v.is_finite();
@@ -534,7 +558,7 @@ pub fn interval_chart(
     );
     for (i, r) in rows.iter().enumerate() {
         let y = top + i as f64 * row_h + row_h / 2.0;
-        let c = colour(r.colour);
+        let c = r.colour;
         let _ = write!(
             s,
             "<text x=\"{tx}\" y=\"{ty:.1}\" text-anchor=\"end\">{l}</text>",
@@ -569,18 +593,20 @@ pub fn interval_chart(
             n = esc(&r.note)
         );
     }
-    legend(&mut s, left, axis_y + 40.0, legend_names);
+    legend(&mut s, left, axis_y + 40.0, legend_entries);
     s.push_str("</svg>");
     s
 }
 
-/// A latency histogram from log-spaced `(upper bound ns, count)` buckets,
-/// bars in palette colour `colour_index`.
-pub fn histogram(title: &str, buckets: &[(u64, u64)], colour_index: usize) -> String {
+/// A latency histogram from log-spaced `(upper bound ns, count)` buckets:
+/// `ylabel` says what was counted, the bars are drawn in the colour of the
+/// legend `entry`.
+pub fn histogram(title: &str, ylabel: &str, buckets: &[(u64, u64)], entry: &LegendEntry) -> String {
     let f = Frame::new(420.0, 300.0, 56.0, 72.0);
     let mut s = f.open(title);
+    let colour = entry.1;
     let hi = nice_max(buckets.iter().map(|b| b.1 as f64).fold(0.0, f64::max));
-    f.y_axis(&mut s, 0.0, hi, "count", false);
+    f.y_axis(&mut s, 0.0, hi, ylabel, false);
     let slot = f.pw() / buckets.len().max(1) as f64;
     for (i, &(ub, c)) in buckets.iter().enumerate() {
         let x = f.left + slot * i as f64 + 1.0;
@@ -590,7 +616,7 @@ pub fn histogram(title: &str, buckets: &[(u64, u64)], colour_index: usize) -> St
             "<rect class=\"bin\" x=\"{x:.1}\" y=\"{y:.1}\" width=\"{bw:.1}\" height=\"{bh:.1}\" fill=\"{col}\"><title>≤ {ub} ns: {c}</title></rect>",
             bw = (slot - 2.0).max(0.5),
             bh = (f.top + f.ph() - y).max(0.5),
-            col = colour(colour_index)
+            col = colour
         );
         if buckets.len() <= 16 || i % 2 == 0 {
             let _ = write!(
@@ -609,6 +635,12 @@ pub fn histogram(title: &str, buckets: &[(u64, u64)], colour_index: usize) -> St
         cx = f.left + f.pw() / 2.0,
         ty = f.h - 6.0
     );
+    legend(
+        &mut s,
+        f.left + f.pw() * 0.55,
+        f.top + 4.0,
+        std::slice::from_ref(entry),
+    );
     s.push_str("</svg>");
     s
 }
@@ -625,26 +657,59 @@ pub fn fmt_ns(ns: u64) -> String {
     }
 }
 
-/// Predicted-versus-measured scatter with the y = x diagonal; one colour per metric.
-pub fn scatter(title: &str, metrics: &[String], points: &[(usize, f64, f64, String)]) -> String {
-    xy_scatter(title, "measured", "predicted (sim)", true, metrics, points)
+/// One point of an x-y scatter, with the intervals of its coordinates
+/// where they were repeated.
+pub struct ScatterPoint {
+    pub colour: Colour,
+    pub x: f64,
+    pub y: f64,
+    /// `(lo, hi)` of x, drawn as a horizontal whisker.
+    pub x_range: Option<(f64, f64)>,
+    /// `(lo, hi)` of y, drawn as a vertical whisker.
+    pub y_range: Option<(f64, f64)>,
+    /// Hover text.
+    pub label: String,
 }
 
-/// An x-y scatter: `(series, x, y, label)` points, both axes from the data
-/// (sharing one range when `diagonal`, which also draws y = x).
+/// A whisker range worth drawing: finite and of non-zero width.
+fn drawn_range(r: Option<(f64, f64)>) -> Option<(f64, f64)> {
+    r.filter(|r| r.0.is_finite() && r.1.is_finite() && r.1 > r.0)
+}
+
+/// An x-y scatter, both axes from the data and the whiskers (sharing one
+/// range when `diagonal`, which also draws y = x).
 pub fn xy_scatter(
     title: &str,
     xlabel: &str,
     ylabel: &str,
     diagonal: bool,
-    series: &[String],
-    points: &[(usize, f64, f64, String)],
+    legend_entries: &[LegendEntry],
+    points: &[ScatterPoint],
 ) -> String {
-    let f = Frame::new(520.0, 420.0, 56.0, 60.0 + series.len() as f64 * 15.0);
+    let f = Frame::new(
+        520.0,
+        420.0,
+        56.0,
+        60.0 + legend_entries.len() as f64 * 15.0,
+    );
     let mut s = f.open(title);
     let fin = |v: &f64| v.is_finite();
-    let xs = points.iter().map(|p| p.1).filter(fin);
-    let ys = points.iter().map(|p| p.2).filter(fin);
+    let xs = points
+        .iter()
+        .flat_map(|p| {
+            let r = drawn_range(p.x_range);
+            [Some(p.x), r.map(|r| r.0), r.map(|r| r.1)]
+        })
+        .flatten()
+        .filter(fin);
+    let ys = points
+        .iter()
+        .flat_map(|p| {
+            let r = drawn_range(p.y_range);
+            [Some(p.y), r.map(|r| r.0), r.map(|r| r.1)]
+        })
+        .flatten()
+        .filter(fin);
     let (ylo, yhi, xlo, xhi) = if diagonal {
         let all = xs.clone().chain(ys.clone());
         let (lo, hi) = nice_range(all.clone().fold(0.0, f64::min), all.fold(0.0, f64::max));
@@ -678,24 +743,47 @@ pub fn xy_scatter(
             f.y_of(yhi, ylo, yhi)
         );
     }
-    for (m, x, y, label) in points {
-        if !(x.is_finite() && y.is_finite()) {
+    for p in points {
+        if !(p.x.is_finite() && p.y.is_finite()) {
             continue;
+        }
+        let (px, py) = (x_of(p.x), f.y_of(p.y, ylo, yhi));
+        let c = p.colour;
+        let mut interval = String::new();
+        if let Some((a, b)) = drawn_range(p.x_range) {
+            let _ = write!(
+                s,
+                "<path class=\"whisker\" d=\"M{xa:.1} {py:.1}H{xb:.1}M{xa:.1} {y1:.1}V{y2:.1}M{xb:.1} {y1:.1}V{y2:.1}\" stroke=\"{c}\" fill=\"none\"/>",
+                xa = x_of(a),
+                xb = x_of(b),
+                y1 = py - 3.0,
+                y2 = py + 3.0
+            );
+            let _ = write!(interval, " [{}–{}]", fmt_num(a), fmt_num(b));
+        }
+        let mut y_interval = String::new();
+        if let Some((a, b)) = drawn_range(p.y_range) {
+            let _ = write!(
+                s,
+                "<path class=\"whisker\" d=\"M{px:.1} {ya:.1}V{yb:.1}M{x1:.1} {ya:.1}H{x2:.1}M{x1:.1} {yb:.1}H{x2:.1}\" stroke=\"{c}\" fill=\"none\"/>",
+                ya = f.y_of(a, ylo, yhi),
+                yb = f.y_of(b, ylo, yhi),
+                x1 = px - 3.0,
+                x2 = px + 3.0
+            );
+            let _ = write!(y_interval, " [{}–{}]", fmt_num(a), fmt_num(b));
         }
         let _ = write!(
             s,
-            "<circle class=\"pt\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"{c}\"><title>{l}: {xl} {a}, {yl} {b}</title></circle>",
-            x_of(*x),
-            f.y_of(*y, ylo, yhi),
-            c = colour(*m),
-            l = esc(label),
+            "<circle class=\"pt\" cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"4\" fill=\"{c}\"><title>{l}: {xl} {a}{interval}, {yl} {b}{y_interval}</title></circle>",
+            l = esc(&p.label),
             xl = esc(xlabel),
             yl = esc(ylabel),
-            a = fmt_num(*x),
-            b = fmt_num(*y)
+            a = fmt_num(p.x),
+            b = fmt_num(p.y)
         );
     }
-    legend(&mut s, f.left, axis_y + 40.0, series);
+    legend(&mut s, f.left, axis_y + 40.0, legend_entries);
     s.push_str("</svg>");
     s
 }
@@ -719,6 +807,7 @@ mod tests {
 
     #[test]
     fn charts_are_well_formed_and_escaped() {
+        let blue = palette::EXECUTORS[0];
         let b = bar_chart(
             "a<b",
             "x",
@@ -726,7 +815,7 @@ mod tests {
                 label: "q&a".into(),
                 value: -0.5,
                 range: Some((-0.7, 0.2)),
-                group: 0,
+                colour: blue,
             }],
             &[],
         );
@@ -736,10 +825,20 @@ mod tests {
         let s = stacked_bars(
             "t",
             "u",
-            &["a".into(), "b".into()],
-            &[("r".into(), vec![1.0, -0.5])],
+            &[
+                ("a".into(), palette::category(0)),
+                ("b".into(), palette::category(1)),
+            ],
+            &[StackRow {
+                label: "r".into(),
+                values: vec![1.0, -0.5],
+                total_range: Some((0.8, 1.3)),
+                notes: vec!["1 [0.9–1.1]".into()],
+            }],
         );
         assert_eq!(s.matches("class=\"seg\"").count(), 2);
+        assert_eq!(s.matches("class=\"whisker\"").count(), 1);
+        assert!(s.contains(palette::category(1).hex()) && s.contains("1 [0.9–1.1]"));
         let l = line_chart(
             "t",
             "x",
@@ -748,17 +847,43 @@ mod tests {
                 name: "m".into(),
                 points: vec![(1.0, 1.0), (2.0, 1.8)],
                 dashed: true,
-                colour: 2,
+                colour: palette::EXECUTORS[2],
                 ranges: vec![(0.9, 1.1), (1.5, 2.0)],
             }],
         );
         assert!(l.contains("polyline") && !l.contains("NaN"));
         assert_eq!(l.matches("class=\"whisker\"").count(), 2);
-        assert!(l.contains(PALETTE[2]));
-        let h = histogram("h", &[(1024, 5), (2048, 9)], 0);
+        assert!(l.contains(palette::EXECUTORS[2].hex()));
+        let h = histogram("h", "exits", &[(1024, 5), (2048, 9)], &("vm".into(), blue));
         assert_eq!(h.matches("class=\"bin\"").count(), 2);
-        let sc = scatter("s", &["slowdown".into()], &[(0, 1.0, 0.8, "x".into())]);
-        assert!(sc.contains("class=\"pt\""));
+        let sc = xy_scatter(
+            "s",
+            "measured",
+            "predicted",
+            true,
+            &[("slowdown".into(), blue)],
+            &[
+                ScatterPoint {
+                    colour: blue,
+                    x: 1.0,
+                    y: 0.8,
+                    x_range: Some((0.9, 1.2)),
+                    y_range: Some((0.8, 0.8)),
+                    label: "x".into(),
+                },
+                ScatterPoint {
+                    colour: blue,
+                    x: 2.0,
+                    y: 2.1,
+                    x_range: None,
+                    y_range: Some((1.9, 2.3)),
+                    label: "y".into(),
+                },
+            ],
+        );
+        assert_eq!(sc.matches("class=\"pt\"").count(), 2);
+        // Zero-width ranges (one repetition) draw no whisker.
+        assert_eq!(sc.matches("class=\"whisker\"").count(), 2);
         let rows = [
             IntervalRow {
                 label: "vm <dedup>".into(),
@@ -766,7 +891,7 @@ mod tests {
                 lo: 30.0,
                 hi: 41.0,
                 quartiles: None,
-                colour: 0,
+                colour: blue,
                 note: String::new(),
             },
             IntervalRow {
@@ -775,11 +900,11 @@ mod tests {
                 lo: 0.0,
                 hi: 1.0,
                 quartiles: Some((1.0, 2.0)),
-                colour: 2,
+                colour: palette::EXECUTORS[2],
                 note: String::new(),
             },
         ];
-        let ic = interval_chart("i", "slowdown %", &rows, &["vm".into()]);
+        let ic = interval_chart("i", "slowdown %", &rows, &[("vm".into(), blue)]);
         assert_eq!(
             ic.matches("class=\"whisker\"").count(),
             1,

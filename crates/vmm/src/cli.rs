@@ -328,7 +328,8 @@ pub fn run(args: &VmmArgs) -> i32 {
             status_for_guest_code(run.exit_code)
         }
         Err(e) => {
-            eprintln!("smplab vmm: {e}");
+            // The one error printer of the binary: `smplab: <message>`.
+            exit::report_error(&e);
             e.exit_status()
         }
     }

@@ -5,27 +5,24 @@
 use crate::metrics::{mean_wall_s, Results};
 use crate::point::{Point, Variant};
 use crate::stats::MedianCi;
-use crate::svg::esc;
+use crate::svg::{esc, palette, Colour, LegendEntry};
 use smplab_record::Executor;
 use std::collections::BTreeSet;
 
 /// Every executor, in the order the report lists them.
-pub const EXECUTORS: [Executor; 4] = [
-    Executor::Vm,
-    Executor::Qemu,
-    Executor::Sim,
-    Executor::Native,
-];
+pub const EXECUTORS: [Executor; 4] = palette::EXECUTOR_ORDER;
 
-/// The palette index of an executor: the same colour in every plot
-/// (Okabe–Ito: blue, orange, bluish green, black).
-pub fn colour_index(e: Executor) -> usize {
-    match e {
-        Executor::Vm => 0,
-        Executor::Qemu => 1,
-        Executor::Sim => 2,
-        Executor::Native => 7,
-    }
+/// The colour of an executor: the same in every plot.
+pub fn colour(e: Executor) -> Colour {
+    palette::executor(e)
+}
+
+/// An executor's place in [`EXECUTORS`], for sorting.
+pub fn executor_rank(e: Executor) -> usize {
+    EXECUTORS
+        .iter()
+        .position(|x| *x == e)
+        .unwrap_or(EXECUTORS.len())
 }
 
 /// What a reader calls the executor.
@@ -38,18 +35,14 @@ pub fn executor_name(e: Executor) -> &'static str {
     }
 }
 
-/// A legend for `svg` charts whose colour indices are [`colour_index`]:
-/// names at their executor's index, empty elsewhere.
-pub fn executor_legend(used: impl IntoIterator<Item = Executor>) -> Vec<String> {
-    let used: BTreeSet<usize> = used.into_iter().map(colour_index).collect();
-    let last = used.iter().max().copied().unwrap_or(0);
-    (0..=last)
-        .map(|i| {
-            EXECUTORS
-                .iter()
-                .find(|e| colour_index(**e) == i && used.contains(&i))
-                .map_or(String::new(), |e| executor_name(*e).to_string())
-        })
+/// A legend of the executors in `used`, in the report's order, each in its
+/// colour.
+pub fn executor_legend(used: impl IntoIterator<Item = Executor>) -> Vec<LegendEntry> {
+    let used: Vec<Executor> = used.into_iter().collect();
+    EXECUTORS
+        .iter()
+        .filter(|e| used.contains(e))
+        .map(|e| (executor_name(*e).to_string(), colour(*e)))
         .collect()
 }
 

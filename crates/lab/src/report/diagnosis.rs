@@ -3,11 +3,11 @@
 //! decomposed into credits; and which low-level rates move with the slowdown
 //! across configurations (seed 003's macro versus micro).
 
-use super::data::{colour_index, executor_legend, executor_name, noise_badge, pct_ci, slug};
+use super::data::{colour, executor_legend, executor_name, noise_badge, pct_ci, slug};
 use super::findings::{credits, diag_slowdown_ci};
 use super::{Ctx, Page};
-use crate::diagnose::{Attribution, Plan};
-use crate::svg::{self, esc, IntervalRow};
+use crate::diagnose::{factor_colour, Attribution, Plan, INTERACTION, REMAINDER};
+use crate::svg::{self, esc, IntervalRow, ScatterPoint, StackRow};
 use smplab_record::Executor;
 use std::fmt::Write;
 
@@ -83,7 +83,7 @@ fn one(ctx: &Ctx, plan: &Plan, a: &Attribution, h: &mut String) {
     h.push_str("<p class=\"muted\">Factors interact, so credits need not add up; the interaction line is the difference. A credit is <i>within noise</i> when the wall-time intervals with and without the factor overlap.</p>");
 
     // Fig. 3: each configuration's slowdown with its interval.
-    let colour = colour_index(a.executor);
+    let colour = colour(a.executor);
     let mut rows = Vec::new();
     let mut push = |label: String, ci: Option<crate::stats::MedianCi>| {
         if let Some(c) = ci {
@@ -117,29 +117,32 @@ fn one(ctx: &Ctx, plan: &Plan, a: &Attribution, h: &mut String) {
         &rows,
         &executor_legend([a.executor]),
     ));
-    // One colour per factor in every diagnosis: series in the order of
-    // `diagnose::FACTORS`, factors that do not apply left unnamed and empty.
-    let mut series: Vec<String> = Vec::new();
+    // One colour per factor in every diagnosis (`diagnose::factor_colour`),
+    // in the order of `diagnose::FACTORS`.
+    let mut series = Vec::new();
     let mut vals: Vec<f64> = Vec::new();
     for f in crate::diagnose::FACTORS {
-        let c = cs.iter().find(|c| c.factor == f.name);
-        series.push(c.map_or(String::new(), |c| c.factor.clone()));
-        vals.push(c.map_or(0.0, |c| c.credit * 100.0));
+        if let Some(c) = cs.iter().find(|c| c.factor == f.name) {
+            series.push((c.factor.clone(), factor_colour(f.name)));
+            vals.push(c.credit * 100.0);
+        }
     }
     if let (Some(all), Some(i)) = (a.all_removed, a.interaction) {
-        series.push("interaction".into());
+        series.push((INTERACTION.into(), factor_colour(INTERACTION)));
         vals.push(i * 100.0);
-        series.push("remainder (all removed)".into());
+        series.push((REMAINDER.into(), factor_colour(REMAINDER)));
         vals.push(all.median * 100.0);
     }
     h.push_str(&svg::stacked_bars(
         &format!("{}: baseline slowdown split into credits", a.workload),
         "percentage points of slowdown (negative: removing the factor made it slower)",
         &series,
-        &[(
-            format!("{} {}", a.workload, executor_name(a.executor)),
-            vals,
-        )],
+        &[StackRow {
+            label: format!("{} {}", a.workload, executor_name(a.executor)),
+            values: vals,
+            total_range: None,
+            notes: vec![],
+        }],
     ));
     h.push_str("</div>");
 }
@@ -166,10 +169,17 @@ fn correlations(ctx: &Ctx) -> String {
             );
         }
         corr.push_str("</table></div>");
-        let pts: Vec<(usize, f64, f64, String)> = top
+        let pts: Vec<ScatterPoint> = top
             .pairs
             .iter()
-            .map(|(l, x, y)| (colour_index(e), *x, *y * 100.0, l.clone()))
+            .map(|(l, x, y)| ScatterPoint {
+                colour: colour(e),
+                x: *x,
+                y: *y * 100.0,
+                x_range: None,
+                y_range: None,
+                label: l.clone(),
+            })
             .collect();
         corr.push_str(&svg::xy_scatter(
             &format!(

@@ -4,8 +4,8 @@
 //! the plot and the rows it came from.
 
 use super::data::{
-    self, colour_index, differs_from_native, executor_legend, executor_name, headline, pct_ci,
-    rows_link, slowdown_ci, slug, wall_ci,
+    self, colour, differs_from_native, executor_legend, executor_name, headline, pct_ci, rows_link,
+    slowdown_ci, slug, wall_ci,
 };
 use super::{Ctx, Page};
 use crate::diagnose::{Attribution, Plan};
@@ -301,7 +301,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
                     lo: ci.lo * 100.0,
                     hi: ci.hi * 100.0,
                     quartiles: None,
-                    colour: colour_index(q.executor()),
+                    colour: colour(q.executor()),
                     note: format!("{} repetitions, coverage {:.0}%", ci.n, ci.coverage * 100.0),
                 });
             }
@@ -328,6 +328,14 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
         );
     }
     h.push_str("</table><p class=\"muted\">Slowdown: wall time over native wall time, minus one; median over repetitions with its 95% interval in brackets († fewer than 6 repetitions: the range, covering the median with less than 95%). <span class=\"sig\">outside noise</span>: the intervals do not overlap; <span class=\"noise\">~ within noise</span>: they do. pp: percentage points of slowdown.</p>");
+    let x = super::overcommit::exclusions(r);
+    if x.runs > 0 {
+        let _ = write!(
+            h,
+            "<p>Overcommit: {} <a href=\"#overcommit\">→ weighted speedup</a></p>",
+            super::overcommit::exclusion_sentence(&x)
+        );
+    }
     if !rows.is_empty() {
         h.push_str("<figure id=\"fig-slowdown\">");
         h.push_str(&svg::interval_chart(

@@ -1,9 +1,9 @@
 //! Speedup versus vCPUs beside seed 004's eq. 5.1 projection and the native
 //! Amdahl bound, one chart per family of configurations.
 
-use super::data::{colour_index, executor_name, is_default_setup};
+use super::data::{colour, executor_name, is_default_setup};
 use super::{Ctx, Page};
-use crate::svg::{self, esc, Line};
+use crate::svg::{self, esc, palette, Line};
 use smplab_record::Executor;
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -36,9 +36,12 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
         if curve.len() < 2 {
             continue;
         }
-        let c = colour_index(p.executor());
+        let c = colour(p.executor());
         let mut lines = vec![Line {
-            name: format!("measured, {}", executor_name(p.executor())),
+            name: format!(
+                "measured, {} (whiskers: 95% interval)",
+                executor_name(p.executor())
+            ),
             points: curve
                 .iter()
                 .map(|s| (s.vcpus as f64, s.measured.median))
@@ -47,7 +50,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
             colour: c,
             ranges: curve
                 .iter()
-                .map(|s| (s.measured.min, s.measured.max))
+                .map(|s| (s.measured_ci.lo, s.measured_ci.hi))
                 .collect(),
         }];
         if inputs.is_some() {
@@ -68,7 +71,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
                     .filter_map(|s| Some((s.vcpus as f64, s.native_bound?)))
                     .collect(),
                 dashed: true,
-                colour: colour_index(Executor::Native),
+                colour: palette::executor(Executor::Native),
                 ranges: vec![],
             });
         }
@@ -98,7 +101,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
     if charts.is_empty() {
         return;
     }
-    let mut h = String::from("<p>Measured speedup per unit of work (whiskers: min–max over repetitions) beside seed 004's projection S(N) = 1/((1−P(N)) + P(N)/N), P(N) = P·(1 − h·N·q), with the native parallel fraction P, exit handling per vCPU h and synchronous share q from the smallest run. Without device exits the projection coincides with the native Amdahl bound.</p><div class=\"grid\">");
+    let mut h = String::from("<p>Measured speedup per unit of work (median over repetitions; whiskers: its 95% interval, widened by the interval of the smallest configuration every repetition is divided by) beside seed 004's projection S(N) = 1/((1−P(N)) + P(N)/N), P(N) = P·(1 − h·N·q), with the native parallel fraction P, exit handling per vCPU h and synchronous share q from the smallest run. Without device exits the projection coincides with the native Amdahl bound.</p><div class=\"grid\">");
     for c in &charts {
         h.push_str(c);
     }

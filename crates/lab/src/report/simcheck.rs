@@ -2,13 +2,43 @@
 //! configuration with a simulated twin, per metric, on a predicted-versus-
 //! measured scatter, with the error table.
 
-use super::data::{colour_index, executor_legend, pct_ci, slowdown_ci};
+use super::data::{colour, executor_legend, pct_ci, slowdown_ci, wall_ci, weighted_speedup_ci};
 use super::{Ctx, Page};
-use crate::metrics::prediction_error_by_metric;
-use crate::svg::{self, esc, fmt_num};
+use crate::metrics::{prediction_error_by_metric, Results};
+use crate::point::Point;
+use crate::stats::MedianCi;
+use crate::svg::{self, esc, fmt_num, ScatterPoint};
 use smplab_record::Executor;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
+
+/// The 95% interval of one prediction metric of `p` over its repetitions,
+/// by the same definitions as the value [`Results::predictions`] reports.
+fn metric_ci(r: &Results, p: &Point, metric: &str) -> Option<MedianCi> {
+    match metric {
+        "slowdown" => slowdown_ci(r, p),
+        "wall time (s)" => wall_ci(r, p),
+        "weighted speedup" => weighted_speedup_ci(r, p),
+        "idle fraction" => per_rep_ci(r, p, |one, q| Some(one.idle_fraction(q)?.median)),
+        "exits/s" => per_rep_ci(r, p, |one, q| one.workload_exits_per_s(q)),
+        _ => None,
+    }
+}
+
+/// A metric of each repetition on its own (metrics' definition applied to a
+/// one-repetition view), and the interval of their median.
+fn per_rep_ci(
+    r: &Results,
+    p: &Point,
+    metric: impl Fn(&Results, &Point) -> Option<f64>,
+) -> Option<MedianCi> {
+    let samples: Vec<f64> = r
+        .get(p)?
+        .iter()
+        .filter_map(|e| metric(&Results::from_entries(vec![*e]), p))
+        .collect();
+    MedianCi::of(&samples)
+}
 
 pub fn render(ctx: &Ctx, page: &mut Page) {
     let preds = &ctx.predictions;
@@ -28,22 +58,29 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
         .filter_map(|p| Some(by_label.get(&p.label)?.executor()))
         .collect();
     let legend = executor_legend(used.iter().copied());
-    let mut h = String::from("<p>Each measured configuration beside the simulator's prediction of the same configuration; points on the dashed diagonal are exact. Colour: the measured executor. Wall time is only comparable against a platform calibrated to this host.</p><div class=\"grid\">");
+    let mut h = String::from("<p>Each measured configuration beside the simulator's prediction of the same configuration; points on the dashed diagonal are exact. Colour: the measured executor. Whiskers: 95% intervals over repetitions, horizontal of the measurement, vertical of the simulation (none where a side ran once or repeated exactly). Wall time is only comparable against a platform calibrated to this host.</p><div class=\"grid\">");
     for m in &metrics {
-        let pts: Vec<(usize, f64, f64, String)> = preds
+        let k = if *m == "slowdown" { 100.0 } else { 1.0 };
+        let range = |ci: Option<MedianCi>| ci.map(|c| (c.lo * k, c.hi * k));
+        let pts: Vec<ScatterPoint> = preds
             .iter()
             .filter(|p| p.metric == *m)
             .map(|p| {
-                let c = by_label
-                    .get(&p.label)
-                    .map_or(colour_index(Executor::Vm), |q| colour_index(q.executor()));
-                let k = if *m == "slowdown" { 100.0 } else { 1.0 };
-                (c, p.measured * k, p.predicted * k, p.label.clone())
+                let measured = by_label.get(&p.label).copied();
+                let sim = measured.and_then(|q| r.sim_twin(q, None));
+                ScatterPoint {
+                    colour: colour(measured.map_or(Executor::Vm, Point::executor)),
+                    x: p.measured * k,
+                    y: p.predicted * k,
+                    x_range: range(measured.and_then(|q| metric_ci(r, q, m))),
+                    y_range: range(sim.and_then(|q| metric_ci(r, q, m))),
+                    label: p.label.clone(),
+                }
             })
             .collect();
         let unit = if *m == "slowdown" { " (%)" } else { "" };
         h.push_str(&svg::xy_scatter(
-            &format!("Predicted vs measured: {m}"),
+            &format!("Predicted vs measured: {m} (whiskers: 95% interval)"),
             &format!("measured {m}{unit}"),
             &format!("predicted {m}{unit}"),
             true,

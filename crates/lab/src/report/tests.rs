@@ -121,8 +121,9 @@ pub fn sample_store_with_diagnosis() -> Store {
 }
 
 /// A simulator sweep of `n` runs (5 workloads × vCPUs × VMs × scales ×
-/// 5 repetitions), the size a user's 10,000-point sweep reaches.
-pub fn big_sim_store(n: usize) -> Store {
+/// `reps` repetitions), the size a user's 10,000-point sweep reaches: with 5
+/// repetitions 2,000 configurations, with 1 as many configurations as runs.
+pub fn big_sim_store(n: usize, reps: u32) -> Store {
     let workloads = [
         "blackscholes",
         "dedup",
@@ -132,7 +133,6 @@ pub fn big_sim_store(n: usize) -> Store {
     ];
     let vcpus = [2u32, 4, 8, 16, 32];
     let vms = [1u32, 2, 4, 8];
-    let reps = 5u32;
     let per_scale = workloads.len() * vcpus.len() * vms.len() * reps as usize;
     let scales = n.div_ceil(per_scale);
     let mut es = Vec::with_capacity(n);
@@ -312,7 +312,7 @@ fn calibration_is_a_table() {
 
 #[test]
 fn ten_thousand_simulator_runs_give_aggregated_plots() {
-    let store = big_sim_store(10_000);
+    let store = big_sim_store(10_000, 5);
     assert_eq!(store.entries().len(), 10_000);
     let t0 = std::time::Instant::now();
     let html = render_html(&store, &opts());
@@ -341,6 +341,8 @@ fn ten_thousand_simulator_runs_give_aggregated_plots() {
         + html.matches("class=\"bar\"").count()
         + html.matches("class=\"seg\"").count();
     assert!(marks < 1500, "{marks} plot marks for 2000 configurations");
+    // Simulated VMs share the host by construction: no exclusion sentence.
+    assert!(!html.contains("multi-VM runs excluded"));
     // Every configuration is still in the (collapsed) raw table.
     assert_eq!(section(&html, "raw-data").matches("<tr><td>").count(), 2000);
 }
@@ -394,4 +396,179 @@ fn display_labels_are_short_and_tell_scales_apart() {
     let mut q = p.clone();
     q.scale = 0.2;
     assert_ne!(l, super::data::display_label(&q, true));
+}
+
+/// Every `attr="#RRGGBB"` value inside the page's `<svg>` elements.
+fn svg_colours<'h>(html: &'h str, attr: &str) -> Vec<&'h str> {
+    let needle = format!("{attr}=\"#");
+    let mut out = vec![];
+    for svg in html.split("<svg").skip(1) {
+        let svg = &svg[..svg.find("</svg>").unwrap_or(svg.len())];
+        let mut rest = svg;
+        while let Some(at) = rest.find(&needle) {
+            let v = &rest[at + needle.len() - 1..];
+            out.push(&v[..v.find('"').unwrap_or(v.len())]);
+            rest = &rest[at + needle.len()..];
+        }
+    }
+    out
+}
+
+/// `(colour, text)` of every legend row: a swatch (`<rect … fill>` or a
+/// line sample `<line … stroke>`) followed directly by its `<text>`.
+fn legend_entries(html: &str) -> Vec<(String, String)> {
+    let mut out = vec![];
+    for (i, _) in html.match_indices("/><text x=") {
+        let head = &html[..i];
+        let el = &head[head.rfind('<').unwrap_or(0)..];
+        let colour = ["fill=\"", "stroke=\""].iter().find_map(|a| {
+            let at = el.rfind(a)? + a.len();
+            Some(el[at..at + el[at..].find('"')?].to_string())
+        });
+        let text = &html[i + 2..];
+        let text = &text[text.find('>').unwrap_or(0) + 1..];
+        let text = &text[..text.find('<').unwrap_or(0)];
+        let swatch = (el.starts_with("<rect") && el.contains("width=\"10\" height=\"10\""))
+            || (el.starts_with("<line") && el.contains("stroke-width=\"2\""));
+        if let Some(c) = colour.filter(|_| swatch) {
+            out.push((c, text.to_string()));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_plot_draws_in_palette_colours_and_executors_keep_theirs() {
+    use crate::svg::{palette, NEUTRALS};
+    let mut html = render_html(&sample_store_with_diagnosis(), &opts());
+    html.push_str(&crate::diagnose::charts(
+        &crate::diagnose::attribute(
+            &Results::new(&sample_store_with_diagnosis()),
+            &crate::diagnose::Plan::new(crate::diagnose::baseline(
+                Executor::Vm,
+                "dedup",
+                2,
+                0.1,
+                "",
+            )),
+        )
+        .expect("the fake diagnosis attributes"),
+    ));
+    let data: Vec<&str> = palette::all().map(|c| c.hex()).collect();
+    let fills = svg_colours(&html, "fill");
+    let strokes = svg_colours(&html, "stroke");
+    assert!(fills.len() > 100 && strokes.len() > 100);
+    for c in fills.iter().chain(&strokes) {
+        assert!(
+            data.contains(c) || NEUTRALS.contains(c),
+            "{c} is neither a palette colour nor a neutral"
+        );
+    }
+    // Factor and exit-reason segments are never in an executor's colour.
+    let mut segs = 0;
+    for (i, _) in html.match_indices("<rect class=\"seg\"") {
+        let el = &html[i..i + html[i..].find('>').unwrap()];
+        let fill = &el[el.find("fill=\"").unwrap() + 6..];
+        let fill = &fill[..fill.find('"').unwrap()];
+        assert!(
+            !palette::EXECUTORS.iter().any(|e| e.hex() == fill),
+            "segment in an executor colour: {el}"
+        );
+        segs += 1;
+    }
+    assert!(segs >= 8, "{segs} segments");
+    // Every legend row that names an executor shows that executor's colour,
+    // in every plot.
+    let legends = legend_entries(&html);
+    let mut named = 0;
+    for (c, text) in &legends {
+        for e in super::data::EXECUTORS {
+            let name = super::data::executor_name(e);
+            if text.split([' ', ',', '(']).any(|w| w == name) {
+                assert_eq!(c, palette::executor(e).hex(), "legend {text:?}");
+                named += 1;
+            }
+        }
+    }
+    assert!(named >= 6, "{named} executor legend rows in {legends:?}");
+    // The same factor has the same colour wherever it is drawn.
+    let hlt: Vec<&String> = legends
+        .iter()
+        .filter(|(_, t)| t == "HLT idle")
+        .map(|(c, _)| c)
+        .collect();
+    assert!(
+        hlt.len() >= 2,
+        "HLT idle in the report and the diagnose chart"
+    );
+    assert!(hlt.iter().all(|c| *c == palette::category(0).hex()));
+}
+
+#[test]
+fn intervals_where_there_were_repetitions() {
+    let html = render_html(&sample_store_with_diagnosis(), &opts());
+    // Exit stacks: one whisker per configuration with repetitions.
+    let exits = section(&html, "exits");
+    assert!(exits.contains("95% interval of the total"));
+    assert!(exits.matches("class=\"whisker\"").count() >= 3, "{exits}");
+    // Predicted vs measured: whiskers on the measured side (6 repetitions).
+    let sim = section(&html, "sim");
+    assert!(sim.matches("class=\"whisker\"").count() >= 3);
+    // Scaling: the 95% interval, named so in the legend, not min–max.
+    let sc = section(&html, "scaling");
+    assert!(sc.contains("whiskers: 95% interval") && !sc.contains("min–max"));
+    assert!(sc.contains("class=\"whisker\""));
+}
+
+#[test]
+fn overcommit_and_findings_count_runs_left_out_of_weighted_speedup() {
+    // sample_store's 2-VM runs carry no workload windows: counted, unchecked.
+    let html = render_html(&sample_store(), &opts());
+    let oc = section(&html, "overcommit");
+    assert!(
+        oc.contains("0 of 18 measured multi-VM runs excluded from weighted speedup"),
+        "{oc}"
+    );
+    assert!(oc.contains("18 counted unchecked"), "{oc}");
+    let f = section(&html, "findings");
+    assert!(f.contains("0 of 18 measured multi-VM runs excluded"), "{f}");
+    assert!(f.contains("href=\"#overcommit\""));
+}
+
+#[test]
+fn runs_whose_vms_did_not_overlap_are_counted_as_excluded() {
+    let window = |mut r: smplab_record::RunRecord, start_ms: u64, end_ms: u64| {
+        r.timing.window = Some(smplab_record::WorkloadWindow {
+            clock: smplab_record::WindowClock::HostMonotonic,
+            threads_ready_ns: start_ms * 1_000_000,
+            start_ns: start_ms * 1_000_000,
+            end_ns: end_ms * 1_000_000,
+            start_gate: None,
+        });
+        r
+    };
+    let mut es: Vec<Entry> = sample_store().entries().to_vec();
+    // dedup's 2-VM runs: repetitions 0 and 1 ran one VM after the other
+    // (overlap 0), the others together.
+    for e in es.iter_mut().filter(|e| e.point.vms() == 2) {
+        let late = e.point.workload == "dedup" && e.point.rep < 2;
+        let recs = std::mem::take(&mut e.records);
+        e.records = recs
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let start = if late { i as u64 * 5000 } else { 0 };
+                window(r, start, start + 3000)
+            })
+            .collect();
+    }
+    let store = Store::from_entries(es);
+    let results = Results::new(&store);
+    let x = super::overcommit::exclusions(&results);
+    assert_eq!((x.runs, x.excluded, x.unverified), (18, 2, 0));
+    let html = render_html(&store, &opts());
+    let sentence = "2 of 18 measured multi-VM runs excluded from weighted speedup because their VMs' workload windows overlapped less than 90%";
+    assert!(section(&html, "overcommit").contains(sentence));
+    assert!(section(&html, "findings").contains(sentence));
+    assert!(!html.contains("counted unchecked"));
 }

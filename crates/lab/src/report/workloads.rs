@@ -3,8 +3,8 @@
 //! table of the configurations behind it.
 
 use super::data::{
-    colour_index, differs_from_native, display_label, executor_legend, executor_name, noise_badge,
-    num_ci, pct_ci, rows_link, slowdown_ci, slug, wall_ci,
+    colour, differs_from_native, display_label, executor_legend, executor_name, executor_rank,
+    noise_badge, num_ci, pct_ci, rows_link, slowdown_ci, slug, wall_ci,
 };
 use super::{Ctx, Page};
 use crate::point::Point;
@@ -45,7 +45,7 @@ fn chart_rows(ctx: &Ctx, points: &[&Point]) -> (Vec<IntervalRow>, bool) {
                     lo: ci.lo * 100.0,
                     hi: ci.hi * 100.0,
                     quartiles: None,
-                    colour: colour_index(p.executor()),
+                    colour: colour(p.executor()),
                     note: format!("{} repetitions, coverage {:.0}%", ci.n, ci.coverage * 100.0),
                 })
             })
@@ -60,7 +60,7 @@ fn chart_rows(ctx: &Ctx, points: &[&Point]) -> (Vec<IntervalRow>, bool) {
     for p in points {
         if let Some(ci) = slowdown_ci(r, p) {
             groups
-                .entry((colour_index(p.executor()), p.vcpus(), p.vms()))
+                .entry((executor_rank(p.executor()), p.vcpus(), p.vms()))
                 .or_insert_with(|| (p.executor(), vec![]))
                 .1
                 .push(ci.median * 100.0);
@@ -86,7 +86,7 @@ fn chart_rows(ctx: &Ctx, points: &[&Point]) -> (Vec<IntervalRow>, bool) {
                 lo: v[0],
                 hi: v[v.len() - 1],
                 quartiles: Some((quantile(&v, 0.25), quantile(&v, 0.75))),
-                colour: colour_index(e),
+                colour: colour(e),
                 note: format!("{} configurations", v.len()),
             }
         })
@@ -112,7 +112,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
             .copied()
             .filter(|p| p.executor() != Executor::Native)
             .collect();
-        virt.sort_by_key(|p| (colour_index(p.executor()), p.vcpus(), p.vms(), p.label()));
+        virt.sort_by_key(|p| (executor_rank(p.executor()), p.vcpus(), p.vms(), p.label()));
         let (rows, aggregated) = chart_rows(ctx, &virt);
         if !rows.is_empty() {
             let used: Vec<Executor> = virt.iter().map(|p| p.executor()).collect();
@@ -139,7 +139,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
         shown.sort_by_key(|p| {
             (
                 !super::data::is_default_setup(p),
-                colour_index(p.executor()),
+                executor_rank(p.executor()),
                 p.vcpus(),
                 p.vms(),
             )
