@@ -41,7 +41,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
     }
     h.push_str("</table>");
     if !cal.info.is_empty() {
-        h.push_str("<table><tr><th>KVM's own halt statistics (no profile field)</th><th class=\"l\">value</th></tr>");
+        h.push_str("<table><tr><th>Fit residuals and KVM's own halt statistics (no profile field)</th><th class=\"l\">value</th></tr>");
         for (what, v) in &cal.info {
             let _ = write!(
                 h,
