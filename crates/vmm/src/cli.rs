@@ -157,6 +157,7 @@ fn config_from_args(args: &VmmArgs) -> Result<VmConfig, VmmError> {
         work_ns: args.work_ns,
         work_exclusive: args.work_exclusive,
         start_gate: None,
+        host: None,
     })
 }
 

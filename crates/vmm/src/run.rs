@@ -265,6 +265,9 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     for (index, fd) in (0..config.vcpus).zip(vcpu_fds) {
         let mut vcpu = Vcpu::new(index, fd, devices.bus.client(), config.mem_bytes)?;
         vcpu.set_window(VcpuWindow::new(window.clone()));
+        if let Some(host) = &config.host {
+            vcpu.set_grant(host.scheduler.attach(host.vm, index, vcpu.kicker()));
+        }
         vcpus.push(vcpu);
     }
     let vm_stats_file = vm.stats_file();
