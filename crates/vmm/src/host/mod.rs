@@ -32,7 +32,7 @@ use crate::control::RunControl;
 use crate::placement::pin_current_thread;
 use crate::vcpu::{ExitAction, Kicker};
 use kvm_ioctls::VcpuFd;
-use report::{HostReport, PcpuReport, SpinDetection, VcpuReport, VmReport};
+pub use report::{HostReport, PcpuReport, SpinDetection, VcpuReport, VmReport};
 use smplab_policy::{Action, HostPolicy, PolicyError, Sample, Scheduler};
 use spin::{SpinDetector, SpinSettings};
 use std::sync::atomic::{AtomicBool, Ordering};
