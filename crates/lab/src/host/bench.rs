@@ -23,7 +23,11 @@ use std::time::Duration;
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Workload profiles (built-in names or files).
-    #[arg(long, value_delimiter = ',', default_value = "spinlock,streamcluster,dedup")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "spinlock,streamcluster,dedup"
+    )]
     pub profiles: Vec<String>,
     /// Policies besides `linux` (always measured: the baseline).
     #[arg(
@@ -91,6 +95,7 @@ fn spec_for(
         vcpus: 2,
         sync: SyncMode::default(),
         idle: IdlePolicy::default(),
+        cmdline: String::new(),
     };
     let sampling = Sampling {
         interval: Duration::from_nanos(
@@ -178,7 +183,8 @@ pub fn bench(args: &BenchArgs) -> i32 {
                     }
                 };
                 let Some(alone) = alone else {
-                    cell.failures.push(format!("rep {rep}: the alone run failed"));
+                    cell.failures
+                        .push(format!("rep {rep}: the alone run failed"));
                     continue;
                 };
                 if !policy.is_user_level() {
@@ -211,7 +217,8 @@ pub fn bench(args: &BenchArgs) -> i32 {
                 cell.spins_detected.push(h.spin_detection.spins_detected);
                 cell.samples.push(h.spin_detection.samples);
                 cell.yields.push(h.vms.iter().map(|v| v.yields).sum());
-                cell.preemptions.push(h.vms.iter().map(|v| v.preemptions).sum());
+                cell.preemptions
+                    .push(h.vms.iter().map(|v| v.preemptions).sum());
                 #[allow(clippy::cast_precision_loss)] // ms
                 cell.steal_ms
                     .push(h.vms.iter().map(|v| v.steal_ns).sum::<u64>() as f64 / 1e6);
@@ -248,7 +255,13 @@ pub fn bench(args: &BenchArgs) -> i32 {
 fn print_table(cells: &[Cell]) {
     println!(
         "{:<14} {:<24} {:>22} {:>22} {:>22} {:>10} {:>8}",
-        "profile", "policy", "weighted speedup", "vs linux", "sampling overhead", "spins/samples", "yields"
+        "profile",
+        "policy",
+        "weighted speedup",
+        "vs linux",
+        "sampling overhead",
+        "spins/samples",
+        "yields"
     );
     for c in cells {
         let spins: u64 = c.spins_detected.iter().sum();

@@ -77,7 +77,11 @@ pub fn run_host(
         return Err(HostRunError::KvmUnavailable(why));
     }
     let chosen: Vec<usize> = match only {
-        Some(list) => list.iter().copied().filter(|&i| i < spec.vms.len()).collect(),
+        Some(list) => list
+            .iter()
+            .copied()
+            .filter(|&i| i < spec.vms.len())
+            .collect(),
         None => (0..spec.vms.len()).collect(),
     };
     let per_vm: Vec<u32> = chosen.iter().map(|&i| spec.vms[i].vcpus).collect();
@@ -134,6 +138,7 @@ fn run_one(
         timeout: spec.timeout,
         show_console,
         start_gate: Some(gate),
+        extra_cmdline: v.cmdline.clone(),
         host: Some(HostSlot {
             scheduler,
             vm: slot,
@@ -161,4 +166,3 @@ pub fn weighted_speedup(alone_s: &[f64], shared_s: &[f64]) -> Option<f64> {
     }
     Some(alone_s.iter().zip(shared_s).map(|(a, s)| a / s).sum())
 }
-

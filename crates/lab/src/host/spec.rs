@@ -44,6 +44,9 @@ struct RawVm {
     /// This many identical VMs.
     #[serde(default)]
     count: Option<Spanned<u32>>,
+    /// Extra guest command-line words (docs/guest-abi.md), e.g. `selftest=hang`.
+    #[serde(default)]
+    cmdline: Option<String>,
 }
 
 /// One VM of the host.
@@ -55,6 +58,8 @@ pub struct HostVm {
     pub vcpus: u32,
     pub sync: SyncMode,
     pub idle: IdlePolicy,
+    /// Extra guest command-line words.
+    pub cmdline: String,
 }
 
 /// A checked host spec.
@@ -91,7 +96,9 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
             if let Some(cpu) = c.iter().find(|c| !allowed.contains(c)) {
                 d.push(src.span(
                     raw.cpus.span(),
-                    format!("host CPU {cpu} is not among the CPUs this process may use {allowed:?}"),
+                    format!(
+                        "host CPU {cpu} is not among the CPUs this process may use {allowed:?}"
+                    ),
                 ));
             }
             c
@@ -207,8 +214,7 @@ fn parse_vm(src: &SourceText<'_>, raw: &RawVm, d: &mut Diagnostics) -> Option<Ho
     }
     let name = raw.workload.get_ref();
     let program = match Source::resolve(name) {
-        Ok(source) => match source.instantiate(raw.threads.as_ref().map(|t| *t.get_ref()), scale)
-        {
+        Ok(source) => match source.instantiate(raw.threads.as_ref().map(|t| *t.get_ref()), scale) {
             Ok(p) => Some((source.workload_info(&p), p)),
             Err(e) => {
                 d.push(src.span(raw.workload.span(), e.to_string()));
@@ -228,6 +234,7 @@ fn parse_vm(src: &SourceText<'_>, raw: &RawVm, d: &mut Diagnostics) -> Option<Ho
         vcpus,
         sync,
         idle,
+        cmdline: raw.cmdline.clone().unwrap_or_default(),
     })
 }
 
@@ -261,7 +268,9 @@ mod tests {
         assert!(e.contains("h.toml:3:12"), "{e}");
         let e = err("cpus = \"0\"\n[[vm]]\nworkload = \"spinlock\"\nvcpus = 65\n");
         assert!(e.contains("h.toml:4:9"), "{e}");
-        let e = err("cpus = \"0\"\npolicy = \"partition\"\n[[vm]]\nworkload = \"spinlock\"\ncount = 2\n");
+        let e = err(
+            "cpus = \"0\"\npolicy = \"partition\"\n[[vm]]\nworkload = \"spinlock\"\ncount = 2\n",
+        );
         assert!(e.contains("h.toml:2:10") && e.contains("partition"), "{e}");
         let e = err("cpus = \"0\"\n[[vm]]\nworkload = \"spinlock\"\nvcpus = 64\ncount = 5\n");
         assert!(e.contains("at most"), "{e}");

@@ -499,7 +499,10 @@ impl VcpuGrant {
                     counts.spins_detected += 1;
                 }
                 let now = shared.now();
-                let actions = st.policy.as_mut().map(|p| p.sample(self.vcpu, now, observed));
+                let actions = st
+                    .policy
+                    .as_mut()
+                    .map(|p| p.sample(self.vcpu, now, observed));
                 shared.apply(&mut st, actions.unwrap_or_default(), Some(self.vcpu));
                 continue;
             }
