@@ -14,7 +14,7 @@ use super::run::{run_host, weighted_speedup, HostRun};
 use super::spec::{HostSpec, HostVm};
 use clap::Args;
 use serde::Serialize;
-use smplab_record::config::{HostPolicy, IdlePolicy, SyncMode};
+use smplab_record::config::{HostPolicy, IdlePolicy, PolicyKind, SimSettings, SyncMode};
 use smplab_record::exit;
 use smplab_vmm::host::Sampling;
 use std::path::PathBuf;
@@ -76,6 +76,50 @@ pub struct Cell {
     pub guest_spin_iterations: Vec<u64>,
     pub steal_ms: Vec<f64>,
     pub failures: Vec<String>,
+    /// The simulator's weighted speedup for the same configuration (default
+    /// platform profile; `spin` is its fair share with the SDB).
+    pub sim_weighted_speedup: Option<f64>,
+    pub sim_error: Option<String>,
+}
+
+/// The simulator's settings for `policy` on 2-vCPU VMs and `pcpus` pCPUs.
+fn sim_settings(policy: HostPolicy, pcpus: usize, vms: u32) -> SimSettings {
+    let mut s = SimSettings::new(2, smplab_record::config::DEFAULT_PLATFORM);
+    s.pcpus = u32::try_from(pcpus).ok();
+    s.vms = vms;
+    match policy.kind {
+        // The simulator's host is Linux-like fair share at its platform's slice.
+        PolicyKind::Linux => s.policy = HostPolicy::fair(),
+        PolicyKind::Spin => {
+            s.policy = HostPolicy {
+                kind: PolicyKind::FairShare,
+                ..policy
+            };
+            s.sdb = true;
+        }
+        _ => s.policy = policy,
+    }
+    s
+}
+
+/// Σ alone/shared in the simulator (alone: one VM under its `linux`).
+fn sim_prediction(
+    vm: &HostVm,
+    policy: HostPolicy,
+    pcpus: usize,
+    timeout: Duration,
+) -> Result<f64, String> {
+    let wall = |s: &SimSettings| -> Result<Vec<f64>, String> {
+        let recs =
+            crate::simglue::run(&vm.program, &vm.info, s, timeout).map_err(|e| e.to_string())?;
+        #[allow(clippy::cast_precision_loss)] // seconds
+        Ok(recs.iter().map(|r| r.timing.wall_ns as f64 / 1e9).collect())
+    };
+    let linux = HostPolicy::parse("linux").unwrap_or_default();
+    let alone = wall(&sim_settings(linux, pcpus, 1))?;
+    let shared = wall(&sim_settings(policy, pcpus, 2))?;
+    let a = alone.first().copied().unwrap_or(f64::NAN);
+    weighted_speedup(&[a, a], &shared).ok_or_else(|| "no shared walls".to_string())
 }
 
 fn spec_for(
@@ -235,6 +279,14 @@ pub fn bench(args: &BenchArgs) -> i32 {
                 );
             }
         }
+        for (policy, cell) in policies.iter().zip(row.iter_mut()) {
+            if let Ok(spec) = spec_for(profile, args, *policy, &cpus) {
+                match sim_prediction(&spec.vms[0], *policy, cpus.len(), spec.timeout) {
+                    Ok(ws) => cell.sim_weighted_speedup = Some(ws),
+                    Err(e) => cell.sim_error = Some(e),
+                }
+            }
+        }
         cells.extend(row);
     }
     print_table(&cells);
@@ -268,7 +320,7 @@ fn print_table(cells: &[Cell]) {
         let samples: u64 = c.samples.iter().sum();
         let yields: u64 = c.yields.iter().sum();
         println!(
-            "{:<14} {:<24} {:>22} {:>22} {:>22} {:>5}/{:<6} {:>6}",
+            "{:<14} {:<24} {:>22} {:>22} {:>22} {:>6}/{:<6} {:>6} {:>6}",
             c.profile,
             c.policy,
             spread(&c.weighted_speedup),
@@ -276,8 +328,13 @@ fn print_table(cells: &[Cell]) {
             spread(&c.sampling_overhead),
             spins,
             samples,
-            yields
+            yields,
+            c.sim_weighted_speedup
+                .map_or_else(|| "n/a".to_string(), |w| format!("{w:.2}"))
         );
+        if let Some(e) = &c.sim_error {
+            println!("    simulator: {e}");
+        }
         for f in &c.failures {
             println!("    failed: {f}");
         }

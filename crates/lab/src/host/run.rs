@@ -161,7 +161,7 @@ fn run_one(
 
 /// Σ over VMs of alone ÷ shared wall time (seed 000's weighted speedup).
 pub fn weighted_speedup(alone_s: &[f64], shared_s: &[f64]) -> Option<f64> {
-    if alone_s.len() != shared_s.len() || shared_s.iter().any(|&s| !(s > 0.0)) {
+    if alone_s.len() != shared_s.len() || shared_s.iter().any(|&s| s.is_nan() || s <= 0.0) {
         return None;
     }
     Some(alone_s.iter().zip(shared_s).map(|(a, s)| a / s).sum())
