@@ -231,6 +231,11 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     validate(config, max_vcpus)?;
     let kernel = read_kernel(&config.kernel)?;
     let vm = Vm::new(kvm, config.mem_bytes, Irqchip::Kernel)?;
+    // Before any vCPU exists (KVM's rule for dirty rings).
+    let dirty_ring = config
+        .host
+        .as_ref()
+        .and_then(|h| h.scheduler.prepare_vm(&vm));
     let loaded = load_kernel(vm.memory(), &kernel)?;
     write_boot_data(vm.memory(), config, loaded.kernel_end)?;
 
@@ -266,7 +271,8 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         let mut vcpu = Vcpu::new(index, fd, devices.bus.client(), config.mem_bytes)?;
         vcpu.set_window(VcpuWindow::new(window.clone()));
         if let Some(host) = &config.host {
-            vcpu.set_grant(host.scheduler.attach(host.vm, index, vcpu.kicker()));
+            let ring = dirty_ring.and_then(|n| crate::host::DirtyRing::map(vcpu.fd(), n, &vm));
+            vcpu.set_grant(host.scheduler.attach(host.vm, index, vcpu.kicker(), ring));
         }
         vcpus.push(vcpu);
     }

@@ -9,9 +9,11 @@
 //!   pending sample (its own `KVM_GET_REGS`, see [`spin`]) and gives up its
 //!   pCPU when a preemption is pending.
 //! - The ticker thread (`smplab-sched`) wakes every sampling interval: it ends
-//!   slices ([`Scheduler::tick`]), reads each running vCPU thread's CPU clock
-//!   (almost no CPU used: halted in the guest) and asks running vCPUs for a
-//!   sample by kicking them out of KVM_RUN ([`Kicker`]: `immediate_exit` then a
+//!   slices ([`Scheduler::tick`]), reads each running vCPU thread's scheduler
+//!   state (`/proc/self/task/TID/stat`: sleeping at two ticks in a row
+//!   while granted means halted in the guest — its CPU clock cannot tell: on
+//!   this PVM host guest time is not charged to the vCPU thread) and asks the
+//!   others for a sample by kicking them out of KVM_RUN ([`Kicker`]: `immediate_exit` then a
 //!   signal, so no kick is lost).
 //! - A preemption is a kick too: the preempted thread leaves KVM_RUN, reports
 //!   [`Scheduler::stopped`] and waits for its next grant; only then is its pCPU
@@ -25,8 +27,11 @@
 //! are sent under the state lock; a vCPU thread never takes the state lock
 //! while holding its kicker's).
 
+pub mod dirty;
 pub mod report;
 pub mod spin;
+
+pub use dirty::DirtyRing;
 
 use crate::control::RunControl;
 use crate::placement::pin_current_thread;
@@ -44,9 +49,9 @@ use std::time::{Duration, Instant};
 /// VM's stop request again (a stop does not notify the scheduler).
 const STOP_POLL: Duration = Duration::from_millis(2);
 
-/// A vCPU thread that used less than this share of a sampling interval's CPU
-/// time was halted in the guest for most of it.
-const HALTED_CPU_SHARE: f64 = 0.2;
+/// Ticks in a row a granted vCPU thread must be found sleeping (in KVM's
+/// halt) before it counts as halted.
+const HALTED_TICKS: u32 = 2;
 
 /// A host set-up the scheduler cannot serve.
 #[derive(Debug, thiserror::Error)]
@@ -90,9 +95,10 @@ impl Default for Sampling {
 #[derive(Default)]
 struct Slot {
     kicker: Option<Kicker>,
-    /// The vCPU thread's CPU clock, while the thread runs.
-    cpu_clock: Option<libc::clockid_t>,
-    last_cpu_ns: u64,
+    /// The vCPU thread's `/proc/self/task/TID/stat`, while it runs.
+    proc_stat: Option<std::fs::File>,
+    /// Ticks in a row it was found sleeping while granted.
+    asleep_ticks: u32,
     granted: Option<usize>,
     /// Granted since the ticker last looked: its CPU clock has no baseline.
     fresh: bool,
@@ -116,8 +122,6 @@ struct Shared {
     vm_base: Vec<usize>,
     sampling: Sampling,
     policy: HostPolicy,
-    /// The safe-point policy needs the CPL with every sample.
-    need_cpl: bool,
     stop: AtomicBool,
 }
 
@@ -199,7 +203,6 @@ impl HostScheduler {
                 vm_base,
                 sampling,
                 policy: *policy,
-                need_cpl: policy.safe_point_grace_ns.is_some(),
                 stop: AtomicBool::new(false),
             }),
         })
@@ -223,8 +226,29 @@ impl HostScheduler {
             .map_err(HostError::Thread)
     }
 
-    /// The hook vCPU `index` of VM `vm` runs before every KVM_RUN.
-    pub fn attach(&self, vm: usize, index: u32, kicker: Kicker) -> VcpuGrant {
+    /// Set up `vm` for sampling before its vCPUs exist: dirty rings when spin
+    /// detection is on (their entry count), else `None` (the detector then
+    /// judges by the instruction pointer alone).
+    pub fn prepare_vm(&self, vm: &crate::vm::Vm) -> Option<u32> {
+        let sampling = &self.shared.sampling;
+        if !(sampling.detect_spin
+            && sampling.spin.use_dirty_ring
+            && self.shared.policy.is_user_level())
+        {
+            return None;
+        }
+        dirty::enable(vm)
+    }
+
+    /// The hook vCPU `index` of VM `vm` runs before every KVM_RUN; `ring`:
+    /// its dirty ring, if [`HostScheduler::prepare_vm`] enabled them.
+    pub fn attach(
+        &self,
+        vm: usize,
+        index: u32,
+        kicker: Kicker,
+        ring: Option<DirtyRing>,
+    ) -> VcpuGrant {
         let vcpu = self.shared.vm_base.get(vm).copied().unwrap_or(0) + index as usize;
         if let Some(slot) = self.shared.lock().slots.get_mut(vcpu) {
             slot.kicker = Some(kicker);
@@ -234,7 +258,7 @@ impl HostScheduler {
             vm,
             vcpu,
             pinned_to: None,
-            detector: SpinDetector::new(self.shared.sampling.spin),
+            detector: SpinDetector::new(self.shared.sampling.spin, ring),
             attached: false,
         }
     }
@@ -310,7 +334,7 @@ impl Shared {
         for slot in &mut st.slots[base..end] {
             slot.granted = None;
             slot.preempt = false;
-            slot.cpu_clock = None;
+            slot.proc_stat = None;
         }
         if let Some(p) = st.policy.as_mut() {
             let actions = p.finished(vm, now);
@@ -320,7 +344,6 @@ impl Shared {
 
     fn ticker(&self) {
         let interval = self.sampling.interval;
-        let interval_ns = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
         while !self.stop.load(Ordering::Acquire) {
             std::thread::sleep(interval);
             let mut st = self.lock();
@@ -335,18 +358,17 @@ impl Shared {
                 if slot.granted.is_none() || slot.preempt {
                     continue;
                 }
-                let Some(clock) = slot.cpu_clock else {
+                let Some(stat) = &slot.proc_stat else {
                     continue;
                 };
-                let cpu = thread_cpu_ns(clock);
-                let used = cpu.saturating_sub(slot.last_cpu_ns);
-                slot.last_cpu_ns = cpu;
-                if std::mem::take(&mut slot.fresh) {
-                    continue;
+                let asleep = thread_sleeping(stat);
+                if std::mem::take(&mut slot.fresh) || !asleep {
+                    slot.asleep_ticks = 0;
+                } else {
+                    slot.asleep_ticks += 1;
                 }
-                #[allow(clippy::cast_precision_loss)] // a share, not a count
-                let halted = (used as f64) < HALTED_CPU_SHARE * interval_ns as f64;
-                if halted {
+                if slot.asleep_ticks >= HALTED_TICKS {
+                    slot.asleep_ticks = 0;
                     let actions = st.policy.as_mut().map(|p| {
                         p.sample(
                             v,
@@ -415,25 +437,27 @@ impl Shared {
     }
 }
 
-fn thread_cpu_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
+/// Whether the thread of `stat` (its open `/proc/.../stat`) is sleeping
+/// (state `S` or `D`: for a granted vCPU thread, blocked in KVM's halt).
+fn thread_sleeping(stat: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 512];
+    let Ok(n) = stat.read_at(&mut buf, 0) else {
+        return false;
     };
-    // SAFETY: `ts` is a valid timespec to write; a stale clock id only makes
-    // the call fail (EINVAL), which reads as 0.
-    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+    // The state follows the command name, which is in parentheses and may
+    // itself hold spaces or parentheses: look after the last ')'.
+    let text = &buf[..n];
+    let Some(close) = text.iter().rposition(|&b| b == b')') else {
+        return false;
+    };
+    matches!(text.get(close + 2), Some(b'S' | b'D'))
 }
 
-fn own_cpu_clock() -> Option<libc::clockid_t> {
-    let mut clock: libc::clockid_t = 0;
-    // SAFETY: pthread_self names the calling thread; `clock` is valid to write.
-    let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
-    (rc == 0).then_some(clock)
+fn own_proc_stat() -> Option<std::fs::File> {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    std::fs::File::open(format!("/proc/self/task/{tid}/stat")).ok()
 }
 
 /// The kernel's view of the calling thread: time on a CPU and time waiting
@@ -463,8 +487,7 @@ impl VcpuGrant {
         if !self.attached {
             self.attached = true;
             if let Some(slot) = st.slots.get_mut(self.vcpu) {
-                slot.cpu_clock = own_cpu_clock();
-                slot.last_cpu_ns = slot.cpu_clock.map(thread_cpu_ns).unwrap_or(0);
+                slot.proc_stat = own_proc_stat();
             }
         }
         if st.policy.is_none() {
@@ -489,12 +512,16 @@ impl VcpuGrant {
                 slot.want_sample = false;
                 drop(st);
                 let started = Instant::now();
-                let observed = self.detector.observe(fd, shared.need_cpl);
+                let observed = self.detector.observe(fd);
                 let cost = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
                 st = shared.lock();
                 let counts = &mut st.slots[self.vcpu].counts;
                 counts.samples += 1;
                 counts.sample_ns += cost;
+                counts.pages_written += self.detector.last_pages().unwrap_or(0);
+                if self.detector.last_pages().is_some() {
+                    counts.dirty_samples += 1;
+                }
                 if observed.spinning {
                     counts.spins_detected += 1;
                 }
@@ -542,7 +569,7 @@ impl VcpuGrant {
                     slot.counts.steal_ns = wait;
                 }
             }
-            slot.cpu_clock = None;
+            slot.proc_stat = None;
         }
         self.shared.finish_vm(&mut st, self.vm);
     }

@@ -17,6 +17,9 @@ pub struct VcpuReport {
     pub sample_ns: u64,
     pub spins_detected: u64,
     pub halts_detected: u64,
+    /// Samples with a dirty-ring count, and the pages those counted.
+    pub dirty_samples: u64,
+    pub pages_written: u64,
     /// Directed yields this vCPU received.
     pub yields_received: u64,
     pub safepoint_deferrals: u64,

@@ -6,10 +6,13 @@
 //! thread reads its registers (`KVM_GET_REGS`, outside KVM_RUN after the
 //! sampling kick); a vCPU whose instruction pointer stayed inside a small code
 //! window (`window_bytes`) for `samples` samples in a row is classified
-//! spinning. A register-only compute loop looks the same to this test (and to
-//! the SDB, which sees no stores or loads in it): docs/host.md measures how
-//! often that happens against the guest's own spin counters.
+//! spinning — if, with a dirty ring ([`DirtyRing`]), it also wrote at most
+//! `max_pages` pages since the previous sample. Without the ring a
+//! register-only compute loop looks the same as a spin loop to this test (and
+//! to the SDB, which sees no stores or loads in it); with it, a compute loop
+//! that writes its results between samples does not.
 
+use super::DirtyRing;
 use smplab_policy::Sample;
 use std::collections::VecDeque;
 
@@ -20,6 +23,14 @@ pub struct SpinSettings {
     pub window_bytes: u64,
     /// Consecutive samples inside the window before "spinning".
     pub samples: usize,
+    /// Most pages a spinning vCPU may write between two samples.
+    pub max_pages: u64,
+    /// Count written pages with per-vCPU dirty rings (when KVM offers them).
+    pub use_dirty_ring: bool,
+    /// Only user mode (CPL 3) can spin: the guest kernel's idle HLT and its
+    /// short run-queue locks are not what the policies are for (and PLE
+    /// covers kernel PAUSE loops on hardware).
+    pub user_only: bool,
 }
 
 impl Default for SpinSettings {
@@ -27,29 +38,42 @@ impl Default for SpinSettings {
         // The guest's lock and barrier wait loops are a few dozen bytes; two
         // samples (one interval apart) keep the detection latency at about
         // one interval.
+        // A spin loop writes nothing while it waits; one page of slack for a
+        // spin counter kept in memory.
         SpinSettings {
             window_bytes: 128,
             samples: 2,
+            max_pages: 1,
+            use_dirty_ring: true,
+            user_only: true,
         }
     }
 }
 
-/// One vCPU's recent instruction pointers.
-#[derive(Debug, Clone)]
+/// One vCPU's recent instruction pointers and its dirty ring.
 pub struct SpinDetector {
     settings: SpinSettings,
     rips: VecDeque<u64>,
+    ring: Option<DirtyRing>,
+    last_pages: Option<u64>,
 }
 
 impl SpinDetector {
-    pub fn new(settings: SpinSettings) -> Self {
+    pub fn new(settings: SpinSettings, ring: Option<DirtyRing>) -> Self {
         SpinDetector {
             settings: SpinSettings {
                 samples: settings.samples.max(1),
                 ..settings
             },
             rips: VecDeque::new(),
+            ring,
+            last_pages: None,
         }
+    }
+
+    /// Pages the vCPU wrote between its last two samples (with a ring).
+    pub fn last_pages(&self) -> Option<u64> {
+        self.last_pages
     }
 
     /// Add one instruction pointer; true if the last `samples` of them lie in
@@ -71,18 +95,24 @@ impl SpinDetector {
     /// a new run).
     pub fn reset(&mut self) {
         self.rips.clear();
+        if let Some(ring) = &mut self.ring {
+            ring.harvest();
+        }
     }
 
     /// Sample the vCPU of `fd` (on its own thread, outside KVM_RUN). A failed
     /// register read counts as "not spinning".
-    pub fn observe(&mut self, fd: &kvm_ioctls::VcpuFd, need_cpl: bool) -> Sample {
-        let spinning = match fd.get_regs() {
+    pub fn observe(&mut self, fd: &kvm_ioctls::VcpuFd) -> Sample {
+        let in_window = match fd.get_regs() {
             Ok(regs) => self.push(regs.rip),
             Err(_) => false,
         };
-        let in_kernel = need_cpl && fd.get_sregs().is_ok_and(|s| s.cs.dpl == 0);
+        self.last_pages = self.ring.as_mut().map(DirtyRing::harvest);
+        let quiet = self.last_pages.is_none_or(|p| p <= self.settings.max_pages);
+        let spinning = in_window && quiet;
+        let in_kernel = fd.get_sregs().is_ok_and(|s| s.cs.dpl == 0);
         Sample {
-            spinning,
+            spinning: spinning && !(self.settings.user_only && in_kernel),
             halted: false,
             in_kernel,
         }
@@ -95,10 +125,14 @@ mod tests {
 
     #[test]
     fn a_tight_loop_is_spinning_after_enough_samples() {
-        let mut d = SpinDetector::new(SpinSettings {
-            window_bytes: 64,
-            samples: 3,
-        });
+        let mut d = SpinDetector::new(
+            SpinSettings {
+                window_bytes: 64,
+                samples: 3,
+                ..SpinSettings::default()
+            },
+            None,
+        );
         assert!(!d.push(0x1000));
         assert!(!d.push(0x1010));
         assert!(d.push(0x1030));
