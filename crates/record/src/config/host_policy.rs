@@ -137,7 +137,14 @@ impl HostPolicy {
         self.kind != PolicyKind::Linux
     }
 
+    /// Checks for a simulated host (the only caller: `SimSettings`).
     pub(super) fn validate(&self, p: &mut Vec<ConfigError>) {
+        if self.kind == PolicyKind::Spin {
+            p.push(ConfigError::new(
+                "policy",
+                "the simulator models spin-triggered preemption as its Spin Detection Buffer: use policy fair with sdb",
+            ));
+        }
         if self.time_slice_ns == Some(0) {
             p.push(ConfigError::new(
                 "policy",
@@ -233,6 +240,17 @@ mod tests {
             let p: HostPolicy = text.parse().unwrap();
             assert_eq!(p.to_string(), text);
         }
+    }
+
+    #[test]
+    fn the_simulator_refuses_spin_but_takes_linux_as_fair() {
+        let mut problems = Vec::new();
+        HostPolicy::parse("spin").unwrap().validate(&mut problems);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].message.contains("sdb"));
+        problems.clear();
+        HostPolicy::parse("linux").unwrap().validate(&mut problems);
+        assert!(problems.is_empty());
     }
 
     #[test]
