@@ -19,6 +19,9 @@ pub enum Kind {
     Ipi { vcpu: u32, from: u32 },
     /// A sleeping thread's timer expires.
     Timer { thread: u32 },
+    /// A thread woken by `waker` is made runnable (its vCPU kicked) once the
+    /// waker has done the wake work before it (wakes of one burst are serial).
+    WakeThread { thread: u32, waker: u32 },
     /// Gang scheduling: rotate to the next group of VMs.
     Gang,
     /// Spin Detection Buffer false positive on a pCPU's current dispatch.

@@ -93,6 +93,7 @@ fn random_scenarios_finish_with_exact_counts() {
         if s.check().is_err() {
             continue;
         }
+        s.horizon_ns = Some(1_000_000_000);
         if let Some(only) = std::env::var("FUZZ_ONLY")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
@@ -100,13 +101,14 @@ fn random_scenarios_finish_with_exact_counts() {
             if i != only {
                 continue;
             }
-            s.horizon_ns = std::env::var("FUZZ_HORIZON_MS")
+            if let Some(ms) = std::env::var("FUZZ_HORIZON_MS")
                 .ok()
                 .and_then(|v| v.parse::<u64>().ok())
-                .map(|ms| ms * 1_000_000);
+            {
+                s.horizon_ns = Some(ms * 1_000_000);
+            }
             eprintln!("platform {}", s.platform.name);
         }
-        s.horizon_ns = Some(1_000_000_000);
         s.native_reference = i % 4 == 0;
         let recs = simulate(&s).unwrap_or_else(|e| panic!("case {i}: {e}"));
         for (v, rec) in s.vms.iter().zip(&recs) {

@@ -141,18 +141,20 @@ fn blocking_barrier_wakes_a_halted_vcpu_by_ipi() {
     s.native_reference = true;
     let r = run(&s);
     // fast arrives at S+1000, blocks (switch 200), its vCPU HLT-exits (600)
-    // and halts. slow arrives at S+3000 and wakes fast: the halted vCPU's
-    // host thread is woken after hlt_wake 4000, re-entered on the same pCPU
-    // (no switch), injects the IPI (1000): fast finishes at S+3000+5000.
-    // slow pays wake (50) + IPI send (800): S+3850.
-    assert_eq!(r.timing.wall_ns, S + 8000);
+    // and halts. slow arrives at S+3000 and wakes fast: it pays the wake (50)
+    // and the IPI send (800), and the kick lands when that is done, at
+    // S+3850; the halted vCPU's host thread is woken after hlt_wake 4000,
+    // re-entered on the same pCPU (no switch), injects the IPI (1000): fast
+    // finishes at S+3850+5000. slow ends at S+3850.
+    assert_eq!(r.timing.wall_ns, S + 8850);
     let sim = r.sim.unwrap();
     // fast's vCPU at S+1200, slow's after slow exits (fast is not done yet).
     assert_eq!(sim.exits["hlt"], 2);
     assert_eq!(sim.exits["apic_icr"], 1);
     // Bare metal (idle_poll 0): fast halts; the wakeup is a flag store plus
-    // the C-state exit (400); fast ends at 3000+400, slow at 3000+50.
-    assert_eq!(sim.native_wall_ns, Some(3400));
+    // the C-state exit (400) after slow's wake work (50): fast ends at
+    // 3000+50+400, slow at 3000+50.
+    assert_eq!(sim.native_wall_ns, Some(3450));
 }
 
 #[test]
@@ -161,9 +163,9 @@ fn polling_idle_needs_no_ipi() {
     v.idle = Idle::Poll;
     let s = Scenario::new(platform(), 2, vec![v]);
     let r = run(&s);
-    // fast polls after blocking; slow's wakeup is noticed after 10 ns.
-    // slow pays only the wake (50): max(S+3010, S+3050).
-    assert_eq!(r.timing.wall_ns, S + 3050);
+    // fast polls after blocking; slow pays only the wake (50), after which
+    // the flag store is noticed in 10 ns: max(S+3060, S+3050).
+    assert_eq!(r.timing.wall_ns, S + 3060);
     let sim = r.sim.unwrap();
     assert_eq!(sim.exits["hlt"], 0);
     assert_eq!(sim.exits["apic_icr"], 0);
@@ -175,11 +177,11 @@ fn halt_polling_window_catches_the_wakeup() {
     v.idle = Idle::HaltPoll(10_000);
     let s = Scenario::new(platform(), 2, vec![v]);
     let r = run(&s);
-    // Still inside the 10 µs window at S+3000: the IPI is sent (slow pays
-    // 50+800) and fast resumes after halt_poll_wake 700: S+3700 vs S+3850.
-    assert_eq!(r.timing.wall_ns, S + 3850);
-    // fast's vCPU halts twice: while waiting, and after fast exits at S+3700
-    // (slow is still running); slow's exit ends the VM.
+    // Still inside the 10 µs window when the IPI lands at S+3850 (slow pays
+    // 50+800 first) and fast resumes after halt_poll_wake 700: S+4550.
+    assert_eq!(r.timing.wall_ns, S + 4550);
+    // fast's vCPU halts once, while waiting; slow's vCPU halts after slow
+    // exits at S+3850 (fast is still running); fast's exit ends the VM.
     assert_eq!(r.sim.unwrap().exits["hlt"], 2);
 }
 
@@ -188,8 +190,9 @@ fn apicv_halves_ipi_costs() {
     let mut v = vm(BARRIER, 2);
     v.apicv = true;
     let s = Scenario::new(platform(), 2, vec![v]);
-    // As the HLT case with receive 500 instead of 1000.
-    assert_eq!(run(&s).timing.wall_ns, S + 7500);
+    // As the HLT case with send 400 instead of 800 and receive 500 instead
+    // of 1000: the kick lands at S+3450, fast ends at S+3450+4000+500.
+    assert_eq!(run(&s).timing.wall_ns, S + 7950);
 }
 
 const SHOOT: &str = r#"

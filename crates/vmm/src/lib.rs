@@ -21,6 +21,7 @@ pub mod run;
 pub mod start_gate;
 pub mod stress;
 pub mod test_guest;
+pub mod user_irqchip;
 pub mod vcpu;
 pub mod vm;
 
@@ -30,7 +31,7 @@ pub use exits::{ExitCounts, ExitReason};
 pub use placement::Placement;
 pub use run::run_vm;
 pub use start_gate::{GateTicket, StartGate};
-pub use vcpu::{Exit, ExitAction, Kicker, Vcpu, VcpuInterrupts};
+pub use vcpu::{Entry, Exit, ExitAction, Kicker, Vcpu, VcpuInterrupts};
 pub use vm::{kvm_capabilities, max_vcpus, Irqchip, Vm};
 
 use std::path::PathBuf;
@@ -80,6 +81,12 @@ pub struct VmConfig {
     /// Run the vCPUs under a user-level scheduler shared with other VMs
     /// (`smplab host`, [`host::HostScheduler`]).
     pub host: Option<host::HostSlot>,
+    /// KVM's in-kernel interrupt controllers, or smplab-vmm's own
+    /// ([`user_irqchip`]: HLT then blocks the vCPU thread in the VMM).
+    pub irqchip: Irqchip,
+    /// With [`Irqchip::User`]: how long a halted vCPU thread polls before it
+    /// sleeps (zero: no polling).
+    pub vmm_halt_poll: Duration,
 }
 
 impl VmConfig {
@@ -100,6 +107,8 @@ impl VmConfig {
             work_exclusive: false,
             start_gate: None,
             host: None,
+            irqchip: Irqchip::Kernel,
+            vmm_halt_poll: Duration::ZERO,
         }
     }
 }

@@ -20,6 +20,14 @@ use crate::code::{counter, Ins};
 use crate::events::Kind;
 use crate::scenario::Idle;
 
+/// Who kicks a vCPU: a timer, or a thread that paid for the IPI when it
+/// decided to wake (see `Sim::wake_thread`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sender {
+    Timer,
+    Paid(u32),
+}
+
 /// Fused segments are cut at this length so that the remote-sharing factor of
 /// shared touches follows placement changes.
 const FUSE_MAX_NS: u64 = 500_000;
@@ -90,6 +98,14 @@ impl Sim {
         let vc = &self.vcpus[v as usize];
         if vc.next_device_in != u64::MAX {
             // Device exits are timed by running time; keep overhead apart.
+            return false;
+        }
+        if self.vms[vc.vm as usize].costs.sdb_fp > 0.0 {
+            // SDB false positives preempt guest work only: folded into a
+            // segment, the exit and switch costs of a dispatch would count as
+            // guest work, and a false positive inside them would preempt the
+            // vCPU before any progress, adding another exit each time (a
+            // livelock the fuzz test found with short slices and idle pollers).
             return false;
         }
         let t = vc.cur;
@@ -410,26 +426,71 @@ impl Sim {
 
     /// Make a blocked or sleeping thread runnable. `waker`: the thread that
     /// woke it (pays the wake and any IPI), or None for a timer.
+    ///
+    /// A waker's wakes are serial, as in the kernel (`futex_wake` runs
+    /// `try_to_wake_up` per waiter, each with its IPI): the thread becomes
+    /// runnable once the waker has done the wake work carried so far, not at
+    /// the instant of the release. Kicking all of a barrier's waiters at one
+    /// instant made them leave in lockstep and collide on the next lock, a
+    /// convoy that host contention broke up, so K VMs on a shared host
+    /// could each finish sooner than one VM alone (weighted speedup > K).
     pub(super) fn wake_thread(&mut self, t: u32, waker: Option<u32>) {
         let th = &mut self.threads[t as usize];
         th.state = TState::Running;
         th.wait = Wait::None;
         th.spin_deadline = u64::MAX;
-        let vm = th.vm;
-        self.vms[vm as usize].wakeups += 1;
+        let vm = th.vm as usize;
+        self.vms[vm].wakeups += 1;
+        let Some(w) = waker else {
+            self.make_runnable(t, Sender::Timer);
+            return;
+        };
+        self.add_carry(w, cause::KERNEL_FUTEX, self.platform.cpu.wake_ns);
+        // The waker decides now whether the target needs an IPI (it looks
+        // idle and not polling) and pays the send now; the kick lands when
+        // the waker's work up to and including this send is done.
+        let target = self.wake_target(t);
+        if target != self.threads[w as usize].vcpu && self.vcpu_idle(target) {
+            let vc = &self.vcpus[target as usize];
+            let halted = match vc.host {
+                HostState::Halted => true,
+                HostState::Running => matches!(vc.act, Act::Halting | Act::HaltPoll),
+                HostState::Queued | HostState::Parked => false,
+            };
+            if halted && self.vms[vm].costs.virtualized {
+                self.send_ipi_cost(Some(w), vm);
+            }
+        }
+        let at = self.now + self.threads[w as usize].carry;
+        self.push(
+            at,
+            Kind::WakeThread {
+                thread: t,
+                waker: w,
+            },
+        );
+    }
+
+    /// A deferred wake (see [`Sim::wake_thread`]) takes effect.
+    pub(super) fn wake_arrives_thread(&mut self, t: u32, waker: u32) {
+        if self.threads[t as usize].state == TState::Running {
+            self.make_runnable(t, Sender::Paid(waker));
+        }
+    }
+
+    /// Queue woken thread `t` on its target vCPU and kick that vCPU if idle.
+    fn make_runnable(&mut self, t: u32, sender: Sender) {
         let target = self.wake_target(t);
         let was_idle = self.vcpu_idle(target);
         let rq_was_empty = self.vcpus[target as usize].rq.is_empty();
         self.vcpus[target as usize].rq.push_back(t);
-        let waker_vcpu = waker.map(|w| self.threads[w as usize].vcpu);
-        if let Some(w) = waker {
-            self.add_carry(w, cause::KERNEL_FUTEX, self.platform.cpu.wake_ns);
-        }
-        if waker_vcpu == Some(target) {
-            return;
+        if let Sender::Paid(w) = sender {
+            if self.threads[w as usize].vcpu == target && self.vcpus[target as usize].cur == w {
+                return;
+            }
         }
         if was_idle {
-            self.kick(target, waker);
+            self.kick(target, sender);
         } else if rq_was_empty {
             let vc = &self.vcpus[target as usize];
             if vc.host == HostState::Running && matches!(vc.act, Act::Segment | Act::Spin) {
@@ -458,7 +519,7 @@ impl Sim {
     }
 
     /// Tell idle vCPU `u` it has work: a flag if it polls, an IPI if halted.
-    fn kick(&mut self, u: u32, waker: Option<u32>) {
+    fn kick(&mut self, u: u32, sender: Sender) {
         let vm = self.vcpus[u as usize].vm as usize;
         let costs = self.vms[vm].costs;
         let vc = &self.vcpus[u as usize];
@@ -469,11 +530,9 @@ impl Sim {
                     self.defer(u, cause::WAKE_LATENCY, costs.poll_notice);
                 }
                 Act::Halting | Act::HaltPoll => {
-                    if costs.virtualized {
-                        self.send_ipi_cost(waker, vm);
-                        if !costs.apicv {
-                            self.vcpus[u as usize].exits[exit::IPI_RECEIVE] += 1;
-                        }
+                    // The waker paid for the send when it decided to wake.
+                    if costs.virtualized && !costs.apicv {
+                        self.vcpus[u as usize].exits[exit::IPI_RECEIVE] += 1;
                     }
                     self.interrupt_act(u);
                     self.defer(u, cause::WAKE_LATENCY, costs.halt_poll_wake);
@@ -483,9 +542,8 @@ impl Sim {
             HostState::Queued | HostState::Parked => {}
             HostState::Halted => {
                 if costs.virtualized {
-                    match waker {
-                        Some(_) => self.send_ipi_cost(waker, vm),
-                        None => self.vcpus[u as usize].exits[exit::TIMER] += 1,
+                    if sender == Sender::Timer {
+                        self.vcpus[u as usize].exits[exit::TIMER] += 1;
                     }
                     let c = self.ipi_receive_cause(vm);
                     self.add_overhead(u, c, costs.ipi_receive);

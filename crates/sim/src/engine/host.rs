@@ -239,9 +239,11 @@ impl Sim {
     fn enqueue(&mut self, p: u32, v: u32) {
         // CFS's place_entity: a vCPU that slept (or comes from another
         // pCPU) gets at most half a slice of credit over the least-served
-        // one here, so a long sleep does not buy a long monopoly. (Capping
-        // the lead as well, like CFS's renormalization on migration, broke
-        // fairness for blocking pipelines; not modelled.)
+        // one here, so a long sleep does not buy a long monopoly. (A vCPU
+        // from another pCPU keeps its absolute vruntime: rebasing it against
+        // the two pCPUs' current minimum, which unlike CFS's min_vruntime is
+        // not monotonic, on balancing moves, wakeups or directed-yield pulls
+        // cost blocking pipelines fairness; docs/sim.md.)
         if let Some(floor) = self.min_vruntime(p) {
             let credit = floor.saturating_sub(self.slice_ns / 2);
             let vc = &mut self.vcpus[v as usize];

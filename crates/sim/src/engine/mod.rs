@@ -907,7 +907,7 @@ impl Sim {
                 Kind::Slice { .. } => 8,
                 Kind::Wake { .. } => 9,
                 Kind::Ipi { .. } => 10,
-                Kind::Timer { .. } => 11,
+                Kind::Timer { .. } | Kind::WakeThread { .. } => 11,
                 Kind::Gang | Kind::Balance { .. } => 12,
                 Kind::SdbFalse { .. } => 13,
             };
@@ -937,6 +937,7 @@ impl Sim {
             }
             Kind::Ipi { vcpu, from } => self.ipi_arrives(vcpu, from),
             Kind::Timer { thread } => self.timer_fires(thread),
+            Kind::WakeThread { thread, waker } => self.wake_arrives_thread(thread, waker),
             Kind::Gang => self.gang_tick(),
             Kind::Balance { level } => {
                 if !self.balance_tick(level) {

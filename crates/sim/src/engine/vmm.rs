@@ -92,7 +92,17 @@ impl Sim {
         if v == super::NONE {
             return;
         }
-        if self.vcpus[v as usize].act == Act::Segment && !self.pcpus[p as usize].rq.is_empty() {
+        // The SDB classifies windows of committed guest instructions: a
+        // misclassification needs one whole window of the segment since the
+        // vCPU resumed guest work. A false positive armed during the
+        // dispatch's exit and switch overhead used to land a few ns into the
+        // segment, so each dispatch made almost no progress and paid another
+        // exit (a starvation the fuzz test found on pvm-here with 50-100 µs
+        // slices, idle pollers and a 50% false-positive rate).
+        let vc = &self.vcpus[v as usize];
+        let in_guest = vc.act == Act::Segment
+            && self.now.saturating_sub(vc.seg_start) >= self.platform.sdb.window_ns;
+        if in_guest && !self.pcpus[p as usize].rq.is_empty() {
             let vm = self.vcpus[v as usize].vm as usize;
             let exit_ns = self.vms[vm].costs.exit;
             let vc = &mut self.vcpus[v as usize];
