@@ -44,6 +44,8 @@ enum Cmd {
     Calibrate(smplab_lab::cli::CalibrateArgs),
     /// The main job: a small study across executors, a diagnosis and a report.
     Demo(smplab_lab::cli::DemoArgs),
+    /// Several VMs in one smplab-vmm under a user-level vCPU scheduler (docs/host.md).
+    Host(smplab_lab::host::cli::HostArgs),
     /// Trace a real pthreads program; `trace model` turns the trace into a workload.
     Trace(smplab_trace::cli::TraceArgs),
     /// Benchmarks on real workloads (`bench irqchip`: user-space vs in-kernel
@@ -74,6 +76,7 @@ fn main() -> ExitCode {
         Cmd::Calibrate(a) => smplab_lab::cli::calibrate(a),
         Cmd::Demo(a) => smplab_lab::cli::demo(a),
         Cmd::Trace(a) => smplab_trace::cli::run(a),
+        Cmd::Host(a) => smplab_lab::host::cli::run(a),
         Cmd::Bench(a) => smplab_lab::bench_irqchip::bench(a),
     };
     ExitCode::from(u8::try_from(status.clamp(0, 255)).unwrap_or(u8::MAX))

@@ -79,6 +79,9 @@ pub struct VmRunOptions {
     /// each of the K runs a clone; `smplab_record::overlap_of_records` then
     /// says how much their windows overlapped.
     pub start_gate: Option<StartGate>,
+    /// smplab-vmm only: run the vCPUs under a user-level scheduler shared
+    /// with other VMs in this process (`smplab host`, docs/host.md).
+    pub host: Option<smplab_vmm::host::HostSlot>,
 }
 
 impl Default for VmRunOptions {
@@ -100,6 +103,7 @@ impl Default for VmRunOptions {
             qemu_binary: None,
             extra_cmdline: String::new(),
             start_gate: None,
+            host: None,
         }
     }
 }
@@ -378,6 +382,7 @@ pub fn run_vm(
     cfg.io_cpu = opts.io_cpu;
     cfg.timeout = Some(opts.timeout);
     cfg.start_gate = opts.start_gate.clone();
+    cfg.host = opts.host.clone();
     cfg.console = if opts.show_console {
         ConsoleSink::Stdout
     } else {

@@ -38,6 +38,7 @@ pub mod diagnose;
 pub mod diagnose_sim;
 pub mod exec;
 pub mod execute;
+pub mod host;
 pub mod metrics;
 pub mod point;
 pub mod report;

@@ -176,6 +176,7 @@ fn config_from_args(args: &VmmArgs) -> Result<VmConfig, VmmError> {
         work_ns: args.work_ns,
         work_exclusive: args.work_exclusive,
         start_gate: None,
+        host: None,
         irqchip: args.irqchip,
         vmm_halt_poll: Duration::from_nanos(args.vmm_halt_poll_ns),
     })

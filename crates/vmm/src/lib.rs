@@ -11,6 +11,7 @@ pub mod control;
 pub mod devices;
 pub mod error;
 pub mod exits;
+pub mod host;
 mod io_thread;
 pub mod irqchip;
 pub mod kvm_stats;
@@ -77,6 +78,9 @@ pub struct VmConfig {
     /// A start gate shared with other VMs: the guest's "go" on the window port
     /// (docs/guest-abi.md) waits until every VM sharing it is ready.
     pub start_gate: Option<StartGate>,
+    /// Run the vCPUs under a user-level scheduler shared with other VMs
+    /// (`smplab host`, [`host::HostScheduler`]).
+    pub host: Option<host::HostSlot>,
     /// KVM's in-kernel interrupt controllers, or smplab-vmm's own
     /// ([`user_irqchip`]: HLT then blocks the vCPU thread in the VMM).
     pub irqchip: Irqchip,
@@ -102,6 +106,7 @@ impl VmConfig {
             work_ns: 0,
             work_exclusive: false,
             start_gate: None,
+            host: None,
             irqchip: Irqchip::Kernel,
             vmm_halt_poll: Duration::ZERO,
         }

@@ -252,6 +252,11 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     validate(config, max_vcpus)?;
     let kernel = read_kernel(&config.kernel)?;
     let vm = Vm::new(kvm, config.mem_bytes, config.irqchip)?;
+    // Before any vCPU exists (KVM's rule for dirty rings).
+    let dirty_ring = config
+        .host
+        .as_ref()
+        .and_then(|h| h.scheduler.prepare_vm(&vm));
     let loaded = load_kernel(vm.memory(), &kernel)?;
     write_boot_data(vm.memory(), config, loaded.kernel_end)?;
 
@@ -294,6 +299,10 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         vcpu.set_window(VcpuWindow::new(window.clone()));
         if let (Some(chip), Some(reset)) = (&devices.user_irqchip, reset_states.next()) {
             vcpu.set_interrupts(Box::new(chip.vcpu_hook(index, vcpu.kicker(), reset)));
+        }
+        if let Some(host) = &config.host {
+            let ring = dirty_ring.and_then(|n| crate::host::DirtyRing::map(vcpu.fd(), n, &vm));
+            vcpu.set_grant(host.scheduler.attach(host.vm, index, vcpu.kicker(), ring));
         }
         vcpus.push(vcpu);
     }

@@ -264,6 +264,8 @@ pub struct Vcpu {
     mem_bytes: u64,
     /// Splits the counts at the workload window's edges (devices::window).
     window: Option<VcpuWindow>,
+    /// A user-level scheduler's grant (`smplab host`, crate::host).
+    grant: Option<crate::host::VcpuGrant>,
 }
 
 impl Vcpu {
@@ -290,6 +292,7 @@ impl Vcpu {
             kicker,
             mem_bytes,
             window: None,
+            grant: None,
         })
     }
 
@@ -317,6 +320,11 @@ impl Vcpu {
         self.kicker.clone()
     }
 
+    /// Run only while `grant` says so (a user-level scheduler, crate::host).
+    pub fn set_grant(&mut self, grant: crate::host::VcpuGrant) {
+        self.grant = Some(grant);
+    }
+
     /// Route HLT, interrupt-window and the controller's MMIO exits to `interrupts`.
     pub fn set_interrupts(&mut self, interrupts: Box<dyn VcpuInterrupts>) {
         self.interrupts = Some(interrupts);
@@ -339,7 +347,20 @@ impl Vcpu {
     /// Run until `control` asks to stop, the guest crashes, or a handler stops.
     pub fn run_until_stopped(&mut self, control: &RunControl) -> Result<(), VmmError> {
         let _running = RunningThread::register(&self.kicker);
+        let outcome = self.run_loop(control);
+        if let Some(grant) = &mut self.grant {
+            grant.finished();
+        }
+        outcome
+    }
+
+    fn run_loop(&mut self, control: &RunControl) -> Result<(), VmmError> {
         while !control.should_stop() {
+            if let Some(grant) = &mut self.grant {
+                if grant.before_entry(&mut self.fd, control) == ExitAction::Stop {
+                    break;
+                }
+            }
             if let Some(interrupts) = &mut self.interrupts {
                 if interrupts.before_entry(&mut self.fd, &mut self.bus)? == Entry::Wait {
                     continue;

@@ -1,6 +1,10 @@
 //! The host's vCPU scheduling policy (seed 002): fair share, gang or logical
 //! partitioning, an optional time slice and safe-point-aware preemption.
-//! Printed and parsed as `fair`, `gang:10ms`, `fair:100us+safepoint:1ms`.
+//! Printed and parsed as `fair`, `gang:10ms`, `fair:100us+safepoint:1ms`;
+//! `linux` (no user-level scheduling: the host kernel decides), `spin`
+//! (spin-triggered preemption with directed yield, seed 002's SDB policy) and
+//! `safepoint:GRACE` (short for `fair+safepoint:GRACE`) name the real host's
+//! policies too (smplab-policy, docs/host.md).
 
 use super::ConfigError;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -17,6 +21,27 @@ pub enum PolicyKind {
     Gang,
     /// Logical partitioning: pCPUs split among VMs (seed 002 §6.2).
     Partition,
+    /// No user-level scheduling: every vCPU thread is runnable and the host
+    /// kernel's scheduler decides (the stock baseline of a real host). The
+    /// simulator models its host as fair share, so there it equals `fair`.
+    Linux,
+    /// Fair share plus spin-triggered preemption: a vCPU detected spinning
+    /// gives its pCPU to a preempted sibling of its VM (directed yield), else
+    /// to the next runnable vCPU (seed 002 §5.2, the SDB's policy).
+    Spin,
+}
+
+impl PolicyKind {
+    /// The name `FromStr` reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::FairShare => "fair",
+            PolicyKind::Gang => "gang",
+            PolicyKind::Partition => "partition",
+            PolicyKind::Linux => "linux",
+            PolicyKind::Spin => "spin",
+        }
+    }
 }
 
 /// Host scheduling policy.
@@ -42,7 +67,7 @@ pub struct BadDuration(pub String);
 /// A malformed policy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BadPolicy {
-    #[error("unknown policy `{0}`: use fair, gang or partition, optionally with :SLICE (e.g. fair:100us) and +safepoint[:GRACE]")]
+    #[error("unknown policy `{0}`: use linux, fair, gang, partition or spin, optionally with :SLICE (e.g. fair:100us) and +safepoint[:GRACE], or safepoint[:GRACE]")]
     Kind(String),
     #[error("unknown policy modifier `+{0}`: use +safepoint or +safepoint:GRACE")]
     Modifier(String),
@@ -107,7 +132,19 @@ impl HostPolicy {
         s.parse()
     }
 
+    /// Whether a user-level scheduler decides (every kind but `linux`).
+    pub fn is_user_level(&self) -> bool {
+        self.kind != PolicyKind::Linux
+    }
+
+    /// Checks for a simulated host (the only caller: `SimSettings`).
     pub(super) fn validate(&self, p: &mut Vec<ConfigError>) {
+        if self.kind == PolicyKind::Spin {
+            p.push(ConfigError::new(
+                "policy",
+                "the simulator models spin-triggered preemption as its Spin Detection Buffer: use policy fair with sdb",
+            ));
+        }
         if self.time_slice_ns == Some(0) {
             p.push(ConfigError::new(
                 "policy",
@@ -121,6 +158,10 @@ impl FromStr for HostPolicy {
     type Err = BadPolicy;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
+        // `safepoint[:GRACE]` alone: fair share with safe-point preemption.
+        if s == "safepoint" || s.starts_with("safepoint:") {
+            return format!("fair+{s}").parse();
+        }
         let (main, safe) = match s.split_once('+') {
             Some((m, sp)) => (m, Some(sp)),
             None => (s, None),
@@ -133,6 +174,8 @@ impl FromStr for HostPolicy {
             "fair" => PolicyKind::FairShare,
             "gang" => PolicyKind::Gang,
             "partition" => PolicyKind::Partition,
+            "linux" => PolicyKind::Linux,
+            "spin" => PolicyKind::Spin,
             _ => return Err(BadPolicy::Kind(kind.to_string())),
         };
         let time_slice_ns = slice.map(parse_duration).transpose()?;
@@ -154,11 +197,7 @@ impl FromStr for HostPolicy {
 
 impl fmt::Display for HostPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.kind {
-            PolicyKind::FairShare => "fair",
-            PolicyKind::Gang => "gang",
-            PolicyKind::Partition => "partition",
-        })?;
+        f.write_str(self.kind.name())?;
         if let Some(t) = self.time_slice_ns {
             write!(f, ":{}", print_duration(t))?;
         }
@@ -179,5 +218,49 @@ impl<'de> Deserialize<'de> for HostPolicy {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
         text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_reads_back_its_printed_form() {
+        for text in [
+            "linux",
+            "fair",
+            "fair:100us",
+            "gang:10ms",
+            "partition",
+            "spin",
+            "spin:2ms",
+            "fair:100us+safepoint:1ms",
+        ] {
+            let p: HostPolicy = text.parse().unwrap();
+            assert_eq!(p.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn the_simulator_refuses_spin_but_takes_linux_as_fair() {
+        let mut problems = Vec::new();
+        HostPolicy::parse("spin").unwrap().validate(&mut problems);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].message.contains("sdb"));
+        problems.clear();
+        HostPolicy::parse("linux").unwrap().validate(&mut problems);
+        assert!(problems.is_empty());
+    }
+
+    #[test]
+    fn safepoint_alone_is_fair_with_grace() {
+        let p: HostPolicy = "safepoint:500us".parse().unwrap();
+        assert_eq!(p.kind, PolicyKind::FairShare);
+        assert_eq!(p.safe_point_grace_ns, Some(500_000));
+        let p: HostPolicy = "safepoint".parse().unwrap();
+        assert_eq!(p.safe_point_grace_ns, Some(DEFAULT_SAFE_POINT_GRACE_NS));
+        assert!("safepoint:soon".parse::<HostPolicy>().is_err());
+        assert!("gangs".parse::<HostPolicy>().is_err());
     }
 }

@@ -1,0 +1,342 @@
+//! `smplab host bench`: seed 000's weighted speedup of two 2-vCPU VMs sharing
+//! the host CPUs, for every policy against `linux`, on the spinlock-like,
+//! streamcluster-like and dedup-like profiles (docs/host.md).
+//!
+//! Per repetition and profile: one VM alone under `linux` on the same host
+//! CPUs (its "alone" wall), then both VMs together under each policy. Weighted
+//! speedup = Σ over VMs of alone ÷ shared workload wall (1.0: the host's
+//! CPUs are used as well as by the VMs one after the other). Each policy's
+//! figure is also divided by `linux`'s of the same repetition. A policy's
+//! sampling overhead is the alone wall under that policy ÷ the alone wall
+//! under `linux` (one VM, nothing to schedule but the sampling).
+
+use super::run::{run_host, weighted_speedup, HostRun};
+use super::spec::{HostSpec, HostVm};
+use clap::Args;
+use serde::Serialize;
+use smplab_record::config::{HostPolicy, IdlePolicy, PolicyKind, SimSettings, SyncMode};
+use smplab_record::exit;
+use smplab_vmm::host::Sampling;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Workload profiles (built-in names or files).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "spinlock,streamcluster,dedup"
+    )]
+    pub profiles: Vec<String>,
+    /// Policies besides `linux` (always measured: the baseline).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "fair:4ms,gang:4ms,partition,spin:4ms,fair:4ms+safepoint:1ms"
+    )]
+    pub policies: Vec<String>,
+    /// Workload scale (small: guest runs are slow here).
+    #[arg(long, default_value_t = 0.05)]
+    pub scale: f64,
+    /// Workload threads per VM (default: 2, one per vCPU).
+    #[arg(long, default_value_t = 2)]
+    pub threads: u32,
+    /// Repetitions (the spread is their min..max).
+    #[arg(long, default_value_t = 3)]
+    pub reps: u32,
+    /// Host CPUs.
+    #[arg(long, default_value = "0-1")]
+    pub cpus: String,
+    /// Scheduler sampling interval.
+    #[arg(long, default_value = "1ms")]
+    pub sample: String,
+    /// Limit per run, seconds.
+    #[arg(long, default_value_t = 240)]
+    pub timeout_s: u64,
+    /// Write every figure and run as JSON here.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+}
+
+/// One policy on one profile.
+#[derive(Debug, Serialize, Default)]
+pub struct Cell {
+    pub profile: String,
+    pub policy: String,
+    /// Per repetition.
+    pub weighted_speedup: Vec<f64>,
+    pub vs_linux: Vec<f64>,
+    pub sampling_overhead: Vec<f64>,
+    pub spins_detected: Vec<u64>,
+    pub samples: Vec<u64>,
+    pub yields: Vec<u64>,
+    pub preemptions: Vec<u64>,
+    /// The guests' own spin iterations (both VMs).
+    pub guest_spin_iterations: Vec<u64>,
+    pub steal_ms: Vec<f64>,
+    pub failures: Vec<String>,
+    /// The simulator's weighted speedup for the same configuration (default
+    /// platform profile; `spin` is its fair share with the SDB).
+    pub sim_weighted_speedup: Option<f64>,
+    pub sim_error: Option<String>,
+}
+
+/// The simulator's settings for `policy` on 2-vCPU VMs and `pcpus` pCPUs.
+fn sim_settings(policy: HostPolicy, pcpus: usize, vms: u32) -> SimSettings {
+    let mut s = SimSettings::new(2, smplab_record::config::DEFAULT_PLATFORM);
+    s.pcpus = u32::try_from(pcpus).ok();
+    s.vms = vms;
+    match policy.kind {
+        // The simulator's host is Linux-like fair share at its platform's slice.
+        PolicyKind::Linux => s.policy = HostPolicy::fair(),
+        PolicyKind::Spin => {
+            s.policy = HostPolicy {
+                kind: PolicyKind::FairShare,
+                ..policy
+            };
+            s.sdb = true;
+        }
+        _ => s.policy = policy,
+    }
+    s
+}
+
+/// Σ alone/shared in the simulator (alone: one VM under its `linux`).
+fn sim_prediction(
+    vm: &HostVm,
+    policy: HostPolicy,
+    pcpus: usize,
+    timeout: Duration,
+) -> Result<f64, String> {
+    let wall = |s: &SimSettings| -> Result<Vec<f64>, String> {
+        let recs =
+            crate::simglue::run(&vm.program, &vm.info, s, timeout).map_err(|e| e.to_string())?;
+        #[allow(clippy::cast_precision_loss)] // seconds
+        Ok(recs.iter().map(|r| r.timing.wall_ns as f64 / 1e9).collect())
+    };
+    let linux = HostPolicy::parse("linux").unwrap_or_default();
+    let alone = wall(&sim_settings(linux, pcpus, 1))?;
+    let shared = wall(&sim_settings(policy, pcpus, 2))?;
+    let a = alone.first().copied().unwrap_or(f64::NAN);
+    weighted_speedup(&[a, a], &shared).ok_or_else(|| "no shared walls".to_string())
+}
+
+fn spec_for(
+    profile: &str,
+    args: &BenchArgs,
+    policy: HostPolicy,
+    cpus: &[usize],
+) -> Result<HostSpec, String> {
+    let source = smplab_workload::Source::resolve(profile).map_err(|e| e.to_string())?;
+    let program = source
+        .instantiate(Some(args.threads), args.scale)
+        .map_err(|e| e.to_string())?;
+    let vm = HostVm {
+        workload: profile.to_string(),
+        info: source.workload_info(&program),
+        program,
+        vcpus: 2,
+        sync: SyncMode::default(),
+        idle: IdlePolicy::default(),
+        cmdline: String::new(),
+    };
+    let sampling = Sampling {
+        interval: Duration::from_nanos(
+            smplab_record::config::parse_duration(&args.sample).map_err(|e| e.to_string())?,
+        ),
+        ..Sampling::default()
+    };
+    Ok(HostSpec {
+        cpus: cpus.to_vec(),
+        policy,
+        sampling,
+        timeout: Duration::from_secs(args.timeout_s),
+        vms: vec![vm.clone(), vm],
+    })
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    s.sort_by(f64::total_cmp);
+    s[s.len() / 2]
+}
+
+fn spread(v: &[f64]) -> String {
+    let s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return "n/a".into();
+    }
+    let lo = s.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{:.2} [{lo:.2}..{hi:.2}]", median(&s))
+}
+
+fn sum_walls(run: &HostRun) -> Option<Vec<f64>> {
+    run.walls_s().into_iter().collect()
+}
+
+/// Run the bench; the process exit status.
+pub fn bench(args: &BenchArgs) -> i32 {
+    let cpus = match smplab_record::cpus::parse_cpu_list(&args.cpus) {
+        Ok(c) => c,
+        Err(e) => {
+            exit::report_error(format!("--cpus: {e}"));
+            return exit::BAD_INPUT;
+        }
+    };
+    let mut policies = vec![HostPolicy::parse("linux").unwrap_or_default()];
+    for p in &args.policies {
+        match p.parse::<HostPolicy>() {
+            Ok(p) => policies.push(p),
+            Err(e) => {
+                exit::report_error(format!("--policies: {e}"));
+                return exit::BAD_INPUT;
+            }
+        }
+    }
+    let mut cells: Vec<Cell> = Vec::new();
+    for profile in &args.profiles {
+        let mut row: Vec<Cell> = policies
+            .iter()
+            .map(|p| Cell {
+                profile: profile.clone(),
+                policy: p.to_string(),
+                ..Cell::default()
+            })
+            .collect();
+        for rep in 0..args.reps {
+            let mut alone_linux = f64::NAN;
+            let mut linux_ws = f64::NAN;
+            for (policy, cell) in policies.iter().zip(row.iter_mut()) {
+                let spec = match spec_for(profile, args, *policy, &cpus) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        exit::report_error(format!("{profile}: {e}"));
+                        return exit::BAD_INPUT;
+                    }
+                };
+                let alone = match run_host(&spec, Some(&[0]), false) {
+                    Ok(r) => sum_walls(&r).and_then(|w| w.first().copied()),
+                    Err(e) => {
+                        exit::report_error(&e);
+                        return e.exit_status();
+                    }
+                };
+                let Some(alone) = alone else {
+                    cell.failures
+                        .push(format!("rep {rep}: the alone run failed"));
+                    continue;
+                };
+                if !policy.is_user_level() {
+                    alone_linux = alone;
+                }
+                cell.sampling_overhead.push(alone / alone_linux);
+                let shared = match run_host(&spec, None, false) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        exit::report_error(&e);
+                        return e.exit_status();
+                    }
+                };
+                for o in &shared.records {
+                    if let super::VmOutcome::Failed { vm, error } = o {
+                        cell.failures.push(format!("rep {rep} VM {vm}: {error}"));
+                    }
+                }
+                let Some(walls) = sum_walls(&shared) else {
+                    continue;
+                };
+                // The alone wall under linux is the reference for every policy.
+                let ws = weighted_speedup(&[alone_linux, alone_linux], &walls).unwrap_or(f64::NAN);
+                if !policy.is_user_level() {
+                    linux_ws = ws;
+                }
+                cell.weighted_speedup.push(ws);
+                cell.vs_linux.push(ws / linux_ws);
+                let h = &shared.host;
+                cell.spins_detected.push(h.spin_detection.spins_detected);
+                cell.samples.push(h.spin_detection.samples);
+                cell.yields.push(h.vms.iter().map(|v| v.yields).sum());
+                cell.preemptions
+                    .push(h.vms.iter().map(|v| v.preemptions).sum());
+                #[allow(clippy::cast_precision_loss)] // ms
+                cell.steal_ms
+                    .push(h.vms.iter().map(|v| v.steal_ns).sum::<u64>() as f64 / 1e6);
+                cell.guest_spin_iterations.push(
+                    shared
+                        .records
+                        .iter()
+                        .filter_map(|o| o.record())
+                        .map(|r| r.counters.spin_iterations)
+                        .sum(),
+                );
+                eprintln!(
+                    "{profile} rep {rep} {policy}: alone {alone:.3} s, shared {walls:.3?} s, weighted speedup {ws:.2}"
+                );
+            }
+        }
+        for (policy, cell) in policies.iter().zip(row.iter_mut()) {
+            if let Ok(spec) = spec_for(profile, args, *policy, &cpus) {
+                match sim_prediction(&spec.vms[0], *policy, cpus.len(), spec.timeout) {
+                    Ok(ws) => cell.sim_weighted_speedup = Some(ws),
+                    Err(e) => cell.sim_error = Some(e),
+                }
+            }
+        }
+        cells.extend(row);
+    }
+    print_table(&cells);
+    if let Some(out) = &args.output {
+        let json = serde_json::to_string_pretty(&cells).unwrap_or_default();
+        if let Err(e) = std::fs::write(out, json) {
+            exit::report_error(format!("cannot write {}: {e}", out.display()));
+            return exit::INTERNAL;
+        }
+    }
+    if cells.iter().any(|c| !c.failures.is_empty()) {
+        exit::PARTIAL
+    } else {
+        exit::OK
+    }
+}
+
+fn print_table(cells: &[Cell]) {
+    println!(
+        "{:<14} {:<24} {:>22} {:>22} {:>22} {:>10} {:>8}",
+        "profile",
+        "policy",
+        "weighted speedup",
+        "vs linux",
+        "sampling overhead",
+        "spins/samples",
+        "yields"
+    );
+    for c in cells {
+        let spins: u64 = c.spins_detected.iter().sum();
+        let samples: u64 = c.samples.iter().sum();
+        let yields: u64 = c.yields.iter().sum();
+        println!(
+            "{:<14} {:<24} {:>22} {:>22} {:>22} {:>6}/{:<6} {:>6} {:>6}",
+            c.profile,
+            c.policy,
+            spread(&c.weighted_speedup),
+            spread(&c.vs_linux),
+            spread(&c.sampling_overhead),
+            spins,
+            samples,
+            yields,
+            c.sim_weighted_speedup
+                .map_or_else(|| "n/a".to_string(), |w| format!("{w:.2}"))
+        );
+        if let Some(e) = &c.sim_error {
+            println!("    simulator: {e}");
+        }
+        for f in &c.failures {
+            println!("    failed: {f}");
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The host spec of `smplab host --spec host.toml` (docs/host.md): K VMs of
+//! the smplab guest on a set of host CPUs under one policy. Every problem is
+//! reported at file:line:col.
+
+use serde::Deserialize;
+use serde_spanned::Spanned;
+use smplab_record::config::{HostPolicy, IdlePolicy, SyncMode, MAX_GUEST_VCPUS};
+use smplab_record::diag::{Diagnostics, SourceText};
+use smplab_vmm::host::{Sampling, MAX_HOST_VCPUS};
+use smplab_workload::{Program, Source};
+use std::time::Duration;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    cpus: Spanned<String>,
+    #[serde(default)]
+    policy: Option<Spanned<String>>,
+    /// Sampling interval of the scheduler (e.g. `1ms`).
+    #[serde(default)]
+    sample: Option<Spanned<String>>,
+    #[serde(default)]
+    detect_spin: Option<bool>,
+    #[serde(default)]
+    timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    vm: Vec<Spanned<RawVm>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawVm {
+    workload: Spanned<String>,
+    #[serde(default)]
+    vcpus: Option<Spanned<u32>>,
+    #[serde(default)]
+    threads: Option<Spanned<u32>>,
+    #[serde(default)]
+    scale: Option<Spanned<f64>>,
+    #[serde(default)]
+    sync: Option<Spanned<String>>,
+    #[serde(default)]
+    idle: Option<Spanned<String>>,
+    /// This many identical VMs.
+    #[serde(default)]
+    count: Option<Spanned<u32>>,
+    /// Extra guest command-line words (docs/guest-abi.md), e.g. `selftest=hang`.
+    #[serde(default)]
+    cmdline: Option<String>,
+}
+
+/// One VM of the host.
+#[derive(Debug, Clone)]
+pub struct HostVm {
+    pub workload: String,
+    pub program: Program,
+    pub info: smplab_record::WorkloadInfo,
+    pub vcpus: u32,
+    pub sync: SyncMode,
+    pub idle: IdlePolicy,
+    /// Extra guest command-line words.
+    pub cmdline: String,
+}
+
+/// A checked host spec.
+#[derive(Debug, Clone)]
+pub struct HostSpec {
+    pub cpus: Vec<usize>,
+    pub policy: HostPolicy,
+    pub sampling: Sampling,
+    pub timeout: Duration,
+    pub vms: Vec<HostVm>,
+}
+
+/// Default limit for the whole host run.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Parse and check a host spec; `file` names it in messages.
+pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
+    let src = SourceText::new(file, text);
+    let mut d = Diagnostics::default();
+    let raw: RawSpec = match toml::from_str(text) {
+        Ok(r) => r,
+        Err(e) => {
+            d.push(src.parse_error(e.span(), e.message()));
+            return Err(d);
+        }
+    };
+    let allowed = smplab_vmm::placement::allowed_cpus();
+    let cpus = match smplab_record::cpus::parse_cpu_list(raw.cpus.get_ref()) {
+        Ok(c) if c.is_empty() => {
+            d.push(src.span(raw.cpus.span(), "name at least one host CPU"));
+            Vec::new()
+        }
+        Ok(c) => {
+            if let Some(cpu) = c.iter().find(|c| !allowed.contains(c)) {
+                d.push(src.span(
+                    raw.cpus.span(),
+                    format!(
+                        "host CPU {cpu} is not among the CPUs this process may use {allowed:?}"
+                    ),
+                ));
+            }
+            c
+        }
+        Err(e) => {
+            d.push(src.span(raw.cpus.span(), e.to_string()));
+            Vec::new()
+        }
+    };
+    let policy = match &raw.policy {
+        None => HostPolicy::parse("linux").unwrap_or_default(),
+        Some(p) => p.get_ref().parse().unwrap_or_else(|e| {
+            d.push(src.span(p.span(), format!("{e}")));
+            HostPolicy::default()
+        }),
+    };
+    let mut sampling = Sampling::default();
+    if let Some(s) = &raw.sample {
+        match smplab_record::config::parse_duration(s.get_ref()) {
+            Ok(ns) if ns >= 100_000 => sampling.interval = Duration::from_nanos(ns),
+            Ok(_) => d.push(src.span(
+                s.span(),
+                "a sampling interval below 100us costs more in exits than it can save: use 100us or more",
+            )),
+            Err(e) => d.push(src.span(s.span(), e.to_string())),
+        }
+    }
+    if let Some(on) = raw.detect_spin {
+        sampling.detect_spin = on;
+    }
+    let timeout = match &raw.timeout {
+        None => DEFAULT_TIMEOUT,
+        Some(t) => match smplab_record::config::parse_duration(t.get_ref()) {
+            Ok(ns) if ns >= 1_000_000_000 => Duration::from_nanos(ns),
+            Ok(_) => {
+                d.push(src.span(t.span(), "the timeout must be at least 1s"));
+                DEFAULT_TIMEOUT
+            }
+            Err(e) => {
+                d.push(src.span(t.span(), e.to_string()));
+                DEFAULT_TIMEOUT
+            }
+        },
+    };
+    let mut vms = Vec::new();
+    if raw.vm.is_empty() {
+        d.push(src.at(0, "no VMs: add at least one [[vm]] table"));
+    }
+    for raw_vm in &raw.vm {
+        if let Some(vm) = parse_vm(&src, raw_vm.get_ref(), &mut d) {
+            let count = raw_vm.get_ref().count.as_ref().map_or(1, |c| *c.get_ref());
+            vms.extend(std::iter::repeat_n(vm, count as usize));
+        }
+    }
+    let total: u32 = vms.iter().map(|v| v.vcpus).sum();
+    if total > MAX_HOST_VCPUS {
+        d.push(src.span(
+            raw.vm[0].span(),
+            format!("{total} vCPUs in all: this VMM serves at most {MAX_HOST_VCPUS} per host"),
+        ));
+    }
+    if d.is_empty() && policy.is_user_level() {
+        let per_vm: Vec<u32> = vms.iter().map(|v| v.vcpus).collect();
+        if let Err(e) = smplab_policy::Scheduler::new(&policy, &per_vm, cpus.len()) {
+            let at = raw.policy.as_ref().map_or(0, |p| p.span().start);
+            d.push(src.at(at, e.to_string()));
+        }
+    }
+    d.into_result(HostSpec {
+        cpus,
+        policy,
+        sampling,
+        timeout,
+        vms,
+    })
+}
+
+fn parse_vm(src: &SourceText<'_>, raw: &RawVm, d: &mut Diagnostics) -> Option<HostVm> {
+    let before = d.len();
+    let vcpus = raw.vcpus.as_ref().map_or(2, |v| *v.get_ref());
+    if let Some(v) = &raw.vcpus {
+        if vcpus == 0 || vcpus > MAX_GUEST_VCPUS {
+            d.push(src.span(v.span(), format!("use 1..={MAX_GUEST_VCPUS} vCPUs")));
+        }
+    }
+    if let Some(c) = &raw.count {
+        if *c.get_ref() == 0 || *c.get_ref() > smplab_record::config::MAX_REAL_VMS {
+            d.push(src.span(
+                c.span(),
+                format!("use 1..={} VMs", smplab_record::config::MAX_REAL_VMS),
+            ));
+        }
+    }
+    let sync = match &raw.sync {
+        None => SyncMode::default(),
+        Some(s) => s.get_ref().parse().unwrap_or_else(|e| {
+            d.push(src.span(s.span(), format!("{e}")));
+            SyncMode::default()
+        }),
+    };
+    let idle = match &raw.idle {
+        None => IdlePolicy::default(),
+        Some(s) => s.get_ref().parse().unwrap_or_else(|e| {
+            d.push(src.span(s.span(), format!("{e}")));
+            IdlePolicy::default()
+        }),
+    };
+    let scale = raw.scale.as_ref().map_or(1.0, |s| *s.get_ref());
+    if let Some(s) = &raw.scale {
+        if !(scale.is_finite() && scale > 0.0) {
+            d.push(src.span(s.span(), "give a positive scale"));
+        }
+    }
+    let name = raw.workload.get_ref();
+    let program = match Source::resolve(name) {
+        Ok(source) => match source.instantiate(raw.threads.as_ref().map(|t| *t.get_ref()), scale) {
+            Ok(p) => Some((source.workload_info(&p), p)),
+            Err(e) => {
+                d.push(src.span(raw.workload.span(), e.to_string()));
+                None
+            }
+        },
+        Err(e) => {
+            d.push(src.span(raw.workload.span(), e.to_string()));
+            None
+        }
+    };
+    let (info, program) = program?;
+    (d.len() == before).then(|| HostVm {
+        workload: name.clone(),
+        program,
+        info,
+        vcpus,
+        sync,
+        idle,
+        cmdline: raw.cmdline.clone().unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        parse("h.toml", text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_good_spec_parses() {
+        let s = parse(
+            "h.toml",
+            "cpus = \"0\"\npolicy = \"spin:2ms\"\nsample = \"500us\"\n[[vm]]\nworkload = \"spinlock\"\nvcpus = 2\nscale = 0.01\ncount = 2\n",
+        )
+        .unwrap();
+        assert_eq!(s.vms.len(), 2);
+        assert_eq!(s.policy.to_string(), "spin:2ms");
+        assert_eq!(s.sampling.interval, Duration::from_micros(500));
+    }
+
+    #[test]
+    fn errors_point_at_the_value() {
+        let e = err("cpus = \"0\"\npolicy = \"fast\"\n[[vm]]\nworkload = \"spinlock\"\n");
+        assert!(e.contains("h.toml:2:10"), "{e}");
+        let e = err("cpus = \"0-4095\"\n[[vm]]\nworkload = \"spinlock\"\n");
+        assert!(e.contains("h.toml:1:8") && e.contains("not among"), "{e}");
+        let e = err("cpus = \"0\"\n[[vm]]\nworkload = \"nosuch\"\n");
+        assert!(e.contains("h.toml:3:12"), "{e}");
+        let e = err("cpus = \"0\"\n[[vm]]\nworkload = \"spinlock\"\nvcpus = 65\n");
+        assert!(e.contains("h.toml:4:9"), "{e}");
+        let e = err(
+            "cpus = \"0\"\npolicy = \"partition\"\n[[vm]]\nworkload = \"spinlock\"\ncount = 2\n",
+        );
+        assert!(e.contains("h.toml:2:10") && e.contains("partition"), "{e}");
+        let e = err("cpus = \"0\"\n[[vm]]\nworkload = \"spinlock\"\nvcpus = 64\ncount = 5\n");
+        assert!(e.contains("at most"), "{e}");
+        let e = err("cpus = \"0\"\nbogus = 1\n");
+        assert!(e.contains("h.toml:2:1"), "{e}");
+    }
+}

@@ -1,0 +1,97 @@
+//! `smplab host` on real KVM: several VMs under the user-level scheduler.
+//! Fails instead of skipping when SMPLAB_REQUIRE_KVM=1 and KVM is unusable.
+
+use smplab_lab::execute::kvm_unavailable;
+use smplab_lab::host::{parse, run_host, VmOutcome};
+
+fn have_kvm() -> bool {
+    match kvm_unavailable() {
+        None => true,
+        Some(why) if std::env::var("SMPLAB_REQUIRE_KVM").as_deref() == Ok("1") => {
+            panic!("SMPLAB_REQUIRE_KVM=1 but KVM is unusable: {why}")
+        }
+        Some(why) => {
+            eprintln!("note: KVM unusable ({why}); test not run (set SMPLAB_REQUIRE_KVM=1 to make this fail)");
+            false
+        }
+    }
+}
+
+fn spec(policy: &str, extra: &str) -> String {
+    format!(
+        "cpus = \"0-1\"\npolicy = \"{policy}\"\nsample = \"500us\"\ntimeout = \"20s\"\n\
+         [[vm]]\nworkload = \"spinlock\"\nvcpus = 2\nthreads = 2\nscale = 0.02\ncount = 2\n{extra}"
+    )
+}
+
+#[test]
+fn two_vms_share_one_cpu_under_every_policy() {
+    if !have_kvm() {
+        return;
+    }
+    for policy in ["linux", "fair:2ms", "gang:2ms", "spin:2ms", "safepoint:1ms"] {
+        let s = parse("h.toml", &spec(policy, "")).expect("spec");
+        let run = run_host(&s, None, false).expect("host run");
+        assert!(run.all_ok(), "{policy}: {:?}", run.records);
+        assert_eq!(run.host.vms.len(), 2);
+        for o in &run.records {
+            let r = o.record().expect("record");
+            assert_eq!(r.counters.ops.get("spin_lock").copied(), Some(2 * 400));
+        }
+        if policy != "linux" {
+            // Four vCPUs on two CPUs: each CPU's utilisation is a share of
+            // the wall, and at most two vCPUs ran at once.
+            for p in &run.host.pcpus {
+                assert!(p.utilisation <= 1.0 + 1e-9, "{p:?}");
+            }
+            let run_ns: u64 = run.host.vms.iter().map(|v| v.run_ns).sum();
+            assert!(
+                run_ns <= 2 * run.host.wall_ns,
+                "{run_ns} > 2 x {}",
+                run.host.wall_ns
+            );
+            assert!(
+                run.host.vms.iter().all(|v| v.steal_ns > 0),
+                "nobody waited?"
+            );
+        }
+        if policy.starts_with("spin") {
+            assert!(run.host.spin_detection.samples > 0, "no samples taken");
+            // The dirty ring counted pages at the samples (PLATFORM.md: it works here).
+            let dirty: u64 = run
+                .host
+                .vms
+                .iter()
+                .flat_map(|v| &v.vcpus)
+                .map(|c| c.dirty_samples)
+                .sum();
+            assert!(dirty > 0, "no sample had a dirty-ring count");
+        }
+    }
+}
+
+#[test]
+fn a_hung_vm_does_not_stall_its_neighbour() {
+    if !have_kvm() {
+        return;
+    }
+    let text = format!(
+        "{}[[vm]]\nworkload = \"spinlock\"\nvcpus = 1\nthreads = 1\nscale = 0.02\ncmdline = \"selftest=hang\"\n",
+        spec("spin:2ms", "").replace("timeout = \"20s\"", "timeout = \"4s\"").replace("count = 2", "count = 1")
+    );
+    let s = parse("h.toml", &text).expect("spec");
+    let started = std::time::Instant::now();
+    let run = run_host(&s, None, false).expect("host run");
+    assert!(
+        matches!(run.records[0], VmOutcome::Ok(_)),
+        "{:?}",
+        run.records[0]
+    );
+    assert!(
+        matches!(run.records[1], VmOutcome::Failed { .. }),
+        "the hung VM has no record"
+    );
+    // The healthy VM finished long before the hung one's limit.
+    assert!(run.host.vms[0].wall_ns < run.host.vms[1].wall_ns);
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}

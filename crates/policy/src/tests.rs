@@ -1,0 +1,191 @@
+use super::*;
+
+fn policy(text: &str) -> HostPolicy {
+    text.parse().unwrap()
+}
+
+/// Apply the driver's part of `actions` at once: preempted vCPUs stop.
+fn settle(s: &mut Scheduler, now: Ns, mut actions: Vec<Action>) {
+    while let Some(a) = actions.pop() {
+        if let Action::Preempt { vcpu } = a {
+            actions.extend(s.stopped(vcpu, now));
+        }
+    }
+}
+
+fn running(s: &Scheduler) -> Vec<Option<VcpuId>> {
+    (0..s.pcpus()).map(|p| s.occupant(p)).collect()
+}
+
+#[test]
+fn linux_has_no_user_level_scheduler() {
+    assert_eq!(
+        Scheduler::new(&policy("linux"), &[2, 2], 2).unwrap_err(),
+        PolicyError::NotUserLevel
+    );
+}
+
+#[test]
+fn impossible_settings_are_refused() {
+    assert!(matches!(
+        Scheduler::new(&policy("partition"), &[1, 1, 1], 2),
+        Err(PolicyError::PartitionTooSmall { vms: 3, pcpus: 2 })
+    ));
+    assert!(matches!(
+        Scheduler::new(&policy("gang"), &[3], 2),
+        Err(PolicyError::GangTooLarge { vm: 0, .. })
+    ));
+    assert_eq!(
+        Scheduler::new(&policy("fair"), &[2], 0).unwrap_err(),
+        PolicyError::NoPcpus
+    );
+    assert_eq!(
+        Scheduler::new(&policy("fair"), &[2, 0], 2).unwrap_err(),
+        PolicyError::NoVcpus
+    );
+}
+
+#[test]
+fn fair_rotates_after_a_slice() {
+    let mut s = Scheduler::new(&policy("fair:1ms"), &[2, 2], 2).unwrap();
+    s.start(0);
+    assert_eq!(running(&s), vec![Some(0), Some(1)]);
+    assert!(s.tick(500_000).is_empty(), "no slice is over yet");
+    let a = s.tick(1_000_000);
+    assert_eq!(a.len(), 2);
+    settle(&mut s, 1_000_000, a);
+    let mut on: Vec<_> = running(&s).into_iter().flatten().collect();
+    on.sort_unstable();
+    assert_eq!(on, vec![2, 3]);
+    assert_eq!(s.stats(0).run_ns, 1_000_000);
+    assert_eq!(s.stats(2).wait_ns, 1_000_000);
+}
+
+#[test]
+fn a_slice_is_not_ended_when_nobody_waits() {
+    let mut s = Scheduler::new(&policy("fair:1ms"), &[2], 2).unwrap();
+    s.start(0);
+    assert!(s.tick(5_000_000).is_empty());
+}
+
+#[test]
+fn spin_yields_to_a_preempted_sibling() {
+    let mut s = Scheduler::new(&policy("spin:10ms"), &[2, 2], 2).unwrap();
+    s.start(0);
+    // VM 0's vCPUs 0 and 1 are on; after a slice VM 1's 2 and 3 are.
+    let a = s.tick(10_000_000);
+    settle(&mut s, 10_000_000, a);
+    // now vCPUs 2 and 3 (VM 1) run; 0 and 1 wait. VM 1's vCPU 2 spins:
+    let a = s.sample(
+        2,
+        11_000_000,
+        Sample {
+            spinning: true,
+            ..Sample::default()
+        },
+    );
+    assert_eq!(a, vec![Action::Preempt { vcpu: 2 }]);
+    let pcpu = (0..2).find(|&p| s.occupant(p) == Some(2)).unwrap();
+    let a = s.stopped(2, 11_000_000);
+    // No sibling of VM 1 waits (vCPU 3 runs), so the next in line gets it.
+    assert_eq!(a.len(), 1);
+    assert!(matches!(a[0], Action::Run { vcpu: 0 | 1, pcpu: p } if p == pcpu));
+    assert_eq!(s.stats(2).spins_detected, 1);
+    // vCPU 3 of VM 1 now spins: its sibling 2 waits, so it gets the pCPU
+    // although vCPU 0 or 1 of VM 0 queued earlier.
+    let a = s.sample(
+        3,
+        12_000_000,
+        Sample {
+            spinning: true,
+            ..Sample::default()
+        },
+    );
+    assert_eq!(a, vec![Action::Preempt { vcpu: 3 }]);
+    let a = s.stopped(3, 12_000_000);
+    assert!(matches!(a[..], [Action::Run { vcpu: 2, .. }]), "{a:?}");
+    assert_eq!(s.stats(2).yields_received, 1);
+}
+
+#[test]
+fn fair_counts_spins_but_does_not_act_on_them() {
+    let mut s = Scheduler::new(&policy("fair"), &[2, 2], 2).unwrap();
+    s.start(0);
+    let a = s.sample(
+        0,
+        1,
+        Sample {
+            spinning: true,
+            ..Sample::default()
+        },
+    );
+    assert!(a.is_empty());
+    assert_eq!(s.stats(0).spins_detected, 1);
+}
+
+#[test]
+fn a_halted_vcpu_yields_except_under_gang() {
+    let halted = Sample {
+        halted: true,
+        ..Sample::default()
+    };
+    let mut s = Scheduler::new(&policy("fair"), &[2, 2], 2).unwrap();
+    s.start(0);
+    assert_eq!(s.sample(0, 1, halted), vec![Action::Preempt { vcpu: 0 }]);
+    let mut g = Scheduler::new(&policy("gang"), &[2, 2], 2).unwrap();
+    g.start(0);
+    assert!(g.sample(0, 1, halted).is_empty());
+}
+
+#[test]
+fn safepoint_defers_a_slice_end_in_the_kernel_up_to_the_grace() {
+    let mut s = Scheduler::new(&policy("fair:1ms+safepoint:1ms"), &[1, 1], 1).unwrap();
+    s.start(0);
+    let kernel = Sample {
+        in_kernel: true,
+        ..Sample::default()
+    };
+    assert!(s.sample(0, 900_000, kernel).is_empty());
+    assert!(s.tick(1_500_000).is_empty(), "in the kernel: deferred");
+    assert_eq!(s.tick(2_000_000), vec![Action::Preempt { vcpu: 0 }]);
+    assert_eq!(s.stats(0).safepoint_deferrals, 1);
+}
+
+#[test]
+fn gang_switches_whole_vms() {
+    let mut s = Scheduler::new(&policy("gang:1ms"), &[2, 2], 2).unwrap();
+    s.start(0);
+    assert_eq!(running(&s), vec![Some(0), Some(1)]);
+    let a = s.tick(1_000_000);
+    assert_eq!(a.len(), 2);
+    // One of VM 0's vCPUs stopped: nobody of VM 1 may start yet.
+    assert!(s.stopped(0, 1_000_000).is_empty());
+    let a = s.stopped(1, 1_000_010);
+    assert_eq!(a.len(), 2);
+    let mut on: Vec<_> = running(&s).into_iter().flatten().collect();
+    on.sort_unstable();
+    assert_eq!(on, vec![2, 3]);
+}
+
+#[test]
+fn partition_keeps_vms_apart() {
+    let mut s = Scheduler::new(&policy("partition:1ms"), &[2, 2], 2).unwrap();
+    s.start(0);
+    assert_eq!(running(&s), vec![Some(0), Some(2)]);
+    let a = s.tick(1_000_000);
+    settle(&mut s, 1_000_000, a);
+    assert_eq!(running(&s), vec![Some(1), Some(3)]);
+}
+
+#[test]
+fn a_finished_vm_frees_its_pcpus() {
+    let mut s = Scheduler::new(&policy("fair"), &[2, 2], 2).unwrap();
+    s.start(0);
+    let a = s.finished(0, 5);
+    assert_eq!(a.len(), 2);
+    assert_eq!(s.state(0), VcpuState::Finished);
+    let mut on: Vec<_> = running(&s).into_iter().flatten().collect();
+    on.sort_unstable();
+    assert_eq!(on, vec![2, 3]);
+    assert!(s.tick(u64::MAX / 2).is_empty(), "nobody waits any more");
+}

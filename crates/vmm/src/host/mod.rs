@@ -1,0 +1,576 @@
+//! The user-level vCPU scheduler of `smplab host`: several VMs in one
+//! smplab-vmm process, their vCPU threads running KVM_RUN only while the
+//! scheduler grants them a host CPU (docs/host.md).
+//!
+//! The decisions are smplab-policy's [`Scheduler`], the same one the simulator
+//! drives; this module is its real-time driver:
+//! - A vCPU thread calls [`VcpuGrant::before_entry`] before every KVM_RUN. It
+//!   blocks there until granted a pCPU, pins itself to that host CPU, serves a
+//!   pending sample (its own `KVM_GET_REGS`, see [`spin`]) and gives up its
+//!   pCPU when a preemption is pending.
+//! - The ticker thread (`smplab-sched`) wakes every sampling interval: it ends
+//!   slices ([`Scheduler::tick`]), reads each running vCPU thread's scheduler
+//!   state (`/proc/self/task/TID/stat`: sleeping at two ticks in a row
+//!   while granted means halted in the guest — its CPU clock cannot tell: on
+//!   this PVM host guest time is not charged to the vCPU thread) and asks the
+//!   others for a sample by kicking them out of KVM_RUN ([`Kicker`]: `immediate_exit` then a
+//!   signal, so no kick is lost).
+//! - A preemption is a kick too: the preempted thread leaves KVM_RUN, reports
+//!   [`Scheduler::stopped`] and waits for its next grant; only then is its pCPU
+//!   given away, so two granted vCPUs never share a host CPU.
+//!
+//! With policy `linux` there is no scheduler: the hook never blocks and only
+//! collects the kernel's view (per-thread run and run-queue wait from
+//! `/proc/thread-self/schedstat`).
+//!
+//! Lock order: the scheduler's state, then a vCPU's [`Kicker`] target (kicks
+//! are sent under the state lock; a vCPU thread never takes the state lock
+//! while holding its kicker's).
+
+pub mod dirty;
+pub mod report;
+pub mod spin;
+
+pub use dirty::DirtyRing;
+
+use crate::control::RunControl;
+use crate::placement::pin_current_thread;
+use crate::vcpu::{ExitAction, Kicker};
+use kvm_ioctls::VcpuFd;
+pub use report::{HostReport, PcpuReport, SpinDetection, VcpuReport, VmReport};
+use smplab_policy::{Action, HostPolicy, PolicyError, Sample, Scheduler};
+use spin::{SpinDetector, SpinSettings};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a vCPU thread waiting for a grant sleeps before it looks at its
+/// VM's stop request again (a stop does not notify the scheduler).
+const STOP_POLL: Duration = Duration::from_millis(2);
+
+/// Ticks in a row a granted vCPU thread must be found sleeping (in KVM's
+/// halt) before it counts as halted.
+const HALTED_TICKS: u32 = 2;
+
+/// A host set-up the scheduler cannot serve.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("host CPU {cpu} is not among the CPUs this process may use {allowed:?}; pick `cpus` from those")]
+    CpuUnavailable { cpu: usize, allowed: Vec<usize> },
+    #[error("no host CPUs given: name at least one in `cpus`")]
+    NoCpus,
+    #[error("{vcpus} vCPUs in all but this VMM serves at most {max} per host (one thread each); use fewer VMs or vCPUs")]
+    TooManyVcpus { vcpus: u32, max: u32 },
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("cannot start the scheduler thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
+/// Most vCPU threads one host process runs (a thread and a KVM vCPU each).
+pub const MAX_HOST_VCPUS: u32 = 256;
+
+/// How the scheduler samples running vCPUs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    pub interval: Duration,
+    /// Ask running vCPUs for their registers (spin detection); without it,
+    /// only the CPU clock is read (halt detection), which needs no exit.
+    pub detect_spin: bool,
+    pub spin: SpinSettings,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling {
+            interval: Duration::from_micros(1000),
+            detect_spin: true,
+            spin: SpinSettings::default(),
+        }
+    }
+}
+
+/// One vCPU as the scheduler keeps it.
+#[derive(Default)]
+struct Slot {
+    kicker: Option<Kicker>,
+    /// The vCPU thread's `/proc/self/task/TID/stat`, while it runs.
+    proc_stat: Option<std::fs::File>,
+    /// Ticks in a row it was found sleeping while granted.
+    asleep_ticks: u32,
+    granted: Option<usize>,
+    /// Granted since the ticker last looked: its CPU clock has no baseline.
+    fresh: bool,
+    preempt: bool,
+    want_sample: bool,
+    counts: VcpuReport,
+}
+
+struct State {
+    policy: Option<Scheduler>,
+    slots: Vec<Slot>,
+    vm_done: Vec<bool>,
+    vm_finished_ns: Vec<Option<u64>>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    granted: Condvar,
+    epoch: Instant,
+    host_cpus: Vec<usize>,
+    vm_base: Vec<usize>,
+    sampling: Sampling,
+    policy: HostPolicy,
+    stop: AtomicBool,
+}
+
+/// The user-level scheduler of one host: cheap to clone, shared by every VM.
+#[derive(Clone)]
+pub struct HostScheduler {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for HostScheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostScheduler")
+            .field("policy", &self.shared.policy)
+            .field("host_cpus", &self.shared.host_cpus)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Two handles are equal when they are the same scheduler.
+impl PartialEq for HostScheduler {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+impl Eq for HostScheduler {}
+
+/// Where one VM's vCPUs attach ([`crate::VmConfig::host`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSlot {
+    pub scheduler: HostScheduler,
+    pub vm: usize,
+}
+
+impl HostScheduler {
+    /// A scheduler for VMs with `vcpus_per_vm` vCPUs on `host_cpus`.
+    pub fn new(
+        policy: &HostPolicy,
+        vcpus_per_vm: &[u32],
+        host_cpus: &[usize],
+        sampling: Sampling,
+    ) -> Result<HostScheduler, HostError> {
+        if host_cpus.is_empty() {
+            return Err(HostError::NoCpus);
+        }
+        let allowed = crate::placement::allowed_cpus();
+        if let Some(&cpu) = host_cpus.iter().find(|c| !allowed.contains(c)) {
+            return Err(HostError::CpuUnavailable { cpu, allowed });
+        }
+        let total: u32 = vcpus_per_vm.iter().sum();
+        if total > MAX_HOST_VCPUS {
+            return Err(HostError::TooManyVcpus {
+                vcpus: total,
+                max: MAX_HOST_VCPUS,
+            });
+        }
+        let policy_engine = if policy.is_user_level() {
+            Some(Scheduler::new(policy, vcpus_per_vm, host_cpus.len())?)
+        } else {
+            None
+        };
+        let mut vm_base = Vec::new();
+        let mut base = 0;
+        for &n in vcpus_per_vm {
+            vm_base.push(base);
+            base += n as usize;
+        }
+        let slots = (0..base).map(|_| Slot::default()).collect();
+        Ok(HostScheduler {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    policy: policy_engine,
+                    slots,
+                    vm_done: vec![false; vcpus_per_vm.len()],
+                    vm_finished_ns: vec![None; vcpus_per_vm.len()],
+                }),
+                granted: Condvar::new(),
+                epoch: Instant::now(),
+                host_cpus: host_cpus.to_vec(),
+                vm_base,
+                sampling,
+                policy: *policy,
+                stop: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Place the first vCPUs and start the ticker thread; stop it with
+    /// [`HostScheduler::finish`].
+    pub fn start(&self) -> Result<JoinHandle<()>, HostError> {
+        {
+            let mut st = self.shared.lock();
+            let now = self.shared.now();
+            if let Some(p) = st.policy.as_mut() {
+                let actions = p.start(now);
+                self.shared.apply(&mut st, actions, None);
+            }
+        }
+        let shared = self.shared.clone();
+        std::thread::Builder::new()
+            .name("smplab-sched".into())
+            .spawn(move || shared.ticker())
+            .map_err(HostError::Thread)
+    }
+
+    /// Set up `vm` for sampling before its vCPUs exist: dirty rings when spin
+    /// detection is on (their entry count), else `None` (the detector then
+    /// judges by the instruction pointer alone).
+    pub fn prepare_vm(&self, vm: &crate::vm::Vm) -> Option<u32> {
+        let sampling = &self.shared.sampling;
+        if !(sampling.detect_spin
+            && sampling.spin.use_dirty_ring
+            && self.shared.policy.is_user_level())
+        {
+            return None;
+        }
+        dirty::enable(vm)
+    }
+
+    /// The hook vCPU `index` of VM `vm` runs before every KVM_RUN; `ring`:
+    /// its dirty ring, if [`HostScheduler::prepare_vm`] enabled them.
+    pub fn attach(
+        &self,
+        vm: usize,
+        index: u32,
+        kicker: Kicker,
+        ring: Option<DirtyRing>,
+    ) -> VcpuGrant {
+        let vcpu = self.shared.vm_base.get(vm).copied().unwrap_or(0) + index as usize;
+        if let Some(slot) = self.shared.lock().slots.get_mut(vcpu) {
+            slot.kicker = Some(kicker);
+        }
+        VcpuGrant {
+            shared: self.shared.clone(),
+            vm,
+            vcpu,
+            pinned_to: None,
+            detector: SpinDetector::new(self.shared.sampling.spin, ring),
+            attached: false,
+        }
+    }
+
+    /// VM `vm` is over (it exited, crashed or timed out): its pCPUs go to the
+    /// others at once. Idempotent.
+    pub fn vm_finished(&self, vm: usize) {
+        let mut st = self.shared.lock();
+        self.shared.finish_vm(&mut st, vm);
+    }
+
+    /// Stop the ticker and build the host section.
+    pub fn finish(&self, ticker: Option<JoinHandle<()>>) -> HostReport {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.granted.notify_all();
+        if let Some(t) = ticker {
+            let _ = t.join();
+        }
+        let mut st = self.shared.lock();
+        let now = self.shared.now();
+        if let Some(p) = st.policy.as_mut() {
+            p.account_until(now);
+        }
+        self.shared.report(&st, now)
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Carry out the policy's actions; `me` is the vCPU whose thread applies
+    /// them (it needs no kick to see its own preemption).
+    fn apply(&self, st: &mut State, actions: Vec<Action>, me: Option<usize>) {
+        let mut granted = false;
+        for action in actions {
+            match action {
+                Action::Run { vcpu, pcpu } => {
+                    st.slots[vcpu].granted = Some(pcpu);
+                    st.slots[vcpu].fresh = true;
+                    granted = true;
+                }
+                Action::Preempt { vcpu } => {
+                    let slot = &mut st.slots[vcpu];
+                    slot.preempt = true;
+                    if me != Some(vcpu) {
+                        if let Some(k) = &slot.kicker {
+                            k.kick();
+                        }
+                    }
+                }
+            }
+        }
+        if granted {
+            self.granted.notify_all();
+        }
+    }
+
+    fn finish_vm(&self, st: &mut State, vm: usize) {
+        if st.vm_done.get(vm).copied().unwrap_or(true) {
+            return;
+        }
+        st.vm_done[vm] = true;
+        let now = self.now();
+        st.vm_finished_ns[vm] = Some(now);
+        let base = self.vm_base[vm];
+        let end = self.vm_base.get(vm + 1).copied().unwrap_or(st.slots.len());
+        for slot in &mut st.slots[base..end] {
+            slot.granted = None;
+            slot.preempt = false;
+            slot.proc_stat = None;
+        }
+        if let Some(p) = st.policy.as_mut() {
+            let actions = p.finished(vm, now);
+            self.apply(st, actions, None);
+        }
+    }
+
+    fn ticker(&self) {
+        let interval = self.sampling.interval;
+        while !self.stop.load(Ordering::Acquire) {
+            std::thread::sleep(interval);
+            let mut st = self.lock();
+            if st.policy.is_none() || st.vm_done.iter().all(|&d| d) {
+                continue;
+            }
+            let now = self.now();
+            let actions = st.policy.as_mut().map(|p| p.tick(now)).unwrap_or_default();
+            self.apply(&mut st, actions, None);
+            for v in 0..st.slots.len() {
+                let slot = &mut st.slots[v];
+                if slot.granted.is_none() || slot.preempt {
+                    continue;
+                }
+                let Some(stat) = &slot.proc_stat else {
+                    continue;
+                };
+                let asleep = thread_sleeping(stat);
+                if std::mem::take(&mut slot.fresh) || !asleep {
+                    slot.asleep_ticks = 0;
+                } else {
+                    slot.asleep_ticks += 1;
+                }
+                if slot.asleep_ticks >= HALTED_TICKS {
+                    slot.asleep_ticks = 0;
+                    let actions = st.policy.as_mut().map(|p| {
+                        p.sample(
+                            v,
+                            now,
+                            Sample {
+                                halted: true,
+                                ..Sample::default()
+                            },
+                        )
+                    });
+                    self.apply(&mut st, actions.unwrap_or_default(), None);
+                } else if self.sampling.detect_spin {
+                    slot.want_sample = true;
+                    if let Some(k) = &slot.kicker {
+                        k.kick();
+                    }
+                }
+            }
+        }
+    }
+
+    fn report(&self, st: &State, now: u64) -> HostReport {
+        let mut vms = Vec::new();
+        for (vm, &base) in self.vm_base.iter().enumerate() {
+            let end = self.vm_base.get(vm + 1).copied().unwrap_or(st.slots.len());
+            let mut r = VmReport {
+                vm,
+                wall_ns: st.vm_finished_ns[vm].unwrap_or(now),
+                ..VmReport::default()
+            };
+            for v in base..end {
+                let mut c = st.slots[v].counts.clone();
+                if let Some(p) = &st.policy {
+                    let s = p.stats(v);
+                    c.run_ns = s.run_ns;
+                    c.steal_ns = s.wait_ns;
+                    c.preemptions = s.preemptions;
+                    c.yields_received = s.yields_received;
+                    c.halts_detected = s.halts_detected;
+                    c.safepoint_deferrals = s.safepoint_deferrals;
+                }
+                r.add(&c);
+                r.vcpus.push(c);
+            }
+            vms.push(r);
+        }
+        let pcpus = match &st.policy {
+            Some(p) => self
+                .host_cpus
+                .iter()
+                .zip(p.pcpu_busy_ns())
+                .map(|(&cpu, &busy)| PcpuReport::new(cpu, busy, now))
+                .collect(),
+            None => Vec::new(),
+        };
+        HostReport {
+            policy: self.policy,
+            host_cpus: self.host_cpus.clone(),
+            wall_ns: now,
+            sample_interval_ns: u64::try_from(self.sampling.interval.as_nanos())
+                .unwrap_or(u64::MAX),
+            spin_detection: SpinDetection::from_vms(&vms, self.sampling.detect_spin),
+            vms,
+            pcpus,
+        }
+    }
+}
+
+/// Whether the thread of `stat` (its open `/proc/.../stat`) is sleeping
+/// (state `S` or `D`: for a granted vCPU thread, blocked in KVM's halt).
+fn thread_sleeping(stat: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 512];
+    let Ok(n) = stat.read_at(&mut buf, 0) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may
+    // itself hold spaces or parentheses: look after the last ')'.
+    let text = &buf[..n];
+    let Some(close) = text.iter().rposition(|&b| b == b')') else {
+        return false;
+    };
+    matches!(text.get(close + 2), Some(b'S' | b'D'))
+}
+
+fn own_proc_stat() -> Option<std::fs::File> {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    std::fs::File::open(format!("/proc/self/task/{tid}/stat")).ok()
+}
+
+/// The kernel's view of the calling thread: time on a CPU and time waiting
+/// on a run queue (`/proc/thread-self/schedstat`, ns).
+fn own_schedstat() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut words = text.split_whitespace().map(|w| w.parse::<u64>().ok());
+    Some((words.next()??, words.next()??))
+}
+
+/// One vCPU's hold on the host: see the module comment.
+pub struct VcpuGrant {
+    shared: Arc<Shared>,
+    vm: usize,
+    vcpu: usize,
+    pinned_to: Option<usize>,
+    detector: SpinDetector,
+    attached: bool,
+}
+
+impl VcpuGrant {
+    /// Before every KVM_RUN, on the vCPU's thread: wait for a grant, serve a
+    /// sample, give the pCPU up when preempted. `Stop` once the VM stops.
+    pub fn before_entry(&mut self, fd: &mut VcpuFd, control: &RunControl) -> ExitAction {
+        let shared = self.shared.clone();
+        let mut st = shared.lock();
+        if !self.attached {
+            self.attached = true;
+            if let Some(slot) = st.slots.get_mut(self.vcpu) {
+                slot.proc_stat = own_proc_stat();
+            }
+        }
+        if st.policy.is_none() {
+            return ExitAction::Resume;
+        }
+        loop {
+            if control.should_stop() || st.vm_done[self.vm] {
+                return ExitAction::Stop;
+            }
+            let slot = &mut st.slots[self.vcpu];
+            if slot.preempt {
+                slot.preempt = false;
+                slot.granted = None;
+                slot.want_sample = false;
+                self.detector.reset();
+                let now = shared.now();
+                let actions = st.policy.as_mut().map(|p| p.stopped(self.vcpu, now));
+                shared.apply(&mut st, actions.unwrap_or_default(), Some(self.vcpu));
+                continue;
+            }
+            if slot.want_sample && slot.granted.is_some() {
+                slot.want_sample = false;
+                drop(st);
+                let started = Instant::now();
+                let observed = self.detector.observe(fd);
+                let cost = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                st = shared.lock();
+                let counts = &mut st.slots[self.vcpu].counts;
+                counts.samples += 1;
+                counts.sample_ns += cost;
+                counts.pages_written += self.detector.last_pages().unwrap_or(0);
+                if self.detector.last_pages().is_some() {
+                    counts.dirty_samples += 1;
+                }
+                if observed.spinning {
+                    counts.spins_detected += 1;
+                }
+                let now = shared.now();
+                let actions = st
+                    .policy
+                    .as_mut()
+                    .map(|p| p.sample(self.vcpu, now, observed));
+                shared.apply(&mut st, actions.unwrap_or_default(), Some(self.vcpu));
+                continue;
+            }
+            if let Some(pcpu) = slot.granted {
+                let cpu = shared.host_cpus[pcpu];
+                if self.pinned_to != Some(cpu) {
+                    // A failed pin leaves the thread where it was: the grant
+                    // still serializes it, only the CPU is not the named one.
+                    if pin_current_thread(&[cpu]).is_ok() {
+                        self.pinned_to = Some(cpu);
+                        slot.counts.migrations += 1;
+                    }
+                }
+                return ExitAction::Resume;
+            }
+            st = shared
+                .granted
+                .wait_timeout(st, STOP_POLL)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+
+    /// The vCPU thread leaves its run loop: the VM is stopping. Records the
+    /// kernel's view of the thread and frees the VM's pCPUs.
+    pub fn finished(&mut self) {
+        let sched = own_schedstat();
+        let mut st = self.shared.lock();
+        let linux = st.policy.is_none();
+        if let Some(slot) = st.slots.get_mut(self.vcpu) {
+            if let Some((run, wait)) = sched {
+                slot.counts.thread_run_ns = run;
+                slot.counts.thread_runqueue_wait_ns = wait;
+                if linux {
+                    // linux: the kernel's run-queue wait is the steal time.
+                    slot.counts.run_ns = run;
+                    slot.counts.steal_ns = wait;
+                }
+            }
+            slot.proc_stat = None;
+        }
+        self.shared.finish_vm(&mut st, self.vm);
+    }
+}
