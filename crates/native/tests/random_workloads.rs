@@ -79,6 +79,7 @@ impl Gen {
             queues: Vec::new(),
             counters: Vec::new(),
             buffers: Vec::new(),
+            devices: Vec::new(),
             groups: Vec::new(),
         };
         for i in 0..rng.below(3) {
@@ -406,6 +407,7 @@ fn the_generator_covers_every_op_kind() {
                 Op::SleepNs(_) => "sleep",
                 Op::Yield(_) => "yield",
                 Op::Shootdown { .. } => "shootdown",
+                Op::Io { .. } => "io",
                 Op::Repeat { body, .. } => {
                     walk(body, seen);
                     "repeat"
