@@ -183,10 +183,12 @@ impl RunArgs {
             vms: self.vms.unwrap_or(1),
             timer_hz: self.timer_hz,
             mem_bytes: self.mem,
+            ..GuestSettings::new(1)
         };
         Ok(match self.executor {
             ExecutorArg::Native => RunConfig::Native(NativeSettings {
                 placement: placement.clone(),
+                ..NativeSettings::default()
             }),
             ExecutorArg::Vm => RunConfig::Vm(VmSettings {
                 guest: guest(),

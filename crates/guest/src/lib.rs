@@ -134,6 +134,8 @@ pub enum GuestError {
     },
     #[error("--pin is empty; give a comma-separated list of host CPUs such as 0,1")]
     EmptyPin,
+    #[error("the workload has `io` ops, which the smplab guest cannot run yet (no block device in smplab-vmm); run it with --executor native or sim")]
+    IoUnsupported,
     #[error("cannot prepare the QEMU run ({what}): {source}")]
     Io {
         what: String,
@@ -150,7 +152,9 @@ impl GuestError {
             GuestError::TooManyVcpus { .. } | GuestError::TooMuchMemory { .. } => {
                 exit::RESOURCE_LIMIT
             }
-            GuestError::TooManyThreads { .. } | GuestError::EmptyPin => exit::BAD_INPUT,
+            GuestError::TooManyThreads { .. }
+            | GuestError::EmptyPin
+            | GuestError::IoUnsupported => exit::BAD_INPUT,
             GuestError::NoSuchCpu { .. } => exit::RESOURCE_LIMIT,
             GuestError::GuestRejected { .. } => exit::INTERNAL,
             GuestError::GuestException { .. } | GuestError::UnexpectedExit { .. } => {
@@ -239,6 +243,9 @@ fn check(program: &Program, opts: &VmRunOptions) -> Result<u64, GuestError> {
     let threads = program.total_threads();
     if threads > MAX_THREADS {
         return Err(GuestError::TooManyThreads { threads });
+    }
+    if program.uses_io() {
+        return Err(GuestError::IoUnsupported);
     }
     let mem = opts.mem_bytes.unwrap_or_else(|| mem_bytes_for(program));
     if mem > MAX_MEM_BYTES {

@@ -348,6 +348,7 @@ fn executor_configs(
     if executor == Executor::Native {
         out.push(RunConfig::Native(NativeSettings {
             placement: placement.clone(),
+            ..NativeSettings::default()
         }));
         return out;
     }
@@ -360,6 +361,7 @@ fn executor_configs(
                 vms,
                 timer_hz: None,
                 mem_bytes: None,
+                ..GuestSettings::new(vcpus)
             };
             match executor {
                 Executor::Native => {}

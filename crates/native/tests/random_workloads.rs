@@ -365,6 +365,7 @@ proptest! {
             // Generous: these programs take milliseconds; only a deadlock
             // gets anywhere near this.
             timeout: Some(Duration::from_secs(60)),
+            io_thread_cpus: Vec::new(),
         };
         let ex = watchdog(Duration::from_secs(180), seed, || execute(&p, &opts))
             .map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}\n{p:#?}")))?;
