@@ -428,9 +428,13 @@ impl RunConfig {
             // A CPU the host lacks is found when the run starts
             // (`check_host_cpus`, status 5): a spec may run on another host.
             RunConfig::Native(_) => {}
-            RunConfig::Vm(VmSettings { guest, .. }) => guest.validate(threads, &mut p),
+            RunConfig::Vm(VmSettings { guest, .. }) => {
+                guest.validate(threads, &mut p);
+                guest.refuse_running_affinity(&mut p);
+            }
             RunConfig::Qemu(QemuSettings { guest }) => {
                 guest.validate(threads, &mut p);
+                guest.refuse_running_affinity(&mut p);
                 if !guest.io_thread_cpus.is_float() {
                     p.push(ConfigError::new(
                         "io_thread_cpus",
@@ -555,6 +559,18 @@ impl GuestSettings {
         }
         self.idle.validate(p);
         self.irq_affinity.validate(self.vcpus, p);
+    }
+}
+
+impl GuestSettings {
+    /// Only the simulator knows which vCPUs the host runs at each instant.
+    fn refuse_running_affinity(&self, p: &mut Vec<ConfigError>) {
+        if self.irq_affinity == IrqAffinity::Running {
+            p.push(ConfigError::new(
+                "irq_affinity",
+                "running (vBalance) needs the hypervisor to tell the guest which vCPUs run; only --executor sim models it",
+            ));
+        }
     }
 }
 

@@ -83,9 +83,10 @@ fn random_scenarios_finish_with_exact_counts() {
             if r(4) == 0 {
                 v.program = v.program.spin_to_block();
             }
-            v.irq_affinity = match r(3) {
+            v.irq_affinity = match r(4) {
                 0 => IrqAffinity::default(),
                 1 => IrqAffinity::Balanced,
+                2 => IrqAffinity::Running,
                 _ => IrqAffinity::Vcpus(vec![vcpus - 1, 0]),
             };
             if r(2) == 0 {

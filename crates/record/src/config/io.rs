@@ -17,6 +17,10 @@ pub enum IrqAffinity {
     Vcpus(Vec<u32>),
     /// Every vCPU in turn, one interrupt each (irqbalance's aim, per interrupt).
     Balanced,
+    /// vBalance (seed 001 ref. [10]): a vCPU the host is running at that
+    /// moment (the guest learns which from the hypervisor), taken in turn;
+    /// vCPU 0 when none runs. Only the simulator models it.
+    Running,
 }
 
 impl Default for IrqAffinity {
@@ -34,7 +38,9 @@ impl IrqAffinity {
         let vcpus = vcpus.max(1);
         match self {
             // The remainder is below `vcpus`, a u32.
-            IrqAffinity::Balanced => u32::try_from(k % u64::from(vcpus)).unwrap_or(0),
+            IrqAffinity::Balanced | IrqAffinity::Running => {
+                u32::try_from(k % u64::from(vcpus)).unwrap_or(0)
+            }
             IrqAffinity::Vcpus(set) if set.is_empty() => 0,
             IrqAffinity::Vcpus(set) => {
                 let i = usize::try_from(k % set.len() as u64).unwrap_or(0);
@@ -60,7 +66,7 @@ impl IrqAffinity {
 
 /// A malformed `irq_affinity`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad irq affinity `{text}` ({source}); use a vCPU like 0, a list like 0,2-3, or balanced")]
+#[error("bad irq affinity `{text}` ({source}); use a vCPU like 0, a list like 0,2-3, balanced or running")]
 pub struct BadIrqAffinity {
     pub text: String,
     pub source: crate::cpus::CpuListError,
@@ -75,6 +81,7 @@ impl FromStr for IrqAffinity {
         };
         match s.trim() {
             "balanced" => Ok(IrqAffinity::Balanced),
+            "running" | "vbalance" => Ok(IrqAffinity::Running),
             list => {
                 let cpus = crate::cpus::parse_cpu_list(list).map_err(bad)?;
                 let vcpus = cpus
@@ -94,6 +101,7 @@ impl fmt::Display for IrqAffinity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             IrqAffinity::Balanced => f.write_str("balanced"),
+            IrqAffinity::Running => f.write_str("running"),
             IrqAffinity::Vcpus(set) => {
                 let parts: Vec<String> = set.iter().map(|c| c.to_string()).collect();
                 f.write_str(&parts.join(","))
@@ -171,7 +179,7 @@ mod tests {
 
     #[test]
     fn irq_affinity_round_trips_and_targets() {
-        for text in ["0", "1,3", "balanced"] {
+        for text in ["0", "1,3", "balanced", "running"] {
             let a: IrqAffinity = text.parse().unwrap();
             assert_eq!(a.to_string(), text);
         }

@@ -8,7 +8,8 @@
 //! host context switch (`vmm.vcpu_switch_ns`) when none of its allowed pCPUs
 //! (`io_thread_cpus`, or any) is idle so it must preempt a vCPU. The
 //! interrupt goes to the vCPU the guest's IOAPIC routes it to
-//! (`irq_affinity`: one vCPU, a set in turn, or every vCPU in turn) as an
+//! (`irq_affinity`: one vCPU, a set in turn, every vCPU in turn, or vBalance's
+//! choice of a vCPU the host is running at that moment) as an
 //! `Ipi` event, so it is received exactly like an IPI: at once on a running
 //! vCPU (injection exit and EOI exit without APICv), after the wakeup latency
 //! on a halted one, and only when the host runs it again on a preempted one:
@@ -21,7 +22,7 @@
 //! Limitation: the host thread's own CPU time is not taken from the vCPU it
 //! preempts (only its switch-in delays the interrupt).
 
-use super::{exit, Sim, TState, NONE};
+use super::{exit, HostState, Sim, TState, NONE};
 use crate::breakdown as cause;
 use crate::events::Kind;
 use crate::scenario::VmSpec;
@@ -175,7 +176,16 @@ impl Sim {
         let io = &mut self.io[vm];
         let k = io.irq_seq;
         io.irq_seq += 1;
-        let target = io.affinity.target(k, io.n_vcpus);
+        let mut target = io.affinity.target(k, io.n_vcpus);
+        if io.affinity == IrqAffinity::Running {
+            let (first, n) = (self.vms[vm].first_vcpu, self.vms[vm].n_vcpus);
+            // In turn from the k-th vCPU: the first one the host runs now.
+            target = (0..n)
+                .map(|i| (target + i) % n)
+                .find(|&i| self.vcpus[(first + i) as usize].host == HostState::Running)
+                .unwrap_or(0);
+        }
+        let io = &mut self.io[vm];
         if let Some(c) = io.irqs_per_vcpu.get_mut(target as usize) {
             *c += 1;
         }
