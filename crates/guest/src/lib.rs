@@ -628,6 +628,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn io_programs_are_refused_before_any_vm_starts() {
+        let p = smplab_workload::Source::resolve("oltp")
+            .unwrap()
+            .instantiate(Some(2), 0.1)
+            .unwrap();
+        let e = check(&p, &VmRunOptions::default()).unwrap_err();
+        assert!(matches!(e, GuestError::IoUnsupported), "{e}");
+        assert_eq!(e.exit_status(), exit::BAD_INPUT);
+    }
+
+    #[test]
     fn guest_elf_has_a_pvh_note() {
         assert_eq!(&GUEST_ELF[..4], b"\x7fELF");
         // The Xen note: namesz 4, descsz 8, type 18, "Xen\0".

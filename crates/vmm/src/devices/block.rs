@@ -36,6 +36,52 @@ pub trait IrqLine: Send + Sync {
     fn set_level(&self, level: bool);
 }
 
+/// An input pin of the in-kernel IOAPIC (`KVM_CREATE_IRQCHIP`), driven with
+/// KVM_IRQ_LINE. It owns a duplicate of the VM fd, so the device thread can
+/// hold it for as long as it runs. The guest's redirection entry for `gsi`
+/// decides the vector and the destination vCPUs (its interrupt affinity).
+pub struct KvmIrqLine {
+    vm: kvm_ioctls::VmFd,
+    gsi: u32,
+    /// KVM_IRQ_LINE calls the kernel refused (the VM is gone, or no irqchip).
+    failures: std::sync::atomic::AtomicU64,
+}
+
+impl KvmIrqLine {
+    pub fn new(kvm: &kvm_ioctls::Kvm, vm: &kvm_ioctls::VmFd, gsi: u32) -> std::io::Result<Self> {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: dup() of a VM fd that `vm` keeps open for this call; the
+        // result is a new descriptor nobody else owns.
+        let fd = unsafe { libc::dup(vm.as_raw_fd()) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is that fresh duplicate of a VM fd; the returned VmFd
+        // becomes its sole owner and closes it when dropped.
+        let vm = unsafe { kvm.create_vmfd_from_rawfd(fd) }
+            .map_err(|e| std::io::Error::from_raw_os_error(e.errno()))?;
+        Ok(KvmIrqLine {
+            vm,
+            gsi,
+            failures: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// KVM_IRQ_LINE calls that failed so far.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl IrqLine for KvmIrqLine {
+    fn set_level(&self, level: bool) {
+        if self.vm.set_irq_line(self.gsi, level).is_err() {
+            self.failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 /// Completion counts and latencies of a [`BlockDevice`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BlockStats {

@@ -17,7 +17,7 @@ pub mod uart;
 pub mod window;
 pub mod work;
 
-pub use block::{BlockDevice, BlockStats, IrqLine};
+pub use block::{BlockDevice, BlockStats, IrqLine, KvmIrqLine};
 pub use debug_exit::DebugExit;
 pub use pm_timer::PmTimer;
 pub use result_port::ResultPort;
