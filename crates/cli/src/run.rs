@@ -84,7 +84,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub policy: Option<HostPolicy>,
     /// Guest routing of device (`io` op) interrupts: a vCPU such as 0, a
-    /// set taken in turn such as 0,2-3, or balanced (every vCPU in turn)
+    /// set taken in turn such as 0,2-3, balanced (every vCPU in turn), or
+    /// running (vBalance: a vCPU the host runs at that moment; sim only)
     /// (vm, qemu, sim). Default 0.
     #[arg(long)]
     pub irq_affinity: Option<IrqAffinity>,

@@ -705,11 +705,22 @@ irq_affinity = ["0", "balanced"]
 io_thread_cpus = ["none", "1"]
 "#;
         let s = ExperimentSpec::from_text("t.toml", text).unwrap();
-        let count = |e: Executor| s.points.iter().filter(|p| p.executor() == e).count();
+        let without = text
+            .lines()
+            .filter(|l| !l.starts_with("irq_affinity") && !l.starts_with("io_thread_cpus"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let base = ExperimentSpec::from_text("t.toml", &without).unwrap();
+        let count =
+            |s: &ExperimentSpec, e: Executor| s.points.iter().filter(|p| p.executor() == e).count();
         // native: io threads only; qemu: irq affinity only; sim: both.
-        assert_eq!(count(Executor::Native), 2);
-        assert_eq!(count(Executor::Qemu), 2);
-        assert_eq!(count(Executor::Sim), 4);
+        assert_eq!(
+            count(&s, Executor::Native),
+            2 * count(&base, Executor::Native)
+        );
+        assert_eq!(count(&s, Executor::Qemu), 2 * count(&base, Executor::Qemu));
+        assert_eq!(count(&s, Executor::Sim), 4 * count(&base, Executor::Sim));
+        assert!(count(&base, Executor::Sim) > 0);
         assert!(s.points.iter().any(|p| matches!(&p.config,
             RunConfig::Sim(x) if x.irq_affinity == IrqAffinity::Balanced && x.io_thread_cpus.0 == [1])));
         let keys: BTreeSet<_> = s.points.iter().map(|p| p.key()).collect();
