@@ -46,6 +46,10 @@ enum Cmd {
     Demo(smplab_lab::cli::DemoArgs),
     /// Trace a real pthreads program; `trace model` turns the trace into a workload.
     Trace(smplab_trace::cli::TraceArgs),
+    /// Benchmarks on real workloads (`bench irqchip`: user-space vs in-kernel
+    /// interrupt controllers under the four sync modes).
+    #[command(subcommand)]
+    Bench(smplab_lab::bench_irqchip::BenchCmd),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +74,7 @@ fn main() -> ExitCode {
         Cmd::Calibrate(a) => smplab_lab::cli::calibrate(a),
         Cmd::Demo(a) => smplab_lab::cli::demo(a),
         Cmd::Trace(a) => smplab_trace::cli::run(a),
+        Cmd::Bench(a) => smplab_lab::bench_irqchip::bench(a),
     };
     ExitCode::from(u8::try_from(status.clamp(0, 255)).unwrap_or(u8::MAX))
 }

@@ -5,8 +5,8 @@
 use clap::{Args, ValueEnum};
 use smplab_lab::execute::{execute, RunLimits};
 use smplab_record::config::{
-    GuestSettings, HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, NativeSettings, Placement,
-    Ple, QemuSettings, RunConfig, SimSettings, SyncMode, VmSettings, DEFAULT_PLATFORM,
+    GuestSettings, HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip, NativeSettings,
+    Placement, Ple, QemuSettings, RunConfig, SimSettings, SyncMode, VmSettings, DEFAULT_PLATFORM,
 };
 use smplab_record::{exit, RunRecord, WorkloadInfo};
 use smplab_workload::{Program, Source};
@@ -51,6 +51,15 @@ pub struct RunArgs {
     /// Device synchronization: global, iothread, hybrid or fine (vm, sim). Default fine.
     #[arg(long)]
     pub sync: Option<SyncMode>,
+    /// Interrupt controllers: kernel (KVM's in-kernel LAPIC/IOAPIC/PIC) or user
+    /// (smplab-vmm's own models under --sync, HLT handled by the VMM) (vm).
+    /// Default kernel.
+    #[arg(long)]
+    pub irqchip: Option<Irqchip>,
+    /// With --irqchip user: how long a halted vCPU thread polls before it
+    /// sleeps, in ns (vm). Default 0 (no polling).
+    #[arg(long)]
+    pub vmm_halt_poll_ns: Option<u64>,
     /// Guest idle policy: hlt, poll or haltpoll:NS (vm, qemu, sim). Default hlt.
     #[arg(long)]
     pub idle: Option<IdlePolicy>,
@@ -154,6 +163,13 @@ impl RunArgs {
         );
         check(self.vms.is_some(), "vms", &[Vm, Qemu, Sim], "vm, qemu, sim");
         check(self.sync.is_some(), "sync", &[Vm, Sim], "vm, sim");
+        check(self.irqchip.is_some(), "irqchip", &[Vm], "vm");
+        check(
+            self.vmm_halt_poll_ns.is_some(),
+            "vmm-halt-poll-ns",
+            &[Vm],
+            "vm",
+        );
         check(
             self.idle.is_some(),
             "idle",
@@ -214,8 +230,9 @@ impl RunArgs {
                 io_thread_cpus: self.io_thread_cpus.clone().unwrap_or_default(),
             }),
             ExecutorArg::Vm => RunConfig::Vm(VmSettings {
-                guest: guest(),
-                sync: self.sync.unwrap_or_default(),
+                irqchip: self.irqchip.unwrap_or_default(),
+                vmm_halt_poll_ns: self.vmm_halt_poll_ns.unwrap_or(0),
+                ..VmSettings::new(guest(), self.sync.unwrap_or_default())
             }),
             ExecutorArg::Qemu => RunConfig::Qemu(QemuSettings { guest: guest() }),
             ExecutorArg::Sim => {
@@ -352,6 +369,31 @@ mod tests {
             .config()
             .unwrap_err();
         assert_eq!(e.len(), 2, "{e:?}");
+        for executor in ["qemu", "native", "sim"] {
+            let e = args(&["--executor", executor, "--irqchip", "user"])
+                .config()
+                .unwrap_err();
+            assert!(
+                e[0].contains(&format!(
+                    "--irqchip does not apply to --executor {executor}"
+                )),
+                "{e:?}"
+            );
+        }
+        let c = args(&[
+            "--executor",
+            "vm",
+            "--irqchip",
+            "user",
+            "--vmm-halt-poll-ns",
+            "20000",
+        ])
+        .config()
+        .unwrap();
+        assert_eq!(c.irqchip(), Some(Irqchip::User));
+        assert!(
+            Cmd::try_parse_from(["smplab", "--workload", "dedup", "--irqchip", "usr"]).is_err()
+        );
         let mut v = vec!["smplab", "--workload", "dedup", "--idle", "mwait"];
         assert!(Cmd::try_parse_from(v.clone()).is_err());
         v.truncate(3);

@@ -12,7 +12,7 @@
 pub mod result;
 
 use smplab_record::{exit, Executor, RunRecord, WorkloadInfo};
-use smplab_vmm::{ConsoleSink, KernelImage, Placement, SyncMode, VmConfig, VmmError};
+use smplab_vmm::{ConsoleSink, Irqchip, KernelImage, Placement, SyncMode, VmConfig, VmmError};
 use smplab_workload::Program;
 use std::io::Read;
 use std::path::PathBuf;
@@ -44,6 +44,10 @@ pub struct VmRunOptions {
     pub vcpus: u32,
     /// smplab-vmm device synchronization mode.
     pub sync: SyncMode,
+    /// smplab-vmm interrupt controllers (QEMU: only `Kernel`).
+    pub irqchip: Irqchip,
+    /// smplab-vmm with `Irqchip::User`: the VMM's halt-poll window.
+    pub vmm_halt_poll: Duration,
     pub idle: IdlePolicy,
     /// Host CPUs: vCPU i runs on `pin[i % len]` (smplab-vmm); QEMU is confined
     /// to the set as a whole.
@@ -82,6 +86,8 @@ impl Default for VmRunOptions {
         VmRunOptions {
             vcpus: 1,
             sync: SyncMode::Fine,
+            irqchip: Irqchip::Kernel,
+            vmm_halt_poll: Duration::ZERO,
             idle: IdlePolicy::Hlt,
             pin: None,
             io_cpu: None,
@@ -136,6 +142,8 @@ pub enum GuestError {
     EmptyPin,
     #[error("the workload has `io` ops, which the smplab guest cannot run yet (no block device in smplab-vmm); run it with --executor native or sim")]
     IoUnsupported,
+    #[error("--irqchip user applies only to smplab-vmm (--executor vm); QEMU runs with its in-kernel irqchip")]
+    QemuUserIrqchip,
     #[error("cannot prepare the QEMU run ({what}): {source}")]
     Io {
         what: String,
@@ -154,7 +162,8 @@ impl GuestError {
             }
             GuestError::TooManyThreads { .. }
             | GuestError::EmptyPin
-            | GuestError::IoUnsupported => exit::BAD_INPUT,
+            | GuestError::IoUnsupported
+            | GuestError::QemuUserIrqchip => exit::BAD_INPUT,
             GuestError::NoSuchCpu { .. } => exit::RESOURCE_LIMIT,
             GuestError::GuestRejected { .. } => exit::INTERNAL,
             GuestError::GuestException { .. } | GuestError::UnexpectedExit { .. } => {
@@ -366,6 +375,8 @@ pub fn run_vm(
     cfg.vcpus = opts.vcpus;
     cfg.mem_bytes = mem;
     cfg.sync = opts.sync;
+    cfg.irqchip = opts.irqchip;
+    cfg.vmm_halt_poll = opts.vmm_halt_poll;
     cfg.placement = match &opts.pin {
         Some(cpus) if !cpus.is_empty() => Placement::Pinned(cpus.clone()),
         _ => Placement::Floating,
@@ -386,6 +397,13 @@ pub fn run_vm(
     })?;
     let mut rec = base_record(Executor::Vm, info, program, opts, mem);
     rec.set_config("sync", opts.sync.as_str());
+    if opts.irqchip != Irqchip::Kernel {
+        rec.set_config("irqchip", opts.irqchip.as_str());
+        rec.set_config(
+            "vmm_halt_poll_ns",
+            u64::try_from(opts.vmm_halt_poll.as_nanos()).unwrap_or(u64::MAX),
+        );
+    }
     if let Some(io) = opts.io_cpu {
         rec.set_config("io_cpu", io);
     }
@@ -475,6 +493,9 @@ pub fn run_qemu(
     info: WorkloadInfo,
     opts: &VmRunOptions,
 ) -> Result<RunRecord, GuestError> {
+    if opts.irqchip != Irqchip::Kernel {
+        return Err(GuestError::QemuUserIrqchip);
+    }
     let mem = check(program, opts)?;
     let wanted = opts
         .qemu_binary

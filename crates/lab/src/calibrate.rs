@@ -86,13 +86,13 @@ fn point(
         Executor::Native => RunConfig::Native(NativeSettings::default()),
         // The probes do no device I/O of their own; fine-grained sync (the
         // default) keeps the result stream off any lock.
-        _ => RunConfig::Vm(VmSettings {
-            guest: GuestSettings {
+        _ => RunConfig::Vm(VmSettings::new(
+            GuestSettings {
                 idle: idle.unwrap_or_default(),
                 ..GuestSettings::new(n)
             },
-            sync: SyncMode::Fine,
-        }),
+            SyncMode::Fine,
+        )),
     };
     let mut p = Point::new(workload, n, scale, config);
     p.variant = Variant::AsIs;

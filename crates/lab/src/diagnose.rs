@@ -105,10 +105,7 @@ pub fn baseline(
     let config = match executor {
         Executor::Native => RunConfig::Native(NativeSettings::default()),
         Executor::Qemu => RunConfig::Qemu(QemuSettings { guest }),
-        Executor::Vm => RunConfig::Vm(VmSettings {
-            guest,
-            sync: SyncMode::Global,
-        }),
+        Executor::Vm => RunConfig::Vm(VmSettings::new(guest, SyncMode::Global)),
         Executor::Sim => {
             let mut s = SimSettings::new(vcpus, platform);
             s.sync = SyncMode::Global;

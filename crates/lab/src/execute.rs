@@ -196,6 +196,8 @@ pub fn execute(
         RunConfig::Vm(v) => {
             let mut opts = guest_options(&v.guest, limits);
             opts.sync = v.sync;
+            opts.irqchip = v.irqchip;
+            opts.vmm_halt_poll = Duration::from_nanos(v.vmm_halt_poll_ns);
             run_guests(program, info, &v.guest, &opts, Executor::Vm)?
         }
         RunConfig::Qemu(q) => {

@@ -186,10 +186,10 @@ pub(crate) mod tests {
             workload,
             vcpus,
             0.1,
-            RunConfig::Vm(VmSettings {
-                guest: GuestSettings::new(vcpus),
-                sync: SyncMode::default(),
-            }),
+            RunConfig::Vm(VmSettings::new(
+                GuestSettings::new(vcpus),
+                SyncMode::default(),
+            )),
         );
         p.timeout_s = 60;
         p.rep = rep;

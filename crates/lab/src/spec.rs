@@ -7,8 +7,8 @@ use crate::sweep::{Repetitions, DEFAULT_MAX_REPETITIONS};
 use serde::Deserialize;
 use serde_spanned::Spanned;
 use smplab_record::config::{
-    self, GuestSettings, HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, NativeSettings,
-    Placement, Ple, QemuSettings, RunConfig, SimSettings, SyncMode, VmSettings,
+    self, GuestSettings, HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip,
+    NativeSettings, Placement, Ple, QemuSettings, RunConfig, SimSettings, SyncMode, VmSettings,
 };
 use smplab_record::diag::{Diagnostics, SourceText};
 use smplab_record::Executor;
@@ -51,6 +51,7 @@ struct MatrixFile {
     vcpus: Option<Spanned<toml::Value>>,
     vms: Option<Spanned<toml::Value>>,
     sync: Option<Spanned<toml::Value>>,
+    irqchip: Option<Spanned<toml::Value>>,
     idle: Option<Spanned<toml::Value>>,
     pin: Option<Spanned<toml::Value>>,
     platform: Option<Spanned<toml::Value>>,
@@ -225,6 +226,7 @@ struct Axes {
     vcpus: Vec<u32>,
     vms: Vec<u32>,
     sync: Vec<SyncMode>,
+    irqchip: Vec<Irqchip>,
     idle: Vec<IdlePolicy>,
     placement: Vec<Placement>,
     platform: Vec<String>,
@@ -322,6 +324,7 @@ fn parse_axes(loc: &SourceText, m: &MatrixFile, diags: &mut Diagnostics) -> Axes
         vms: opt_nums(&m.vms, "vms", 1, i64::from(config::MAX_SIM_VMS), diags)
             .unwrap_or_else(|| vec![1]),
         sync: axis(loc, "sync", &m.sync, SyncMode::default(), diags),
+        irqchip: axis(loc, "irqchip", &m.irqchip, Irqchip::default(), diags),
         idle: axis(loc, "idle", &m.idle, IdlePolicy::default(), diags),
         placement: axis(loc, "pin", &m.pin, Placement::default(), diags),
         platform: axis(
@@ -421,10 +424,12 @@ fn base_configs(
                 Executor::Qemu => out.push(RunConfig::Qemu(QemuSettings { guest })),
                 Executor::Vm => {
                     for &sync in &ax.sync {
-                        out.push(RunConfig::Vm(VmSettings {
-                            guest: guest.clone(),
-                            sync,
-                        }));
+                        for &irqchip in &ax.irqchip {
+                            out.push(RunConfig::Vm(VmSettings {
+                                irqchip,
+                                ..VmSettings::new(guest.clone(), sync)
+                            }));
+                        }
                     }
                 }
                 Executor::Sim => {
@@ -658,6 +663,43 @@ fn total_threads(workload: &str, n: u32, scale: f64) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_irqchip_axis_multiplies_vm_points_only() {
+        let text = r#"
+name = "t"
+repetitions = 1
+[matrix]
+executor = ["vm", "qemu"]
+workload = "dedup"
+sync = ["global", "hybrid"]
+irqchip = ["kernel", "user"]
+"#;
+        let s = ExperimentSpec::from_text("t.toml", text).unwrap();
+        let vm: Vec<_> = s
+            .points
+            .iter()
+            .filter(|p| p.executor() == Executor::Vm)
+            .collect();
+        assert_eq!(vm.len(), 4);
+        assert_eq!(
+            vm.iter()
+                .filter(|p| p.config.irqchip() == Some(Irqchip::User))
+                .count(),
+            2
+        );
+        let keys: BTreeSet<_> = s.points.iter().map(|p| p.key()).collect();
+        assert_eq!(keys.len(), s.points.len(), "keys are unique");
+        let bad =
+            "name = \"t\"\n[matrix]\nexecutor = \"vm\"\nworkload = \"dedup\"\nirqchip = \"usr\"\n";
+        let err = ExperimentSpec::from_text("t.toml", bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("t.toml:5:") && err.contains("unknown irqchip"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn expands_matrix_and_collapses_unused_axes() {

@@ -23,7 +23,8 @@ pub mod settings;
 pub use host_policy::{parse_duration, BadDuration, HostPolicy, PolicyKind};
 pub use io::{BadIoThreadCpus, BadIrqAffinity, IoThreadCpus, IrqAffinity};
 pub use settings::{
-    BadIdlePolicy, BadPlacement, BadPle, IdlePolicy, Placement, Ple, SyncMode, UnknownSyncMode,
+    BadIdlePolicy, BadIrqchip, BadPlacement, BadPle, IdlePolicy, Irqchip, Placement, Ple, SyncMode,
+    UnknownSyncMode, MAX_VMM_HALT_POLL_NS,
 };
 
 /// Most vCPUs the smplab guest kernel supports (smplab-vmm and QEMU).
@@ -107,6 +108,43 @@ pub struct VmSettings {
     pub guest: GuestSettings,
     #[serde(default)]
     pub sync: SyncMode,
+    /// Interrupt controllers: KVM's (`kernel`) or smplab-vmm's models (`user`).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub irqchip: Irqchip,
+    /// With `irqchip = user`: how long a halted vCPU thread polls for an
+    /// interrupt before it sleeps, in ns (0 = no polling).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub vmm_halt_poll_ns: u64,
+}
+
+impl VmSettings {
+    /// A smplab-vmm run of `guest` in `sync` mode, the other settings at
+    /// their defaults (in-kernel irqchip).
+    pub fn new(guest: GuestSettings, sync: SyncMode) -> VmSettings {
+        VmSettings {
+            guest,
+            sync,
+            irqchip: Irqchip::default(),
+            vmm_halt_poll_ns: 0,
+        }
+    }
+
+    fn validate(&self, p: &mut Vec<ConfigError>) {
+        if self.vmm_halt_poll_ns > 0 && self.irqchip != Irqchip::User {
+            p.push(ConfigError::new(
+                "vmm_halt_poll_ns",
+                "the VMM halts vCPUs only with irqchip = user (KVM's in-kernel irqchip halts them in the kernel, with the host's halt_poll_ns)",
+            ));
+        }
+        check_range(
+            p,
+            "vmm_halt_poll_ns",
+            self.vmm_halt_poll_ns,
+            0,
+            MAX_VMM_HALT_POLL_NS,
+            "a longer poll is a busy vCPU",
+        );
+    }
 }
 
 /// Settings of a QEMU run (QEMU has its own device locking: no sync mode).
@@ -410,6 +448,14 @@ impl RunConfig {
         }
     }
 
+    /// Where the interrupt controllers are emulated (smplab-vmm only).
+    pub fn irqchip(&self) -> Option<Irqchip> {
+        match self {
+            RunConfig::Vm(v) => Some(v.irqchip),
+            _ => None,
+        }
+    }
+
     /// The device sync mode, where the executor has one.
     pub fn sync(&self) -> Option<SyncMode> {
         match self {
@@ -428,9 +474,10 @@ impl RunConfig {
             // A CPU the host lacks is found when the run starts
             // (`check_host_cpus`, status 5): a spec may run on another host.
             RunConfig::Native(_) => {}
-            RunConfig::Vm(VmSettings { guest, .. }) => {
-                guest.validate(threads, &mut p);
-                guest.refuse_running_affinity(&mut p);
+            RunConfig::Vm(v) => {
+                v.guest.validate(threads, &mut p);
+                v.guest.refuse_running_affinity(&mut p);
+                v.validate(&mut p);
             }
             RunConfig::Qemu(QemuSettings { guest }) => {
                 guest.validate(threads, &mut p);
@@ -475,6 +522,14 @@ impl RunConfig {
         }
         if let Some(s) = self.sync() {
             parts.push(s.to_string());
+        }
+        if let RunConfig::Vm(v) = self {
+            if v.irqchip != Irqchip::default() {
+                parts.push(format!("irqchip={}", v.irqchip));
+            }
+            if v.vmm_halt_poll_ns > 0 {
+                parts.push(format!("vmm-halt-poll={}", v.vmm_halt_poll_ns));
+            }
         }
         if let Some(i) = self.idle() {
             parts.push(i.to_string());

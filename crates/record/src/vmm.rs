@@ -55,6 +55,35 @@ pub struct VmmSection {
     /// guest never said "ready" (a guest without the window protocol).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<VmmWindow>,
+    /// The VMM's own interrupt controllers and HLT handling (`irqchip = user`
+    /// only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_irqchip: Option<UserIrqchipStats>,
+}
+
+/// What the user-space interrupt controllers did over the whole run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct UserIrqchipStats {
+    /// Vectors injected with KVM_INTERRUPT, all vCPUs.
+    pub injected: u64,
+    /// NMIs injected with KVM_NMI.
+    #[serde(default)]
+    pub nmis: u64,
+    /// HLT exits that found an interrupt within the VMM's halt-poll window.
+    pub halts_polled: u64,
+    /// HLT exits that slept until woken.
+    pub halts_slept: u64,
+    /// The VMM's halt-poll window (ns; 0 = none).
+    #[serde(default)]
+    pub halt_poll_ns: u64,
+    /// From the wake-up call (an interrupt raised for, or a stop of, a halted
+    /// vCPU) to that vCPU's thread running again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_latency: Option<LatencyHistogram>,
+    /// Guest accesses and deliveries the models ignored, by cause (only causes
+    /// seen).
+    #[serde(default)]
+    pub ignored: BTreeMap<String, u64>,
 }
 
 /// What smplab-vmm saw between its "go" to the guest and the guest's "done":

@@ -2,7 +2,9 @@
 //! wires the subcommand to [`VmmArgs`] and [`run`].
 
 use crate::placement::CpuList;
-use crate::{run_vm, ConsoleSink, KernelImage, Placement, SyncMode, VmConfig, VmRun, VmmError};
+use crate::{
+    run_vm, ConsoleSink, Irqchip, KernelImage, Placement, SyncMode, VmConfig, VmRun, VmmError,
+};
 use smplab_record::{exit, Executor, Outcome, RunRecord, WorkloadInfo};
 use std::io::Write;
 use std::path::PathBuf;
@@ -47,9 +49,14 @@ pub struct VmmArgs {
     /// Make the work device a not-thread-safe device (it then cannot bypass).
     #[arg(long)]
     pub work_exclusive: bool,
-    /// In-kernel interrupt controller (LAPIC/IOAPIC); `kernel` is the only choice.
-    #[arg(long, default_value = "kernel", value_parser = ["kernel"])]
-    pub irqchip: String,
+    /// Interrupt controllers: `kernel` (KVM's in-kernel LAPIC/IOAPIC/PIC) or
+    /// `user` (smplab-vmm's models on the bus, under --sync; HLT in the VMM).
+    #[arg(long, default_value = "kernel", value_name = "WHERE")]
+    pub irqchip: Irqchip,
+    /// With --irqchip user: how long a halted vCPU thread polls before it
+    /// sleeps, in ns (0 = no polling).
+    #[arg(long, default_value_t = 0, value_name = "NS")]
+    pub vmm_halt_poll_ns: u64,
     /// Write the guest console to this file instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub console: Option<PathBuf>,
@@ -138,6 +145,18 @@ fn config_from_args(args: &VmmArgs) -> Result<VmConfig, VmmError> {
             )))
         }
     };
+    if args.vmm_halt_poll_ns > 0 && args.irqchip != Irqchip::User {
+        return Err(VmmError::BadConfig(
+            "--vmm-halt-poll-ns applies only to --irqchip user (KVM's in-kernel irqchip halts vCPUs in the kernel)".into(),
+        ));
+    }
+    if args.vmm_halt_poll_ns > smplab_record::config::settings::MAX_VMM_HALT_POLL_NS {
+        return Err(VmmError::BadConfig(format!(
+            "--vmm-halt-poll-ns {} is longer than {} ns",
+            args.vmm_halt_poll_ns,
+            smplab_record::config::settings::MAX_VMM_HALT_POLL_NS
+        )));
+    }
     let console = match (&args.console, args.json) {
         (Some(path), _) => ConsoleSink::File(path.clone()),
         (None, true) => ConsoleSink::Capture,
@@ -157,6 +176,8 @@ fn config_from_args(args: &VmmArgs) -> Result<VmConfig, VmmError> {
         work_ns: args.work_ns,
         work_exclusive: args.work_exclusive,
         start_gate: None,
+        irqchip: args.irqchip,
+        vmm_halt_poll: Duration::from_nanos(args.vmm_halt_poll_ns),
     })
 }
 
@@ -184,6 +205,9 @@ pub fn record_for(args: &VmmArgs, outcome: &Result<VmRun, VmmError>) -> RunRecor
     record.set_config("work_ns", args.work_ns);
     record.set_config("work_exclusive", args.work_exclusive);
     record.set_config("irqchip", args.irqchip.as_str());
+    if args.vmm_halt_poll_ns > 0 {
+        record.set_config("vmm_halt_poll_ns", args.vmm_halt_poll_ns);
+    }
     if let Some(pin) = &args.pin {
         record.set_config("pin", pin.0.clone());
     }
@@ -254,6 +278,18 @@ fn human_summary(run: &VmRun) -> String {
             out.push_str(&format!(
                 "  I/O thread: queue wait p50 {} ns p99 {} ns, handling p50 {} ns p99 {} ns\n",
                 wait.p50_ns, wait.p99_ns, work.p50_ns, work.p99_ns
+            ));
+        }
+    }
+    if let Some(u) = &s.user_irqchip {
+        out.push_str(&format!(
+            "  user irqchip: {} injected, {} NMIs, HLT {} polled / {} slept (poll {} ns)\n",
+            u.injected, u.nmis, u.halts_polled, u.halts_slept, u.halt_poll_ns
+        ));
+        if let Some(w) = &u.wake_latency {
+            out.push_str(&format!(
+                "  halt wake-up: p50 {} ns, p99 {} ns, max {} ns\n",
+                w.p50_ns, w.p99_ns, w.max_ns
             ));
         }
     }
@@ -340,6 +376,30 @@ mod tests {
         assert_eq!(cmdline_with_cpus(&w.args.cmdline, 2), "cpus=2 idle=poll");
         assert_eq!(cmdline_with_cpus("cpus=4", 2), "cpus=4");
         assert!(Wrapper::try_parse_from(["x", "--kernel", "k", "--sync", "bogus"]).is_err());
+    }
+
+    #[test]
+    fn irqchip_user_and_its_halt_poll_window_reach_the_config() {
+        let w = Wrapper::parse_from(["x", "--kernel", "k"]);
+        assert_eq!(w.args.irqchip, Irqchip::Kernel);
+        let w = Wrapper::parse_from([
+            "x",
+            "--kernel",
+            "k",
+            "--irqchip",
+            "user",
+            "--vmm-halt-poll-ns",
+            "20000",
+        ]);
+        let config = config_from_args(&w.args).expect("valid");
+        assert_eq!(config.irqchip, Irqchip::User);
+        assert_eq!(config.vmm_halt_poll, Duration::from_micros(20));
+        // A halt-poll window the in-kernel irqchip would never use is refused.
+        let w = Wrapper::parse_from(["x", "--kernel", "k", "--vmm-halt-poll-ns", "1"]);
+        let err = config_from_args(&w.args).expect_err("refused");
+        assert_eq!(err.exit_status(), exit::BAD_INPUT);
+        assert!(err.to_string().contains("--irqchip user"), "{err}");
+        assert!(Wrapper::try_parse_from(["x", "--kernel", "k", "--irqchip", "usr"]).is_err());
     }
 
     #[test]

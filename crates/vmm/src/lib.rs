@@ -20,6 +20,7 @@ pub mod run;
 pub mod start_gate;
 pub mod stress;
 pub mod test_guest;
+pub mod user_irqchip;
 pub mod vcpu;
 pub mod vm;
 
@@ -29,7 +30,7 @@ pub use exits::{ExitCounts, ExitReason};
 pub use placement::Placement;
 pub use run::run_vm;
 pub use start_gate::{GateTicket, StartGate};
-pub use vcpu::{Exit, ExitAction, Kicker, Vcpu, VcpuInterrupts};
+pub use vcpu::{Entry, Exit, ExitAction, Kicker, Vcpu, VcpuInterrupts};
 pub use vm::{kvm_capabilities, max_vcpus, Irqchip, Vm};
 
 use std::path::PathBuf;
@@ -76,6 +77,12 @@ pub struct VmConfig {
     /// A start gate shared with other VMs: the guest's "go" on the window port
     /// (docs/guest-abi.md) waits until every VM sharing it is ready.
     pub start_gate: Option<StartGate>,
+    /// KVM's in-kernel interrupt controllers, or smplab-vmm's own
+    /// ([`user_irqchip`]: HLT then blocks the vCPU thread in the VMM).
+    pub irqchip: Irqchip,
+    /// With [`Irqchip::User`]: how long a halted vCPU thread polls before it
+    /// sleeps (zero: no polling).
+    pub vmm_halt_poll: Duration,
 }
 
 impl VmConfig {
@@ -95,6 +102,8 @@ impl VmConfig {
             work_ns: 0,
             work_exclusive: false,
             start_gate: None,
+            irqchip: Irqchip::Kernel,
+            vmm_halt_poll: Duration::ZERO,
         }
     }
 }

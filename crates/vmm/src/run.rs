@@ -17,6 +17,11 @@
 //!    device locks; no device handler takes a bus lock, and the debug-exit device
 //!    takes only (1). The console capture buffer and the result port are read
 //!    after every vCPU and the I/O thread stopped.
+//! 5. With `--irqchip user`, the interrupt-controller models' event sink
+//!    (`user_irqchip::VmSink`, called inside (3)/(4)) takes a vCPU's `Kicker`
+//!    target (2), whose waker takes that vCPU's `HaltWaiter` mutex, or the timer
+//!    thread's state, or the EOI queue: leaves under which nothing else is
+//!    taken, and (2) is never held while taking (3) or (4), so no cycle.
 //!
 //! Stopping: [`RunControl::request_stop`] first, then one [`Kicker::kick`] per
 //! vCPU (see [`crate::vcpu`]); no re-signalling.
@@ -32,6 +37,7 @@ use crate::devices::{
 };
 use crate::error::VmmError;
 use crate::placement::{allowed_cpus, pin_current_thread};
+use crate::user_irqchip::{ResetState, UserIrqchip};
 use crate::vcpu::{Kicker, Vcpu};
 use crate::vm::{open_kvm, Irqchip, Vm};
 use crate::{ConsoleSink, VmConfig, VmRun};
@@ -123,6 +129,8 @@ struct Devices {
     uart: Arc<Mutex<Uart>>,
     result_port: Arc<Mutex<ResultPort>>,
     captured: CapturedConsole,
+    /// The interrupt controllers, with `--irqchip user`.
+    user_irqchip: Option<UserIrqchip>,
 }
 
 fn attach_devices(
@@ -194,17 +202,30 @@ fn attach_devices(
             Arc::new(window),
         )
         .map_err(bus_err)?;
+    let mut user_irqchip = match config.irqchip {
+        Irqchip::Kernel => None,
+        Irqchip::User => Some(UserIrqchip::attach(
+            &mut builder,
+            config.sync,
+            config.vcpus,
+            config.vmm_halt_poll,
+        )?),
+    };
     let bus = builder
         .build(config.sync, config.io_cpu)
         .map_err(|source| VmmError::Thread {
             name: "smplab-io".into(),
             source,
         })?;
+    if let Some(chip) = &mut user_irqchip {
+        chip.start_timers(bus.client())?;
+    }
     Ok(Devices {
         bus,
         uart,
         result_port,
         captured,
+        user_irqchip,
     })
 }
 
@@ -230,13 +251,18 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     let max_vcpus = u32::try_from(kvm.get_max_vcpus()).unwrap_or(u32::MAX);
     validate(config, max_vcpus)?;
     let kernel = read_kernel(&config.kernel)?;
-    let vm = Vm::new(kvm, config.mem_bytes, Irqchip::Kernel)?;
+    let vm = Vm::new(kvm, config.mem_bytes, config.irqchip)?;
     let loaded = load_kernel(vm.memory(), &kernel)?;
     write_boot_data(vm.memory(), config, loaded.kernel_end)?;
 
     let mut vcpu_fds = Vec::new();
+    let mut reset_states = Vec::new();
     for index in 0..config.vcpus {
         let fd = vm.create_vcpu_fd(index)?;
+        if config.irqchip == Irqchip::User {
+            // KVM's reset state, which INIT/SIPI restores (before the PVH entry).
+            reset_states.push(ResetState::capture(&fd)?);
+        }
         if index == 0 {
             set_pvh_entry(&fd, loaded.entry)?;
         }
@@ -260,11 +286,15 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         vcpu_stats.collect(),
         control.clone(),
     );
-    let devices = attach_devices(config, control.clone(), tsc_hz, window_device)?;
+    let mut devices = attach_devices(config, control.clone(), tsc_hz, window_device)?;
     let mut vcpus = Vec::new();
+    let mut reset_states = reset_states.into_iter();
     for (index, fd) in (0..config.vcpus).zip(vcpu_fds) {
         let mut vcpu = Vcpu::new(index, fd, devices.bus.client(), config.mem_bytes)?;
         vcpu.set_window(VcpuWindow::new(window.clone()));
+        if let (Some(chip), Some(reset)) = (&devices.user_irqchip, reset_states.next()) {
+            vcpu.set_interrupts(Box::new(chip.vcpu_hook(index, vcpu.kicker(), reset)));
+        }
         vcpus.push(vcpu);
     }
     let vm_stats_file = vm.stats_file();
@@ -284,6 +314,9 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
             return Err(e);
         }
     };
+    if let Some(chip) = &mut devices.user_irqchip {
+        chip.stop_timers(); // its expiries go through the bus
+    }
     let io_thread = devices.bus.shutdown();
 
     let windows = reports.iter_mut().map(|r| r.vcpu.take_window_counts());
@@ -305,6 +338,7 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         },
     );
     section.window = window;
+    section.user_irqchip = devices.user_irqchip.as_ref().map(UserIrqchip::stats);
 
     let mut first_error = spawn_error;
     for report in reports {

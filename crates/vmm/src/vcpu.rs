@@ -17,7 +17,6 @@ use crate::devices::window::{VcpuWindow, WindowCounts};
 use crate::error::{RegisterDump, VmmError};
 use crate::exits::{ExitCounts, ExitReason};
 use kvm_ioctls::{VcpuExit, VcpuFd};
-use std::ops::Range;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -103,26 +102,39 @@ pub enum ExitAction {
     Stop,
 }
 
+/// Whether the run loop enters the guest after [`VcpuInterrupts::before_entry`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    Enter,
+    /// Not now (e.g. an AP waiting for SIPI was woken without one): check the
+    /// stop flag and ask again.
+    Wait,
+}
+
 /// The exits a user-space interrupt controller owns, per vCPU. With KVM's
 /// in-kernel irqchip a [`Vcpu`] has none and these exits are only counted (HLT
 /// and interrupt windows do not reach user space then; LAPIC MMIO neither).
 ///
-/// Called on the vCPU's own thread. An implementation that blocks in
-/// [`VcpuInterrupts::halted`] must also wake when the vCPU's [`Kicker`] fires:
-/// register a waker with [`Kicker::set_waker`].
+/// Called on the vCPU's own thread, with its bus client, so the controller's
+/// own accesses take the sync mode's route and are measured. An implementation
+/// that blocks (in [`VcpuInterrupts::halted`] or [`VcpuInterrupts::before_entry`])
+/// must also wake when the vCPU's [`Kicker`] fires: register a waker with
+/// [`Kicker::set_waker`].
 pub trait VcpuInterrupts: Send {
-    /// The guest-physical MMIO window this vCPU's controller handles instead of
-    /// the bus (the xAPIC page at [`LAPIC_MMIO_BASE`]).
-    fn mmio_window(&self) -> Option<Range<u64>>;
-    /// A read at `offset` into [`VcpuInterrupts::mmio_window`].
-    fn mmio_read(&mut self, vcpu: &mut VcpuFd, offset: u64, data: &mut [u8]);
-    /// A write at `offset` into [`VcpuInterrupts::mmio_window`].
-    fn mmio_write(&mut self, vcpu: &mut VcpuFd, offset: u64, data: &[u8]);
-    /// Before every KVM_RUN: inject a pending interrupt (KVM_INTERRUPT) or ask
-    /// for an interrupt window (`kvm_run.request_interrupt_window`).
-    fn before_entry(&mut self, vcpu: &mut VcpuFd) -> Result<(), VmmError>;
+    /// Where a guest access to `addr` goes on the bus instead (a controller's
+    /// private window, e.g. this vCPU's own LAPIC page), or `None` to route it
+    /// as is.
+    fn translate(
+        &mut self,
+        space: AddressSpace,
+        addr: u64,
+        write: bool,
+    ) -> Option<(AddressSpace, u64)>;
+    /// Before every KVM_RUN: INIT/SIPI, NMIs, and inject a pending interrupt
+    /// (KVM_INTERRUPT) or ask for an interrupt window.
+    fn before_entry(&mut self, vcpu: &mut VcpuFd, bus: &mut BusClient) -> Result<Entry, VmmError>;
     /// The guest ran HLT: wait for an interrupt (or a kick) and say how to go on.
-    fn halted(&mut self, vcpu: &mut VcpuFd) -> ExitAction;
+    fn halted(&mut self, vcpu: &mut VcpuFd, bus: &mut BusClient) -> Result<ExitAction, VmmError>;
     /// The guest can take an interrupt now (KVM_EXIT_IRQ_WINDOW_OPEN).
     fn interrupt_window_open(&mut self, vcpu: &mut VcpuFd);
 }
@@ -183,6 +195,17 @@ impl Kicker {
     /// call the waker (if one is set). Whoever asks a vCPU to do something
     /// (e.g. [`RunControl::request_stop`]) does so before kicking.
     pub fn kick(&self) {
+        self.signal(true);
+    }
+
+    /// Only make KVM_RUN return (`immediate_exit`, then the signal), without
+    /// the waker: for a requester that wakes a vCPU blocked in the VMM itself
+    /// (the user-space irqchip's sink, which knows whether it is halted).
+    pub fn kick_guest(&self) {
+        self.signal(false);
+    }
+
+    fn signal(&self, call_waker: bool) {
         let target = self.lock();
         if let Some(ImmediateExit(byte)) = target.immediate_exit {
             // SAFETY: `byte` points into the vCPU's kvm_run mapping, which is
@@ -199,7 +222,7 @@ impl Kicker {
                 libc::pthread_kill(thread, kick_signal());
             }
         }
-        if let Some(waker) = &target.waker {
+        if let (true, Some(waker)) = (call_waker, &target.waker) {
             waker();
         }
     }
@@ -318,7 +341,9 @@ impl Vcpu {
         let _running = RunningThread::register(&self.kicker);
         while !control.should_stop() {
             if let Some(interrupts) = &mut self.interrupts {
-                interrupts.before_entry(&mut self.fd)?;
+                if interrupts.before_entry(&mut self.fd, &mut self.bus)? == Entry::Wait {
+                    continue;
+                }
             }
             let exit = self.run()?;
             if self.handle_exit(exit)? == ExitAction::Stop {
@@ -409,7 +434,7 @@ impl Vcpu {
             }
             Exit::Hlt => {
                 if let Some(interrupts) = &mut self.interrupts {
-                    return Ok(interrupts.halted(&mut self.fd));
+                    return interrupts.halted(&mut self.fd, &mut self.bus);
                 }
             }
             Exit::IrqWindowOpen => {
@@ -462,31 +487,23 @@ impl Vcpu {
         byte.swap(0, Ordering::Acquire);
     }
 
-    fn local_window(&self, addr: u64) -> Option<u64> {
-        let window = self.interrupts.as_ref()?.mmio_window()?;
-        window.contains(&addr).then(|| addr - window.start)
+    /// `addr` as the interrupt controller translates it, else unchanged.
+    fn route(&mut self, space: AddressSpace, addr: u64, write: bool) -> (AddressSpace, u64) {
+        self.interrupts
+            .as_mut()
+            .and_then(|i| i.translate(space, addr, write))
+            .unwrap_or((space, addr))
     }
 
-    /// An MMIO read: the vCPU's interrupt controller window, else the bus.
-    /// False if nothing claims `addr`.
+    /// An MMIO read through the bus. False if nothing claims `addr`.
     fn mmio_read(&mut self, addr: u64, data: &mut [u8]) -> bool {
-        if let Some(offset) = self.local_window(addr) {
-            if let Some(interrupts) = &mut self.interrupts {
-                interrupts.mmio_read(&mut self.fd, offset, data);
-                return true;
-            }
-        }
-        self.bus.read(AddressSpace::Mmio, addr, data)
+        let (space, addr) = self.route(AddressSpace::Mmio, addr, false);
+        self.bus.read(space, addr, data)
     }
 
     fn mmio_write(&mut self, addr: u64, data: &[u8]) -> bool {
-        if let Some(offset) = self.local_window(addr) {
-            if let Some(interrupts) = &mut self.interrupts {
-                interrupts.mmio_write(&mut self.fd, offset, data);
-                return true;
-            }
-        }
-        self.bus.write(AddressSpace::Mmio, addr, data)
+        let (space, addr) = self.route(AddressSpace::Mmio, addr, true);
+        self.bus.write(space, addr, data)
     }
 
     /// The port I/O of the exit just taken, split into the guest's accesses:
@@ -495,6 +512,7 @@ impl Vcpu {
     // Casts: KVM puts the I/O data inside the mmap-ed kvm_run page, so the offset is small.
     #[allow(clippy::cast_possible_truncation)]
     fn handle_pio(&mut self, port: u16, input: bool) {
+        let (space, addr) = self.route(AddressSpace::Pio, u64::from(port), !input);
         let run = self.fd.get_kvm_run();
         // SAFETY: called right after KVM_RUN returned KVM_EXIT_IO, so `io` is the
         // union member KVM filled in.
@@ -511,9 +529,9 @@ impl Vcpu {
             unsafe { std::slice::from_raw_parts_mut(base.add(io.data_offset as usize), len) };
         for chunk in data.chunks_mut(size) {
             if input {
-                self.bus.read(AddressSpace::Pio, u64::from(port), chunk);
+                self.bus.read(space, addr, chunk);
             } else {
-                self.bus.write(AddressSpace::Pio, u64::from(port), chunk);
+                self.bus.write(space, addr, chunk);
             }
         }
     }

@@ -19,14 +19,11 @@ pub const KVM_DEVICE_ENV: &str = "SMPLAB_KVM_DEVICE";
 /// KVM on Intel needs three pages for the real-mode TSS below 4 GiB.
 const TSS_ADDR: usize = 0xfffb_d000;
 
-/// Where the interrupt controllers (LAPIC, IOAPIC, PIC) are emulated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Irqchip {
-    /// KVM's in-kernel LAPIC, IOAPIC and PIC (`KVM_CREATE_IRQCHIP`): HLT, LAPIC
-    /// MMIO and interrupt windows never reach user space.
-    #[default]
-    Kernel,
-}
+/// Where the interrupt controllers are emulated: the run configuration's one
+/// type. `Kernel`: KVM's in-kernel LAPIC, IOAPIC and PIC (`KVM_CREATE_IRQCHIP`);
+/// HLT, LAPIC MMIO and interrupt windows never reach user space. `User`: no
+/// in-kernel irqchip; smplab-vmm's models (`crate::irqchip`) on the bus.
+pub use smplab_record::config::Irqchip;
 
 /// Open /dev/kvm (or `$SMPLAB_KVM_DEVICE`), mapping failure to the "unavailable" error.
 pub fn open_kvm() -> Result<Kvm, VmmError> {
@@ -78,6 +75,8 @@ impl Vm {
             Irqchip::Kernel => fd
                 .create_irq_chip()
                 .map_err(VmmError::kvm("KVM_CREATE_IRQCHIP"))?,
+            // The VMM's own models (crate::irqchip) stand in; no in-kernel PIT either.
+            Irqchip::User => {}
         }
         register_memory(&fd, &memory)?;
         Ok(Vm {
@@ -109,13 +108,15 @@ impl Vm {
         clamp_vcpus(self.kvm.get_max_vcpus())
     }
 
-    /// Create vCPU `index` with KVM's supported CPUID and its APIC id.
+    /// Create vCPU `index` with KVM's supported CPUID and its APIC id (and,
+    /// with the user-space irqchip, without TSC-deadline and x2APIC, which its
+    /// xAPIC model does not offer).
     pub fn create_vcpu_fd(&self, index: u32) -> Result<VcpuFd, VmmError> {
         let vcpu = self
             .fd
             .create_vcpu(u64::from(index))
             .map_err(VmmError::kvm("KVM_CREATE_VCPU"))?;
-        set_cpuid(&self.kvm, &vcpu, index)?;
+        set_cpuid_for(&self.kvm, &vcpu, index, self.irqchip)?;
         Ok(vcpu)
     }
 
@@ -129,15 +130,34 @@ fn clamp_vcpus(max: usize) -> u32 {
     u32::try_from(max).unwrap_or(u32::MAX)
 }
 
+/// CPUID.1:ECX bits the user-space LAPIC model does not implement.
+const CPUID1_ECX_X2APIC: u32 = 1 << 21;
+const CPUID1_ECX_TSC_DEADLINE: u32 = 1 << 24;
+
 /// KVM's supported CPUID with the APIC id of vCPU `index` in leaves 1, 0xb and 0x1f.
 pub fn set_cpuid(kvm: &Kvm, vcpu: &VcpuFd, index: u32) -> Result<(), VmmError> {
+    set_cpuid_for(kvm, vcpu, index, Irqchip::Kernel)
+}
+
+/// As [`set_cpuid`], hiding x2APIC and the TSC-deadline timer for `Irqchip::User`.
+pub fn set_cpuid_for(
+    kvm: &Kvm,
+    vcpu: &VcpuFd,
+    index: u32,
+    irqchip: Irqchip,
+) -> Result<(), VmmError> {
     let mut cpuid = kvm
         .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
         .map_err(VmmError::kvm("KVM_GET_SUPPORTED_CPUID"))?;
     for entry in cpuid.as_mut_slice() {
         match entry.function {
             // Initial APIC id in EBX[31:24].
-            1 => entry.ebx = (entry.ebx & 0x00ff_ffff) | (index << 24),
+            1 => {
+                entry.ebx = (entry.ebx & 0x00ff_ffff) | (index << 24);
+                if irqchip == Irqchip::User {
+                    entry.ecx &= !(CPUID1_ECX_X2APIC | CPUID1_ECX_TSC_DEADLINE);
+                }
+            }
             // x2APIC id in EDX of the topology leaves.
             0xb | 0x1f => entry.edx = index,
             _ => {}

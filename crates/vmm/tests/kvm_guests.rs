@@ -72,6 +72,40 @@ fn boots_and_exits(vcpus: u32, sync: SyncMode) {
     assert_eq!(s.exit_code, Some(5));
 }
 
+/// `--irqchip user`: the same guests, the AP started by the LAPIC model's
+/// INIT/SIPI (no in-kernel LAPIC), in every sync mode.
+#[test]
+fn user_irqchip_boots_2_vcpus_in_every_mode() {
+    if !kvm_usable() {
+        return;
+    }
+    let program = GuestProgram {
+        aps: 1,
+        bsp_loops: 50,
+        ap_loops: 50,
+        exit_code: 5,
+        ..GuestProgram::default()
+    };
+    for sync in SyncMode::ALL {
+        let mut config = config(&program, 2, sync);
+        config.irqchip = smplab_vmm::Irqchip::User;
+        let run = run_vm(&config).unwrap_or_else(|e| panic!("{sync} irqchip user: {e}"));
+        assert_eq!(run.exit_code, 5, "{sync}");
+        assert_eq!(run.result, b"ok", "{sync}");
+        let s = &run.section;
+        for (i, exits) in s.exits_per_vcpu.iter().enumerate() {
+            let io_in = exits.get("io_in").copied().unwrap_or(0);
+            assert!(io_in >= 50, "{sync}: vCPU {i} had {io_in} io_in exits");
+        }
+        assert!(
+            s.exit_latency.contains_key(&format!("lapic/{sync}")),
+            "{sync}: the ICR writes go through the bus: {:?}",
+            s.exit_latency.keys()
+        );
+        assert!(s.user_irqchip.is_some(), "{sync}");
+    }
+}
+
 #[test]
 fn global_1_vcpu() {
     boots_and_exits(1, SyncMode::Global);

@@ -144,10 +144,10 @@ pub fn is_default_setup(p: &Point) -> bool {
     let vcpus = p.vcpus().unwrap_or(1);
     let mut default = match &p.config {
         RunConfig::Native(_) => return p.native_twin().config_key() == p.config_key(),
-        RunConfig::Vm(_) => RunConfig::Vm(VmSettings {
-            guest: GuestSettings::new(vcpus),
-            sync: Default::default(),
-        }),
+        RunConfig::Vm(_) => RunConfig::Vm(VmSettings::new(
+            GuestSettings::new(vcpus),
+            Default::default(),
+        )),
         RunConfig::Qemu(_) => RunConfig::Qemu(QemuSettings {
             guest: GuestSettings::new(vcpus),
         }),

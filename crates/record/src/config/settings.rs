@@ -86,6 +86,54 @@ impl FromStr for SyncMode {
 }
 serde_as_string!(SyncMode);
 
+/// Where smplab-vmm emulates the interrupt controllers (seed 004 §4.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum Irqchip {
+    /// KVM's in-kernel LAPIC, IOAPIC and PIC (`KVM_CREATE_IRQCHIP`).
+    #[default]
+    Kernel,
+    /// smplab-vmm's own models on the device bus, under the sync mode; HLT is
+    /// handled by the VMM.
+    User,
+}
+
+impl Irqchip {
+    pub const ALL: [Irqchip; 2] = [Irqchip::Kernel, Irqchip::User];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Irqchip::Kernel => "kernel",
+            Irqchip::User => "user",
+        }
+    }
+}
+
+impl fmt::Display for Irqchip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A malformed irqchip name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown irqchip `{0}`: use kernel (KVM's in-kernel LAPIC/IOAPIC/PIC) or user (smplab-vmm's own models)")]
+pub struct BadIrqchip(pub String);
+
+impl FromStr for Irqchip {
+    type Err = BadIrqchip;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "kernel" => Ok(Irqchip::Kernel),
+            "user" => Ok(Irqchip::User),
+            _ => Err(BadIrqchip(s.to_string())),
+        }
+    }
+}
+serde_as_string!(Irqchip);
+
+/// Longest VMM halt-poll window accepted (1 s: longer is a busy VMM).
+pub const MAX_VMM_HALT_POLL_NS: u64 = 1_000_000_000;
+
 /// What an idle vCPU of the guest does. The same meaning in every executor:
 /// this is the guest's choice; the host's halt polling is a separate setting
 /// of the host (KVM's `halt_poll_ns`, the simulator's `host_halt_poll_ns`).

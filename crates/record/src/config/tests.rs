@@ -57,14 +57,26 @@ fn bad_values_say_what_to_write() {
 
 #[test]
 fn serde_form_is_tagged_by_executor_and_omits_defaults() {
-    let vm = RunConfig::Vm(VmSettings {
-        guest: GuestSettings::new(2),
-        sync: SyncMode::Global,
-    });
+    let vm = RunConfig::Vm(VmSettings::new(GuestSettings::new(2), SyncMode::Global));
     let json = serde_json::to_string(&vm).unwrap();
     assert_eq!(json, r#"{"executor":"vm","vcpus":2,"sync":"global"}"#);
     let back: RunConfig = serde_json::from_str(&json).unwrap();
     assert_eq!(back, vm);
+    // A user-space irqchip is part of the key; the default is left out.
+    let mut user = VmSettings::new(GuestSettings::new(2), SyncMode::Hybrid);
+    user.irqchip = Irqchip::User;
+    user.vmm_halt_poll_ns = 50_000;
+    let user = RunConfig::Vm(user);
+    let json = serde_json::to_string(&user).unwrap();
+    assert_eq!(
+        json,
+        r#"{"executor":"vm","vcpus":2,"sync":"hybrid","irqchip":"user","vmm_halt_poll_ns":50000}"#
+    );
+    assert_eq!(serde_json::from_str::<RunConfig>(&json).unwrap(), user);
+    assert!(
+        serde_json::from_str::<RunConfig>(r#"{"executor":"vm","vcpus":1,"irqchip":"usr"}"#)
+            .is_err()
+    );
     let sim = RunConfig::Sim(SimSettings::new(4, "kvm2015"));
     let json = serde_json::to_string(&sim).unwrap();
     assert_eq!(
@@ -102,4 +114,25 @@ fn limits_are_the_executors_own() {
     });
     assert!(n.validate(None).is_ok());
     assert!(n.check_host_cpus(2).is_err());
+}
+
+#[test]
+fn irqchip_parses_prints_and_validates() {
+    for i in Irqchip::ALL {
+        assert_eq!(i.to_string().parse::<Irqchip>(), Ok(i));
+    }
+    assert_eq!(Irqchip::default(), Irqchip::Kernel);
+    let err = "usr".parse::<Irqchip>().unwrap_err();
+    assert!(err.to_string().contains("use kernel"), "{err}");
+    // A VMM halt-poll window without the user irqchip would be silently unused.
+    let mut v = VmSettings::new(GuestSettings::new(1), SyncMode::Fine);
+    v.vmm_halt_poll_ns = 1000;
+    let errs = RunConfig::Vm(v.clone()).validate(None).unwrap_err();
+    assert_eq!(errs[0].setting, "vmm_halt_poll_ns");
+    v.irqchip = Irqchip::User;
+    assert!(RunConfig::Vm(v.clone()).validate(None).is_ok());
+    v.vmm_halt_poll_ns = MAX_VMM_HALT_POLL_NS + 1;
+    assert!(RunConfig::Vm(v.clone()).validate(None).is_err());
+    v.vmm_halt_poll_ns = 0;
+    assert_eq!(RunConfig::Vm(v).label(), "1vcpu fine irqchip=user hlt");
 }

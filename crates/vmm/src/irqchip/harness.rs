@@ -629,12 +629,18 @@ mod tests {
     use super::*;
 
     /// Interrupts per trigger in the default run: 3 triggers x 2 controllers
-    /// give 10^6 interrupts per mode in release (a tenth in debug builds).
+    /// give 10^5 interrupts per mode in release (a tenth in debug builds),
+    /// enough to catch the races the loom models and `a_lost_wake_up_is_detected`
+    /// show it can catch, short enough for every test run on a loaded host.
+    /// `irqchip_stress_million_per_mode` (ignored) is issue 11's 10^6 per mode.
     const PER_TRIGGER: u64 = if cfg!(debug_assertions) {
-        16_667
+        1_667
     } else {
-        166_667
+        16_667
     };
+
+    /// Issue 11's figure: 10^6 interrupts per mode (3 triggers x 2 controllers).
+    const MILLION_PER_TRIGGER: u64 = 166_667;
 
     /// The harness runs are timed: one at a time, so they do not share the cores.
     static SERIAL: Mutex<()> = Mutex::new(());
@@ -660,32 +666,42 @@ mod tests {
         report
     }
 
-    fn both(mode: SyncMode) {
+    fn both(mode: SyncMode, per_trigger: u64) {
         let flavor = Flavor::for_mode(mode);
         // Nesting happens only when a second interrupt is already pending, so
         // it is timing-dependent: checked when it occurs, not required.
-        check(mode, flavor, Target::Lapic, PER_TRIGGER);
-        check(mode, flavor, Target::Pic, PER_TRIGGER);
+        check(mode, flavor, Target::Lapic, per_trigger);
+        check(mode, flavor, Target::Pic, per_trigger);
+    }
+
+    /// 10^6 interrupts per mode, the flavour each mode uses.
+    /// `cargo test --release -p smplab-vmm irqchip_stress_million -- --ignored`
+    #[test]
+    #[ignore]
+    fn irqchip_stress_million_per_mode() {
+        for mode in SyncMode::ALL {
+            both(mode, MILLION_PER_TRIGGER);
+        }
     }
 
     #[test]
     fn irqchip_stress_global() {
-        both(SyncMode::Global);
+        both(SyncMode::Global, PER_TRIGGER);
     }
 
     #[test]
     fn irqchip_stress_iothread() {
-        both(SyncMode::IoThread);
+        both(SyncMode::IoThread, PER_TRIGGER);
     }
 
     #[test]
     fn irqchip_stress_hybrid() {
-        both(SyncMode::Hybrid);
+        both(SyncMode::Hybrid, PER_TRIGGER);
     }
 
     #[test]
     fn irqchip_stress_fine() {
-        both(SyncMode::Fine);
+        both(SyncMode::Fine, PER_TRIGGER);
     }
 
     /// The soak: 10^7 interrupts per mode and flavour, including the

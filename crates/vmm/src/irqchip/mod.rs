@@ -60,8 +60,8 @@
 //!
 //! The integration into the vCPU run loop (a `vcpu::VcpuInterrupts` per vCPU:
 //! interrupt injection with `KVM_INTERRUPT` and interrupt-window exits, HLT in the
-//! VMM, INIT/SIPI, CPUID) is described in docs/vmm.md, section "User-space
-//! interrupt controllers"; it is not done yet.
+//! VMM, INIT/SIPI, CPUID) is [`crate::user_irqchip`], used by `run_vm` with
+//! `Irqchip::User`; docs/vmm.md, section "User-space interrupt controllers".
 
 mod halt;
 mod hybrid;
