@@ -5,8 +5,8 @@
 use clap::{Args, ValueEnum};
 use smplab_lab::execute::{execute, RunLimits};
 use smplab_record::config::{
-    GuestSettings, HostPolicy, IdlePolicy, Irqchip, NativeSettings, Placement, Ple, QemuSettings,
-    RunConfig, SimSettings, SyncMode, VmSettings, DEFAULT_PLATFORM,
+    GuestSettings, HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip, NativeSettings,
+    Placement, Ple, QemuSettings, RunConfig, SimSettings, SyncMode, VmSettings, DEFAULT_PLATFORM,
 };
 use smplab_record::{exit, RunRecord, WorkloadInfo};
 use smplab_workload::{Program, Source};
@@ -92,6 +92,16 @@ pub struct RunArgs {
     /// +safepoint[:GRACE] (sim). Default fair.
     #[arg(long)]
     pub policy: Option<HostPolicy>,
+    /// Guest routing of device (`io` op) interrupts: a vCPU such as 0, a
+    /// set taken in turn such as 0,2-3, balanced (every vCPU in turn), or
+    /// running (vBalance: a vCPU the host runs at that moment; sim only)
+    /// (vm, qemu, sim). Default 0.
+    #[arg(long)]
+    pub irq_affinity: Option<IrqAffinity>,
+    /// Host CPUs of the thread that completes device requests: none or a
+    /// CPU list (native, vm, sim: modelled pCPUs). Default none.
+    #[arg(long)]
+    pub io_thread_cpus: Option<IoThreadCpus>,
     /// Random seed (sim). Default 1.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -169,6 +179,18 @@ impl RunArgs {
         check(self.timer_hz.is_some(), "timer-hz", &[Vm, Qemu], "vm, qemu");
         check(self.mem.is_some(), "mem", &[Vm, Qemu], "vm, qemu");
         check(self.console, "console", &[Vm, Qemu], "vm, qemu");
+        check(
+            self.irq_affinity.is_some(),
+            "irq-affinity",
+            &[Vm, Qemu, Sim],
+            "vm, qemu, sim",
+        );
+        check(
+            self.io_thread_cpus.is_some(),
+            "io-thread-cpus",
+            &[Native, Vm, Sim],
+            "native, vm, sim",
+        );
         let sim_only = [
             (self.platform.is_some(), "platform"),
             (self.pcpus.is_some(), "pcpus"),
@@ -199,10 +221,13 @@ impl RunArgs {
             vms: self.vms.unwrap_or(1),
             timer_hz: self.timer_hz,
             mem_bytes: self.mem,
+            irq_affinity: self.irq_affinity.clone().unwrap_or_default(),
+            io_thread_cpus: self.io_thread_cpus.clone().unwrap_or_default(),
         };
         Ok(match self.executor {
             ExecutorArg::Native => RunConfig::Native(NativeSettings {
                 placement: placement.clone(),
+                io_thread_cpus: self.io_thread_cpus.clone().unwrap_or_default(),
             }),
             ExecutorArg::Vm => RunConfig::Vm(VmSettings {
                 irqchip: self.irqchip.unwrap_or_default(),
@@ -227,6 +252,8 @@ impl RunArgs {
                 s.host_halt_poll_ns = self.host_halt_poll_ns;
                 s.policy = self.policy.unwrap_or_default();
                 s.seed = self.seed.unwrap_or(1);
+                s.irq_affinity = g.irq_affinity;
+                s.io_thread_cpus = g.io_thread_cpus;
                 RunConfig::Sim(s)
             }
         })

@@ -175,3 +175,46 @@ fn more_threads_than_the_host_can_start_is_status_5_not_an_abort() {
     assert_eq!(status(&o), exit::RESOURCE_LIMIT, "{}", stderr(&o));
     assert!(stderr(&o).contains("lower --threads"), "{}", stderr(&o));
 }
+
+#[test]
+fn io_workloads_run_natively_and_in_the_sim_with_affinity_flags() {
+    let o = smplab(&[
+        "run",
+        "--executor",
+        "sim",
+        "--workload",
+        "oltp",
+        "--threads",
+        "2",
+        "--scale",
+        "0.1",
+        "--vcpus",
+        "2",
+        "--irq-affinity",
+        "balanced",
+        "--io-thread-cpus",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(status(&o), exit::OK, "{}", stderr(&o));
+    let rec = RunRecord::from_json(&String::from_utf8_lossy(&o.stdout)).expect("a record");
+    let io = rec.io.expect("io section");
+    assert_eq!(io.requests, rec.counters.ops["io"]);
+    let run = serde_json::to_value(rec.run.expect("run config")).unwrap();
+    assert_eq!(run["irq_affinity"], "balanced");
+    assert_eq!(run["io_thread_cpus"], "1");
+
+    // A guest setting on the native executor, a vCPU the VM lacks, and an
+    // affinity only the simulator models: each is bad input, never ignored.
+    for args in [
+        &["--executor", "native", "--irq-affinity", "0"][..],
+        &["--executor", "sim", "--vcpus", "2", "--irq-affinity", "5"][..],
+        &["--executor", "vm", "--irq-affinity", "running"][..],
+    ] {
+        let mut all = vec!["run", "--workload", "oltp", "--scale", "0.1"];
+        all.extend_from_slice(args);
+        let o = smplab(&all);
+        assert_eq!(status(&o), exit::BAD_INPUT, "{args:?}: {}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{args:?}: {}", stderr(&o));
+    }
+}

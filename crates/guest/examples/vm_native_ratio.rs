@@ -122,6 +122,7 @@ fn main() {
             let nopts = smplab_native::NativeOptions {
                 pin: args.pin.clone(),
                 timeout: Some(Duration::from_secs(600)),
+                ..Default::default()
             };
             match smplab_native::run(&program, info(&program), &nopts) {
                 Ok(r) => native_best = native_best.min(r.timing.wall_ns),

@@ -144,6 +144,8 @@ pub enum GuestError {
     },
     #[error("--pin is empty; give a comma-separated list of host CPUs such as 0,1")]
     EmptyPin,
+    #[error("the workload has `io` ops, which the smplab guest cannot run yet (no block device in smplab-vmm); run it with --executor native or sim")]
+    IoUnsupported,
     #[error("--irqchip user applies only to smplab-vmm (--executor vm); QEMU runs with its in-kernel irqchip")]
     QemuUserIrqchip,
     #[error("cannot prepare the QEMU run ({what}): {source}")]
@@ -164,6 +166,7 @@ impl GuestError {
             }
             GuestError::TooManyThreads { .. }
             | GuestError::EmptyPin
+            | GuestError::IoUnsupported
             | GuestError::QemuUserIrqchip => exit::BAD_INPUT,
             GuestError::NoSuchCpu { .. } => exit::RESOURCE_LIMIT,
             GuestError::GuestRejected { .. } => exit::INTERNAL,
@@ -253,6 +256,9 @@ fn check(program: &Program, opts: &VmRunOptions) -> Result<u64, GuestError> {
     let threads = program.total_threads();
     if threads > MAX_THREADS {
         return Err(GuestError::TooManyThreads { threads });
+    }
+    if program.uses_io() {
+        return Err(GuestError::IoUnsupported);
     }
     let mem = opts.mem_bytes.unwrap_or_else(|| mem_bytes_for(program));
     if mem > MAX_MEM_BYTES {
@@ -646,6 +652,17 @@ impl Drop for TempDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn io_programs_are_refused_before_any_vm_starts() {
+        let p = smplab_workload::Source::resolve("oltp")
+            .unwrap()
+            .instantiate(Some(2), 0.1)
+            .unwrap();
+        let e = check(&p, &VmRunOptions::default()).unwrap_err();
+        assert!(matches!(e, GuestError::IoUnsupported), "{e}");
+        assert_eq!(e.exit_status(), exit::BAD_INPUT);
+    }
 
     #[test]
     fn guest_elf_has_a_pvh_note() {

@@ -326,10 +326,12 @@ impl GuestResult {
 
     /// Per-operation counts keyed like `RunRecord::counters.ops`.
     pub fn ops_map(&self) -> std::collections::BTreeMap<String, u64> {
+        // The guest reports the first 13 counters; later ones (`io`) are ops
+        // it refuses to run, so they are 0.
         counter_names::ALL
             .iter()
-            .zip(self.ops)
-            .map(|(k, v)| (k.to_string(), v))
+            .enumerate()
+            .map(|(i, k)| (k.to_string(), self.ops.get(i).copied().unwrap_or(0)))
             .collect()
     }
 

@@ -348,6 +348,7 @@ fn every_op_program(threads: u32) -> Program {
             name: "shared".into(),
             bytes: 8192,
         }],
+        devices: Vec::new(),
         groups: vec![worker, consumer],
     }
 }

@@ -140,6 +140,7 @@ fn run_irqchip_bench(args: &IrqchipBenchArgs) -> Result<String, i32> {
                 let info = source.workload_info(&program);
                 let native = RunConfig::Native(NativeSettings {
                     placement: Placement::Float,
+                    ..NativeSettings::default()
                 });
                 if let Ok(recs) = execute(&program, &info, &native, &limits) {
                     runs.native

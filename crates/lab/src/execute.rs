@@ -189,6 +189,7 @@ pub fn execute(
             let opts = smplab_native::NativeOptions {
                 pin: n.placement.cpus(host_cores()),
                 timeout: Some(limits.timeout),
+                io_thread_cpus: n.io_thread_cpus.0.clone(),
             };
             vec![smplab_native::run(program, info.clone(), &opts)?]
         }

@@ -77,6 +77,13 @@ pub fn scenario(
         vm.ple = ple;
         vm.apicv = s.apicv;
         vm.sdb = s.sdb.then(Sdb::default);
+        vm.irq_affinity = s.irq_affinity.clone();
+        vm.io_thread_cpus = s
+            .io_thread_cpus
+            .0
+            .iter()
+            .map(|&c| u32::try_from(c).unwrap_or(u32::MAX))
+            .collect();
         // Device exits the workload makes inside its window: none for the
         // workload model today (no I/O operation), so the sync mode is
         // carried but serializes nothing.

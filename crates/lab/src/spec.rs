@@ -7,8 +7,8 @@ use crate::sweep::{Repetitions, DEFAULT_MAX_REPETITIONS};
 use serde::Deserialize;
 use serde_spanned::Spanned;
 use smplab_record::config::{
-    self, GuestSettings, HostPolicy, IdlePolicy, Irqchip, NativeSettings, Placement, Ple,
-    QemuSettings, RunConfig, SimSettings, SyncMode, VmSettings,
+    self, GuestSettings, HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip,
+    NativeSettings, Placement, Ple, QemuSettings, RunConfig, SimSettings, SyncMode, VmSettings,
 };
 use smplab_record::diag::{Diagnostics, SourceText};
 use smplab_record::Executor;
@@ -61,6 +61,8 @@ struct MatrixFile {
     sdb: Option<Spanned<toml::Value>>,
     policy: Option<Spanned<toml::Value>>,
     scale: Option<Spanned<toml::Value>>,
+    irq_affinity: Option<Spanned<toml::Value>>,
+    io_thread_cpus: Option<Spanned<toml::Value>>,
 }
 
 /// An expanded, validated experiment.
@@ -234,6 +236,8 @@ struct Axes {
     sdb: Vec<bool>,
     policy: Vec<HostPolicy>,
     scales: Vec<f64>,
+    irq_affinity: Vec<IrqAffinity>,
+    io_thread_cpus: Vec<IoThreadCpus>,
 }
 
 /// `ple` takes true (Intel PLE, seed 000's hosts), false, or a mode name;
@@ -336,6 +340,20 @@ fn parse_axes(loc: &SourceText, m: &MatrixFile, diags: &mut Diagnostics) -> Axes
         sdb: bool_axis(&m.sdb, "sdb", diags),
         policy: axis(loc, "policy", &m.policy, HostPolicy::default(), diags),
         scales,
+        irq_affinity: axis(
+            loc,
+            "irq_affinity",
+            &m.irq_affinity,
+            IrqAffinity::default(),
+            diags,
+        ),
+        io_thread_cpus: axis(
+            loc,
+            "io_thread_cpus",
+            &m.io_thread_cpus,
+            IoThreadCpus::default(),
+            diags,
+        ),
     }
 }
 
@@ -347,10 +365,45 @@ fn executor_configs(
     vcpus: u32,
     placement: &Placement,
 ) -> Vec<RunConfig> {
+    let base = base_configs(ax, executor, vcpus, placement);
+    // The interrupt affinity axes, where the executor takes them.
+    let default_irq = [IrqAffinity::default()];
+    let default_io = [IoThreadCpus::default()];
+    let irqs: &[IrqAffinity] = if executor == Executor::Native {
+        &default_irq
+    } else {
+        &ax.irq_affinity
+    };
+    let ios: &[IoThreadCpus] = if executor == Executor::Qemu {
+        &default_io
+    } else {
+        &ax.io_thread_cpus
+    };
+    let mut out = Vec::with_capacity(base.len() * irqs.len() * ios.len());
+    for c in base {
+        for irq in irqs {
+            for io in ios {
+                let mut c = c.clone();
+                c.set_irq_affinity(irq.clone());
+                c.set_io_thread_cpus(io.clone());
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+fn base_configs(
+    ax: &Axes,
+    executor: Executor,
+    vcpus: u32,
+    placement: &Placement,
+) -> Vec<RunConfig> {
     let mut out = Vec::new();
     if executor == Executor::Native {
         out.push(RunConfig::Native(NativeSettings {
             placement: placement.clone(),
+            ..NativeSettings::default()
         }));
         return out;
     }
@@ -363,6 +416,7 @@ fn executor_configs(
                 vms,
                 timer_hz: None,
                 mem_bytes: None,
+                ..GuestSettings::new(vcpus)
             };
             match executor {
                 Executor::Native => {}
@@ -419,6 +473,8 @@ fn setting_span(m: &Spanned<MatrixFile>, setting: &str) -> Range<usize> {
         "pin" => &f.pin,
         "platform" => &f.platform,
         "policy" => &f.policy,
+        "irq_affinity" => &f.irq_affinity,
+        "io_thread_cpus" => &f.io_thread_cpus,
         _ => &None,
     };
     match (axis, setting) {
@@ -677,6 +733,53 @@ sync = ["global", "hybrid"]
         assert_eq!(sim.config.platform(), Some("pvm-here"));
         // PLE follows the platform unless the spec says.
         assert!(matches!(&sim.config, RunConfig::Sim(s) if s.ple.is_none()));
+    }
+
+    #[test]
+    fn interrupt_affinity_axes_expand_where_they_apply() {
+        let text = r#"
+name = "t"
+[matrix]
+executor = ["native", "qemu", "sim"]
+workload = "oltp"
+vcpus = 2
+irq_affinity = ["0", "balanced"]
+io_thread_cpus = ["none", "1"]
+"#;
+        let s = ExperimentSpec::from_text("t.toml", text).unwrap();
+        let without = text
+            .lines()
+            .filter(|l| !l.starts_with("irq_affinity") && !l.starts_with("io_thread_cpus"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let base = ExperimentSpec::from_text("t.toml", &without).unwrap();
+        let count =
+            |s: &ExperimentSpec, e: Executor| s.points.iter().filter(|p| p.executor() == e).count();
+        // native: io threads only; qemu: irq affinity only; sim: both.
+        assert_eq!(
+            count(&s, Executor::Native),
+            2 * count(&base, Executor::Native)
+        );
+        assert_eq!(count(&s, Executor::Qemu), 2 * count(&base, Executor::Qemu));
+        assert_eq!(count(&s, Executor::Sim), 4 * count(&base, Executor::Sim));
+        assert!(count(&base, Executor::Sim) > 0);
+        assert!(s.points.iter().any(|p| matches!(&p.config,
+            RunConfig::Sim(x) if x.irq_affinity == IrqAffinity::Balanced && x.io_thread_cpus.0 == [1])));
+        let keys: BTreeSet<_> = s.points.iter().map(|p| p.key()).collect();
+        assert_eq!(keys.len(), s.points.len(), "keys are unique");
+
+        let bad = "name = \"t\"\n[matrix]\nexecutor = \"sim\"\nworkload = \"oltp\"\nirq_affinity = \"everywhere\"\n";
+        let err = ExperimentSpec::from_text("t.toml", bad)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.toml:5:16:"), "{err}");
+        assert!(err.contains("balanced"), "{err}");
+        let out_of_range = "name = \"t\"\n[matrix]\nexecutor = \"sim\"\nworkload = \"oltp\"\nvcpus = 2\nirq_affinity = \"3\"\n";
+        let err = ExperimentSpec::from_text("t.toml", out_of_range)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.toml:6:16:"), "{err}");
+        assert!(err.contains("vCPU 3 does not exist"), "{err}");
     }
 
     #[test]

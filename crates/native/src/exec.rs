@@ -47,6 +47,7 @@ const C_ATOMIC: usize = counter_index(counter_names::ATOMIC);
 const C_SLEEP: usize = counter_index(counter_names::SLEEP);
 const C_YIELD: usize = counter_index(counter_names::YIELD);
 const C_SHOOTDOWN: usize = counter_index(counter_names::SHOOTDOWN);
+const C_IO: usize = counter_index(counter_names::IO);
 
 /// Compute iterations between abort checks (about 20-40 ms at ~1-2 ns each).
 const COMPUTE_SLICE: u64 = 1 << 24;
@@ -126,6 +127,8 @@ pub(crate) struct Worker<'a> {
     pub state: u64,
     /// Sum of bytes read by touches, kept observable so reads are not elided.
     pub sink: u64,
+    /// Completion → running-again latency of each `io` op, ns.
+    pub io_wake_ns: Vec<u64>,
     tokens: u64,
 }
 
@@ -140,6 +143,7 @@ impl<'a> Worker<'a> {
             tid,
             state: tid,
             sink: 0,
+            io_wake_ns: Vec::new(),
             tokens: 0,
         }
     }
@@ -290,6 +294,15 @@ impl<'a> Worker<'a> {
                     .map_err(|e| Stop::Failed(format!("shootdown mprotect failed: {e}")))?;
                 self.bump(C_SHOOTDOWN, 1);
             }
+            Op::Io { device, service_ns } => {
+                let tid = usize::try_from(self.tid).unwrap_or(usize::MAX);
+                let (wake_ns, slept) = s.devices.io(tid, *device, *service_ns, &self.ctx)?;
+                self.io_wake_ns.push(wake_ns);
+                if slept {
+                    self.ctx.stats.blocks += 1;
+                }
+                self.bump(C_IO, 1);
+            }
             Op::Repeat { count, body } => {
                 for _ in 0..*count {
                     self.run(body)?;
@@ -346,6 +359,7 @@ mod tests {
             C_SLEEP,
             C_YIELD,
             C_SHOOTDOWN,
+            C_IO,
         ];
         let mut seen: Vec<usize> = idx.to_vec();
         seen.sort_unstable();

@@ -6,6 +6,7 @@
 //! conservation tests). [`primitives`] holds the spin locks, futex mutex,
 //! barrier and queue themselves, public for the bench and tests.
 
+mod device;
 mod exec;
 mod limits;
 pub mod primitives;
@@ -34,6 +35,9 @@ pub struct NativeOptions {
     /// Give up (and return [`NativeError::Timeout`]) if the workload has not
     /// finished this long after it started. `None` waits for ever.
     pub timeout: Option<Duration>,
+    /// CPUs the device stand-in's completion thread may run on (`io` ops);
+    /// empty: not pinned.
+    pub io_thread_cpus: Vec<usize>,
 }
 
 /// Why a native run failed.
@@ -61,6 +65,11 @@ pub enum NativeError {
     #[error("cannot start thread {thread}: {source}; lower --threads or raise the process/thread limit (ulimit -u)")]
     Spawn {
         thread: String,
+        source: std::io::Error,
+    },
+    #[error("the device completion thread could not be pinned to CPUs {cpus}: {source}")]
+    PinIoThread {
+        cpus: String,
         source: std::io::Error,
     },
     #[error("thread {thread} could not be pinned to CPU {cpu}: {source}")]
@@ -104,6 +113,7 @@ impl NativeError {
             NativeError::Affinity(_)
             | NativeError::Spawn { .. }
             | NativeError::Pin { .. }
+            | NativeError::PinIoThread { .. }
             | NativeError::Thread { .. }
             | NativeError::Stuck { .. } => exit::RUN_FAILED,
         }
@@ -159,6 +169,8 @@ pub struct Execution {
     /// Tokens left in each queue.
     pub queue_left: Vec<usize>,
     pub counter_values: Vec<u64>,
+    /// Device-request latencies, when the program ran `io` ops.
+    pub io: Option<smplab_record::io::IoSection>,
 }
 
 /// Run `program` and describe it in a [`RunRecord`] (executor `native`).
@@ -202,6 +214,10 @@ pub fn run(
     c.wakeups = ex.stats.wakeups;
     c.context_switches_voluntary = ex.voluntary_switches;
     c.context_switches_involuntary = ex.involuntary_switches;
+    if !opts.io_thread_cpus.is_empty() {
+        record.set_config("io_thread_cpus", opts.io_thread_cpus.clone());
+    }
+    record.io = ex.io;
     Ok(record)
 }
 
@@ -248,6 +264,7 @@ struct ThreadOut {
     report: ThreadReport,
     tallies: Tallies,
     sink: u64,
+    io_wake_ns: Vec<u64>,
 }
 
 /// Increments `finished` (and `ready`, if the thread never got that far)
@@ -289,8 +306,79 @@ pub fn execute(program: &Program, opts: &NativeOptions) -> Result<Execution, Nat
     if let Some(pin) = &opts.pin {
         check_pin(pin)?;
     }
+    if !opts.io_thread_cpus.is_empty() {
+        check_pin(&opts.io_thread_cpus)?;
+    }
     check_threads(program)?;
     let shared = Arc::new(Shared::new(program)?);
+    let completion = if program.uses_io() {
+        Some(spawn_completion_thread(&shared, &opts.io_thread_cpus)?)
+    } else {
+        None
+    };
+    let result = run_threads(&shared, program, opts);
+    if let Some(h) = completion {
+        shared.devices.stop();
+        // The completion thread never panics on its own data; a join
+        // error would only repeat a failure already recorded.
+        let _ = h.join();
+    }
+    result
+}
+
+/// Start the device stand-in's completion thread, pinned to `cpus` if any.
+fn spawn_completion_thread(
+    shared: &Arc<Shared>,
+    cpus: &[usize],
+) -> Result<std::thread::JoinHandle<()>, NativeError> {
+    let sh = Arc::clone(shared);
+    let shown = cpu_list(cpus);
+    let cpus = cpus.to_vec();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::Builder::new()
+        .name("smplab-io".into())
+        .spawn(move || {
+            let pinned = if cpus.is_empty() {
+                Ok(())
+            } else {
+                sys::pin_current_thread_to(&cpus)
+            };
+            let ok = pinned.is_ok();
+            let _ = tx.send(pinned);
+            if ok {
+                sh.devices.serve();
+            }
+        })
+        .map_err(|source| NativeError::Spawn {
+            thread: "smplab-io".into(),
+            source,
+        })?;
+    match rx.recv() {
+        Ok(Ok(())) => Ok(handle),
+        Ok(Err(source)) => {
+            let _ = handle.join();
+            Err(NativeError::PinIoThread {
+                cpus: shown,
+                source,
+            })
+        }
+        Err(_) => {
+            let _ = handle.join();
+            Err(NativeError::Thread {
+                thread: "smplab-io".into(),
+                reason: "the device completion thread ended before it started serving".into(),
+            })
+        }
+    }
+}
+
+/// Run the worker threads of `program` on `shared`.
+fn run_threads(
+    shared: &Arc<Shared>,
+    program: &Program,
+    opts: &NativeOptions,
+) -> Result<Execution, NativeError> {
+    let shared = Arc::clone(shared);
     let program = Arc::new(program.clone());
     let plan = program.threads();
     // check_threads bounds the thread count far below u32::MAX.
@@ -440,6 +528,12 @@ fn summarize(shared: &Shared, outs: Vec<ThreadOut>) -> Execution {
     let (mut vol, mut invol) = (0u64, 0u64);
     let mut sink = 0u64;
     let mut threads = Vec::with_capacity(outs.len());
+    let uses_io = outs.iter().any(|o| !o.io_wake_ns.is_empty());
+    let io = uses_io.then(|| {
+        shared
+            .devices
+            .section(outs.iter().flat_map(|o| o.io_wake_ns.iter().copied()))
+    });
     for o in outs {
         counts.add(&o.report.counts);
         stats.add(&o.report.stats);
@@ -482,6 +576,7 @@ fn summarize(shared: &Shared, outs: Vec<ThreadOut>) -> Execution {
         queue_pops: tallies.pops,
         queue_push_sums: tallies.push_sum,
         queue_pop_sums: tallies.pop_sum,
+        io,
     }
 }
 
@@ -581,6 +676,7 @@ fn worker(
         },
         tallies: w.tallies,
         sink: w.sink,
+        io_wake_ns: w.io_wake_ns,
     })
 }
 

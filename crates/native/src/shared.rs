@@ -1,6 +1,7 @@
 //! Everything the threads of one run share: the program's primitives, buffers,
 //! the shootdown mapping, and the start gate / finish / abort machinery.
 
+use crate::device::Devices;
 use crate::primitives::{Barrier, BoundedQueue, CachePadded, FutexMutex, SpinLock};
 use crate::sys::{self, Mapping, PAGE};
 use crate::NativeError;
@@ -15,6 +16,8 @@ pub(crate) struct Shared {
     pub queues: Vec<BoundedQueue>,
     pub counters: Vec<CachePadded<AtomicU64>>,
     pub buffers: Vec<Mapping>,
+    /// The devices `io` ops submit to (and their completion slots).
+    pub devices: Devices,
     /// Pages every thread writes once before the start gate; shootdowns
     /// mprotect a prefix of it.
     pub shoot: Mapping,
@@ -74,6 +77,7 @@ impl Shared {
                 .map(|_| CachePadded(AtomicU64::new(0)))
                 .collect(),
             buffers,
+            devices: Devices::new(p),
             shoot,
             abort: CachePadded(AtomicBool::new(false)),
             gate: AtomicU32::new(0),
@@ -113,6 +117,7 @@ impl Shared {
         for q in &self.queues {
             q.wake_all();
         }
+        self.devices.wake_all();
     }
 }
 
@@ -128,6 +133,7 @@ fn check(p: &Program) -> Result<(), NativeError> {
                 Op::Barrier(i) => ("barrier", *i, p.barriers.len()),
                 Op::Push(i) | Op::Pop(i) => ("queue", *i, p.queues.len()),
                 Op::Atomic { counter, .. } => ("counter", *counter, p.counters.len()),
+                Op::Io { device, .. } => ("device", *device, p.devices.len()),
                 Op::Touch {
                     buffer: BufferRef::Shared(i),
                     ..
@@ -158,6 +164,12 @@ fn check(p: &Program) -> Result<(), NativeError> {
         return Err(NativeError::BadProgram(format!(
             "barrier `{}` has 0 parties; it needs at least 1",
             b.name
+        )));
+    }
+    if let Some(d) = p.devices.iter().find(|d| d.queue_depth == 0) {
+        return Err(NativeError::BadProgram(format!(
+            "device `{}` has queue_depth 0; it needs at least 1",
+            d.name
         )));
     }
     if let Some(q) = p.queues.iter().find(|q| q.capacity == 0) {

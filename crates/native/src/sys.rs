@@ -202,6 +202,28 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// Pin the calling thread to a set of CPUs (it may run on any of them).
+pub fn pin_current_thread_to(cpus: &[usize]) -> io::Result<()> {
+    // SAFETY: plain data, all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        if cpu >= MAX_CPUS {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("CPU {cpu} is beyond the {MAX_CPUS} CPUs an affinity mask can name"),
+            ));
+        }
+        // SAFETY: cpu < CPU_SETSIZE, checked above.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // SAFETY: pid 0 is the calling thread; the set is ours and sized correctly.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// CPU time consumed by the calling thread so far, in nanoseconds.
 pub fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {

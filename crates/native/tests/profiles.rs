@@ -15,6 +15,7 @@ fn opts() -> NativeOptions {
         pin: None,
         // Generous: a failure here means a deadlock, not a slow machine.
         timeout: Some(Duration::from_secs(120)),
+        io_thread_cpus: Vec::new(),
     }
 }
 

@@ -79,6 +79,7 @@ impl Gen {
             queues: Vec::new(),
             counters: Vec::new(),
             buffers: Vec::new(),
+            devices: Vec::new(),
             groups: Vec::new(),
         };
         for i in 0..rng.below(3) {
@@ -364,6 +365,7 @@ proptest! {
             // Generous: these programs take milliseconds; only a deadlock
             // gets anywhere near this.
             timeout: Some(Duration::from_secs(60)),
+            io_thread_cpus: Vec::new(),
         };
         let ex = watchdog(Duration::from_secs(180), seed, || execute(&p, &opts))
             .map_err(|e| TestCaseError::fail(format!("seed {seed}: {e}\n{p:#?}")))?;
@@ -406,6 +408,7 @@ fn the_generator_covers_every_op_kind() {
                 Op::SleepNs(_) => "sleep",
                 Op::Yield(_) => "yield",
                 Op::Shootdown { .. } => "shootdown",
+                Op::Io { .. } => "io",
                 Op::Repeat { body, .. } => {
                     walk(body, seen);
                     "repeat"

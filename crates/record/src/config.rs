@@ -17,9 +17,11 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 mod host_policy;
+pub mod io;
 pub mod settings;
 
 pub use host_policy::{parse_duration, BadDuration, HostPolicy, PolicyKind};
+pub use io::{BadIoThreadCpus, BadIrqAffinity, IoThreadCpus, IrqAffinity};
 pub use settings::{
     BadIdlePolicy, BadIrqchip, BadPlacement, BadPle, IdlePolicy, Irqchip, Placement, Ple, SyncMode,
     UnknownSyncMode, MAX_VMM_HALT_POLL_NS,
@@ -64,6 +66,9 @@ pub enum RunConfig {
 pub struct NativeSettings {
     #[serde(default, skip_serializing_if = "Placement::is_float")]
     pub placement: Placement,
+    /// CPUs of the device stand-in's completion thread (`io` ops).
+    #[serde(default, skip_serializing_if = "IoThreadCpus::is_float")]
+    pub io_thread_cpus: IoThreadCpus,
 }
 
 /// Settings of the smplab guest, whichever VMM boots it.
@@ -87,6 +92,12 @@ pub struct GuestSettings {
     /// Guest memory; `None` sizes it from the program (at least 64 MiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_bytes: Option<u64>,
+    /// Guest IOAPIC routing of device interrupts (`io` ops).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub irq_affinity: IrqAffinity,
+    /// CPUs of the VMM thread that completes device requests.
+    #[serde(default, skip_serializing_if = "IoThreadCpus::is_float")]
+    pub io_thread_cpus: IoThreadCpus,
 }
 
 /// Settings of a smplab-vmm run.
@@ -180,6 +191,12 @@ pub struct SimSettings {
     pub host_halt_poll_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "is_default")]
     pub policy: HostPolicy,
+    /// Guest IOAPIC routing of device interrupts (`io` ops).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub irq_affinity: IrqAffinity,
+    /// Modelled pCPUs of the host thread that completes device requests.
+    #[serde(default, skip_serializing_if = "IoThreadCpus::is_float")]
+    pub io_thread_cpus: IoThreadCpus,
     /// Random seed (a simulation is deterministic for a seed).
     #[serde(default = "one_u64", skip_serializing_if = "is_one_u64")]
     pub seed: u64,
@@ -211,6 +228,8 @@ impl GuestSettings {
             vms: 1,
             timer_hz: None,
             mem_bytes: None,
+            irq_affinity: IrqAffinity::default(),
+            io_thread_cpus: IoThreadCpus::default(),
         }
     }
 }
@@ -231,6 +250,8 @@ impl SimSettings {
             sdb: false,
             host_halt_poll_ns: None,
             policy: HostPolicy::default(),
+            irq_affinity: IrqAffinity::default(),
+            io_thread_cpus: IoThreadCpus::default(),
             seed: 1,
         }
     }
@@ -387,6 +408,46 @@ impl RunConfig {
         }
     }
 
+    /// The guest interrupt affinity (`None` for native).
+    pub fn irq_affinity(&self) -> Option<&IrqAffinity> {
+        match self {
+            RunConfig::Native(_) => None,
+            RunConfig::Vm(v) => Some(&v.guest.irq_affinity),
+            RunConfig::Qemu(q) => Some(&q.guest.irq_affinity),
+            RunConfig::Sim(s) => Some(&s.irq_affinity),
+        }
+    }
+
+    /// Set the guest interrupt affinity (a native run has no guest).
+    pub fn set_irq_affinity(&mut self, a: IrqAffinity) {
+        match self {
+            RunConfig::Native(_) => {}
+            RunConfig::Vm(v) => v.guest.irq_affinity = a,
+            RunConfig::Qemu(q) => q.guest.irq_affinity = a,
+            RunConfig::Sim(s) => s.irq_affinity = a,
+        }
+    }
+
+    /// The CPUs of the thread completing device requests.
+    pub fn io_thread_cpus(&self) -> &IoThreadCpus {
+        match self {
+            RunConfig::Native(n) => &n.io_thread_cpus,
+            RunConfig::Vm(v) => &v.guest.io_thread_cpus,
+            RunConfig::Qemu(q) => &q.guest.io_thread_cpus,
+            RunConfig::Sim(s) => &s.io_thread_cpus,
+        }
+    }
+
+    /// Set the CPUs of the thread completing device requests.
+    pub fn set_io_thread_cpus(&mut self, cpus: IoThreadCpus) {
+        match self {
+            RunConfig::Native(n) => n.io_thread_cpus = cpus,
+            RunConfig::Vm(v) => v.guest.io_thread_cpus = cpus,
+            RunConfig::Qemu(q) => q.guest.io_thread_cpus = cpus,
+            RunConfig::Sim(s) => s.io_thread_cpus = cpus,
+        }
+    }
+
     /// Where the interrupt controllers are emulated (smplab-vmm only).
     pub fn irqchip(&self) -> Option<Irqchip> {
         match self {
@@ -415,9 +476,19 @@ impl RunConfig {
             RunConfig::Native(_) => {}
             RunConfig::Vm(v) => {
                 v.guest.validate(threads, &mut p);
+                v.guest.refuse_running_affinity(&mut p);
                 v.validate(&mut p);
             }
-            RunConfig::Qemu(QemuSettings { guest }) => guest.validate(threads, &mut p),
+            RunConfig::Qemu(QemuSettings { guest }) => {
+                guest.validate(threads, &mut p);
+                guest.refuse_running_affinity(&mut p);
+                if !guest.io_thread_cpus.is_float() {
+                    p.push(ConfigError::new(
+                        "io_thread_cpus",
+                        "QEMU runs its own I/O threads; smplab cannot pin them (use --executor vm)",
+                    ));
+                }
+            }
             RunConfig::Sim(s) => s.validate(&mut p),
         }
         if p.is_empty() {
@@ -433,6 +504,7 @@ impl RunConfig {
         if matches!(self, RunConfig::Sim(_)) {
             return Ok(()); // modelled pCPUs, not this host's
         }
+        crate::cpus::check_cpus_exist(&self.io_thread_cpus().0, cores)?;
         match self.placement() {
             Placement::Cpus(cpus) => crate::cpus::check_cpus_exist(cpus, cores),
             _ => Ok(()),
@@ -464,6 +536,14 @@ impl RunConfig {
         }
         if !self.placement().is_float() {
             parts.push(format!("pin={}", self.placement()));
+        }
+        if let Some(a) = self.irq_affinity() {
+            if *a != IrqAffinity::default() {
+                parts.push(format!("irq={a}"));
+            }
+        }
+        if !self.io_thread_cpus().is_float() {
+            parts.push(format!("iothread={}", self.io_thread_cpus()));
         }
         if let RunConfig::Sim(s) = self {
             parts.push(s.platform.clone());
@@ -533,6 +613,19 @@ impl GuestSettings {
             );
         }
         self.idle.validate(p);
+        self.irq_affinity.validate(self.vcpus, p);
+    }
+}
+
+impl GuestSettings {
+    /// Only the simulator knows which vCPUs the host runs at each instant.
+    fn refuse_running_affinity(&self, p: &mut Vec<ConfigError>) {
+        if self.irq_affinity == IrqAffinity::Running {
+            p.push(ConfigError::new(
+                "irq_affinity",
+                "running (vBalance) needs the hypervisor to tell the guest which vCPUs run; only --executor sim models it",
+            ));
+        }
     }
 }
 
@@ -585,6 +678,17 @@ impl SimSettings {
             }
         }
         self.policy.validate(p);
+        self.irq_affinity.validate(self.vcpus, p);
+        let pcpus = self.pcpus.unwrap_or(self.vcpus) as usize;
+        if let Some(c) = self.io_thread_cpus.0.iter().find(|&&c| c >= pcpus) {
+            p.push(ConfigError::new(
+                "io_thread_cpus",
+                format!(
+                    "pCPU {c} does not exist: the modelled host has pCPUs 0-{}",
+                    pcpus.saturating_sub(1)
+                ),
+            ));
+        }
     }
 }
 

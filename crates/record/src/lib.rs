@@ -14,6 +14,7 @@ pub mod exit;
 pub mod guest;
 pub mod histogram;
 pub mod host;
+pub mod io;
 pub mod sim;
 pub mod summary;
 pub mod vmm;
@@ -179,6 +180,9 @@ pub struct RunRecord {
     pub guest: Option<guest::GuestSection>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sim: Option<sim::SimSection>,
+    /// Device-request latencies, when the workload ran `io` ops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<io::IoSection>,
 }
 
 /// Errors reading a record.
@@ -211,6 +215,7 @@ impl RunRecord {
             vmm: None,
             guest: None,
             sim: None,
+            io: None,
         }
     }
 

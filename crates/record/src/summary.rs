@@ -66,6 +66,19 @@ impl RunRecord {
             c.context_switches_voluntary,
             c.context_switches_involuntary
         );
+        if let Some(io) = &self.io {
+            let us = |ns: u64| ns as f64 / 1e3;
+            let _ = writeln!(
+                s,
+                "  io: {} requests; completion → handler p50 {:.1} µs p99 {:.1} µs; → waiter running p50 {:.1} µs p99 {:.1} µs; interrupts per CPU {:?}",
+                io.requests,
+                us(io.irq_latency.p50_ns),
+                us(io.irq_latency.p99_ns),
+                us(io.wake_latency.p50_ns),
+                us(io.wake_latency.p99_ns),
+                io.irqs_per_cpu
+            );
+        }
         if let Some(g) = &self.guest {
             let _ = writeln!(
                 s,

@@ -45,9 +45,11 @@ pub const IDLE_HALTED: usize = 23;
 pub const HALT_POLL: usize = 24;
 pub const SPIN_YIELD: usize = 25;
 pub const STEAL: usize = 26;
+/// Guest kernel: device (`io`) interrupt handlers.
+pub const KERNEL_IO_HANDLER: usize = 27;
 /// Time the engine could not attribute; a test asserts it stays zero.
-pub const UNATTRIBUTED: usize = 27;
-pub const N: usize = 28;
+pub const UNATTRIBUTED: usize = 28;
+pub const N: usize = 29;
 
 /// Record keys, in index order.
 pub const NAMES: [&str; N] = [
@@ -78,6 +80,7 @@ pub const NAMES: [&str; N] = [
     "halt_poll",
     "spin_yield",
     "steal",
+    "kernel_io_handler",
     "unattributed",
 ];
 
@@ -110,6 +113,7 @@ pub const DESCRIPTIONS: [&str; N] = [
     "idle: host halt-polling (bare metal: the idle governor's poll)",
     "runnable after a PLE/SDB yield (directed-yield steal)",
     "steal: runnable but not running",
+    "guest kernel: device interrupt handlers (wake the I/O waiter)",
     "unattributed (a bug if non-zero)",
 ];
 

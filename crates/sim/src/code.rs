@@ -22,6 +22,9 @@ pub mod counter {
     pub const SLEEP: usize = 10;
     pub const YIELD: usize = 11;
     pub const SHOOTDOWN: usize = 12;
+    pub const IO: usize = 13;
+    /// Number of counters.
+    pub const N: usize = smplab_workload::program::counter_names::COUNT;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -48,6 +51,11 @@ pub enum Ins {
     Sleep(u64),
     Yield(u64),
     Shootdown,
+    /// Synchronous device request: device index, service time.
+    Io {
+        device: u32,
+        service_ns: u64,
+    },
     /// Start a loop of `count` passes; `end` is the index of its `LoopEnd`.
     LoopBegin {
         count: u64,
@@ -139,6 +147,10 @@ fn emit(
             Op::SleepNs(ns) => Ins::Sleep(*ns),
             Op::Yield(k) => Ins::Yield(*k),
             Op::Shootdown { .. } => Ins::Shootdown,
+            Op::Io { device, service_ns } => Ins::Io {
+                device: *device,
+                service_ns: *service_ns,
+            },
             Op::Repeat { count, body } => {
                 let begin = out.len();
                 out.push(Ins::LoopBegin {

@@ -81,6 +81,10 @@ pub(crate) fn records(
                 context_switches_voluntary: o.cs_voluntary,
                 context_switches_involuntary: o.cs_involuntary,
             };
+            r.io = out.io.get(k).cloned().flatten();
+            if r.io.is_some() {
+                r.set_config("irq_affinity", spec.irq_affinity.to_string());
+            }
             r.sim = Some(SimSection {
                 platform: s.platform.name.clone(),
                 policy: s.policy.label(),

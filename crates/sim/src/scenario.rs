@@ -199,6 +199,10 @@ pub struct VmSpec {
     /// Spin Detection Buffer with spin-triggered preemption.
     pub sdb: Option<Sdb>,
     pub devices: Option<Devices>,
+    /// Which vCPUs the guest routes device (`io`) interrupts to.
+    pub irq_affinity: smplab_record::config::IrqAffinity,
+    /// Host pCPUs of the thread completing device requests (empty: any).
+    pub io_thread_cpus: Vec<u32>,
 }
 
 impl VmSpec {
@@ -215,6 +219,8 @@ impl VmSpec {
             apicv: false,
             sdb: None,
             devices: None,
+            irq_affinity: smplab_record::config::IrqAffinity::default(),
+            io_thread_cpus: Vec::new(),
         }
     }
 

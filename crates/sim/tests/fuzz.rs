@@ -5,6 +5,7 @@
 //! instead of a hang. More cases and another seed:
 //! `SMPLAB_SIM_FUZZ_CASES=2000 SMPLAB_SIM_FUZZ_SEED=7 cargo test -p smplab-sim --test fuzz`.
 
+use smplab_record::config::IrqAffinity;
 use smplab_sim::*;
 
 #[test]
@@ -81,6 +82,15 @@ fn random_scenarios_finish_with_exact_counts() {
             }
             if r(4) == 0 {
                 v.program = v.program.spin_to_block();
+            }
+            v.irq_affinity = match r(4) {
+                0 => IrqAffinity::default(),
+                1 => IrqAffinity::Balanced,
+                2 => IrqAffinity::Running,
+                _ => IrqAffinity::Vcpus(vec![vcpus - 1, 0]),
+            };
+            if r(2) == 0 {
+                v.io_thread_cpus = vec![pcpus - 1];
             }
             vms.push(v);
         }

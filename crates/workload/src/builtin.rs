@@ -23,6 +23,8 @@ pub const PROFILES: &[(&str, &str)] = &[
     ("volrend", include_str!("../profiles/volrend.toml")),
     ("spinlock", include_str!("../profiles/spinlock.toml")),
     ("shootdown", include_str!("../profiles/shootdown.toml")),
+    ("oltp", include_str!("../profiles/oltp.toml")),
+    ("phases", include_str!("../profiles/phases.toml")),
 ];
 
 /// Names of all built-in profiles.
@@ -81,5 +83,40 @@ mod tests {
         assert_eq!(b.wait, crate::BarrierWait::SpinThenBlock);
         let blocked = p.spin_to_block();
         assert_eq!(blocked.barriers[0].wait, crate::BarrierWait::Block);
+    }
+}
+
+#[cfg(test)]
+mod io_profile_tests {
+    use crate::program::counter_names;
+    use crate::Source;
+
+    #[test]
+    fn oltp_reads_two_pages_and_commits_once_per_transaction() {
+        let p = Source::resolve("oltp")
+            .unwrap()
+            .instantiate(Some(4), 1.0)
+            .unwrap();
+        assert!(p.uses_io());
+        let c = p.expected_counts();
+        // 256 transactions in all: two disk reads and one log write each.
+        assert_eq!(c[counter_names::IO], 256 * 3);
+        assert_eq!(c[counter_names::MUTEX_LOCK], 256 * 5);
+        assert_eq!(p.devices.len(), 2);
+    }
+
+    #[test]
+    fn phases_does_io_first_then_synchronizes() {
+        let p = Source::resolve("phases")
+            .unwrap()
+            .instantiate(Some(2), 1.0)
+            .unwrap();
+        let c = p.expected_counts();
+        assert_eq!(c[counter_names::IO], 512);
+        assert_eq!(c[counter_names::BARRIER], 2 * (1 + 100));
+        assert!(matches!(
+            p.groups[0].ops[0],
+            crate::Op::Repeat { ref body, .. } if matches!(body[1], crate::Op::Io { .. })
+        ));
     }
 }

@@ -23,6 +23,7 @@ pub mod opcode {
     pub const YIELD: u8 = 0x0c;
     pub const SHOOTDOWN: u8 = 0x0d;
     pub const REPEAT: u8 = 0x0e;
+    pub const IO: u8 = 0x0f;
 }
 
 /// Buffer index meaning "the thread's private buffer".
@@ -137,6 +138,11 @@ fn ops(w: &mut W, ops: &[Op]) {
                 w.u8(SHOOTDOWN);
                 w.u32(*pages);
             }
+            Op::Io { device, service_ns } => {
+                w.u8(IO);
+                w.u32(*device);
+                w.u64(*service_ns);
+            }
             Op::Repeat { count, body } => {
                 let mut inner = W(Vec::new());
                 self::ops(&mut inner, body);
@@ -194,6 +200,12 @@ pub fn encode(p: &Program) -> Vec<u8> {
         w.u64(p.private_bytes(gi));
         w.u32(u32::try_from(body.0.len()).unwrap_or(u32::MAX));
         w.0.extend_from_slice(&body.0);
+    }
+    // The device table trails the groups so a decoder that predates devices
+    // still reads everything before it unchanged.
+    w.u32(u32::try_from(p.devices.len()).unwrap_or(u32::MAX));
+    for d in &p.devices {
+        w.u32(d.queue_depth);
     }
     w.0
 }
@@ -291,6 +303,10 @@ fn decode_ops(b: &[u8]) -> Result<Vec<Op>, DecodeError> {
             SLEEP => Op::SleepNs(r.u64()?),
             YIELD => Op::Yield(r.u64()?),
             SHOOTDOWN => Op::Shootdown { pages: r.u32()? },
+            IO => Op::Io {
+                device: r.u32()?,
+                service_ns: r.u64()?,
+            },
             REPEAT => {
                 let count = r.u64()?;
                 let len = r.u32()? as usize;
@@ -307,6 +323,15 @@ fn decode_ops(b: &[u8]) -> Result<Vec<Op>, DecodeError> {
 /// Decode the thread groups of an encoding: `(threads, private_bytes, ops)` per
 /// group. Used by tests to prove the encoding loses nothing executors need.
 pub fn decode_groups(bytes: &[u8]) -> Result<Vec<(u32, u64, Vec<Op>)>, DecodeError> {
+    decode_groups_and_devices(bytes).map(|(g, _)| g)
+}
+
+/// Thread groups as `decode_groups` gives them, and the device table (each
+/// device's queue depth).
+#[allow(clippy::type_complexity)]
+pub fn decode_groups_and_devices(
+    bytes: &[u8],
+) -> Result<(Vec<(u32, u64, Vec<Op>)>, Vec<u32>), DecodeError> {
     let mut r = R { b: bytes, pos: 0 };
     if r.take(4)? != MAGIC || r.u16()? != VERSION {
         return Err(DecodeError::BadHeader);
@@ -350,5 +375,8 @@ pub fn decode_groups(bytes: &[u8]) -> Result<Vec<(u32, u64, Vec<Op>)>, DecodeErr
         let len = r.u32()? as usize;
         groups.push((threads, private, decode_ops(r.take(len)?)?));
     }
-    Ok(groups)
+    let devices = (0..r.u32()?)
+        .map(|_| r.u32())
+        .collect::<Result<Vec<u32>, _>>()?;
+    Ok((groups, devices))
 }

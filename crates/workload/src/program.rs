@@ -46,6 +46,13 @@ pub struct BufferDef {
     pub bytes: u64,
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceDef {
+    pub name: String,
+    /// Requests in service at once; at least 1.
+    pub queue_depth: u32,
+}
+
 /// Which buffer a touch walks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum BufferRef {
@@ -86,6 +93,13 @@ pub enum Op {
     Shootdown {
         pages: u32,
     },
+    /// Submit a request to device `device` (index into `Program::devices`)
+    /// that keeps one of its `queue_depth` slots busy for `service_ns`, and
+    /// block until its completion interrupt wakes the thread.
+    Io {
+        device: u32,
+        service_ns: u64,
+    },
     Repeat {
         count: u64,
         body: Vec<Op>,
@@ -116,6 +130,7 @@ pub struct Program {
     pub queues: Vec<QueueDef>,
     pub counters: Vec<CounterDef>,
     pub buffers: Vec<BufferDef>,
+    pub devices: Vec<DeviceDef>,
     pub groups: Vec<Group>,
 }
 
@@ -134,6 +149,8 @@ pub mod counter_names {
     pub const SLEEP: &str = "sleep";
     pub const YIELD: &str = "yield";
     pub const SHOOTDOWN: &str = "shootdown";
+    /// Completed device requests (`io` ops).
+    pub const IO: &str = "io";
     /// Every name, in a fixed order (encodings and tables use this order).
     pub const ALL: &[&str] = &[
         COMPUTE,
@@ -149,13 +166,16 @@ pub mod counter_names {
         SLEEP,
         YIELD,
         SHOOTDOWN,
+        IO,
     ];
+    /// How many counters there are.
+    pub const COUNT: usize = ALL.len();
 }
 
 /// Per-operation counts of one thread or a whole program, indexed like
 /// [`counter_names::ALL`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct OpCounts(pub [u64; 13]);
+pub struct OpCounts(pub [u64; counter_names::COUNT]);
 
 impl OpCounts {
     fn add_op(&mut self, op: &Op, times: u64) {
@@ -180,6 +200,7 @@ impl OpCounts {
             Op::SleepNs(_) => bump(10, times),
             Op::Yield(k) => bump(11, times.saturating_mul(*k)),
             Op::Shootdown { .. } => bump(12, times),
+            Op::Io { .. } => bump(13, times),
             Op::SpinUnlock(_) | Op::MutexUnlock(_) => {}
             Op::Repeat { count, body } => {
                 for inner in body {
@@ -238,6 +259,19 @@ impl Program {
             total.add(&OpCounts::of_ops(&g.ops).scaled(g.threads as u64));
         }
         total.to_map()
+    }
+
+    /// Whether any thread runs an `io` op (executors without a device model
+    /// refuse such programs).
+    pub fn uses_io(&self) -> bool {
+        fn walk(ops: &[Op]) -> bool {
+            ops.iter().any(|op| match op {
+                Op::Io { .. } => true,
+                Op::Repeat { body, .. } => walk(body),
+                _ => false,
+            })
+        }
+        self.groups.iter().any(|g| walk(&g.ops))
     }
 
     /// Largest private buffer any thread of `group` needs.

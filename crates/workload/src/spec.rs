@@ -32,6 +32,9 @@ pub struct WorkloadSpec {
     pub counters: BTreeMap<String, Spanned<CounterSpec>>,
     #[serde(default)]
     pub buffers: BTreeMap<String, Spanned<BufferSpec>>,
+    /// Block-like devices that `io` ops submit requests to.
+    #[serde(default)]
+    pub devices: BTreeMap<String, Spanned<DeviceSpec>>,
     #[serde(default)]
     pub groups: Vec<Spanned<GroupSpec>>,
 }
@@ -116,6 +119,16 @@ pub struct BufferSpec {
     pub bytes: Count,
 }
 
+/// A block-like device: requests are served `queue_depth` at a time, each
+/// occupying one slot for its service time; more wait in the device's queue.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceSpec {
+    /// Requests in service at once (device-side concurrency), default 1.
+    #[serde(default)]
+    pub queue_depth: Option<Count>,
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupSpec {
@@ -158,6 +171,16 @@ pub struct AtomicSpec {
     pub rmw: Rmw,
 }
 
+/// A synchronous device request: submit, then block until its completion
+/// interrupt.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct IoSpec {
+    pub device: Spanned<String>,
+    /// How long the device works on the request once it is in service.
+    pub service_us: Spanned<Count>,
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RepeatSpec {
@@ -185,6 +208,8 @@ pub enum OpSpec {
     Yield(Spanned<Count>),
     /// Cross-CPU shootdown of this many pages.
     Shootdown(Spanned<Count>),
+    /// Synchronous device I/O.
+    Io(IoSpec),
     Repeat(RepeatSpec),
 }
 
@@ -203,5 +228,6 @@ pub const OP_NAMES: &[&str] = &[
     "sleep_us",
     "yield",
     "shootdown",
+    "io",
     "repeat",
 ];

@@ -98,6 +98,7 @@ enum Kind {
     Queue,
     Counter,
     Buffer,
+    Device,
 }
 
 impl Kind {
@@ -109,6 +110,7 @@ impl Kind {
             Kind::Queue => "queue",
             Kind::Counter => "counter",
             Kind::Buffer => "buffer",
+            Kind::Device => "device",
         }
     }
     fn table(self) -> &'static str {
@@ -119,6 +121,7 @@ impl Kind {
             Kind::Queue => "queues",
             Kind::Counter => "counters",
             Kind::Buffer => "buffers",
+            Kind::Device => "devices",
         }
     }
 }
@@ -158,6 +161,7 @@ impl Cx<'_> {
             Kind::Queue => s.queues.contains_key(name),
             Kind::Counter => s.counters.contains_key(name),
             Kind::Buffer => s.buffers.contains_key(name),
+            Kind::Device => s.devices.contains_key(name),
         };
         if has(kind) {
             return Some(kind);
@@ -169,6 +173,7 @@ impl Cx<'_> {
             Kind::Queue,
             Kind::Counter,
             Kind::Buffer,
+            Kind::Device,
         ]
         .into_iter()
         .find(|&k| has(k))
@@ -183,6 +188,7 @@ impl Cx<'_> {
             Kind::Queue => index_of(&s.queues, name.get_ref()),
             Kind::Counter => index_of(&s.counters, name.get_ref()),
             Kind::Buffer => index_of(&s.buffers, name.get_ref()),
+            Kind::Device => index_of(&s.devices, name.get_ref()),
         };
         if let Some(i) = found {
             return i;
@@ -275,6 +281,23 @@ impl Cx<'_> {
                 bytes,
             });
         }
+        let mut devices = Vec::new();
+        for (name, d) in &spec.devices {
+            let queue_depth = match &d.get_ref().queue_depth {
+                Some(c) => self.count_u32(c, d.span(), "device queue_depth"),
+                None => 1,
+            };
+            if queue_depth == 0 {
+                self.diags.push(self.loc.span(
+                    d.span(),
+                    format!("device `{name}` has queue_depth 0; it needs at least 1 (requests in service at once)"),
+                ));
+            }
+            devices.push(DeviceDef {
+                name: name.clone(),
+                queue_depth,
+            });
+        }
         if spec.groups.is_empty() {
             self.diags.push(self.loc.at(
                 0,
@@ -314,6 +337,7 @@ impl Cx<'_> {
             queues,
             counters,
             buffers,
+            devices,
             groups,
         }
     }
@@ -389,6 +413,26 @@ impl Cx<'_> {
                         .push(self.loc.span(c.span(), "shootdown needs at least 1 page"));
                 }
                 Op::Shootdown { pages }
+            }
+            OpSpec::Io(io) => {
+                let device = self.resolve(&io.device, Kind::Device);
+                let us = self.count(
+                    io.service_us.get_ref(),
+                    io.service_us.span(),
+                    "io service_us",
+                );
+                // An hour per request is far beyond any device; a larger value
+                // is a typo, and ns must not overflow.
+                if us > 3_600_000_000 {
+                    self.diags.push(self.loc.span(
+                        io.service_us.span(),
+                        format!("io service_us {us} is over an hour; write the service time in microseconds"),
+                    ));
+                }
+                Op::Io {
+                    device,
+                    service_ns: us.saturating_mul(1000),
+                }
             }
             OpSpec::Repeat(r) => Op::Repeat {
                 count: self.count(r.count.get_ref(), r.count.span(), "repeat count"),

@@ -43,3 +43,15 @@ fn corrupt_encodings_are_errors_not_panics() {
     bad[70] = 0xff;
     assert_eq!(decode_groups(&bad), Err(DecodeError::BadOpcode(0xff, 0)));
 }
+
+#[test]
+fn devices_and_io_ops_round_trip() {
+    let p = Source::resolve("oltp")
+        .unwrap()
+        .instantiate(Some(2), 0.5)
+        .unwrap();
+    let (groups, devices) =
+        smplab_workload::encode::decode_groups_and_devices(&encode(&p)).unwrap();
+    assert_eq!(groups[0].2, p.groups[0].ops);
+    assert_eq!(devices, vec![4, 1], "disk then log, in name order");
+}

@@ -248,3 +248,64 @@ fn barrier_with_fewer_parties_than_repeat_users() {
     let text = format!("{HEAD}[barriers.b]\nparties = 2\n[[groups]]\nname = \"g\"\nthreads = 4\nops = [ {{ barrier = \"b\" }} ]\n");
     assert!(errors(&text).is_empty());
 }
+
+#[test]
+fn io_ops_resolve_devices_and_check_their_values() {
+    let ok = format!(
+        "{HEAD}[devices.disk]\nqueue_depth = 2\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [\n  {{ io = {{ device = \"disk\", service_us = 50 }} }},\n]\n"
+    );
+    let p = Source::from_text("w.toml", &ok)
+        .and_then(|s| s.instantiate(Some(1), 1.0))
+        .unwrap();
+    assert_eq!(p.devices[0].queue_depth, 2);
+    assert_eq!(
+        p.groups[0].ops[0],
+        smplab_workload::Op::Io {
+            device: 0,
+            service_ns: 50_000
+        }
+    );
+    assert!(p.uses_io());
+
+    let undeclared = format!(
+        "{HEAD}[[groups]]\nname = \"g\"\nthreads = 1\nops = [\n  {{ io = {{ device = \"disk\", service_us = 50 }} }},\n]\n"
+    );
+    let e = errors(&undeclared);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("w.toml:6:21:"), "{e:?}");
+    assert!(
+        e[0].contains("undefined device `disk`; declare it under [devices.disk]"),
+        "{e:?}"
+    );
+
+    let wrong_kind = format!(
+        "{HEAD}[mutexes.disk]\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [\n  {{ io = {{ device = \"disk\", service_us = 5 }} }},\n]\n"
+    );
+    let e = errors(&wrong_kind);
+    assert!(e[0].contains("`disk` is a mutex, not a device"), "{e:?}");
+
+    let zero_depth = format!(
+        "{HEAD}[devices.disk]\nqueue_depth = 0\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [\n  {{ io = {{ device = \"disk\", service_us = 5 }} }},\n]\n"
+    );
+    let e = errors(&zero_depth);
+    assert!(e[0].starts_with("w.toml:2:"), "{e:?}");
+    assert!(e[0].contains("queue_depth 0"), "{e:?}");
+
+    let huge = format!(
+        "{HEAD}[devices.disk]\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [\n  {{ io = {{ device = \"disk\", service_us = \"1000000*1000000\" }} }},\n]\n"
+    );
+    let e = errors(&huge);
+    assert!(e[0].starts_with("w.toml:7:42:"), "{e:?}");
+    assert!(e[0].contains("over an hour"), "{e:?}");
+
+    let missing_service = format!(
+        "{HEAD}[devices.disk]\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [\n  {{ io = {{ device = \"disk\" }} }},\n]\n"
+    );
+    let e = errors(&missing_service);
+    assert!(e[0].starts_with("w.toml:7:"), "{e:?}");
+    assert!(e[0].contains("service_us"), "{e:?}");
+
+    let bad_depth_key = format!("{HEAD}[devices.disk]\ndepth = 3\n");
+    let e = errors(&bad_depth_key);
+    assert!(e[0].starts_with("w.toml:3:1"), "{e:?}");
+}

@@ -110,6 +110,7 @@ fn limits_are_the_executors_own() {
     );
     let n = RunConfig::Native(NativeSettings {
         placement: Placement::Cpus(vec![100_000]),
+        ..NativeSettings::default()
     });
     assert!(n.validate(None).is_ok());
     assert!(n.check_host_cpus(2).is_err());

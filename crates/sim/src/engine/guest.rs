@@ -67,19 +67,29 @@ impl Sim {
                 self.schedule_step(v, now + d);
                 return;
             }
-            if !vc.irqs.is_empty() {
+            if let Some(&front) = vc.irqs.front() {
                 // A handler interrupted by preemption resumes where it was:
                 // restarting it could never finish under short host slices.
-                let d = match std::mem::take(&mut vc.handler_left) {
-                    0 => {
-                        let vm = vc.vm as usize;
-                        self.vms[vm].costs.kernel.shootdown_handler_ns
-                    }
+                let io = front & super::io::IO_IRQ != 0;
+                let left = std::mem::take(&mut vc.handler_left);
+                let kernel = &self.vms[vc.vm as usize].costs.kernel;
+                let d = match left {
+                    0 if io => kernel.wake_ns,
+                    0 => kernel.shootdown_handler_ns,
                     left => left,
                 };
+                let vc = &mut self.vcpus[v as usize];
                 vc.act = Act::Handler;
                 vc.act_end = now + d;
-                self.set_acct(v, Acct::On(cause::id8(cause::KERNEL_SHOOTDOWN_HANDLER)));
+                let c = if io {
+                    if left == 0 {
+                        self.io_handler_starts(front & !super::io::IO_IRQ);
+                    }
+                    cause::KERNEL_IO_HANDLER
+                } else {
+                    cause::KERNEL_SHOOTDOWN_HANDLER
+                };
+                self.set_acct(v, Acct::On(cause::id8(c)));
                 self.schedule_step(v, now + d);
                 return;
             }
@@ -180,6 +190,7 @@ impl Sim {
     /// Interpret thread `t` (current on running vCPU `v`) until it starts an
     /// activity or leaves the vCPU.
     fn run_thread(&mut self, v: u32, t: u32) -> Flow {
+        self.io_note_running(t);
         match self.threads[t as usize].state {
             TState::Running => {}
             TState::Spinning => match self.start_spin(v, t) {
@@ -282,6 +293,7 @@ impl Sim {
                 }
                 Ins::Yield(k) => self.yield_op(v, t, k),
                 Ins::Shootdown => self.shootdown(v, t),
+                Ins::Io { device, service_ns } => self.io_submit(v, t, device, service_ns),
                 Ins::Exit => self.thread_exit(v, t),
                 // Timed ops are handled in the inner loop.
                 _ => Flow::Continue,
@@ -719,7 +731,10 @@ impl Sim {
     pub(super) fn handler_done(&mut self, u: u32) {
         let vc = &mut self.vcpus[u as usize];
         vc.act = Act::Off;
-        if let Some(from) = vc.irqs.pop_front() {
+        let front = vc.irqs.pop_front();
+        if let Some(t) = front.filter(|f| f & super::io::IO_IRQ != 0) {
+            self.io_handler_done(t & !super::io::IO_IRQ);
+        } else if let Some(from) = front {
             let th = &mut self.threads[from as usize];
             th.acks_pending = th.acks_pending.saturating_sub(1);
             if th.acks_pending == 0 && th.wait == Wait::Shootdown {
@@ -826,8 +841,10 @@ impl Sim {
 
     /// A sleeping thread's timer expired.
     pub(super) fn timer_fires(&mut self, t: u32) {
-        if self.threads[t as usize].state == TState::Sleeping {
-            self.wake_thread(t, None);
+        match self.threads[t as usize].state {
+            TState::Sleeping => self.wake_thread(t, None),
+            TState::IoWait => self.io_complete(t),
+            _ => {}
         }
     }
 

@@ -18,6 +18,7 @@ mod account;
 mod cache;
 mod guest;
 mod host;
+mod io;
 mod sync;
 mod vmm;
 
@@ -172,6 +173,8 @@ pub(crate) enum TState {
     Spinning,
     Blocked,
     Sleeping,
+    /// Blocked in an `io` op until its completion interrupt's handler wakes it.
+    IoWait,
     Done,
 }
 
@@ -284,7 +287,7 @@ pub(crate) struct Vm {
     pub mutexes: Vec<MutexSt>,
     pub barriers: Vec<BarrierSt>,
     pub queues: Vec<QueueSt>,
-    pub ops: [u64; 13],
+    pub ops: [u64; crate::code::counter::N],
     pub spin_iters: f64,
     pub blocks: u64,
     pub wakeups: u64,
@@ -362,6 +365,8 @@ pub(crate) struct Sim {
     pub blocked_load: Vec<u32>,
     /// Compiled programs by program (see `add_vm`).
     pub code_cache: Vec<(smplab_workload::Program, Arc<Vec<GroupCode>>)>,
+    /// Devices and interrupt routing of each VM (`io.rs`).
+    pub io: Vec<io::VmIo>,
 }
 
 /// What the engine hands back per VM.
@@ -369,7 +374,7 @@ pub(crate) struct VmOutcome {
     pub finished: bool,
     pub wall_ns: u64,
     pub threads: Vec<(u32, u32, u64, u64)>,
-    pub ops: [u64; 13],
+    pub ops: [u64; crate::code::counter::N],
     pub spin_iterations: u64,
     pub blocks: u64,
     pub wakeups: u64,
@@ -394,6 +399,8 @@ pub(crate) struct RunOutcome {
     pub pcpu_by_cause: [u64; cause::N],
     /// Per pCPU: (busy time by cause summed, idle time), for conservation checks.
     pub pcpu_totals: Vec<(u64, u64)>,
+    /// Per VM: device-request latencies, when it ran `io` ops.
+    pub io: Vec<Option<smplab_record::io::IoSection>>,
     /// Stale events popped and discarded (not counted in `events`).
     pub stale_events: u64,
     pub events: u64,
@@ -455,6 +462,7 @@ impl Sim {
             stale: 0,
             blocked_load: Vec::new(),
             code_cache: Vec::new(),
+            io: Vec::new(),
         };
         for i in 0..s.pcpus {
             sim.set_bit_idle(i, true);
@@ -680,6 +688,12 @@ impl Sim {
         for v in first_vcpu..first_vcpu + spec.vcpus {
             self.vcpus[v as usize].next_device_in = dev_period.unwrap_or(u64::MAX);
         }
+        self.io.push(io::VmIo::new(
+            spec,
+            first_thread,
+            virtualized,
+            self.pcpus.len(),
+        ));
         self.vms.push(Vm {
             spec_idle: if virtualized { spec.idle } else { Idle::Hlt },
             ple: if virtualized {
@@ -737,7 +751,7 @@ impl Sim {
                     poppers: VecDeque::new(),
                 })
                 .collect(),
-            ops: [0; 13],
+            ops: [0; crate::code::counter::N],
             spin_iters: 0.0,
             blocks: 0,
             wakeups: 0,
@@ -1083,6 +1097,7 @@ impl Sim {
                 .zip(&self.pacct)
                 .map(|(pc, parts)| (parts.iter().sum(), pc.idle_ns))
                 .collect(),
+            io: self.io.iter().map(io::VmIo::section).collect(),
             stale_events: self.stale,
             events: self.q.popped - self.stale,
             end_ns: end,

@@ -139,6 +139,7 @@ pub fn run_native(program: &Program) -> RunRecord {
         &smplab_native::NativeOptions {
             pin: None,
             timeout: Some(std::time::Duration::from_secs(600)),
+            ..Default::default()
         },
     )
     .expect("the model runs natively")

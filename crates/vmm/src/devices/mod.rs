@@ -9,6 +9,7 @@
 //!   bypass path; a non-`Sync` device or one needing `&mut self` does not compile
 //!   there.
 
+pub mod block;
 pub mod debug_exit;
 pub mod pm_timer;
 pub mod result_port;
@@ -16,6 +17,7 @@ pub mod uart;
 pub mod window;
 pub mod work;
 
+pub use block::{BlockDevice, BlockStats, IrqLine, KvmIrqLine};
 pub use debug_exit::DebugExit;
 pub use pm_timer::PmTimer;
 pub use result_port::ResultPort;
