@@ -75,6 +75,11 @@ fn every_builtin_gives_the_expected_counts_under_vm() {
     }
     for name in builtin::names() {
         let p = program(name, 2, 0.02);
+        if p.uses_io() {
+            // The guest refuses `io` ops until it has a block device
+            // (issue 15; `GuestError::IoUnsupported`, tested in lib.rs).
+            continue;
+        }
         let r = vm(&p, &opts(2, IdlePolicy::Hlt));
         assert_eq!(r.counters.ops, p.expected_counts(), "{name}");
         let native = smplab_native::run(&p, info(&p), &Default::default())
@@ -221,6 +226,11 @@ fn every_builtin_completes_oversubscribed_under_every_idle_policy() {
     ] {
         for name in builtin::names() {
             let p = program(name, 3, 0.01);
+            if p.uses_io() {
+                // The guest refuses `io` ops until it has a block device
+                // (issue 15; `GuestError::IoUnsupported`, tested in lib.rs).
+                continue;
+            }
             let r = vm(&p, &opts(2, idle));
             assert_eq!(r.counters.ops, p.expected_counts(), "{name} with {idle}");
         }
@@ -396,6 +406,11 @@ fn stress_sweep() {
             ] {
                 for name in builtin::names() {
                     let p = program(name, n, 0.02);
+                    if p.uses_io() {
+                        // The guest refuses `io` ops until it has a block device
+                        // (issue 15; `GuestError::IoUnsupported`, tested in lib.rs).
+                        continue;
+                    }
                     let r = vm(&p, &opts(vcpus, idle));
                     assert_eq!(
                         r.counters.ops,

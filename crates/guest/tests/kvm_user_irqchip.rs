@@ -118,6 +118,11 @@ fn every_builtin_counts_equal_native_on_the_user_irqchip() {
             let sync = SyncMode::ALL[i % SyncMode::ALL.len()];
             i += 1;
             let p = program(name, vcpus.max(2), 0.02);
+            if p.uses_io() {
+                // The guest refuses `io` ops until it has a block device
+                // (issue 15; `GuestError::IoUnsupported`, tested in lib.rs).
+                continue;
+            }
             let r = vm(&p, &user_opts(vcpus, sync));
             let what = format!("{name} on {vcpus} vCPUs ({sync})");
             assert_eq!(r.counters.ops, p.expected_counts(), "{what}");
