@@ -16,6 +16,25 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// Serde as the printed form (`Display` / `FromStr`): the settings' one
+/// text form is also their serde form. Defined before the submodules so
+/// they all use this one copy.
+macro_rules! serde_as_string {
+    ($t:ty) => {
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
 mod host_policy;
 pub mod io;
 pub mod settings;

@@ -155,21 +155,6 @@ impl fmt::Display for IoThreadCpus {
     }
 }
 
-macro_rules! serde_as_string {
-    ($t:ty) => {
-        impl Serialize for $t {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_str(self)
-            }
-        }
-        impl<'de> Deserialize<'de> for $t {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = String::deserialize(d)?;
-                text.parse().map_err(serde::de::Error::custom)
-            }
-        }
-    };
-}
 serde_as_string!(IrqAffinity);
 serde_as_string!(IoThreadCpus);
 
