@@ -50,7 +50,7 @@ pub fn run(args: &HostArgs) -> i32 {
     let spec = match super::parse(&path.display().to_string(), &text) {
         Ok(s) => s,
         Err(d) => {
-            eprint!("{d}");
+            exit::report_error(&d);
             return exit::BAD_INPUT;
         }
     };
