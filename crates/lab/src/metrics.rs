@@ -136,19 +136,7 @@ impl<'a> Results<'a> {
         if p.executor() == Executor::Sim {
             let v: Vec<f64> = es
                 .iter()
-                .filter_map(|e| {
-                    let n: Vec<f64> = e
-                        .records
-                        .iter()
-                        .filter_map(|r| r.sim.as_ref()?.native_wall_ns)
-                        .map(|ns| ns as f64 / 1e9)
-                        .collect();
-                    if n.is_empty() {
-                        return None;
-                    }
-                    let native = n.iter().sum::<f64>() / n.len() as f64;
-                    Some(mean_wall_s(&e.records) / native - 1.0)
-                })
+                .filter_map(|e| Some(mean_wall_s(&e.records) / sim_native_s(&e.records)? - 1.0))
                 .collect();
             if let Some(s) = Summary::of(&v) {
                 return Some(s);
@@ -512,7 +500,7 @@ pub fn ratio_ci(a: &MedianCi, b: &MedianCi) -> Option<MedianCi> {
 }
 
 /// The simulator's native model of a run (mean over VMs), seconds.
-fn sim_native_s(records: &[RunRecord]) -> Option<f64> {
+pub fn sim_native_s(records: &[RunRecord]) -> Option<f64> {
     let n: Vec<f64> = records
         .iter()
         .filter_map(|r| r.sim.as_ref()?.native_wall_ns)

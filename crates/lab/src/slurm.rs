@@ -646,7 +646,8 @@ pub fn print_status(spec: &ExperimentSpec, store: &Store) -> i32 {
 mod tests {
     use super::*;
 
-    const SPEC: &str = r#"
+    /// A small grid of sim and vm points (also used by `queue`'s tests).
+    pub(super) const SPEC: &str = r#"
 name = "grid"
 repetitions = 2
 [matrix]

@@ -292,18 +292,4 @@ pub fn current_cpu() -> Option<usize> {
     usize::try_from(c).ok()
 }
 
-/// The host's CLOCK_MONOTONIC in nanoseconds (the clock `Instant` reads on
-/// Linux), as a number records of different runs can compare.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer to a
-    // local; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    u64::try_from(ts.tv_sec)
-        .unwrap_or(0)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
-}
+pub use smplab_record::window::monotonic_ns;

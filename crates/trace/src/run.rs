@@ -37,19 +37,7 @@ impl Traced {
     }
 }
 
-/// CLOCK_MONOTONIC in ns: the clock the interposer stamps events with.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    u64::try_from(ts.tv_sec)
-        .unwrap_or(0)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
-}
+pub use smplab_record::window::monotonic_ns;
 
 /// Find `program` as the shell would: a name with a `/` is a path, anything
 /// else is looked up in PATH.

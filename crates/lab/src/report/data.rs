@@ -2,7 +2,7 @@
 //! samples (`crate::stats::MedianCi`), one colour per executor, the
 //! "default set-up" a headline number is quoted for, and number formats.
 
-use crate::metrics::{mean_wall_s, Results};
+use crate::metrics::{mean_wall_s, sim_native_s, Results};
 use crate::point::{Point, Variant};
 use crate::stats::MedianCi;
 use crate::svg::{esc, palette, Colour, LegendEntry};
@@ -63,17 +63,7 @@ pub fn wall_ci(results: &Results, p: &Point) -> Option<MedianCi> {
 pub fn native_samples(results: &Results, p: &Point) -> Vec<f64> {
     if p.executor() == Executor::Sim {
         return results.get(p).map_or_else(Vec::new, |es| {
-            es.iter()
-                .filter_map(|e| {
-                    let n: Vec<f64> = e
-                        .records
-                        .iter()
-                        .filter_map(|r| r.sim.as_ref()?.native_wall_ns)
-                        .map(|ns| ns as f64 / 1e9)
-                        .collect();
-                    (!n.is_empty()).then(|| n.iter().sum::<f64>() / n.len() as f64)
-                })
-                .collect()
+            es.iter().filter_map(|e| sim_native_s(&e.records)).collect()
         });
     }
     results.native_for(p).map_or_else(Vec::new, |es| {

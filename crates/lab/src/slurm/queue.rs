@@ -203,16 +203,8 @@ pub fn status_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::slurm::tests::SPEC;
     use crate::spec::ExperimentSpec;
-
-    const SPEC: &str = r#"
-name = "grid"
-repetitions = 2
-[matrix]
-executor = ["sim", "vm"]
-workload = ["spinlock"]
-vcpus = [2, 4]
-"#;
 
     #[test]
     fn squeue_and_sacct_lines_parse() {

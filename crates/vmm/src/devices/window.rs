@@ -86,21 +86,7 @@ impl WindowState {
     }
 }
 
-/// The host's `CLOCK_MONOTONIC` in nanoseconds (the clock of `std::time::Instant`
-/// on Linux, as a number other processes and records can compare).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer to a
-    // local; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    u64::try_from(ts.tv_sec)
-        .unwrap_or(0)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
-}
+pub use smplab_record::window::monotonic_ns;
 
 /// The device on port 0x540.
 pub struct WindowDevice {
