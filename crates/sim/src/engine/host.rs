@@ -32,63 +32,102 @@ impl Sim {
         for v in 0..u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX) {
             self.make_ready(v);
         }
-        let d = &self.platform.defaults;
-        let (llc, host) = (d.balance_llc_ns, d.balance_host_ns);
         if self.pcpus.len() > 1 {
-            self.push(llc, Kind::Balance { level: 0 });
-            if self.domains > 1 {
-                self.push(host, Kind::Balance { level: 1 });
+            let spans = self.domain_spans();
+            self.balance_failed = vec![0; spans.len() * self.pcpus.len()];
+            for (level, &span) in (0u32..).zip(&spans) {
+                let every = self.balance_interval(span);
+                self.push(every, Kind::Balance { level });
             }
         }
     }
 
+    /// The host's scheduling domains, smallest first, by the pCPUs each
+    /// spans: the SMT siblings of a core (when the platform has SMT), an LLC
+    /// domain, the whole host. Levels spanning one pCPU, or no more than the
+    /// level below, are left out, as Linux degenerates them.
+    fn domain_spans(&self) -> Vec<u32> {
+        let n = u32::try_from(self.pcpus.len()).unwrap_or(u32::MAX);
+        let mut spans: Vec<u32> = Vec::with_capacity(3);
+        let core = self.platform.cache.pcpus_per_core.max(1);
+        for span in [core.min(self.per_llc), self.per_llc.min(n), n] {
+            if span > spans.last().copied().unwrap_or(1) {
+                spans.push(span);
+            }
+        }
+        spans
+    }
+
+    /// A domain's balance interval grows with its span (Linux `sd_init()`:
+    /// `min_interval` = the domain's weight in ms; docs/sim.md).
+    fn balance_interval(&self, span: u32) -> u64 {
+        self.platform
+            .defaults
+            .balance_ns_per_pcpu
+            .saturating_mul(u64::from(span))
+    }
+
+    /// A vCPU's PELT-like runnable average as of now: it decays by half every
+    /// `load_half_life_ns` toward 1 while runnable (running or queued) and
+    /// toward 0 while halted (Linux kernel/sched/pelt.c).
+    fn load_now(&self, v: u32, runnable: bool) -> f64 {
+        let vc = &self.vcpus[v as usize];
+        let dt = self.now.saturating_sub(vc.load_at) as f64;
+        let keep = (-dt / self.platform.defaults.load_half_life_ns as f64).exp2();
+        let target = if runnable { 1.0 } else { 0.0 };
+        target + (vc.load_avg - target) * keep
+    }
+
+    /// Bring `v`'s runnable average up to now before its runnable state
+    /// changes (`runnable`: what it was until now).
+    fn update_load(&mut self, v: u32, runnable: bool) {
+        let l = self.load_now(v, runnable);
+        let vc = &mut self.vcpus[v as usize];
+        vc.load_avg = l;
+        vc.load_at = self.now;
+    }
+
     /// Periodic load balancing (fair policy), as Linux's rebalance_domains:
-    /// every `balance_llc_ns` inside each LLC domain, every
-    /// `balance_host_ns` across the host, queued vCPUs move from the busiest
-    /// pCPUs (running + queued) to the least busy ones until no two differ by
-    /// more than one (affinity permitting). Wakeup placement and idle
-    /// stealing alone never correct a bad placement of vCPUs that do not
-    /// block. Returns false when the event was not needed (stale).
+    /// each scheduling domain of level `level` is balanced every
+    /// `balance_interval(span)`. A pCPU's load is the runnable averages of its
+    /// running and queued vCPUs plus those of the halted vCPUs that last ran
+    /// there (PELT's blocked load, decaying while they stay halted): without
+    /// it a pCPU with one never-halting vCPU looks as loaded as one with three
+    /// that take turns halting. Wakeup placement and idle stealing alone
+    /// never correct a bad placement of vCPUs that do not block. Returns
+    /// false when the event was not needed (stale).
     pub(super) fn balance_tick(&mut self, level: u32) -> bool {
         if self.q.len() == 0 {
             // Nothing else pending: re-arming would hide a stall.
             return false;
         }
         let n = u32::try_from(self.pcpus.len()).unwrap_or(u32::MAX);
-        // Linux's load average keeps a blocked task's load on its CPU (PELT
-        // "blocked load"), so a pCPU whose vCPUs halt briefly still counts
-        // them; without that, a pCPU with one never-halting vCPU looks as
-        // loaded as one with three that take turns halting.
-        let mut blocked = std::mem::take(&mut self.blocked_load);
-        blocked.clear();
-        blocked.resize(n as usize, 0);
-        for vc in &self.vcpus {
-            let vm = &self.vms[vc.vm as usize];
-            if vc.host == HostState::Halted
-                && vc.last_pcpu != NONE
-                && vm.done_threads < vm.n_threads
-            {
-                blocked[vc.last_pcpu as usize] += 1;
-            }
-        }
-        if level == 0 {
-            let per = self.per_llc;
-            let mut lo = 0;
-            while lo < n {
-                let hi = (lo + per).min(n);
-                self.balance_range(lo, hi, &blocked);
-                lo = hi;
-            }
-        } else {
-            self.balance_range(0, n, &blocked);
-        }
-        self.blocked_load = blocked;
-        let d = &self.platform.defaults;
-        let every = if level == 0 {
-            d.balance_llc_ns
-        } else {
-            d.balance_host_ns
+        let Some(&span) = self.domain_spans().get(level as usize) else {
+            return false;
         };
+        let mut load = vec![0.0f64; n as usize];
+        for v in 0..u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX) {
+            let vc = &self.vcpus[v as usize];
+            let (p, runnable) = match vc.host {
+                HostState::Running | HostState::Queued => (vc.pcpu, true),
+                HostState::Halted => {
+                    let vm = &self.vms[vc.vm as usize];
+                    if vc.last_pcpu == NONE || vm.done_threads == vm.n_threads {
+                        continue;
+                    }
+                    (vc.last_pcpu, false)
+                }
+                HostState::Parked => continue,
+            };
+            load[p as usize] += self.load_now(v, runnable);
+        }
+        let mut lo = 0;
+        while lo < n {
+            let hi = (lo + span).min(n);
+            self.balance_range(level, lo, hi, &mut load);
+            lo = hi;
+        }
+        let every = self.balance_interval(span);
         self.push(self.now + every, Kind::Balance { level });
         true
     }
@@ -135,6 +174,7 @@ impl Sim {
 
     /// A vCPU that was halted (or parked) becomes runnable.
     pub(super) fn make_ready(&mut self, v: u32) {
+        self.update_load(v, false);
         let vm = self.vcpus[v as usize].vm;
         if self.policy.kind == PolicyKind::Gang {
             let vmr = &self.vms[vm as usize];
@@ -175,14 +215,22 @@ impl Sim {
         }
         // No idle pCPU: the shortest run queue in the LLC domain it last ran
         // in (CFS-like wake balancing; bounded to one domain so huge hosts
-        // stay cheap), staying put on ties.
+        // stay cheap), staying put on ties. A vCPU that never ran (or may no
+        // longer run where it did) looks at all its pCPUs, as Linux places a
+        // new task on the idlest CPU of the machine (sched_balance_fork):
+        // placing it by its index would stack a huge host's vCPUs onto its
+        // first LLC domains.
         let home = if in_range {
             last
         } else {
             lo + (vc.index % (hi - lo))
         };
-        let d0 = ((home / self.per_llc) * self.per_llc).max(lo);
-        let d1 = (d0 + self.per_llc).min(hi);
+        let (d0, d1) = if in_range {
+            let d0 = ((home / self.per_llc) * self.per_llc).max(lo);
+            (d0, (d0 + self.per_llc).min(hi))
+        } else {
+            (lo, hi)
+        };
         let mut best = home;
         let mut best_len = self.pcpu_load(home);
         for p in d0..d1 {
@@ -236,19 +284,46 @@ impl Sim {
         Some(v)
     }
 
-    fn enqueue(&mut self, p: u32, v: u32) {
-        // CFS's place_entity: a vCPU that slept (or comes from another
-        // pCPU) gets at most half a slice of credit over the least-served
-        // one here, so a long sleep does not buy a long monopoly. (A vCPU
-        // from another pCPU keeps its absolute vruntime: rebasing it against
-        // the two pCPUs' current minimum, which unlike CFS's min_vruntime is
-        // not monotonic, on balancing moves, wakeups or directed-yield pulls
-        // cost blocking pipelines fairness; docs/sim.md.)
-        if let Some(floor) = self.min_vruntime(p) {
-            let credit = floor.saturating_sub(self.slice_ns / 2);
-            let vc = &mut self.vcpus[v as usize];
-            vc.vruntime = vc.vruntime.max(credit);
+    /// Advance `p`'s monotonic `min_vr` (CFS's update_min_vruntime): the
+    /// least vruntime of its running and queued vCPUs, never going back.
+    fn update_min_vr(&mut self, p: u32) {
+        if let Some(m) = self.min_vruntime(p) {
+            let pc = &mut self.pcpus[p as usize];
+            pc.min_vr = pc.min_vr.max(m);
         }
+    }
+
+    /// Put `v`'s vruntime on `p`'s clock. A vCPU arriving from another pCPU
+    /// keeps its lag (vruntime minus the old pCPU's `min_vr`), rebased on
+    /// this one's, as CFS does on migration (`migrate_task_rq_fair` and
+    /// `enqueue_entity`); then a sleeper or arrival gets at most half a slice
+    /// of credit over the least-served vCPU here (`place_entity`), so a long
+    /// sleep does not buy a long monopoly. Carrying an absolute vruntime
+    /// instead starves a vCPU moved from a pCPU whose clock ran fast (few
+    /// vCPUs) to one whose clock ran slow (many), and keeps VMs on the fast
+    /// pCPUs apart from the rest (issue 10's counter-examples; docs/sim.md).
+    fn place(&mut self, v: u32, p: u32) {
+        self.update_min_vr(p);
+        let old = self.vcpus[v as usize].vr_pcpu;
+        if old != p {
+            if old != NONE {
+                self.update_min_vr(old);
+                let from = self.pcpus[old as usize].min_vr;
+                let to = self.pcpus[p as usize].min_vr;
+                let vc = &mut self.vcpus[v as usize];
+                vc.vruntime = (vc.vruntime + to).saturating_sub(from);
+            }
+            self.vcpus[v as usize].vr_pcpu = p;
+        }
+        let floor = self.pcpus[p as usize]
+            .min_vr
+            .saturating_sub(self.slice_ns / 2);
+        let vc = &mut self.vcpus[v as usize];
+        vc.vruntime = vc.vruntime.max(floor);
+    }
+
+    fn enqueue(&mut self, p: u32, v: u32) {
+        self.place(v, p);
         let vc = &mut self.vcpus[v as usize];
         vc.host = HostState::Queued;
         vc.pcpu = p;
@@ -270,29 +345,50 @@ impl Sim {
         pc.rq.len() + usize::from(pc.cur != NONE)
     }
 
-    /// Even out the load of pCPUs `lo..hi`: sort once by load, then move
-    /// queued vCPUs from the busiest end to the least busy end until the two
-    /// ends differ by at most one (O(n log n) per call, so huge hosts stay cheap).
-    fn balance_range(&mut self, lo: u32, hi: u32, blocked: &[u32]) {
+    /// Balance the domain of pCPUs `lo..hi` (Linux's load_balance, for a
+    /// whole domain at once): while its busiest pCPU's load exceeds the least
+    /// busy one's by more than `imbalance_pct`, move a queued vCPU between
+    /// them whose load is at most half the gap (the imbalance), shifted right
+    /// by the domain's failed attempts as `detach_tasks` does: an imbalance no
+    /// single move can halve (six busy vCPUs on four pCPUs) is still corrected
+    /// after a few intervals, so over time the vCPUs take turns on the less
+    /// loaded pCPUs, which is how Linux keeps such loads fair. A domain that
+    /// stays imbalanced without a move counts a failure; a move resets it.
+    fn balance_range(&mut self, level: u32, lo: u32, hi: u32, load: &mut [f64]) {
         if hi - lo < 2 {
             return;
         }
-        let mut order: Vec<(usize, u32)> = (lo..hi)
-            .map(|p| (self.pcpu_load(p) + blocked[p as usize] as usize, p))
-            .collect();
-        order.sort_unstable();
-        let (mut i, mut j) = (0usize, order.len() - 1);
-        while i < j && order[j].0 >= order[i].0 + 2 {
-            let (src, dst) = (order[j].1, order[i].1);
-            // The vCPU that waited least (the tail) and may run on dst.
+        let slot = level as usize * self.pcpus.len() + lo as usize;
+        let failed = self.balance_failed.get(slot).copied().unwrap_or(0);
+        let pct = f64::from(self.platform.defaults.imbalance_pct) / 100.0;
+        let mut order: Vec<u32> = (lo..hi).collect();
+        order.sort_unstable_by(|&a, &b| load[a as usize].total_cmp(&load[b as usize]));
+        // The busiest end is consumed as pCPUs turn out to have nothing to move.
+        let mut top = order.len() - 1;
+        let (mut moved, mut imbalanced) = (false, false);
+        // Bounded: each pass moves a vCPU or retires a pCPU.
+        for _ in 0..4 * order.len() {
+            if top == 0 {
+                break;
+            }
+            let (src, dst) = (order[top], order[0]);
+            let (ls, ld) = (load[src as usize], load[dst as usize]);
+            if ls <= ld * pct || ls - ld < 1e-9 {
+                break;
+            }
+            imbalanced = true;
+            let imbalance = (ls - ld) / 2.0;
+            let shift = f64::from(1u32 << failed.min(16));
+            // The vCPU that waited least (the tail) that may run on dst.
             let pos = self.pcpus[src as usize].rq.iter().rposition(|&v| {
                 let vc = &self.vcpus[v as usize];
-                vc.lo <= dst && dst < vc.hi
+                vc.lo <= dst && dst < vc.hi && self.load_now(v, true) / shift <= imbalance
             });
             let Some(v) = pos.and_then(|pos| self.pcpus[src as usize].rq.remove(pos)) else {
-                j -= 1;
+                top -= 1;
                 continue;
             };
+            let lv = self.load_now(v, true);
             self.set_bit_busy_rq(src);
             if self.pcpus[dst as usize].cur == NONE {
                 self.dispatch(dst, v);
@@ -305,14 +401,29 @@ impl Sim {
                 self.enqueue(dst, v);
                 self.vcpus[v as usize].acct = super::Acct::Away(c);
             }
-            order[j].0 -= 1;
-            order[i].0 += 1;
-            if i + 1 < j && order[i].0 > order[i + 1].0 {
+            moved = true;
+            load[src as usize] -= lv;
+            load[dst as usize] += lv;
+            // Restore the order: dst rises, src falls (insertion steps).
+            let mut i = 0;
+            while i + 1 < order.len() && load[order[i] as usize] > load[order[i + 1] as usize] {
+                order.swap(i, i + 1);
                 i += 1;
             }
-            if j > i + 1 && order[j].0 < order[j - 1].0 {
+            let mut j = top;
+            while j > 0 && load[order[j] as usize] < load[order[j - 1] as usize] {
+                order.swap(j, j - 1);
                 j -= 1;
             }
+        }
+        if let Some(f) = self.balance_failed.get_mut(slot) {
+            *f = if moved {
+                0
+            } else if imbalanced {
+                f.saturating_add(1)
+            } else {
+                *f
+            };
         }
     }
 
@@ -376,6 +487,12 @@ impl Sim {
     /// Put `v` on idle pCPU `p` and let it run.
     pub(super) fn dispatch(&mut self, p: u32, v: u32) {
         let vm = self.vcpus[v as usize].vm;
+        {
+            let vc = &self.vcpus[v as usize];
+            if vc.host != HostState::Queued || vc.vr_pcpu != p {
+                self.place(v, p);
+            }
+        }
         let switch = if self.pcpus[p as usize].last_vcpu == v {
             0
         } else {
@@ -430,6 +547,7 @@ impl Sim {
 
     /// `v` leaves its pCPU without being runnable (halted, VM finished).
     pub(super) fn release(&mut self, v: u32) {
+        self.update_load(v, true);
         let p = self.vcpus[v as usize].pcpu;
         self.leave_pcpu(v, p);
         self.pcpu_next(p);
@@ -441,6 +559,8 @@ impl Sim {
         let vmr = &mut self.vms[vm as usize];
         vmr.running -= 1;
         vmr.running_per_domain[domain as usize] -= 1;
+        // Sample the minimum while `v` still counts as running here.
+        self.update_min_vr(p);
         self.vcpus[v as usize].vruntime += self.now - self.pcpus[p as usize].dispatched_at;
         let pc = &mut self.pcpus[p as usize];
         pc.cur = NONE;
@@ -603,6 +723,7 @@ impl Sim {
                 if let Some(pos) = qrq.iter().position(|&x| x == u) {
                     qrq.remove(pos);
                     self.set_bit_busy_rq(q);
+                    self.place(u, p);
                     self.pcpus[p as usize].rq.push_back(u);
                     self.pcpus[p as usize].buddy = u;
                     self.set_bit_busy_rq(p);

@@ -141,8 +141,14 @@ pub(crate) struct Vcpu {
     /// Running time left until the next device exit.
     pub next_device_in: u64,
     pub wake_pending: bool,
-    /// Host CPU time received (CFS's vruntime, equal weights).
+    /// Host CPU time received (CFS's vruntime, equal weights), on the clock
+    /// of pCPU `vr_pcpu`'s `min_vr`.
     pub vruntime: u64,
+    /// The pCPU whose `min_vr` `vruntime` is measured against (NONE: none yet).
+    pub vr_pcpu: u32,
+    /// PELT-like runnable average (0..1) as of `load_at` (load balancing).
+    pub load_avg: f64,
+    pub load_at: u64,
 }
 
 pub(crate) struct Pcpu {
@@ -160,6 +166,8 @@ pub(crate) struct Pcpu {
     pub want_preempt: bool,
     /// A directed-yield target to run next (CFS's next buddy), or NONE.
     pub buddy: u32,
+    /// CFS's `cfs_rq->min_vruntime`: monotonic floor of the vruntimes here.
+    pub min_vr: u64,
     pub domain: u32,
     pub idle_ns: u64,
     /// Idle since (u64::MAX: busy).
@@ -361,8 +369,9 @@ pub(crate) struct Sim {
     pub kind_counts: [u64; 14],
     /// Stale events popped and discarded.
     pub stale: u64,
-    /// Scratch: halted vCPUs per pCPU they last ran on (load balancing).
-    pub blocked_load: Vec<u32>,
+    /// Load balancing: failed attempts per scheduling domain (Linux's
+    /// `nr_balance_failed`), indexed by level × pCPUs + the domain's first pCPU.
+    pub balance_failed: Vec<u32>,
     /// Compiled programs by program (see `add_vm`).
     pub code_cache: Vec<(smplab_workload::Program, Arc<Vec<GroupCode>>)>,
     /// Devices and interrupt routing of each VM (`io.rs`).
@@ -440,6 +449,7 @@ impl Sim {
                     last_vcpu: NONE,
                     want_preempt: false,
                     buddy: NONE,
+                    min_vr: 0,
                     domain: i / per_llc,
                     idle_ns: 0,
                     idle_since: u64::MAX,
@@ -460,7 +470,7 @@ impl Sim {
             trace: std::env::var_os("SMPLAB_SIM_TRACE").is_some(),
             kind_counts: [0; 14],
             stale: 0,
-            blocked_load: Vec::new(),
+            balance_failed: Vec::new(),
             code_cache: Vec::new(),
             io: Vec::new(),
         };
@@ -679,6 +689,11 @@ impl Sim {
                 next_device_in: 0,
                 wake_pending: false,
                 vruntime: 0,
+                vr_pcpu: NONE,
+                // Linux starts a new task's load average full
+                // (init_entity_runnable_average).
+                load_avg: 1.0,
+                load_at: 0,
             });
         }
         let dev_period = spec
