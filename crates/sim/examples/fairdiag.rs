@@ -10,12 +10,19 @@ fn main() {
         eprintln!("usage: fairdiag PLATFORM PROFILE PCPUS OVERCOMMIT VCPUS SEED [MS]");
         std::process::exit(2);
     }
-    let num = |i: usize| a[i].parse::<u64>().unwrap_or_else(|_| panic!("{} is not a number", a[i]));
+    let num = |i: usize| {
+        a[i].parse::<u64>()
+            .unwrap_or_else(|_| panic!("{} is not a number", a[i]))
+    };
     let (pcpus, over, vcpus, seed) = (num(2) as u32, num(3) as u32, num(4) as u32, num(5));
     let ms = if a.len() > 6 { num(6) } else { 1000 };
     let vms = (pcpus * over / vcpus).max(2) as usize;
     let v = VmSpec::from_workload(&a[1], Some(vcpus), 1000.0, vcpus).expect("profile");
-    let mut s = Scenario::new(Platform::builtin(&a[0]).expect("platform"), pcpus, vec![v; vms]);
+    let mut s = Scenario::new(
+        Platform::builtin(&a[0]).expect("platform"),
+        pcpus,
+        vec![v; vms],
+    );
     s.seed = seed;
     s.horizon_ns = Some(ms * 1_000_000);
     s.native_reference = false;
