@@ -493,11 +493,6 @@ impl Sim {
                 self.place(v, p);
             }
         }
-        let switch = if self.pcpus[p as usize].last_vcpu == v {
-            0
-        } else {
-            self.vms[vm as usize].costs.switch
-        };
         // A vCPU preempted before its refill finished continues that refill
         // rather than starting another: the model pays a refill as time
         // before the work while real execution overlaps it, so charging a
@@ -508,6 +503,19 @@ impl Sim {
             0
         } else {
             self.warmup_cost(v, p)
+        };
+        // Likewise a vCPU switched out again before its switch-in was paid
+        // pays that one switch-in, not one more per dispatch: otherwise a
+        // vCPU preempted every microsecond or two (directed yields of a
+        // sibling VM's SDB-detected idle pollers) piles up switch costs
+        // faster than it runs them off and never runs again (fuzz seeds
+        // 11-14 at 1500 cases).
+        let switch = if self.pcpus[p as usize].last_vcpu == v
+            || self.vacct[v as usize].ovh[cause::HOST_SWITCH] > 0
+        {
+            0
+        } else {
+            self.vms[vm as usize].costs.switch
         };
         {
             let vc = &self.vcpus[v as usize];
