@@ -102,9 +102,16 @@ impl Sim {
             return false;
         }
         let n = u32::try_from(self.pcpus.len()).unwrap_or(u32::MAX);
-        let Some(&span) = self.domain_spans().get(level as usize) else {
+        let spans = self.domain_spans();
+        let Some(&span) = spans.get(level as usize) else {
             return false;
         };
+        // The domain's groups are its child domains (single pCPUs at the
+        // lowest level), as in Linux's sched_group.
+        let child = level
+            .checked_sub(1)
+            .and_then(|l| spans.get(l as usize).copied())
+            .unwrap_or(1);
         let mut load = vec![0.0f64; n as usize];
         for v in 0..u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX) {
             let vc = &self.vcpus[v as usize];
@@ -124,7 +131,7 @@ impl Sim {
         let mut lo = 0;
         while lo < n {
             let hi = (lo + span).min(n);
-            self.balance_range(level, lo, hi, &mut load);
+            self.balance_range(level, lo, hi, child, &mut load);
             lo = hi;
         }
         let every = self.balance_interval(span);
@@ -345,47 +352,86 @@ impl Sim {
         pc.rq.len() + usize::from(pc.cur != NONE)
     }
 
-    /// Balance the domain of pCPUs `lo..hi` (Linux's load_balance, for a
-    /// whole domain at once): while its busiest pCPU's load exceeds the least
-    /// busy one's by more than `imbalance_pct`, move a queued vCPU between
-    /// them whose load is at most half the gap (the imbalance), shifted right
-    /// by the domain's failed attempts as `detach_tasks` does: an imbalance no
-    /// single move can halve (six busy vCPUs on four pCPUs) is still corrected
-    /// after a few intervals, so over time the vCPUs take turns on the less
-    /// loaded pCPUs, which is how Linux keeps such loads fair. A domain that
-    /// stays imbalanced without a move counts a failure; a move resets it.
-    fn balance_range(&mut self, level: u32, lo: u32, hi: u32, load: &mut [f64]) {
+    /// Balance the domain of pCPUs `lo..hi`, made of groups of `child`
+    /// pCPUs (Linux's load_balance, for a whole domain at once): while the
+    /// busiest group's load per pCPU exceeds the least busy group's by more
+    /// than `imbalance_pct`, move a queued vCPU from the busiest pCPU of the
+    /// one to the least busy pCPU of the other, if its load is at most what
+    /// evens the two groups out (the imbalance), shifted right by the
+    /// domain's failed attempts as `detach_tasks` does. So an imbalance no
+    /// single move can even out (six busy vCPUs on four pCPUs) is still
+    /// corrected after a few intervals, and over time the vCPUs take turns
+    /// on the less loaded pCPUs, which is how Linux keeps such loads fair. A
+    /// domain that stays imbalanced without a move counts a failure; a move
+    /// resets it. Comparing groups (LLC domains at the host level) rather
+    /// than single pCPUs sends work to an LLC domain that one VM has to
+    /// itself even while other domains have pCPUs whose halting vCPUs make
+    /// them look lighter.
+    fn balance_range(&mut self, level: u32, lo: u32, hi: u32, child: u32, load: &mut [f64]) {
         if hi - lo < 2 {
             return;
         }
         let slot = level as usize * self.pcpus.len() + lo as usize;
         let failed = self.balance_failed.get(slot).copied().unwrap_or(0);
+        let shift = f64::from(1u32 << failed.min(16));
         let pct = f64::from(self.platform.defaults.imbalance_pct) / 100.0;
-        let mut order: Vec<u32> = (lo..hi).collect();
-        order.sort_unstable_by(|&a, &b| load[a as usize].total_cmp(&load[b as usize]));
-        // The busiest end is consumed as pCPUs turn out to have nothing to move.
-        let mut top = order.len() - 1;
+        let child = child.max(1);
+        let groups: Vec<(u32, u32)> = (lo..hi)
+            .step_by(child as usize)
+            .map(|g| (g, (g + child).min(hi)))
+            .collect();
+        let mut sum: Vec<f64> = groups
+            .iter()
+            .map(|&(a, b)| (a..b).map(|p| load[p as usize]).sum())
+            .collect();
+        // pCPUs found with nothing to give in this pass.
+        let mut spent = vec![false; (hi - lo) as usize];
+        let mut group_spent = vec![false; groups.len()];
         let (mut moved, mut imbalanced) = (false, false);
+        let avg = |k: usize, sum: &[f64]| sum[k] / f64::from(groups[k].1 - groups[k].0);
         // Bounded: each pass moves a vCPU or retires a pCPU.
-        for _ in 0..4 * order.len() {
-            if top == 0 {
+        for _ in 0..4 * (hi - lo) {
+            let Some(local) =
+                (0..groups.len()).min_by(|&a, &b| avg(a, &sum).total_cmp(&avg(b, &sum)))
+            else {
                 break;
-            }
-            let (src, dst) = (order[top], order[0]);
-            let (ls, ld) = (load[src as usize], load[dst as usize]);
-            if ls <= ld * pct || ls - ld < 1e-9 {
+            };
+            let Some(busiest) = (0..groups.len())
+                .filter(|&k| !group_spent[k] && k != local)
+                .max_by(|&a, &b| avg(a, &sum).total_cmp(&avg(b, &sum)))
+            else {
+                break;
+            };
+            let (lb, ll) = (avg(busiest, &sum), avg(local, &sum));
+            if lb <= ll * pct || lb - ll < 1e-9 {
                 break;
             }
             imbalanced = true;
-            let imbalance = (ls - ld) / 2.0;
-            let shift = f64::from(1u32 << failed.min(16));
+            let (nb, nl) = (
+                f64::from(groups[busiest].1 - groups[busiest].0),
+                f64::from(groups[local].1 - groups[local].0),
+            );
+            // The load that would even the two groups out.
+            let imbalance = (lb - ll) / (1.0 / nb + 1.0 / nl);
+            let (b0, b1) = groups[busiest];
+            let Some(src) = (b0..b1)
+                .filter(|&p| !spent[(p - lo) as usize])
+                .max_by(|&a, &b| load[a as usize].total_cmp(&load[b as usize]))
+            else {
+                group_spent[busiest] = true;
+                continue;
+            };
+            let (l0, l1) = groups[local];
+            let dst = (l0..l1)
+                .min_by(|&a, &b| load[a as usize].total_cmp(&load[b as usize]))
+                .unwrap_or(l0);
             // The vCPU that waited least (the tail) that may run on dst.
             let pos = self.pcpus[src as usize].rq.iter().rposition(|&v| {
                 let vc = &self.vcpus[v as usize];
                 vc.lo <= dst && dst < vc.hi && self.load_now(v, true) / shift <= imbalance
             });
             let Some(v) = pos.and_then(|pos| self.pcpus[src as usize].rq.remove(pos)) else {
-                top -= 1;
+                spent[(src - lo) as usize] = true;
                 continue;
             };
             let lv = self.load_now(v, true);
@@ -404,17 +450,8 @@ impl Sim {
             moved = true;
             load[src as usize] -= lv;
             load[dst as usize] += lv;
-            // Restore the order: dst rises, src falls (insertion steps).
-            let mut i = 0;
-            while i + 1 < order.len() && load[order[i] as usize] > load[order[i + 1] as usize] {
-                order.swap(i, i + 1);
-                i += 1;
-            }
-            let mut j = top;
-            while j > 0 && load[order[j] as usize] < load[order[j - 1] as usize] {
-                order.swap(j, j - 1);
-                j -= 1;
-            }
+            sum[busiest] -= lv;
+            sum[local] += lv;
         }
         if let Some(f) = self.balance_failed.get_mut(slot) {
             *f = if moved {
