@@ -14,7 +14,11 @@ fn main() {
         a[i].parse::<u64>()
             .unwrap_or_else(|_| panic!("{} is not a number", a[i]))
     };
-    let (pcpus, over, vcpus, seed) = (num(2) as u32, num(3) as u32, num(4) as u32, num(5));
+    let small = |i: usize| {
+        a[i].parse::<u32>()
+            .unwrap_or_else(|_| panic!("{} is not a small number", a[i]))
+    };
+    let (pcpus, over, vcpus, seed) = (small(2), small(3), small(4), num(5));
     let ms = if a.len() > 6 { num(6) } else { 1000 };
     let vms = (pcpus * over / vcpus).max(2) as usize;
     let v = VmSpec::from_workload(&a[1], Some(vcpus), 1000.0, vcpus).expect("profile");

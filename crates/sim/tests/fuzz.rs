@@ -115,7 +115,7 @@ fn draw_scenario(d: &mut Draw) -> Option<Scenario> {
 /// microsecond of guest work per dispatch, and finish after about 3 s), while
 /// a livelock never finishes.
 fn check_case(i: u64, mut s: Scenario) {
-    s.native_reference = i % 4 == 0;
+    s.native_reference = i.is_multiple_of(4);
     let mut recs = simulate(&s).unwrap_or_else(|e| panic!("case {i}: {e}"));
     if recs.iter().any(|r| !r.is_ok()) {
         s.horizon_ns = Some(30_000_000_000);
