@@ -15,6 +15,7 @@
 //! event queue breaks ties by insertion order.
 
 mod account;
+mod balance;
 mod cache;
 mod guest;
 mod host;
