@@ -89,6 +89,15 @@ pub struct Sample {
     pub in_kernel: bool,
 }
 
+/// What a tick does to a running vCPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SliceEnd {
+    Keep,
+    /// Over, but in the guest kernel within the safe-point grace.
+    Defer,
+    Preempt,
+}
+
 /// The state of one vCPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VcpuState {
@@ -145,7 +154,6 @@ pub struct Scheduler {
     policy: HostPolicy,
     slice_ns: Ns,
     vm_of: Vec<usize>,
-    vms: usize,
     states: Vec<VcpuState>,
     stats: Vec<VcpuStats>,
     /// The vCPU on each pCPU (a preempting one stays until stopped).
@@ -235,7 +243,6 @@ impl Scheduler {
             policy: *policy,
             slice_ns: policy.time_slice_ns.unwrap_or(DEFAULT_SLICE_NS).max(1),
             vm_of,
-            vms,
             states: vec![VcpuState::Runnable { since: 0 }; n],
             stats: vec![VcpuStats::default(); n],
             occupant: vec![None; pcpus],
@@ -300,18 +307,30 @@ impl Scheduler {
     }
 
     /// When [`Scheduler::tick`] next has something to do (a slice or a grace
-    /// period ends), if anything runs.
-    /// A deadline at or before the current time means a slice is over but
-    /// nobody waits: [`Scheduler::tick`] acts once someone does.
+    /// period ends), if anything runs. A deadline at or before the current
+    /// time means a slice is over but nobody waits: [`Scheduler::tick`] acts
+    /// once someone does.
     pub fn next_deadline(&self) -> Option<Ns> {
-        if self.policy.kind == PolicyKind::Gang {
-            return self.gang_since.map(|since| since + self.slice_ns);
-        }
+        self.deadlines().min()
+    }
+
+    /// The first deadline after `now` (for a driver that ticks at every
+    /// event anyway and only needs a timer for the next slice end).
+    pub fn next_deadline_after(&self, now: Ns) -> Option<Ns> {
+        self.deadlines().filter(|&d| d > now).min()
+    }
+
+    fn deadlines(&self) -> impl Iterator<Item = Ns> + '_ {
+        let gang = (self.policy.kind == PolicyKind::Gang)
+            .then(|| self.gang_since.map(|since| since + self.slice_ns))
+            .flatten();
         let grace = self.policy.safe_point_grace_ns;
-        self.states
+        let per_vcpu = self
+            .states
             .iter()
             .enumerate()
-            .filter_map(|(v, s)| match s {
+            .filter(move |_| self.policy.kind != PolicyKind::Gang)
+            .filter_map(move |(v, s)| match s {
                 VcpuState::Running {
                     since,
                     preempting: None,
@@ -321,8 +340,8 @@ impl Scheduler {
                     _ => since + self.slice_ns,
                 }),
                 _ => None,
-            })
-            .min()
+            });
+        gang.into_iter().chain(per_vcpu)
     }
 
     /// The clock reached `now`: end the slices that are over when someone
@@ -330,41 +349,59 @@ impl Scheduler {
     pub fn tick(&mut self, now: Ns) -> Vec<Action> {
         let mut actions = Vec::new();
         if self.policy.kind == PolicyKind::Gang {
-            self.gang_tick(now, &mut actions);
+            if self.gang_turn_over(now) {
+                self.end_gang_turn(&mut actions);
+            }
             return actions;
         }
         for v in 0..self.vcpus() {
-            let VcpuState::Running {
-                pcpu,
-                since,
-                preempting: None,
-            } = self.states[v]
-            else {
-                continue;
-            };
-            let ran = now.saturating_sub(since);
-            if ran < self.slice_ns || !self.someone_waits_for(pcpu) {
-                continue;
+            match self.slice_end(v, now) {
+                SliceEnd::Keep => {}
+                SliceEnd::Defer => self.stats[v].safepoint_deferrals += 1,
+                SliceEnd::Preempt => self.preempt(v, PreemptCause::SliceEnd, &mut actions),
             }
-            if let Some(grace) = self.policy.safe_point_grace_ns {
-                if self.in_kernel[v] && ran < self.slice_ns + grace {
-                    self.stats[v].safepoint_deferrals += 1;
-                    continue;
-                }
-            }
-            self.preempt(v, PreemptCause::SliceEnd, &mut actions);
         }
         actions
     }
 
-    fn gang_tick(&mut self, now: Ns, actions: &mut Vec<Action>) {
+    /// Whether [`Scheduler::tick`] at `now` would preempt someone (for a
+    /// driver that ticks only when needed).
+    pub fn tick_due(&self, now: Ns) -> bool {
+        if self.policy.kind == PolicyKind::Gang {
+            return self.gang_turn_over(now);
+        }
+        (0..self.vcpus()).any(|v| self.slice_end(v, now) == SliceEnd::Preempt)
+    }
+
+    /// What a tick at `now` does to `v`.
+    fn slice_end(&self, v: VcpuId, now: Ns) -> SliceEnd {
+        let VcpuState::Running {
+            pcpu,
+            since,
+            preempting: None,
+        } = self.states[v]
+        else {
+            return SliceEnd::Keep;
+        };
+        let ran = now.saturating_sub(since);
+        if ran < self.slice_ns || !self.someone_waits_for(pcpu) {
+            return SliceEnd::Keep;
+        }
+        match self.policy.safe_point_grace_ns {
+            Some(grace) if self.in_kernel[v] && ran < self.slice_ns + grace => SliceEnd::Defer,
+            _ => SliceEnd::Preempt,
+        }
+    }
+
+    fn gang_turn_over(&self, now: Ns) -> bool {
         let Some(since) = self.gang_since else {
-            return;
+            return false;
         };
         let others_wait = self.queue.iter().any(|&v| !self.gang_on[self.vm_of[v]]);
-        if now.saturating_sub(since) < self.slice_ns || !others_wait {
-            return;
-        }
+        now.saturating_sub(since) >= self.slice_ns && others_wait && !self.gang_ending
+    }
+
+    fn end_gang_turn(&mut self, actions: &mut Vec<Action>) {
         self.gang_ending = true;
         for v in 0..self.vcpus() {
             if self.gang_on[self.vm_of[v]] {

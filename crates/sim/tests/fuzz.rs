@@ -117,7 +117,10 @@ fn random_scenarios_finish_with_exact_counts() {
             {
                 s.horizon_ns = Some(ms * 1_000_000);
             }
-            eprintln!("platform {}", s.platform.name);
+            eprintln!(
+                "platform {} policy {:?} pcpus {}",
+                s.platform.name, s.policy, s.pcpus
+            );
         }
         s.native_reference = i % 4 == 0;
         let recs = simulate(&s).unwrap_or_else(|e| panic!("case {i}: {e}"));
