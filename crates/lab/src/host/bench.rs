@@ -51,6 +51,10 @@ pub struct BenchArgs {
     /// Scheduler sampling interval.
     #[arg(long, default_value = "1ms")]
     pub sample: String,
+    /// Simulator platform profile for the `sim` column: a built-in name or a
+    /// profile file (e.g. the one `smplab calibrate` wrote for this host).
+    #[arg(long, default_value = smplab_record::config::DEFAULT_PLATFORM)]
+    pub platform: String,
     /// Limit per run, seconds.
     #[arg(long, default_value_t = 240)]
     pub timeout_s: u64,
@@ -77,28 +81,24 @@ pub struct Cell {
     pub steal_ms: Vec<f64>,
     pub failures: Vec<String>,
     /// The simulator's weighted speedup for the same configuration (default
-    /// platform profile; `spin` is its fair share with the SDB).
+    /// platform profile or `--platform`; user-level policies are
+    /// smplab-policy's decisions driven by the simulator).
     pub sim_weighted_speedup: Option<f64>,
     pub sim_error: Option<String>,
 }
 
 /// The simulator's settings for `policy` on 2-vCPU VMs and `pcpus` pCPUs.
-fn sim_settings(policy: HostPolicy, pcpus: usize, vms: u32) -> SimSettings {
-    let mut s = SimSettings::new(2, smplab_record::config::DEFAULT_PLATFORM);
+/// `linux` is the simulator's model of the host kernel (fair share at the
+/// platform's slice); every user-level policy is smplab-policy's, as here,
+/// driven by the simulator (`spin` with its software spin detector).
+fn sim_settings(policy: HostPolicy, pcpus: usize, vms: u32, platform: &str) -> SimSettings {
+    let mut s = SimSettings::new(2, platform);
     s.pcpus = u32::try_from(pcpus).ok();
     s.vms = vms;
-    match policy.kind {
-        // The simulator's host is Linux-like fair share at its platform's slice.
-        PolicyKind::Linux => s.policy = HostPolicy::fair(),
-        PolicyKind::Spin => {
-            s.policy = HostPolicy {
-                kind: PolicyKind::FairShare,
-                ..policy
-            };
-            s.sdb = true;
-        }
-        _ => s.policy = policy,
-    }
+    s.policy = match policy.kind {
+        PolicyKind::Linux => HostPolicy::fair(),
+        _ => policy,
+    };
     s
 }
 
@@ -108,6 +108,7 @@ fn sim_prediction(
     policy: HostPolicy,
     pcpus: usize,
     timeout: Duration,
+    platform: &str,
 ) -> Result<f64, String> {
     let wall = |s: &SimSettings| -> Result<Vec<f64>, String> {
         let recs =
@@ -116,8 +117,8 @@ fn sim_prediction(
         Ok(recs.iter().map(|r| r.timing.wall_ns as f64 / 1e9).collect())
     };
     let linux = HostPolicy::parse("linux").unwrap_or_default();
-    let alone = wall(&sim_settings(linux, pcpus, 1))?;
-    let shared = wall(&sim_settings(policy, pcpus, 2))?;
+    let alone = wall(&sim_settings(linux, pcpus, 1, platform))?;
+    let shared = wall(&sim_settings(policy, pcpus, 2, platform))?;
     let a = alone.first().copied().unwrap_or(f64::NAN);
     weighted_speedup(&[a, a], &shared).ok_or_else(|| "no shared walls".to_string())
 }
@@ -281,7 +282,13 @@ pub fn bench(args: &BenchArgs) -> i32 {
         }
         for (policy, cell) in policies.iter().zip(row.iter_mut()) {
             if let Ok(spec) = spec_for(profile, args, *policy, &cpus) {
-                match sim_prediction(&spec.vms[0], *policy, cpus.len(), spec.timeout) {
+                match sim_prediction(
+                    &spec.vms[0],
+                    *policy,
+                    cpus.len(),
+                    spec.timeout,
+                    &args.platform,
+                ) {
                     Ok(ws) => cell.sim_weighted_speedup = Some(ws),
                     Err(e) => cell.sim_error = Some(e),
                 }
