@@ -66,6 +66,13 @@ fn two_vms_share_one_cpu_under_every_policy() {
                 .map(|c| c.dirty_samples)
                 .sum();
             assert!(dirty > 0, "no sample had a dirty-ring count");
+            // Every sample is judged against the guest's spin word, and the
+            // verdicts add up.
+            let d = &run.host.spin_detection;
+            assert_eq!(d.truth_samples, d.samples);
+            assert_eq!(d.true_positives + d.false_positives, d.spins_detected);
+            assert!(d.episodes_detected <= d.episodes_sampled);
+            assert!(d.episodes_detected <= d.true_positives);
         }
     }
 }

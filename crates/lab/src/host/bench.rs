@@ -79,6 +79,10 @@ pub struct Cell {
     /// The guests' own spin iterations (both VMs).
     pub guest_spin_iterations: Vec<u64>,
     pub steal_ms: Vec<f64>,
+    /// The spin detector's figures per repetition, with its ground truth
+    /// (the guest's own spin word: true and false positives, misses,
+    /// episodes caught, detection latency).
+    pub spin_detection: Vec<smplab_vmm::host::SpinDetection>,
     pub failures: Vec<String>,
     /// The simulator's weighted speedup for the same configuration (default
     /// platform profile or `--platform`; user-level policies are
@@ -260,6 +264,7 @@ pub fn bench(args: &BenchArgs) -> i32 {
                 cell.vs_linux.push(ws / linux_ws);
                 let h = &shared.host;
                 cell.spins_detected.push(h.spin_detection.spins_detected);
+                cell.spin_detection.push(h.spin_detection.clone());
                 cell.samples.push(h.spin_detection.samples);
                 cell.yields.push(h.vms.iter().map(|v| v.yields).sum());
                 cell.preemptions
@@ -339,6 +344,31 @@ fn print_table(cells: &[Cell]) {
             c.sim_weighted_speedup
                 .map_or_else(|| "n/a".to_string(), |w| format!("{w:.2}"))
         );
+        let total = |f: fn(&smplab_vmm::host::SpinDetection) -> u64| -> u64 {
+            c.spin_detection.iter().map(f).sum()
+        };
+        if total(|d| d.truth_samples) > 0 {
+            let caught = total(|d| d.episodes_detected);
+            #[allow(clippy::cast_precision_loss)] // a mean of means
+            let latency_us = c
+                .spin_detection
+                .iter()
+                .map(|d| d.mean_detect_latency_ns * d.episodes_detected as f64)
+                .sum::<f64>()
+                / (caught.max(1) as f64)
+                / 1000.0;
+            println!(
+                "    ground truth: {} samples spinning, detected {} (true {} / false {}), missed {}; episodes caught {}/{}, mean latency {:.0} us",
+                total(|d| d.true_positives + d.false_negatives),
+                total(|d| d.true_positives + d.false_positives),
+                total(|d| d.true_positives),
+                total(|d| d.false_positives),
+                total(|d| d.false_negatives),
+                caught,
+                total(|d| d.episodes_sampled),
+                latency_us
+            );
+        }
         if let Some(e) = &c.sim_error {
             println!("    simulator: {e}");
         }

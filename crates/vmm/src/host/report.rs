@@ -28,6 +28,25 @@ pub struct VcpuReport {
     /// The kernel's view of the vCPU thread (schedstat).
     pub thread_run_ns: u64,
     pub thread_runqueue_wait_ns: u64,
+    /// Samples judged against the guest's spin word (`host::truth`), and
+    /// the verdicts: detected and spinning, detected but not spinning,
+    /// spinning but not detected.
+    #[serde(default)]
+    pub truth_samples: u64,
+    #[serde(default)]
+    pub true_positives: u64,
+    #[serde(default)]
+    pub false_positives: u64,
+    #[serde(default)]
+    pub false_negatives: u64,
+    /// Spin episodes a sample saw, those the detector caught, and the sum of
+    /// their detection latencies (episode start to the catching sample).
+    #[serde(default)]
+    pub episodes_sampled: u64,
+    #[serde(default)]
+    pub episodes_detected: u64,
+    #[serde(default)]
+    pub detect_latency_ns: u64,
 }
 
 /// One VM: its vCPUs' counts summed, and when it finished.
@@ -45,6 +64,9 @@ pub struct VmReport {
     pub halts_detected: u64,
     pub yields: u64,
     pub vcpus: Vec<VcpuReport>,
+    /// The vCPUs' ground-truth counts summed (see [`VcpuReport`]).
+    #[serde(default)]
+    pub truth: VcpuReport,
 }
 
 impl VmReport {
@@ -57,6 +79,14 @@ impl VmReport {
         self.spins_detected += c.spins_detected;
         self.halts_detected += c.halts_detected;
         self.yields += c.yields_received;
+        let t = &mut self.truth;
+        t.truth_samples += c.truth_samples;
+        t.true_positives += c.true_positives;
+        t.false_positives += c.false_positives;
+        t.false_negatives += c.false_negatives;
+        t.episodes_sampled += c.episodes_sampled;
+        t.episodes_detected += c.episodes_detected;
+        t.detect_latency_ns += c.detect_latency_ns;
     }
 }
 
@@ -93,6 +123,23 @@ pub struct SpinDetection {
     pub spins_detected: u64,
     /// Mean cost of one sample on the vCPU thread (register reads), ns.
     pub mean_sample_ns: f64,
+    /// Against the guest's own spin word: samples judged, true and false
+    /// positives, misses; spin episodes seen and caught, and the mean
+    /// detection latency of the caught ones (ns).
+    #[serde(default)]
+    pub truth_samples: u64,
+    #[serde(default)]
+    pub true_positives: u64,
+    #[serde(default)]
+    pub false_positives: u64,
+    #[serde(default)]
+    pub false_negatives: u64,
+    #[serde(default)]
+    pub episodes_sampled: u64,
+    #[serde(default)]
+    pub episodes_detected: u64,
+    #[serde(default)]
+    pub mean_detect_latency_ns: f64,
 }
 
 impl SpinDetection {
@@ -105,11 +152,26 @@ impl SpinDetection {
         } else {
             cost as f64 / samples as f64
         };
+        let sum = |f: fn(&VcpuReport) -> u64| vms.iter().map(|v| f(&v.truth)).sum::<u64>();
+        let episodes_detected = sum(|t| t.episodes_detected);
+        #[allow(clippy::cast_precision_loss)] // a mean
+        let mean_detect_latency_ns = if episodes_detected == 0 {
+            0.0
+        } else {
+            sum(|t| t.detect_latency_ns) as f64 / episodes_detected as f64
+        };
         SpinDetection {
             enabled,
             samples,
             spins_detected: vms.iter().map(|v| v.spins_detected).sum(),
             mean_sample_ns,
+            truth_samples: sum(|t| t.truth_samples),
+            true_positives: sum(|t| t.true_positives),
+            false_positives: sum(|t| t.false_positives),
+            false_negatives: sum(|t| t.false_negatives),
+            episodes_sampled: sum(|t| t.episodes_sampled),
+            episodes_detected,
+            mean_detect_latency_ns,
         }
     }
 }
