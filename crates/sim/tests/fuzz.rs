@@ -164,7 +164,10 @@ fn random_scenarios_finish_with_exact_counts() {
             {
                 s.horizon_ns = Some(ms * 1_000_000);
             }
-            eprintln!("platform {}", s.platform.name);
+            eprintln!(
+                "platform {} policy {:?} pcpus {}",
+                s.platform.name, s.policy, s.pcpus
+            );
         }
         check_case(i, s);
     }

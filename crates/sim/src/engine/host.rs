@@ -10,26 +10,20 @@
 //!   own LLC domain first. Each scheduling domain (core, LLC, host) is
 //!   balanced periodically by PELT-like load, as Linux's load_balance.
 //! - Affinity restricts a vCPU to a contiguous pCPU range (one pCPU when pinned).
-//! - Logical partitioning gives each VM its own range (set up in `Sim::new`).
-//! - Gang scheduling runs all vCPUs of a group of VMs on fixed pCPUs for one
-//!   slice, then rotates; a halted vCPU leaves its pCPU idle for the slice.
-//! - Safe-point-aware preemption defers a slice-end preemption while the vCPU
-//!   is unsafe (holds a spin lock or is inside a shootdown), up to a grace period.
+//!
+//! This is the model of the host kernel (`linux`, `fair`). The user-level
+//! policies (gang, partition, spin, safe points) are smplab-policy's
+//! decisions, driven by `policy_host.rs`; the hooks below hand over to it.
 
 use super::{Acct, Act, HostState, Sim, NONE};
 use crate::breakdown as cause;
 use crate::events::Kind;
-use crate::scenario::{PolicyKind, Scenario};
 
 impl Sim {
     /// Every vCPU starts runnable at time 0 (the workload's threads start together).
     pub(super) fn start(&mut self) {
-        if self.policy.kind == PolicyKind::Gang {
-            for v in 0..u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX) {
-                self.vcpus[v as usize].host = HostState::Parked;
-                self.set_acct(v, Acct::Away(cause::id8(cause::STEAL)));
-            }
-            self.gang_tick();
+        if self.phost.is_some() {
+            self.policy_start();
             return;
         }
         for v in 0..u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX) {
@@ -87,21 +81,11 @@ impl Sim {
 
     /// A vCPU that was halted (or parked) becomes runnable.
     pub(super) fn make_ready(&mut self, v: u32) {
-        self.update_load(v, false);
-        let vm = self.vcpus[v as usize].vm;
-        if self.policy.kind == PolicyKind::Gang {
-            let vmr = &self.vms[vm as usize];
-            if vmr.gang_active {
-                let p = vmr.gang_base + self.vcpus[v as usize].index;
-                if self.pcpus[p as usize].cur == NONE {
-                    self.dispatch(p, v);
-                    return;
-                }
-            }
-            self.vcpus[v as usize].host = HostState::Parked;
-            self.set_acct(v, Acct::Away(cause::id8(cause::STEAL)));
+        if self.phost.is_some() {
+            self.policy_make_ready(v);
             return;
         }
+        self.update_load(v, false);
         let p = self.choose_pcpu(v);
         if self.pcpus[p as usize].cur == NONE {
             self.dispatch(p, v);
@@ -326,7 +310,6 @@ impl Sim {
         pc.slice_gen = pc.slice_gen.wrapping_add(1);
         pc.slice_end = u64::MAX;
         pc.sdb_armed = false;
-        pc.want_preempt = false;
         self.set_bit_idle(p, false);
         self.set_acct(v, Acct::On(cause::id8(cause::UNATTRIBUTED)));
         self.arm_slice(p);
@@ -336,13 +319,17 @@ impl Sim {
 
     /// `v` leaves its pCPU without being runnable (halted, VM finished).
     pub(super) fn release(&mut self, v: u32) {
+        if self.phost.is_some() {
+            self.policy_release(v);
+            return;
+        }
         self.update_load(v, true);
         let p = self.vcpus[v as usize].pcpu;
         self.leave_pcpu(v, p);
         self.pcpu_next(p);
     }
 
-    fn leave_pcpu(&mut self, v: u32, p: u32) {
+    pub(super) fn leave_pcpu(&mut self, v: u32, p: u32) {
         let vm = self.vcpus[v as usize].vm;
         let domain = self.pcpus[p as usize].domain;
         let vmr = &mut self.vms[vm as usize];
@@ -355,15 +342,10 @@ impl Sim {
         pc.cur = NONE;
         pc.slice_gen = pc.slice_gen.wrapping_add(1);
         pc.slice_end = u64::MAX;
-        pc.want_preempt = false;
     }
 
     /// `p` has nothing running: take the next queued vCPU, steal one, or idle.
     fn pcpu_next(&mut self, p: u32) {
-        if self.policy.kind == PolicyKind::Gang {
-            self.set_bit_idle(p, true);
-            return;
-        }
         if let Some(v) = self.take_next(p) {
             self.dispatch(p, v);
             return;
@@ -426,16 +408,6 @@ impl Sim {
         if v == NONE || self.pcpus[p as usize].rq.is_empty() {
             return;
         }
-        if let Some(grace) = self.policy.safe_point_grace_ns {
-            let deadline = self.pcpus[p as usize].dispatched_at + self.slice_ns + grace;
-            if self.now < deadline && !self.vcpu_safe(v) {
-                let pc = &mut self.pcpus[p as usize];
-                pc.want_preempt = true;
-                pc.slice_end = deadline;
-                self.ensure_slice_event(p, deadline);
-                return;
-            }
-        }
         let _ = self.preempt(p);
     }
 
@@ -453,14 +425,14 @@ impl Sim {
         th.spin_locks_held == 0 && th.acks_pending == 0
     }
 
-    /// Called when a vCPU may have become safe: run a deferred preemption.
+    /// Called when a vCPU may have become safe: run a deferred preemption
+    /// (safe points are a user-level policy: `policy_host.rs`). True if `v`
+    /// lost its pCPU.
     pub(super) fn safe_point_reached(&mut self, v: u32) -> bool {
-        let vc = &self.vcpus[v as usize];
-        if vc.host != HostState::Running {
+        if self.vcpus[v as usize].host != HostState::Running || self.phost.is_none() {
             return false;
         }
-        let p = vc.pcpu;
-        self.pcpus[p as usize].want_preempt && self.vcpu_safe(v) && self.preempt(p)
+        self.policy_safe_point(v)
     }
 
     /// A kick (IPI or timer) reaches a halted vCPU's host thread.
@@ -483,6 +455,9 @@ impl Sim {
     /// of the same VM if there is one (KVM's directed yield), else to the next
     /// queued vCPU. Returns false when there is nobody to yield to.
     pub(super) fn spin_yield(&mut self, v: u32) -> bool {
+        if self.phost.is_some() {
+            return self.policy_spin_exit(v);
+        }
         let p = self.vcpus[v as usize].pcpu;
         let vm = self.vcpus[v as usize].vm;
         let rq = &self.pcpus[p as usize].rq;
@@ -494,7 +469,7 @@ impl Sim {
             .find(|&&u| self.vcpus[u as usize].vm == vm && self.yield_candidate(u))
         {
             self.pcpus[p as usize].buddy = u;
-        } else if self.policy.kind != PolicyKind::Gang {
+        } else {
             // Directed yield across pCPUs, as KVM's kvm_vcpu_on_spin ->
             // yield_to: a preempted sibling queued on another pCPU becomes
             // that pCPU's next buddy and its current vCPU is rescheduled; the
@@ -542,83 +517,5 @@ impl Sim {
             return false;
         }
         !uc.rq.is_empty() || cur.is_some_and(|t| t.state == super::TState::Running)
-    }
-
-    // ---- gang scheduling ----
-
-    /// Group VMs first-fit into gangs that fit the host together.
-    pub(super) fn setup_gangs(&mut self, s: &Scenario) {
-        let mut groups: Vec<Vec<u32>> = Vec::new();
-        let mut used = u32::MAX;
-        for (k, vm) in s.vms.iter().enumerate() {
-            if used.saturating_add(vm.vcpus) > s.pcpus {
-                groups.push(Vec::new());
-                used = 0;
-            }
-            self.vms[k].gang_base = used;
-            used += vm.vcpus;
-            if let Some(g) = groups.last_mut() {
-                g.push(u32::try_from(k).unwrap_or(u32::MAX));
-            }
-        }
-        self.gang_groups = groups;
-        self.gang_cursor = self.gang_groups.len().saturating_sub(1);
-    }
-
-    /// Deschedule the running gang and schedule the next one.
-    pub(super) fn gang_tick(&mut self) {
-        let n = self.gang_groups.len();
-        if n == 0 {
-            return;
-        }
-        let old = self.gang_cursor;
-        let next = (old + 1) % n;
-        if n > 1 || !self.vms[self.gang_groups[old][0] as usize].gang_active {
-            if self.vms[self.gang_groups[old][0] as usize].gang_active {
-                for k in self.gang_groups[old].clone() {
-                    self.vms[k as usize].gang_active = false;
-                    let first = self.vms[k as usize].first_vcpu;
-                    for v in first..first + self.vms[k as usize].n_vcpus {
-                        self.gang_deschedule(v);
-                    }
-                }
-            }
-            self.gang_cursor = next;
-            for k in self.gang_groups[next].clone() {
-                self.vms[k as usize].gang_active = true;
-                let first = self.vms[k as usize].first_vcpu;
-                for v in first..first + self.vms[k as usize].n_vcpus {
-                    let vc = &self.vcpus[v as usize];
-                    let done = self.vms[k as usize].done_threads == self.vms[k as usize].n_threads;
-                    if !done && vc.host == HostState::Parked {
-                        let p = self.vms[k as usize].gang_base + vc.index;
-                        self.dispatch(p, v);
-                    }
-                }
-            }
-        }
-        if n > 1 {
-            let at = self.now + self.slice_ns;
-            self.push(at, Kind::Gang);
-        }
-    }
-
-    fn gang_deschedule(&mut self, v: u32) {
-        if self.vcpus[v as usize].host != HostState::Running {
-            return;
-        }
-        let act = self.vcpus[v as usize].act;
-        let p = self.vcpus[v as usize].pcpu;
-        self.interrupt_act(v);
-        self.leave_pcpu(v, p);
-        self.set_bit_idle(p, true);
-        let vc = &mut self.vcpus[v as usize];
-        if matches!(act, Act::Halting | Act::HaltPoll) {
-            vc.host = HostState::Halted;
-            self.set_acct(v, Acct::Away(cause::id8(cause::IDLE_HALTED)));
-        } else {
-            vc.host = HostState::Parked;
-            self.set_acct(v, Acct::Away(cause::id8(cause::STEAL)));
-        }
     }
 }
