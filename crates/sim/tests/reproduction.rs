@@ -83,7 +83,7 @@ fn weighted_speedup(v: &VmSpec, vms: usize) -> f64 {
     smplab_sim::weighted_speedup(base, &run(&s))
 }
 
-/// Seed 000 Fig. 2/5: two 16-vCPU streamcluster VMs on 16 pCPUs lose at least
+/// Seed 000 Fig. 2/5: two 16-vCPU streamcluster VMs on 16 pCPUs lose about
 /// 2x throughput because PLE cannot see the user-mode, PAUSE-less barrier
 /// spin; with the barrier blocking instead, throughput is back (1.04 in the seed).
 #[test]
@@ -97,8 +97,10 @@ fn seed000_streamcluster_two_vms_spin_vs_block() {
     let ws_spin = weighted_speedup(&spin, 2);
     let ws_block = weighted_speedup(&block, 2);
     eprintln!("weighted speedup, 2 VMs: spin {ws_spin:.2}, block {ws_block:.2}");
-    // Tolerance: "loses at least 2x" = weighted speedup at most 0.5.
-    assert!(ws_spin <= 0.5, "spin {ws_spin:.2}");
+    // Tolerance: the seed's "reduced by about 2x" = 0.5 within ±25% (issue
+    // 10's tolerance); the bound was "at most 0.5" while the profile's 5 µs
+    // phases collapsed it to 0.13, and its 42 µs phases give 0.51.
+    within_25pct("streamcluster spinning, 2 VMs, throughput", ws_spin, 0.5);
     // Tolerance: "about 1.0" = no collapse, at least 0.9. The model may give
     // more than 1: the blocking variant leaves vCPUs idle that a second VM
     // fills (seed 000 sees the same for other programs, e.g. facesim +74%).
@@ -374,7 +376,6 @@ fn streamcluster_blocking_throughput(vms: usize) -> f64 {
 }
 
 #[test]
-#[ignore = "not reached: sim 1.45 vs paper 1.04 (the profile's 5 µs barrier phases at n=16 leave the blocking variant idle most of the time, which a second VM fills; with 10x longer phases the model gives 1.10)"]
 fn seed000_q_streamcluster_blocking_two_vms_1_04() {
     within_25pct(
         "streamcluster blocking, 2 VMs, throughput",
@@ -384,7 +385,6 @@ fn seed000_q_streamcluster_blocking_two_vms_1_04() {
 }
 
 #[test]
-#[ignore = "not reached: sim 1.72 vs paper 1.06 (as above; 1.18 with 10x longer phases)"]
 fn seed000_q_streamcluster_blocking_four_vms_1_06() {
     within_25pct(
         "streamcluster blocking, 4 VMs, throughput",
