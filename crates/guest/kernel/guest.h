@@ -119,8 +119,9 @@ struct cpu {
     /* counters (read by user.c at the end) */
     u64 ipis_sent, ipis_received, halts, wakeups, context_switches, idle_tsc, ticks;
     u64 syscalls;
-    u64 io_irqs;      /* block-device interrupts taken */
+    u64 io_irqs;      /* block-device interrupts that found a completion */
     u64 io_entry_tsc; /* TSC at the io handler's first instructions (entry.S) */
+    u64 io_spurious;  /* block-device interrupts that found none */
     u8 pad[64];
 } __attribute__((aligned(64)));
 

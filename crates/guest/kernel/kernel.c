@@ -1033,11 +1033,15 @@ void trap_io(struct frame *f)
 {
     struct cpu *c = this_cpu();
     u64 entry = c->io_entry_tsc;
-    c->io_irqs++;
-    for (;;) {
+    for (u32 taken = 0;; taken++) {
         u64 w = *(volatile u64 *)(BLOCK_BASE + 8);
-        if (w == BLOCK_NONE)
+        if (w == BLOCK_NONE) {
+            if (!taken)
+                c->io_spurious++;
             break;
+        }
+        if (!taken)
+            c->io_irqs++;
         u32 tag = (u32)(w & 0xffff);
         if (tag < g_nthreads && tag < MAX_THREADS) {
             struct thread *t = &threads[tag];

@@ -1029,6 +1029,9 @@ static void emit_result(void)
         out_str(&o, "io_irqs");
         for (u32 i = 0; i < g_ncpus; i++)
             out_sp_u64(&o, cpus[i].io_irqs);
+        out_str(&o, "\nio_spurious");
+        for (u32 i = 0; i < g_ncpus; i++)
+            out_sp_u64(&o, cpus[i].io_spurious);
         out_str(&o, "\nio_samples");
         u64 n = io_nsamples;
         out_sp_u64(&o, n);

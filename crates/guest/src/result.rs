@@ -21,7 +21,9 @@
 //! ops C0 ... C13                    # in smplab_workload::program::counter_names::ALL order
 //!                                   # (13 numbers from guests before `io`: io = 0)
 //! cpu ID IPIS_SENT IPIS_RECEIVED HALTS WAKEUPS CONTEXT_SWITCHES IDLE_TSC TICKS SYSCALLS
-//! io_irqs N0 N1 ...                 # block-device interrupts taken per vCPU (io programs only)
+//! io_irqs N0 N1 ...                 # block-device interrupts that found a completion, per
+//!                                   # vCPU (io programs only)
+//! io_spurious N0 N1 ...             # block-device interrupts that found none, per vCPU
 //! io_samples TOTAL                  # io ops that reported latencies
 //! io_lat IRQ WAKE                   # one per sample, the last 16384: TSC cycles from the
 //!                                   # request's completion to the handler's entry, and to
@@ -123,8 +125,11 @@ pub struct GuestResult {
     pub threads: Vec<GuestThread>,
     pub ops: [u64; counter_names::COUNT],
     pub vcpus: Vec<GuestCpu>,
-    /// Block-device interrupts per vCPU (empty: the program has no `io` ops).
+    /// Block-device interrupts per vCPU that found a completion (empty: the
+    /// program has no `io` ops).
     pub io_irqs: Vec<u64>,
+    /// Block-device interrupts per vCPU that found none.
+    pub io_spurious: Vec<u64>,
     /// `io` ops that reported latencies (may exceed `io_latency.len()`).
     pub io_samples: u64,
     /// (completion → handler entry, completion → thread running), TSC cycles.
@@ -162,6 +167,13 @@ fn nums<const N: usize>(line: usize, fields: &[&str]) -> Result<[u64; N], Result
         })?;
     }
     Ok(out)
+}
+
+fn num_list(line: usize, fields: &[&str]) -> Result<Vec<u64>, ResultError> {
+    fields
+        .iter()
+        .map(|w| nums::<1>(line, &[*w]).map(|v| v[0]))
+        .collect()
 }
 
 fn narrow(line: usize, v: u64) -> Result<u32, ResultError> {
@@ -229,12 +241,8 @@ pub fn parse(bytes: &[u8]) -> Result<GuestResult, ResultError> {
                 r.ops[..13].copy_from_slice(&nums::<13>(n, &rest)?);
             }
             "ops" => r.ops = nums::<{ counter_names::COUNT }>(n, &rest)?,
-            "io_irqs" => {
-                r.io_irqs = rest
-                    .iter()
-                    .map(|w| nums::<1>(n, &[*w]).map(|v| v[0]))
-                    .collect::<Result<_, _>>()?;
-            }
+            "io_irqs" => r.io_irqs = num_list(n, &rest)?,
+            "io_spurious" => r.io_spurious = num_list(n, &rest)?,
             "io_samples" => r.io_samples = nums::<1>(n, &rest)?[0],
             "io_lat" => {
                 let v = nums::<2>(n, &rest)?;
