@@ -9,9 +9,11 @@
 //! The interrupt is raised through [`IrqLine`], one small trait, so the same
 //! device drives the in-kernel irqchip ([`KvmIrqLine`]: KVM_IRQ_LINE on a GSI
 //! routed by the guest-programmed IOAPIC redirection entry) or the user-space
-//! IOAPIC (`user_irqchip::UserIrqchip::irq_line`). The line is
-//! level-triggered: high while the FIFO holds a completion, low once the
-//! handler has drained it, so the IOAPIC re-delivers after EOI if more came.
+//! IOAPIC (`user_irqchip::UserIrqchip::irq_line`). The line is high while
+//! the FIFO holds a completion and low once the handler has drained it, so it
+//! works either way the guest programs the pin: level-triggered (the IOAPIC
+//! re-delivers after EOI if more came) or edge-triggered (each rising edge
+//! is a batch the handler drains; the smplab guest's choice, docs/guest.md).
 //!
 //! Registers (little-endian):
 //! - offset 0, write 8 bytes: submit `tag | device << 16 | service_ns << 24`
