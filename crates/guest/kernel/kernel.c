@@ -1052,8 +1052,10 @@ void trap_io(struct frame *f)
             struct thread *t = &threads[tag];
             if (__atomic_exchange_n(&t->io_wait, 0, __ATOMIC_SEQ_CST)) {
                 u64 ago = (entry - (w >> 24)) & BLOCK_TSC_MASK;
+                /* Completed after this handler was entered (it was still
+                 * draining): taken without an interrupt of its own. */
                 if (ago > BLOCK_TSC_MASK / 2)
-                    ago = 0; /* completion stamped after entry: clock skew */
+                    ago = 0;
                 t->io_done_tsc = entry - ago;
                 t->io_irq_tsc = entry;
                 make_runnable(c, t);
