@@ -145,6 +145,12 @@ static void ioapic_w(u32 reg, u32 v)
     *(volatile u32 *)(IOAPIC_BASE + 0x10) = v;
 }
 
+static u32 ioapic_r(u32 reg)
+{
+    *(volatile u32 *)IOAPIC_BASE = reg;
+    return *(volatile u32 *)(IOAPIC_BASE + 0x10);
+}
+
 /* Block interrupts taken so far; the handler moves the interrupt to
  * io_targets[io_next % n] (one interrupt each, in io_targets order). */
 static volatile u32 io_next;
@@ -828,6 +834,12 @@ static u64 sys_smp_start(struct cpu *c, const struct boot_params *p)
          * not; edge behaves the same on both. */
         ioapic_w(IOREDTBL_HI, (u32)g_params.io_targets[0] << 24);
         ioapic_w(IOREDTBL_LO, VEC_IO);
+        /* Read it back: a VMM may post IOAPIC writes (smplab-vmm's `hybrid`
+         * and `iothread` queue them to its I/O thread), and an edge raised
+         * while the entry is still masked would be lost. The read returns
+         * only after the writes took effect. */
+        if ((ioapic_r(IOREDTBL_LO) & 0x100ff) != VEC_IO)
+            kputs_n("smplab-guest: warning: the IOAPIC did not take the block device's entry\n", 72);
     }
     return online;
 }

@@ -30,6 +30,8 @@ use std::time::Duration;
 pub enum BenchCmd {
     /// User-space vs in-kernel interrupt controllers under the four sync modes.
     Irqchip(IrqchipBenchArgs),
+    /// Interrupt delivery latency by interrupt affinity under pCPU contention (issue 15).
+    Io(crate::bench_io::IoBenchArgs),
 }
 
 /// Options of `smplab bench irqchip`.
@@ -80,6 +82,7 @@ pub fn bench(cmd: &BenchCmd) -> i32 {
             }
             Err(status) => status,
         },
+        BenchCmd::Io(args) => crate::bench_io::bench_io(args),
     }
 }
 
