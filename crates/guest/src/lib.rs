@@ -268,9 +268,7 @@ pub fn io_irq_targets(affinity: &IrqAffinity, vcpus: u32) -> Vec<u32> {
         IrqAffinity::Vcpus(set) => set.len().clamp(1, 64),
         IrqAffinity::Balanced | IrqAffinity::Running => vcpus.clamp(1, 64) as usize,
     };
-    (0..len as u64)
-        .map(|k| affinity.target(k, vcpus))
-        .collect()
+    (0..len as u64).map(|k| affinity.target(k, vcpus)).collect()
 }
 
 fn effective_timer_hz(program: &Program, opts: &VmRunOptions) -> u32 {

@@ -185,7 +185,10 @@ fn io_profiles_run_on_the_user_ioapic_and_follow_the_affinity() {
                 .as_ref()
                 .and_then(|v| v.user_irqchip.clone())
                 .expect("user_irqchip section");
-            assert!(user.injected >= irqs.iter().sum::<u64>(), "{what}: {user:?}");
+            assert!(
+                user.injected >= irqs.iter().sum::<u64>(),
+                "{what}: {user:?}"
+            );
         }
     }
 }

@@ -160,7 +160,10 @@ fn run(args: &IoBenchArgs) -> Result<String, i32> {
             exit::BAD_INPUT
         })?;
     if !program.uses_io() {
-        eprintln!("smplab: {} has no io ops: nothing to measure", args.workload);
+        eprintln!(
+            "smplab: {} has no io ops: nothing to measure",
+            args.workload
+        );
         return Err(exit::BAD_INPUT);
     }
     let info = source.workload_info(&program);
@@ -203,7 +206,14 @@ fn run(args: &IoBenchArgs) -> Result<String, i32> {
         }
     }
     drop(hogs);
-    Ok(table(args, &program.name, reps, &points, &last_irqs, &failures))
+    Ok(table(
+        args,
+        &program.name,
+        reps,
+        &points,
+        &last_irqs,
+        &failures,
+    ))
 }
 
 /// Per repetition, `figure` of `key` over `figure` of the same vCPUs' vCPU 0 run.
@@ -300,4 +310,71 @@ fn table(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cmd {
+        #[command(subcommand)]
+        bench: crate::bench_irqchip::BenchCmd,
+    }
+
+    #[test]
+    fn flags_parse_into_typed_settings() {
+        let c = Cmd::try_parse_from([
+            "bench",
+            "io",
+            "--affinity",
+            "1;0,2;balanced",
+            "--vcpus",
+            "3",
+            "--irqchip",
+            "user",
+            "--io-thread-cpus",
+            "1",
+        ])
+        .expect("parses");
+        let crate::bench_irqchip::BenchCmd::Io(a) = c.bench else {
+            panic!("parsed as another bench: {:?}", c.bench)
+        };
+        assert_eq!(
+            a.affinity,
+            vec![
+                IrqAffinity::Vcpus(vec![1]),
+                IrqAffinity::Vcpus(vec![0, 2]),
+                IrqAffinity::Balanced
+            ]
+        );
+        assert_eq!((&a.vcpus, a.irqchip), (&vec![3], Irqchip::User));
+        assert_eq!(a.io_thread_cpus, IoThreadCpus(vec![1]));
+        assert!(Cmd::try_parse_from(["bench", "io", "--affinity", "everywhere"]).is_err());
+        let cfg = config(&a, 3, &IrqAffinity::Balanced);
+        assert_eq!(cfg.irq_affinity(), Some(&IrqAffinity::Balanced));
+        assert!(cfg.validate(Some(4)).is_ok(), "{cfg}");
+    }
+
+    #[test]
+    fn ratios_pair_each_repetition_with_its_own_baseline() {
+        let p = |us: f64| {
+            Some(Point {
+                irq_p50: us,
+                irq_p99: 10.0 * us,
+                wake_p50: 2.0 * us,
+            })
+        };
+        let mut points: BTreeMap<Key, Vec<Option<Point>>> = BTreeMap::new();
+        points.insert((2, "0".into()), vec![p(100.0), p(200.0), None]);
+        points.insert((2, "1".into()), vec![p(50.0), p(100.0), p(1.0)]);
+        points.insert((3, "1".into()), vec![p(50.0)]);
+        assert_eq!(ratios(&points, &(2, "1".into()), irq_p50), vec![0.5, 0.5]);
+        assert_eq!(ratios(&points, &(2, "1".into()), irq_p99), vec![0.5, 0.5]);
+        // No vCPU-0 run at 3 vCPUs: no ratio.
+        assert!(ratios(&points, &(3, "1".into()), irq_p50).is_empty());
+        // Two samples never reach 95% coverage.
+        assert!(!all_narrow(&points, 0.5));
+    }
 }

@@ -405,7 +405,9 @@ mod tests {
             "1,2",
         ])
         .expect("parses");
-        let BenchCmd::Irqchip(a) = c.bench;
+        let BenchCmd::Irqchip(a) = c.bench else {
+            panic!("parsed as another bench: {:?}", c.bench)
+        };
         assert_eq!(a.sync, vec![SyncMode::Global, SyncMode::Hybrid]);
         assert_eq!(a.irqchip, vec![Irqchip::User]);
         assert_eq!(a.vcpus, vec![1, 2]);

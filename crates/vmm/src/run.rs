@@ -35,8 +35,8 @@ use crate::boot::{load_kernel, read_kernel, set_pvh_entry, write_boot_data, MIN_
 use crate::bus::{AddressSpace, BusBuilder};
 use crate::collect::{Collector, VmMeasurements};
 use crate::control::RunControl;
-use crate::devices::window::{window_section, VcpuWindow, WindowState};
 use crate::devices::block::{GuestTsc, BLOCK_IRQ_PIN, BLOCK_MMIO_GPA, BLOCK_MMIO_LEN};
+use crate::devices::window::{window_section, VcpuWindow, WindowState};
 use crate::devices::{
     BlockDevice, ConsoleWriter, DebugExit, ExclusiveWorkDevice, IrqLine, KvmIrqLine, PmTimer,
     ResultPort, Uart, WindowDevice, WorkDevice,
@@ -186,10 +186,7 @@ fn guest_tsc_offset(vcpu: &kvm_ioctls::VcpuFd) -> u64 {
 
 /// The block device's interrupt line: the in-kernel IOAPIC's pin through
 /// KVM_IRQ_LINE, or the IOAPIC model's.
-fn block_line(
-    vm: &Vm,
-    user_irqchip: Option<&UserIrqchip>,
-) -> Result<Arc<dyn IrqLine>, VmmError> {
+fn block_line(vm: &Vm, user_irqchip: Option<&UserIrqchip>) -> Result<Arc<dyn IrqLine>, VmmError> {
     Ok(match user_irqchip {
         Some(chip) => chip.irq_line(BLOCK_IRQ_PIN),
         None => Arc::new(
@@ -316,12 +313,10 @@ fn attach_devices(
                 .as_ref()
                 .map(|b| b.thread_cpus.clone())
                 .unwrap_or_default();
-            let handle = device
-                .spawn(cpus)
-                .map_err(|source| VmmError::Thread {
-                    name: "smplab-blk".into(),
-                    source,
-                })?;
+            let handle = device.spawn(cpus).map_err(|source| VmmError::Thread {
+                name: "smplab-blk".into(),
+                source,
+            })?;
             Some(BlockThread { device, handle })
         }
         None => None,

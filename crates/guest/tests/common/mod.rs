@@ -47,10 +47,9 @@ pub fn check_io(r: &smplab_record::RunRecord, p: &Program, vcpus: u32) -> Vec<u6
     let what = format!("{} on {vcpus} vCPUs", p.name);
     let ios = p.expected_counts()["io"];
     assert!(ios > 0, "{what}: the profile has io ops");
-    let io = r
-        .io
-        .as_ref()
-        .unwrap_or_else(|| panic!("{what}: no io section"));
+    let io =
+        r.io.as_ref()
+            .unwrap_or_else(|| panic!("{what}: no io section"));
     assert_eq!(io.requests, ios, "{what}: device requests");
     assert_eq!(io.device_latency.count, ios, "{what}");
     assert_eq!(io.irq_latency.count, ios, "{what}: one sample per io op");
@@ -70,6 +69,9 @@ pub fn check_io(r: &smplab_record::RunRecord, p: &Program, vcpus: u32) -> Vec<u6
     assert!(io.device_latency.min_ns >= 29_000, "{what}");
     assert_eq!(io.irqs_per_cpu.len(), vcpus as usize, "{what}");
     let irqs: u64 = io.irqs_per_cpu.iter().sum();
-    assert!(irqs >= 1 && irqs <= ios, "{what}: {irqs} interrupts for {ios} requests");
+    assert!(
+        irqs >= 1 && irqs <= ios,
+        "{what}: {irqs} interrupts for {ios} requests"
+    );
     io.irqs_per_cpu.clone()
 }

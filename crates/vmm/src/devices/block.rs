@@ -68,8 +68,8 @@ impl GuestTsc {
     pub fn before_now(&self, ago: Duration) -> u64 {
         // SAFETY: rdtsc has no memory effects; every x86-64 CPU has it.
         let host = unsafe { core::arch::x86_64::_rdtsc() };
-        let cycles = u64::try_from(ago.as_nanos() * u128::from(self.hz) / 1_000_000_000)
-            .unwrap_or(u64::MAX);
+        let cycles =
+            u64::try_from(ago.as_nanos() * u128::from(self.hz) / 1_000_000_000).unwrap_or(u64::MAX);
         host.wrapping_add(self.offset).wrapping_sub(cycles)
     }
 }
@@ -124,6 +124,10 @@ impl KvmIrqLine {
         })
     }
 
+    /// KVM_IRQ_LINE calls that failed so far.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl IrqLine for KvmIrqLine {
@@ -135,7 +139,7 @@ impl IrqLine for KvmIrqLine {
     }
 
     fn failures(&self) -> u64 {
-        self.failures.load(std::sync::atomic::Ordering::Relaxed)
+        KvmIrqLine::failures(self)
     }
 }
 
