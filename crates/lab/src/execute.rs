@@ -233,6 +233,8 @@ fn guest_options(g: &GuestSettings, limits: &RunLimits) -> smplab_guest::VmRunOp
         timer_hz: g.timer_hz,
         mem_bytes: g.mem_bytes,
         qemu_binary: limits.qemu_binary.clone(),
+        irq_affinity: g.irq_affinity.clone(),
+        io_thread_cpus: g.io_thread_cpus.0.clone(),
         ..Default::default()
     }
 }
