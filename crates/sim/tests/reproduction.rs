@@ -86,24 +86,35 @@ fn weighted_speedup(v: &VmSpec, vms: usize) -> f64 {
 /// Seed 000 Fig. 2/5: two 16-vCPU streamcluster VMs on 16 pCPUs lose about
 /// 2x throughput because PLE cannot see the user-mode, PAUSE-less barrier
 /// spin; with the barrier blocking instead, throughput is back (1.04 in the seed).
+///
+/// Scale 30: ~64 ms per instance, about ten host time slices (6 ms); with
+/// only three or four slices the outcome depends on how the jittered slices
+/// happen to line up (one seed in eight then escapes the collapse).
+fn streamcluster_two_vms(block: bool) -> f64 {
+    let mut v = vm("streamcluster", 16, 30.0, 16);
+    if block {
+        v.program = v.program.spin_to_block();
+    }
+    let ws = weighted_speedup(&v, 2);
+    eprintln!("weighted speedup, 2 VMs, blocking barrier {block}: {ws:.2}");
+    ws
+}
+
 #[test]
-fn seed000_streamcluster_two_vms_spin_vs_block() {
-    // Scale 30: ~64 ms per instance, about ten host time slices (6 ms); with
-    // only three or four slices the outcome depends on how the jittered
-    // slices happen to line up (one seed in eight then escapes the collapse).
-    let spin = vm("streamcluster", 16, 30.0, 16);
-    let mut block = spin.clone();
-    block.program = block.program.spin_to_block();
-    let ws_spin = weighted_speedup(&spin, 2);
-    let ws_block = weighted_speedup(&block, 2);
-    eprintln!("weighted speedup, 2 VMs: spin {ws_spin:.2}, block {ws_block:.2}");
-    // Tolerance: the seed's "reduced by about 2x" = 0.5 within ±25% (issue
-    // 10's tolerance); the bound was "at most 0.5" while the profile's 5 µs
-    // phases collapsed it to 0.13, and its 42 µs phases give 0.51.
-    within_25pct("streamcluster spinning, 2 VMs, throughput", ws_spin, 0.5);
+#[ignore = "not reached: sim 0.51 vs at most 0.5 (the bound this test always had; 0.13 while the profile's barrier phases were 5 µs, 0.51 with PARSEC-like 42 µs phases)"]
+fn seed000_streamcluster_two_vms_spinning_collapses() {
+    // Tolerance: "reduced by about 2x" read as "loses at least 2x" =
+    // weighted speedup at most 0.5.
+    let ws_spin = streamcluster_two_vms(false);
+    assert!(ws_spin <= 0.5, "spin {ws_spin:.2}");
+}
+
+#[test]
+fn seed000_streamcluster_two_vms_blocking_keeps_throughput() {
     // Tolerance: "about 1.0" = no collapse, at least 0.9. The model may give
     // more than 1: the blocking variant leaves vCPUs idle that a second VM
     // fills (seed 000 sees the same for other programs, e.g. facesim +74%).
+    let ws_block = streamcluster_two_vms(true);
     assert!(ws_block >= 0.9, "block {ws_block:.2}");
 }
 
