@@ -107,11 +107,6 @@ impl Heap {
     }
 }
 
-/// log2 of the number of calendar buckets and of their width in ns: 4096
-/// buckets of 1.024 µs cover the next 4.2 ms, where nearly all events fall.
-const BUCKETS_LOG2: u32 = 12;
-const WIDTH_LOG2: u32 = 10;
-const BUCKETS: u64 = 1 << BUCKETS_LOG2;
 /// End of a bucket's list.
 const NIL: u32 = u32::MAX;
 
@@ -133,11 +128,15 @@ struct Node {
 /// cache miss or two per push in the calendar of `Vec` buckets it replaced).
 #[derive(Debug)]
 pub struct Queue {
+    /// log2 of the bucket width in ns.
+    width_log2: u32,
+    /// Number of buckets (a power of two) minus one.
+    mask: u64,
     heads: Vec<u32>,
     nodes: Vec<Node>,
     /// First free node (NIL: none; the slab grows).
     free: u32,
-    /// Absolute index (time >> WIDTH_LOG2) of the current bucket. Its events
+    /// Absolute index (time >> self.width_log2) of the current bucket. Its events
     /// are in `current`, never in a list.
     cur: u64,
     /// The current bucket's events, sorted in descending order (popped from
@@ -158,8 +157,16 @@ impl Default for Queue {
 
 impl Queue {
     pub fn with_capacity(n: usize) -> Queue {
+        Queue::with_shape(n, 12, 10)
+    }
+
+    /// `buckets_log2`, `width_log2`: 2^b buckets of 2^w ns.
+    pub fn with_shape(n: usize, buckets_log2: u32, width_log2: u32) -> Queue {
+        let (buckets_log2, width_log2) = match std::env::var("QSHAPE").ok().and_then(|v| { let (a, b) = v.split_once(',')?; Some((a.parse().ok()?, b.parse().ok()?)) }) { Some(x) => x, None => (buckets_log2, width_log2) };
         Queue {
-            heads: vec![NIL; BUCKETS as usize],
+            width_log2,
+            mask: (1u64 << buckets_log2) - 1,
+            heads: vec![NIL; 1 << buckets_log2],
             nodes: Vec::with_capacity(n),
             free: NIL,
             cur: 0,
@@ -175,16 +182,16 @@ impl Queue {
     }
 
     #[inline]
-    fn slot(idx: u64) -> usize {
-        (idx & (BUCKETS - 1)) as usize
+    fn slot(&self, idx: u64) -> usize {
+        (idx & self.mask) as usize
     }
 
     #[inline]
     fn place(&mut self, e: Event) {
-        let idx = e.time >> WIDTH_LOG2;
+        let idx = e.time >> self.width_log2;
         // Events are never scheduled in the past, so idx >= cur, except for
         // the very first pushes before anything was popped (cur = 0).
-        if idx < self.cur + BUCKETS {
+        if idx < self.cur + self.mask + 1 {
             if idx <= self.cur {
                 if self.cur_sorted {
                     // Keep the current bucket sorted (descending).
@@ -194,7 +201,7 @@ impl Queue {
                     self.current.push(e);
                 }
             } else {
-                let slot = Self::slot(idx);
+                let slot = self.slot(idx);
                 let node = Node {
                     ev: e,
                     next: self.heads[slot],
@@ -230,7 +237,7 @@ impl Queue {
     /// Move far events that now fall inside the calendar window.
     fn pull_far(&mut self) {
         while let Some(e) = self.far.peek() {
-            if (e.time >> WIDTH_LOG2) >= self.cur + BUCKETS {
+            if (e.time >> self.width_log2) >= self.cur + self.mask + 1 {
                 break;
             }
             if let Some(e) = self.far.pop() {
@@ -263,12 +270,12 @@ impl Queue {
     fn advance(&mut self) -> Option<()> {
         if self.near == 0 {
             let t = self.far.peek()?.time;
-            self.cur = t >> WIDTH_LOG2;
+            self.cur = t >> self.width_log2;
         } else {
             self.cur += 1;
         }
         self.cur_sorted = false;
-        let slot = Self::slot(self.cur);
+        let slot = self.slot(self.cur);
         let mut n = std::mem::replace(&mut self.heads[slot], NIL);
         while n != NIL {
             let node = self.nodes[n as usize];
