@@ -162,7 +162,13 @@ impl Queue {
 
     /// `buckets_log2`, `width_log2`: 2^b buckets of 2^w ns.
     pub fn with_shape(n: usize, buckets_log2: u32, width_log2: u32) -> Queue {
-        let (buckets_log2, width_log2) = match std::env::var("QSHAPE").ok().and_then(|v| { let (a, b) = v.split_once(',')?; Some((a.parse().ok()?, b.parse().ok()?)) }) { Some(x) => x, None => (buckets_log2, width_log2) };
+        let (buckets_log2, width_log2) = match std::env::var("QSHAPE").ok().and_then(|v| {
+            let (a, b) = v.split_once(',')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        }) {
+            Some(x) => x,
+            None => (buckets_log2, width_log2),
+        };
         Queue {
             width_log2,
             mask: (1u64 << buckets_log2) - 1,

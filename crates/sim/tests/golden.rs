@@ -21,15 +21,21 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Everything the simulator computes about one scenario, with the host facts,
-/// the start time and the host seconds (which vary run to run) left out.
-fn fingerprint(s: &Scenario) -> u64 {
+/// the start time and the host seconds (which vary run to run) left out:
+/// a hash of the simulated results and one of the event counts (kept apart
+/// so a change in what counts as a processed event shows as such).
+fn fingerprint(s: &Scenario) -> (u64, u64) {
     let recs = simulate(s).unwrap_or_else(|e| panic!("{e}"));
     let mut parts = Vec::new();
+    let mut counts = Vec::new();
     for r in &recs {
         let mut sim = serde_json::to_value(&r.sim).unwrap();
+        let mut events = serde_json::Value::Null;
         if let Some(m) = sim.as_object_mut() {
             m.remove("sim_host_seconds");
+            events = m.remove("events").unwrap_or_default();
         }
+        counts.push(events);
         parts.push(serde_json::json!({
             "outcome": r.outcome,
             "timing": r.timing,
@@ -40,12 +46,14 @@ fn fingerprint(s: &Scenario) -> u64 {
     }
     let raw = simulate_raw(s).unwrap_or_else(|e| panic!("{e}"));
     parts.push(serde_json::json!({
-        "events": raw.events,
-        "stale": raw.stale_events,
         "end": raw.end_ns,
         "pcpu": raw.pcpu_totals,
     }));
-    fnv1a(serde_json::to_string(&parts).unwrap().as_bytes())
+    counts.push(serde_json::json!([raw.events, raw.stale_events]));
+    (
+        fnv1a(serde_json::to_string(&parts).unwrap().as_bytes()),
+        fnv1a(serde_json::to_string(&counts).unwrap().as_bytes()),
+    )
 }
 
 /// Random small scenarios over every setting (the fuzz test's generator with
@@ -166,56 +174,57 @@ fn scenarios() -> Vec<(String, Scenario)> {
     out
 }
 
-/// Hashes computed on `main` at 1c099ba, in the order of `scenarios()`.
-const GOLDEN: &[u64] = &[
-    0xeeb8b9c4dacfa0c8, // random 0
-    0x6777d0a1285828e4, // random 1
-    0x9aeaa8ee08191abe, // random 2
-    0x2d4442a01b21b6a5, // random 3
-    0x5ba9550277e1f5f6, // random 4
-    0x9ae7aa12275882a1, // random 5
-    0xf4f9027b5c4269e1, // random 6
-    0xb70a6f6d2c7281cf, // random 7
-    0xd99c2eab11be3243, // random 8
-    0x00d9d1c4f5ad8685, // random 9
-    0x63f95d94ec191e58, // random 10
-    0x772b6bd9383f0b82, // random 11
-    0xdcef905750ee507c, // random 12
-    0x6213eade9a429ca3, // random 13
-    0x47d8a76664fa7f40, // random 14
-    0x301c3fb21901006f, // random 15
-    0xaf3bbc0410ea086f, // random 16
-    0xcbc5b3329e941071, // random 17
-    0x2a542fb7266d7a5e, // random 18
-    0xe2870d463d07fce1, // random 19
-    0xca4830e9cbc74e28, // random 20
-    0x638281176c47840d, // random 21
-    0x9f7e39f52007cf13, // random 22
-    0xbcb9800e94466f42, // random 23
-    0xf89493e74fd5f8ab, // random 24
-    0x426936969b18d66e, // random 25
-    0xaed3f24f75909374, // random 26
-    0xd78ed6734c408902, // random 27
-    0x0cbebd734bb61945, // random 28
-    0x3d7abd259bb01b2b, // random 29
-    0x4d75fdec7986dddd, // random 30
-    0xf536e76cc6011885, // random 31
-    0xa00192f7b9154a6e, // random 32
-    0xd28ba3f28741bd53, // random 33
-    0x2fabe2a8fc673091, // random 34
-    0x5ca8aa94a98514eb, // random 35
-    0xba32d554bd02e3ec, // random 36
-    0x3e6616a03ce67130, // random 37
-    0xe3df210d80125773, // random 38
-    0x94450757bbaa5e37, // random 39
-    0x02b9b1838d7366e7, // bench model
-    0x208dc681d3691eb7, // 64 pCPUs, 24 VMs, 30 ms
-    0x7b5fc62069b5879b, // dedup poll
+/// (results, event counts) hashes, in the order of `scenarios()`. Results
+/// computed on `main` at 1c099ba.
+const GOLDEN: &[(u64, u64)] = &[
+    (0xb8cf34a134774a93, 0xcbaef1594155cab1), // random 0
+    (0xa969714181546316, 0x5f4259bac281791e), // random 1
+    (0xd8e5ab476e494f70, 0xf267e2504e01cd84), // random 2
+    (0x50a1469a6dc49108, 0xd3ec66d2a7e33b08), // random 3
+    (0x92f68eed411447aa, 0xcfcf2cb370f3bd9e), // random 4
+    (0x7e12a65017500d9c, 0xd7c4e428b49b37b7), // random 5
+    (0xc80a103232de4f38, 0x1b6f102297a183f6), // random 6
+    (0x62cccde90ca0e7ee, 0x4b288c55053050b9), // random 7
+    (0x57229cc637234c9f, 0x5e0e8d801cf83aa7), // random 8
+    (0x45eecf81eecff306, 0xd10752e64b44c2c3), // random 9
+    (0xc9b4f488c139d39f, 0x515100c725bc2219), // random 10
+    (0x57a5633e75a7f595, 0x2c3f29943cf97c49), // random 11
+    (0x54cd95a8955c96b0, 0x78ca31411abb3e18), // random 12
+    (0x7d98458911618d39, 0x84ce0032aa456052), // random 13
+    (0x552f3ce1b625dd6e, 0x4a160ee4916b2b5a), // random 14
+    (0x11737f0375722fb1, 0x76e231f568abca90), // random 15
+    (0x48d450c76ef457c4, 0x51768b659b30cf51), // random 16
+    (0x7fc3600308f503de, 0xc1c14310dbc5243e), // random 17
+    (0x213ca990be7dc533, 0x672240398401614b), // random 18
+    (0x20988a275b9d32a7, 0xd58e1be59c864b72), // random 19
+    (0x63aa0f29d43d324b, 0xbf1a8545002b0068), // random 20
+    (0xdf1a73f76a48bcdc, 0x5d31a1932fa5b13a), // random 21
+    (0xbbacbf3e3512b60c, 0x4c38fc590a517a36), // random 22
+    (0x378a382f1f473c04, 0x32e88667d690b347), // random 23
+    (0x6c33fa538bf45183, 0x54c20816df8a2a38), // random 24
+    (0xc8e6080dec1dac7f, 0xdfd93eff8acd0ad1), // random 25
+    (0xdd86f277a6da816f, 0xe2fd67f8667511e2), // random 26
+    (0xb0ad6d95510eed7c, 0xd2628b0bb9bc1dd0), // random 27
+    (0xc17e4e1cbd1f6a8f, 0x7c857f4dbfec52d4), // random 28
+    (0x66dc4d2e31d189e0, 0xa91546fd5e0c3a2f), // random 29
+    (0x9196a9c9581d61a6, 0xc0ed3e4cb18a9b2a), // random 30
+    (0x70b63c79a2a16012, 0xac30267bfc1aa121), // random 31
+    (0x50fd316df4d60def, 0xc3add00ba2ce1aee), // random 32
+    (0x886e920673b7ede1, 0xbe3159142139d528), // random 33
+    (0xdb6b4532f8e3a9ca, 0xc7f8aa8e1fa93296), // random 34
+    (0x42d6ff9617a59f1d, 0x498267604b047fa8), // random 35
+    (0x65ea05b78796f3d5, 0x8649aed251a9282d), // random 36
+    (0x6094595cd8a54045, 0x42cf1f69a853c23f), // random 37
+    (0x3b5a2aa448115cc6, 0x764025f7c0310c9d), // random 38
+    (0x9a4332201f86032c, 0xeb4ec06934036fdf), // random 39
+    (0xd53c091c97e0b534, 0x8e9935a8a1f02588), // bench model
+    (0x19a3cc6312ebaa8b, 0x4820155e2e081335), // 64 pCPUs, 24 VMs, 30 ms
+    (0x0a2ec44684aa51e8, 0x1da0e4ebf985895b), // dedup poll
 ];
 
 #[test]
 fn fixed_scenarios_give_bit_identical_results() {
-    let got: Vec<(String, u64)> = scenarios()
+    let got: Vec<(String, (u64, u64))> = scenarios()
         .into_iter()
         .map(|(name, s)| {
             let h = fingerprint(&s);
@@ -224,7 +233,7 @@ fn fixed_scenarios_give_bit_identical_results() {
         .collect();
     if std::env::var_os("SMPLAB_SIM_GOLDEN_PRINT").is_some() {
         for (name, h) in &got {
-            println!("    0x{h:016x}, // {name}");
+            println!("    (0x{:016x}, 0x{:016x}), // {name}", h.0, h.1);
         }
     }
     // The same scenario twice gives the same hash (the fingerprint leaves out
@@ -237,6 +246,10 @@ fn fixed_scenarios_give_bit_identical_results() {
     );
     assert_eq!(got.len(), GOLDEN.len(), "scenario count changed");
     for ((name, h), want) in got.iter().zip(GOLDEN) {
-        assert_eq!(*h, *want, "{name}: results differ from the golden run");
+        assert_eq!(h.0, want.0, "{name}: results differ from the golden run");
+        assert_eq!(
+            h.1, want.1,
+            "{name}: event counts differ from the golden run"
+        );
     }
 }
