@@ -174,8 +174,10 @@ fn scenarios() -> Vec<(String, Scenario)> {
     out
 }
 
-/// (results, event counts) hashes, in the order of `scenarios()`. Results
-/// computed on `main` at 1c099ba.
+/// (results, event counts) hashes, in the order of `scenarios()`, computed
+/// on `main` at 1c099ba. One event count changed since, on purpose: the
+/// event popped past the horizon is no longer counted as processed (and
+/// no-op timers, deferred wakes and Steps of an idle vCPU count as stale).
 const GOLDEN: &[(u64, u64)] = &[
     (0xb8cf34a134774a93, 0xcbaef1594155cab1), // random 0
     (0xa969714181546316, 0x5f4259bac281791e), // random 1
@@ -218,7 +220,7 @@ const GOLDEN: &[(u64, u64)] = &[
     (0x3b5a2aa448115cc6, 0x764025f7c0310c9d), // random 38
     (0x9a4332201f86032c, 0xeb4ec06934036fdf), // random 39
     (0xd53c091c97e0b534, 0x8e9935a8a1f02588), // bench model
-    (0x19a3cc6312ebaa8b, 0x4820155e2e081335), // 64 pCPUs, 24 VMs, 30 ms
+    (0x19a3cc6312ebaa8b, 0xb73e4022beb835e4), // 64 pCPUs, 24 VMs, 30 ms
     (0x0a2ec44684aa51e8, 0x1da0e4ebf985895b), // dedup poll
 ];
 

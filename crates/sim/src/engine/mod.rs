@@ -843,6 +843,8 @@ impl Sim {
                 });
             };
             if ev.time > horizon {
+                // Popped but never handled: neither processed nor stale.
+                self.q.popped -= 1;
                 self.now = horizon;
                 stopped_at = Some(horizon);
                 break;
@@ -938,9 +940,15 @@ impl Sim {
         }
         match kind {
             Kind::Step { vcpu, gen } => {
-                if self.vcpus[vcpu as usize].gen == gen {
-                    self.vcpus[vcpu as usize].step_at = u64::MAX;
-                    self.step(vcpu);
+                let vc = &mut self.vcpus[vcpu as usize];
+                if vc.gen == gen {
+                    vc.step_at = u64::MAX;
+                    if vc.act == Act::Off {
+                        // A Step of a vCPU with no activity does nothing.
+                        self.stale += 1;
+                    } else {
+                        self.step(vcpu);
+                    }
                 } else {
                     self.stale += 1;
                     if self.stats {
@@ -959,8 +967,16 @@ impl Sim {
                 }
             }
             Kind::Ipi { vcpu, from } => self.ipi_arrives(vcpu, from),
-            Kind::Timer { thread } => self.timer_fires(thread),
-            Kind::WakeThread { thread, waker } => self.wake_arrives_thread(thread, waker),
+            Kind::Timer { thread } => {
+                if !self.timer_fires(thread) {
+                    self.stale += 1;
+                }
+            }
+            Kind::WakeThread { thread, waker } => {
+                if !self.wake_arrives_thread(thread, waker) {
+                    self.stale += 1;
+                }
+            }
             Kind::Gang => self.gang_tick(),
             Kind::Balance { level } => {
                 if !self.balance_tick(level) {
