@@ -431,7 +431,7 @@ impl Sim {
             vm_by_cause: Vec::new(),
             pcpu_by_cause: [0; cause::N],
             pcpu_busy: vec![0; s.pcpus as usize],
-            q: Queue::with_capacity(1024),
+            q: Queue::for_vcpus(s.vms.iter().map(|v| u64::from(v.vcpus)).sum()),
             platform: p.clone(),
             policy: s.policy,
             slice_ns,
