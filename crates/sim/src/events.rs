@@ -196,7 +196,8 @@ impl Queue {
 
     #[inline]
     fn slot(&self, idx: u64) -> usize {
-        (idx & self.mask) as usize
+        // At most the bucket count, a usize (free on 64-bit targets).
+        usize::try_from(idx & self.mask).unwrap_or(0)
     }
 
     #[inline]
@@ -250,7 +251,7 @@ impl Queue {
     /// Move far events that now fall inside the calendar window.
     fn pull_far(&mut self) {
         while let Some(e) = self.far.peek() {
-            if (e.time >> self.width_log2) >= self.cur + self.mask + 1 {
+            if (e.time >> self.width_log2) > self.cur + self.mask {
                 break;
             }
             if let Some(e) = self.far.pop() {
@@ -362,8 +363,14 @@ mod tests {
     #[test]
     fn calendar_handles_far_events_and_gaps() {
         // Like the simulator: never push into the past; times from the same
-        // instant up to seconds ahead (beyond the calendar window).
-        let mut q = Queue::default();
+        // instant up to seconds ahead (beyond the calendar window); with the
+        // default buckets and the narrowest ones.
+        for q in [Queue::default(), Queue::for_vcpus(4096)] {
+            far_events_and_gaps(q);
+        }
+    }
+
+    fn far_events_and_gaps(mut q: Queue) {
         let mut x = 99u64;
         let mut now = 0u64;
         let mut pending: Vec<(u64, u32)> = Vec::new();
