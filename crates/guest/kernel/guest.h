@@ -18,6 +18,16 @@ typedef unsigned long usize;
 #define KSTACK_SIZE 8192
 #define NOPS 13
 
+/* Spin ground truth for the host's spin detector (docs/guest-abi.md): at
+ * guest-physical SPIN_PAGE, one u64 per vCPU with the id + 1 of the user
+ * thread it runs (0: idle), then one u64 per thread with the TSC at which
+ * that thread began its current spin wait (0: not spinning). Low RAM, below
+ * the VMM's 0x9fc00 limit; identity-mapped and user-accessible. */
+#define SPIN_PAGE 0x9000UL
+#define SPIN_PAGE_THREADS 320
+#define spin_page_cpu ((volatile u64 *)SPIN_PAGE)
+#define spin_page_thread ((volatile u64 *)(SPIN_PAGE + 8 * MAX_CPUS))
+
 /* Segment selectors of the per-CPU GDT. */
 #define SEL_KCODE 0x08
 #define SEL_KDATA 0x10

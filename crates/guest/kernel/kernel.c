@@ -498,6 +498,7 @@ static void context_switch(struct cpu *c, struct thread *next)
     next->cpu = c->id;
     next->state = T_RUNNING;
     c->cur = next;
+    spin_page_cpu[c->id] = next->is_idle ? 0 : (u64)next->id + 1;
     c->state = next->is_idle == 1 ? CPU_POLLING : next->is_idle == 2 ? CPU_IDLE : CPU_RUNNING;
     if (!next->is_idle && last_thread_id[c->id] != (u32)next->id + 1) {
         c->context_switches++;

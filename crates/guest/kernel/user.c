@@ -565,13 +565,27 @@ static inline u64 compute(u64 iters, u64 state)
     return state;
 }
 
+/* The thread is spinning from now on / no longer (the host's ground truth). */
+static void spin_mark(struct worker *w)
+{
+    if ((u32)w->ktid < SPIN_PAGE_THREADS)
+        spin_page_thread[w->ktid] = rdtsc() | 1;
+}
+
+static void spin_clear(struct worker *w)
+{
+    if ((u32)w->ktid < SPIN_PAGE_THREADS)
+        spin_page_thread[w->ktid] = 0;
+}
+
 static void spin_acquire(struct worker *w, struct spin *l)
 {
     u64 n = 0;
     switch (l->kind) {
     case 0: /* tas */
         while (__atomic_exchange_n(&l->word, 1, __ATOMIC_ACQUIRE)) {
-            n++;
+            if (n++ == 0)
+                spin_mark(w);
             if (l->pause)
                 cpu_relax();
         }
@@ -579,7 +593,8 @@ static void spin_acquire(struct worker *w, struct spin *l)
     case 1: /* ttas */
         for (;;) {
             while (l->word) {
-                n++;
+                if (n++ == 0)
+                    spin_mark(w);
                 if (l->pause)
                     cpu_relax();
             }
@@ -591,13 +606,16 @@ static void spin_acquire(struct worker *w, struct spin *l)
     default: { /* ticket */
         u32 t = __atomic_fetch_add(&l->word, 1, __ATOMIC_ACQUIRE);
         while (l->serving != t) {
-            n++;
+            if (n++ == 0)
+                spin_mark(w);
             if (l->pause)
                 cpu_relax();
         }
         break;
     }
     }
+    if (n)
+        spin_clear(w);
     w->spins += n;
 }
 
@@ -614,14 +632,20 @@ static void mutex_lock(struct worker *w, struct mutex *m)
     u32 z = 0;
     if (__atomic_compare_exchange_n(&m->state, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return;
+    if (m->spin_limit)
+        spin_mark(w);
     for (u32 i = 0; i < m->spin_limit; i++) {
         w->spins++;
         cpu_relax();
         z = 0;
         if (m->state == 0 &&
-            __atomic_compare_exchange_n(&m->state, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            __atomic_compare_exchange_n(&m->state, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+            spin_clear(w);
             return;
+        }
     }
+    if (m->spin_limit)
+        spin_clear(w);
     while (__atomic_exchange_n(&m->state, 2, __ATOMIC_ACQUIRE) != 0) {
         w->blocks += futex_wait(&m->state, 2);
     }
@@ -644,13 +668,19 @@ static void barrier_wait(struct worker *w, struct barrier *b)
         return;
     }
     u64 limit = b->wait == 0 ? ~0UL : b->wait == 1 ? 0 : b->spin_limit;
+    if (limit)
+        spin_mark(w);
     for (u64 i = 0; i < limit; i++) {
-        if (b->gen != gen)
+        if (b->gen != gen) {
+            spin_clear(w);
             return;
+        }
         w->spins++;
         if (b->pause)
             cpu_relax();
     }
+    if (limit)
+        spin_clear(w);
     while (b->gen == gen) {
         __atomic_exchange_n(&b->waiters, 1, __ATOMIC_SEQ_CST);
         if (b->gen != gen)

@@ -302,7 +302,11 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         }
         if let Some(host) = &config.host {
             let ring = dirty_ring.and_then(|n| crate::host::DirtyRing::map(vcpu.fd(), n, &vm));
-            vcpu.set_grant(host.scheduler.attach(host.vm, index, vcpu.kicker(), ring));
+            let truth = crate::host::truth::SpinTruth::new(vm.memory().clone(), index, tsc_hz);
+            vcpu.set_grant(
+                host.scheduler
+                    .attach(host.vm, index, vcpu.kicker(), ring, Some(truth)),
+            );
         }
         vcpus.push(vcpu);
     }
