@@ -77,17 +77,23 @@ impl Sim {
         if d == 0 {
             return;
         }
-        let counted = !self.vms[vc.vm as usize].acct_closed;
+        let vm = vc.vm as usize;
+        let counted = !self.vms[vm].acct_closed;
         let p = vc.acct_pcpu;
+        let on_pcpu = p != NONE;
+        if on_pcpu {
+            // The parts below sum to `d`.
+            self.pcpu_busy[p as usize] += d;
+        }
         let va = &mut self.vacct[v as usize];
-        let vcpu_parts = &mut va.by_cause;
-        let mut pcpu_parts = (p != NONE).then(|| &mut self.pacct[p as usize]);
+        let vm_parts = &mut self.vm_by_cause[vm];
+        let pcpu_parts = &mut self.pcpu_by_cause;
         let mut add = |c: usize, x: u64| {
             if counted {
-                vcpu_parts[c] += x;
+                vm_parts[c] += x;
             }
-            if let Some(pp) = pcpu_parts.as_mut() {
-                pp[c] += x;
+            if on_pcpu {
+                pcpu_parts[c] += x;
             }
         };
         match vc.acct {

@@ -488,10 +488,13 @@ impl Sim {
     }
 
     /// A deferred wake (see [`Sim::wake_thread`]) takes effect.
-    pub(super) fn wake_arrives_thread(&mut self, t: u32, waker: u32) {
-        if self.threads[t as usize].state == TState::Running {
+    /// False when the thread is no longer waiting to be queued (a stale event).
+    pub(super) fn wake_arrives_thread(&mut self, t: u32, waker: u32) -> bool {
+        let live = self.threads[t as usize].state == TState::Running;
+        if live {
             self.make_runnable(t, Sender::Paid(waker));
         }
+        live
     }
 
     /// Queue woken thread `t` on its target vCPU and kick that vCPU if idle.
@@ -840,12 +843,14 @@ impl Sim {
     }
 
     /// A sleeping thread's timer expired.
-    pub(super) fn timer_fires(&mut self, t: u32) {
+    /// False when the thread no longer waits for this timer (a stale event).
+    pub(super) fn timer_fires(&mut self, t: u32) -> bool {
         match self.threads[t as usize].state {
             TState::Sleeping => self.wake_thread(t, None),
             TState::IoWait => self.io_complete(t),
-            _ => {}
+            _ => return false,
         }
+        true
     }
 
     /// The thread's spin wait is satisfied (lock granted, barrier open, acks

@@ -237,6 +237,10 @@ impl Sim {
         let Some(io) = self.io.get_mut(vm) else {
             return;
         };
+        if io.devices.is_empty() {
+            // No `io` ops: skip a cold per-thread array on the hot path.
+            return;
+        }
         let local = (t - io.first_thread) as usize;
         if io.woken_due[local] != u64::MAX {
             let d = std::mem::replace(&mut io.woken_due[local], u64::MAX);

@@ -321,11 +321,10 @@ pub(crate) struct Vm {
 }
 
 /// Accounting arrays of a vCPU, kept apart from `Vcpu` so the hot state
-/// stays compact.
+/// stays compact. Its time by cause is summed per VM (`Sim::vm_by_cause`):
+/// nothing reads it per vCPU, and one array per VM stays in cache.
 #[derive(Clone)]
 pub(crate) struct VcpuAcct {
-    /// Time by cause (`crate::breakdown`).
-    pub by_cause: [u64; cause::N],
     /// Pending overhead by cause; sums to `Vcpu::overhead_left` plus what is
     /// left of a current `Act::Overhead`.
     pub ovh: [u64; CARRIED],
@@ -345,7 +344,13 @@ pub(crate) struct Sim {
     /// Exact accounting, per vCPU, thread and pCPU (see `account.rs`).
     pub vacct: Vec<VcpuAcct>,
     pub tacct: Vec<ThreadAcct>,
-    pub pacct: Vec<[u64; cause::N]>,
+    /// vCPU time by cause (`crate::breakdown`), summed over each VM's vCPUs.
+    pub vm_by_cause: Vec<[u64; cause::N]>,
+    /// pCPU busy time by cause, summed over pCPUs, and busy time per pCPU:
+    /// all the record needs, in two arrays that stay in cache instead of
+    /// one cause array per pCPU.
+    pub pcpu_by_cause: [u64; cause::N],
+    pub pcpu_busy: Vec<u64>,
     pub q: Queue,
     pub platform: Platform,
     pub policy: Policy,
@@ -434,8 +439,10 @@ impl Sim {
             now: 0,
             vacct: Vec::new(),
             tacct: Vec::new(),
-            pacct: vec![[0; cause::N]; s.pcpus as usize],
-            q: Queue::with_capacity(1024),
+            vm_by_cause: Vec::new(),
+            pcpu_by_cause: [0; cause::N],
+            pcpu_busy: vec![0; s.pcpus as usize],
+            q: Queue::for_vcpus(s.vms.iter().map(|v| u64::from(v.vcpus)).sum()),
             platform: p.clone(),
             policy: s.policy,
             slice_ns,
@@ -641,10 +648,7 @@ impl Sim {
             {
                 rq.push_back(t);
             }
-            self.vacct.push(VcpuAcct {
-                by_cause: [0; cause::N],
-                ovh: [0; CARRIED],
-            });
+            self.vacct.push(VcpuAcct { ovh: [0; CARRIED] });
             self.vcpus.push(Vcpu {
                 vm: k,
                 index: i,
@@ -698,6 +702,7 @@ impl Sim {
             virtualized,
             self.pcpus.len(),
         ));
+        self.vm_by_cause.push([0; cause::N]);
         self.vms.push(Vm {
             spec_idle: if virtualized { spec.idle } else { Idle::Hlt },
             ple: if virtualized {
@@ -840,6 +845,8 @@ impl Sim {
                 });
             };
             if ev.time > horizon {
+                // Popped but never handled: neither processed nor stale.
+                self.q.popped -= 1;
                 self.now = horizon;
                 stopped_at = Some(horizon);
                 break;
@@ -935,9 +942,15 @@ impl Sim {
         }
         match kind {
             Kind::Step { vcpu, gen } => {
-                if self.vcpus[vcpu as usize].gen == gen {
-                    self.vcpus[vcpu as usize].step_at = u64::MAX;
-                    self.step(vcpu);
+                let vc = &mut self.vcpus[vcpu as usize];
+                if vc.gen == gen {
+                    vc.step_at = u64::MAX;
+                    if vc.act == Act::Off {
+                        // A Step of a vCPU with no activity does nothing.
+                        self.stale += 1;
+                    } else {
+                        self.step(vcpu);
+                    }
                 } else {
                     self.stale += 1;
                     if self.stats {
@@ -956,8 +969,16 @@ impl Sim {
                 }
             }
             Kind::Ipi { vcpu, from } => self.ipi_arrives(vcpu, from),
-            Kind::Timer { thread } => self.timer_fires(thread),
-            Kind::WakeThread { thread, waker } => self.wake_arrives_thread(thread, waker),
+            Kind::Timer { thread } => {
+                if !self.timer_fires(thread) {
+                    self.stale += 1;
+                }
+            }
+            Kind::WakeThread { thread, waker } => {
+                if !self.wake_arrives_thread(thread, waker) {
+                    self.stale += 1;
+                }
+            }
             Kind::PolicyTick => {
                 if !self.policy_tick_event() {
                     self.stale += 1;
@@ -1028,17 +1049,13 @@ impl Sim {
         let vms = self
             .vms
             .iter()
-            .map(|vm| {
+            .enumerate()
+            .map(|(k, vm)| {
                 let mut exits = [0u64; exit::N];
-                let mut by_cause = [0u64; cause::N];
+                let by_cause = self.vm_by_cause[k];
                 let vcpus = vm.first_vcpu as usize..(vm.first_vcpu + vm.n_vcpus) as usize;
-                for v in &self.vcpus[vcpus.clone()] {
+                for v in &self.vcpus[vcpus] {
                     for (a, b) in exits.iter_mut().zip(v.exits) {
-                        *a += b;
-                    }
-                }
-                for v in &self.vacct[vcpus] {
-                    for (a, b) in by_cause.iter_mut().zip(v.by_cause) {
                         *a += b;
                     }
                 }
@@ -1093,20 +1110,14 @@ impl Sim {
                 }
             })
             .collect();
-        let mut pcpu_by_cause = [0u64; cause::N];
-        for pc in &self.pacct {
-            for (a, b) in pcpu_by_cause.iter_mut().zip(pc) {
-                *a += b;
-            }
-        }
         RunOutcome {
             vms,
-            pcpu_by_cause,
+            pcpu_by_cause: self.pcpu_by_cause,
             pcpu_totals: self
                 .pcpus
                 .iter()
-                .zip(&self.pacct)
-                .map(|(pc, parts)| (parts.iter().sum(), pc.idle_ns))
+                .zip(&self.pcpu_busy)
+                .map(|(pc, &busy)| (busy, pc.idle_ns))
                 .collect(),
             io: self.io.iter().map(io::VmIo::section).collect(),
             stale_events: self.stale,

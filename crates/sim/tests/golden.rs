@@ -1,0 +1,265 @@
+//! Result preservation: a fixed set of scenarios must produce bit-identical
+//! records and raw run figures (every simulated number, the processed and
+//! stale event counts) to the hashes below, which were computed on `main`
+//! before the event-loop optimizations of issue 10 ("honest speed"). A
+//! change that only makes the simulator faster must keep them; a change
+//! that means to alter the model's results regenerates them with
+//! `SMPLAB_SIM_GOLDEN_PRINT=1 cargo test --release -p smplab-sim --test golden -- --nocapture`
+//! and says why in its commit.
+
+use smplab_record::config::IrqAffinity;
+use smplab_sim::*;
+
+/// FNV-1a, 64-bit: a stable hash of a canonical JSON text.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Everything the simulator computes about one scenario, with the host facts,
+/// the start time and the host seconds (which vary run to run) left out:
+/// a hash of the simulated results and one of the event counts (kept apart
+/// so a change in what counts as a processed event shows as such).
+fn fingerprint(s: &Scenario) -> (u64, u64) {
+    let recs = simulate(s).unwrap_or_else(|e| panic!("{e}"));
+    let mut parts = Vec::new();
+    let mut counts = Vec::new();
+    for r in &recs {
+        let mut sim = serde_json::to_value(&r.sim).unwrap();
+        let mut events = serde_json::Value::Null;
+        if let Some(m) = sim.as_object_mut() {
+            m.remove("sim_host_seconds");
+            events = m.remove("events").unwrap_or_default();
+        }
+        counts.push(events);
+        parts.push(serde_json::json!({
+            "outcome": r.outcome,
+            "timing": r.timing,
+            "counters": r.counters,
+            "sim": sim,
+            "io": r.io,
+        }));
+    }
+    let raw = simulate_raw(s).unwrap_or_else(|e| panic!("{e}"));
+    parts.push(serde_json::json!({
+        "end": raw.end_ns,
+        "pcpu": raw.pcpu_totals,
+    }));
+    counts.push(serde_json::json!([raw.events, raw.stale_events]));
+    (
+        fnv1a(serde_json::to_string(&parts).unwrap().as_bytes()),
+        fnv1a(serde_json::to_string(&counts).unwrap().as_bytes()),
+    )
+}
+
+/// Random small scenarios over every setting (the fuzz test's generator with
+/// its own seed), then a few larger fixed ones.
+// Casts: values come from small generator-bounded ranges.
+#[allow(clippy::cast_possible_truncation)]
+fn scenarios() -> Vec<(String, Scenario)> {
+    let mut x: u64 = 4242;
+    let mut r = move |n: u64| {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 33) % n
+    };
+    let names: Vec<&str> = smplab_workload::builtin::names().collect();
+    let platforms = [
+        Platform::builtin("kvm2015").unwrap(),
+        Platform::builtin("pvm-here").unwrap(),
+    ];
+    let mut out = Vec::new();
+    for i in 0..40 {
+        let pcpus = 1 + r(8) as u32;
+        let nvms = 1 + r(3) as usize;
+        let policy = match r(5) {
+            0 => "fair",
+            1 => "fair:50us",
+            2 => "fair:200us+safepoint:100us",
+            3 => "partition:100us",
+            _ => "gang:200us",
+        };
+        let mut vms = Vec::new();
+        for _ in 0..nvms {
+            let name = names[r(names.len() as u64) as usize];
+            let vcpus = 1 + r(if policy.starts_with("gang") {
+                pcpus as u64
+            } else {
+                8
+            }) as u32;
+            let n = 1 + r(6) as u32;
+            let mut v = VmSpec::from_workload(name, Some(n), 0.02, vcpus).unwrap();
+            v.idle = [Idle::Hlt, Idle::Poll, Idle::HaltPoll(20_000)][r(3) as usize];
+            v.affinity = [
+                Affinity::Float,
+                Affinity::Pin,
+                Affinity::Range {
+                    first: 0,
+                    count: 1 + r(pcpus as u64) as u32,
+                },
+            ][r(3) as usize];
+            v.ple = [Ple::Off, Ple::Intel, Ple::Amd][r(3) as usize];
+            v.apicv = r(2) == 0;
+            if r(2) == 0 {
+                v.sdb = Some(Sdb {
+                    detect_ns: None,
+                    false_positive_rate: Some([0.0, 0.01, 0.5][r(3) as usize]),
+                });
+            }
+            if r(3) == 0 {
+                v.devices = Some(Devices {
+                    exits_per_ms: [0.5, 10.0, 200.0][r(3) as usize],
+                    sync: [
+                        DeviceSync::Global,
+                        DeviceSync::IoThread,
+                        DeviceSync::Hybrid { bypass: 0.3 },
+                        DeviceSync::Fine,
+                    ][r(4) as usize],
+                    synchronous: 0.6,
+                });
+            }
+            if r(4) == 0 {
+                v.program = v.program.spin_to_block();
+            }
+            v.irq_affinity = match r(4) {
+                0 => IrqAffinity::default(),
+                1 => IrqAffinity::Balanced,
+                2 => IrqAffinity::Running,
+                _ => IrqAffinity::Vcpus(vec![vcpus - 1, 0]),
+            };
+            if r(2) == 0 {
+                v.io_thread_cpus = vec![pcpus - 1];
+            }
+            vms.push(v);
+        }
+        let mut s = Scenario::new(platforms[r(2) as usize].clone(), pcpus, vms);
+        s.policy = Policy::parse(policy).unwrap();
+        s.seed = r(1000);
+        s.topology = Topology {
+            pcpus_per_llc: Some(1 + r(4) as u32),
+        };
+        if s.check().is_err() {
+            continue;
+        }
+        s.horizon_ns = Some(1_000_000_000);
+        s.native_reference = i % 4 == 0;
+        out.push((format!("random {i}"), s));
+    }
+    // The events bench's model.
+    let k = Platform::builtin("kvm2015").unwrap();
+    let a = VmSpec::from_workload("dedup", Some(16), 0.5, 16).unwrap();
+    let b = VmSpec::from_workload("streamcluster", Some(16), 2.0, 16).unwrap();
+    let mut s = Scenario::new(k.clone(), 16, vec![a, b]);
+    s.native_reference = false;
+    out.push(("bench model".into(), s));
+    // A small version of the scale point: many VMs, many pCPUs, a horizon
+    // (far events, periodic balancing across LLC domains, unfinished VMs).
+    let mix = ["canneal", "dedup", "ocean_ncp", "streamcluster", "volrend"];
+    let vms = (0..24)
+        .map(|i| VmSpec::from_workload(mix[i % mix.len()], Some(8), 5.0, 8).unwrap())
+        .collect();
+    let mut s = Scenario::new(k.clone(), 64, vms);
+    s.horizon_ns = Some(30_000_000);
+    s.native_reference = false;
+    out.push(("64 pCPUs, 24 VMs, 30 ms".into(), s));
+    // Over 256 vCPUs: the event queue takes narrower buckets.
+    let vms = (0..64)
+        .map(|i| VmSpec::from_workload(mix[i % mix.len()], Some(16), 5.0, 16).unwrap())
+        .collect();
+    let mut s = Scenario::new(k.clone(), 128, vms);
+    s.horizon_ns = Some(4_000_000);
+    s.native_reference = false;
+    out.push(("128 pCPUs, 64 VMs x 16, 4 ms".into(), s));
+    // Seed 000's dedup with polling idle and its native reference.
+    let mut v = VmSpec::from_workload("dedup", Some(16), 0.3, 16).unwrap();
+    v.idle = Idle::Poll;
+    out.push(("dedup poll".into(), Scenario::new(k, 16, vec![v])));
+    out
+}
+
+/// (results, event counts) hashes, in the order of `scenarios()`, computed
+/// on `main` at 9e4f7cf (after the seed000 and policysim merges), before the
+/// event-loop optimizations of issue 10; the optimized engine gives the same.
+const GOLDEN: &[(u64, u64)] = &[
+    (0xb76c907190b5ec9a, 0x0957cb2907ac76c0), // random 0
+    (0xa969714181546316, 0x66552537d18acd6e), // random 1
+    (0xbb877326c9faf59f, 0x8d33aa173f99bff7), // random 2
+    (0x615763d0c94704c3, 0xdf50117bc601bd51), // random 3
+    (0x92f68eed411447aa, 0xcfcf2cb370f3bd9e), // random 4
+    (0x81e09af00c122c80, 0xf92ae5031d34cf12), // random 5
+    (0x86204708718d02f0, 0x5f492c017ffc89f3), // random 6
+    (0xb8fc2455cc0fa246, 0xec3745e759470355), // random 7
+    (0xc0850185902c8519, 0x71505a7ab800b71f), // random 8
+    (0xc55ffb7236cd0afe, 0x50e27523a5dbd5bb), // random 9
+    (0x5d6fcfc27c8ff1dd, 0xc589c1e0b4b8e73f), // random 10
+    (0x72493de1aadfcff8, 0xc7535358d6774a28), // random 11
+    (0x0096dc49f2527570, 0x3193d82a6369f27e), // random 12
+    (0x090174168fb7945e, 0x8534bbc0a51c079e), // random 13
+    (0x017a133ead20e9df, 0x0d3c60857d772e36), // random 14
+    (0x11737f0375722fb1, 0x76e231f568abca90), // random 15
+    (0x0e9fb30989b7e2fb, 0x7e198387a8de79e3), // random 16
+    (0x7fc3600308f503de, 0x1da5ba12f951f80d), // random 17
+    (0x9270e8a232a595dc, 0x3efc371ed0ecb248), // random 18
+    (0xc61c46f23715088d, 0x2ef3df40a27c4ba9), // random 19
+    (0x63aa0f29d43d324b, 0xbf1a8545002b0068), // random 20
+    (0x67960e77b064f0c1, 0x891dff3700863242), // random 21
+    (0xe976c1f09282859a, 0x63aaae85f1fa194b), // random 22
+    (0x378a382f1f473c04, 0x32e88667d690b347), // random 23
+    (0x6c33fa538bf45183, 0x954e37f153f40366), // random 24
+    (0xc8e6080dec1dac7f, 0xed26b1502db538ab), // random 25
+    (0x04598ff322d02a0c, 0xd661285a131d5ab5), // random 26
+    (0xb5e5df0eb0d9a877, 0xbb5d1ab7b314a66c), // random 27
+    (0xc17e4e1cbd1f6a8f, 0x7c857f4dbfec52d4), // random 28
+    (0x66dc4d2e31d189e0, 0xa91546fd5e0c3a2f), // random 29
+    (0x9196a9c9581d61a6, 0x247a5a334430a678), // random 30
+    (0x33dbf5669fc33786, 0x6b4bfa2c265d94ba), // random 31
+    (0x2b27bf34364856a4, 0x6b5b5208af3b7c1f), // random 32
+    (0xbae99901335d090f, 0xe962e30fc98a617d), // random 33
+    (0x58af85536cbc1594, 0x5cc4076294771efc), // random 34
+    (0x05d1b6ec980d9d73, 0xf0c77677e3c44c2c), // random 35
+    (0x65ea05b78796f3d5, 0x8649aed251a9282d), // random 36
+    (0x6094595cd8a54045, 0x42cf1f69a853c23f), // random 37
+    (0x3b5a2aa448115cc6, 0x682d27cfc1946e7d), // random 38
+    (0xa0de09bea9a473f1, 0x3debcfae965ac2d9), // random 39
+    (0x7756e84e47a346ad, 0xa2096f7427e6804d), // bench model
+    (0xe0cddda0a33a54fb, 0x80c56e4879f711e4), // 64 pCPUs, 24 VMs, 30 ms
+    (0xd7874500a1db04d8, 0x16eb5009ec1c67da), // 128 pCPUs, 64 VMs x 16, 4 ms
+    (0x7b69b45d3acaa0ba, 0x35f500ce979917af), // dedup poll
+];
+
+#[test]
+fn fixed_scenarios_give_bit_identical_results() {
+    let got: Vec<(String, (u64, u64))> = scenarios()
+        .into_iter()
+        .map(|(name, s)| {
+            let h = fingerprint(&s);
+            (name, h)
+        })
+        .collect();
+    if std::env::var_os("SMPLAB_SIM_GOLDEN_PRINT").is_some() {
+        for (name, h) in &got {
+            println!("    (0x{:016x}, 0x{:016x}), // {name}", h.0, h.1);
+        }
+    }
+    // The same scenario twice gives the same hash (the fingerprint leaves out
+    // everything that varies between runs).
+    let (_, first) = &scenarios()[0];
+    assert_eq!(
+        fingerprint(first),
+        got[0].1,
+        "fingerprint not deterministic"
+    );
+    assert_eq!(got.len(), GOLDEN.len(), "scenario count changed");
+    for ((name, h), want) in got.iter().zip(GOLDEN) {
+        assert_eq!(h.0, want.0, "{name}: results differ from the golden run");
+        assert_eq!(
+            h.1, want.1,
+            "{name}: event counts differ from the golden run"
+        );
+    }
+}
