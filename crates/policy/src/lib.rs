@@ -30,6 +30,8 @@
 //! Every policy yields a pCPU whose vCPU is sampled halted (it has nothing to
 //! do); only `gang` keeps it, so a gang stays together.
 
+pub mod tune;
+
 pub use smplab_record::config::{HostPolicy, PolicyKind};
 use std::collections::VecDeque;
 
