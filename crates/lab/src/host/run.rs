@@ -145,9 +145,13 @@ fn run_one(
         vcpus: v.vcpus,
         sync: v.sync,
         idle: v.idle,
-        // Under `linux` vCPU i runs on cpus[i % n] (seed 000's pinning); a
-        // user-level policy re-pins each thread to the CPU it is granted.
-        pin: Some(spec.cpus.clone()),
+        // Under `linux` vCPU i runs on cpus[i % n] (seed 000's pinning), or
+        // anywhere with `pin = false`; a user-level policy re-pins each
+        // thread to the CPU it is granted.
+        pin: (spec.pin || spec.policy.is_user_level()).then(|| spec.cpus.clone()),
+        // The guest's interrupt routing (`v.irq_affinity`) reaches the guest
+        // once the vm executor runs `io` ops (VmRunOptions::irq_affinity);
+        // until then `run_vm` refuses `io` workloads and it has no effect.
         timeout: spec.timeout,
         show_console,
         start_gate: Some(gate),
@@ -163,6 +167,8 @@ fn run_one(
             r.set_config("vm_index", vm);
             r.set_config("host_policy", spec.policy.to_string());
             r.set_config("host_cpus", spec.cpus.clone());
+            r.set_config("host_pin", spec.pin);
+            r.set_config("irq_affinity", v.irq_affinity.to_string());
             VmOutcome::Ok(Box::new(r))
         }
         Err(e) => VmOutcome::Failed {
