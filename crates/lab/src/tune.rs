@@ -23,9 +23,15 @@ use std::path::Path;
 /// The seed 001 matrix (simulator, the seed's scale).
 pub const MATRIX_SPEC: &str = include_str!("../specs/seed001-matrix.toml");
 
+/// The same matrix at this machine's scale, beside `smplab tune host-matrix`.
+pub const MATRIX_HERE_SPEC: &str = include_str!("../specs/seed001-matrix-here.toml");
+
 /// Built-in experiment specs, by name: what `smplab lab run NAME` finds
 /// when no file of that name exists.
-pub const BUILTIN_SPECS: &[(&str, &str)] = &[("seed001-matrix", MATRIX_SPEC)];
+pub const BUILTIN_SPECS: &[(&str, &str)] = &[
+    ("seed001-matrix", MATRIX_SPEC),
+    ("seed001-matrix-here", MATRIX_HERE_SPEC),
+];
 
 /// A spec file, or a built-in spec when `path` names one and no such file exists.
 pub fn load_spec(path: &Path) -> Result<ExperimentSpec, SpecError> {
@@ -383,6 +389,17 @@ mod tests {
         for w in ["streamcluster", "dedup", "oltp", "phases"] {
             assert!(workloads.contains(w), "{w} missing");
         }
+    }
+
+    #[test]
+    fn every_built_in_spec_parses() {
+        for (name, _) in BUILTIN_SPECS {
+            let spec = load_spec(Path::new(name)).unwrap();
+            assert_eq!(&spec.name, name);
+            assert!(!spec.points.is_empty());
+        }
+        let e = load_spec(Path::new("seed001-nosuch")).unwrap_err();
+        assert!(e.to_string().contains("seed001-nosuch"), "{e}");
     }
 
     #[test]

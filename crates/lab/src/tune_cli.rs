@@ -167,6 +167,17 @@ pub fn cells(stores: &[Store]) -> Vec<Cell> {
         .collect()
 }
 
+/// The default setting of each executor's matrix: the simulator's platform
+/// slice with floating vCPUs, and `smplab host`'s stock `linux` pinning;
+/// interrupts to vCPU 0.
+pub const DEFAULT_SETTINGS: &[&str] = &[
+    "slice default, floating, irq 0",
+    "slice linux, pinned, irq 0",
+];
+
+/// Settings within this fraction of the winner's median count as tied.
+const TIE: f64 = 0.01;
+
 /// The winners table: per executor and workload, the best setting, the
 /// runner-up, the default and the worst, by median throughput.
 pub fn winners_table(cells: &[Cell]) -> String {
@@ -188,10 +199,13 @@ pub fn winners_table(cells: &[Cell]) -> String {
         list.sort_by(|a, b| median(&b.throughput).total_cmp(&median(&a.throughput)));
         let default = list
             .iter()
-            .find(|c| {
-                c.setting.contains("slice default, floating, irq 0") || c.setting.contains("linux")
-            })
+            .find(|c| DEFAULT_SETTINGS.contains(&c.setting.as_str()))
             .map(|c| median(&c.throughput));
+        let best = list.first().map_or(f64::NAN, |c| median(&c.throughput));
+        let ties = list
+            .iter()
+            .filter(|c| median(&c.throughput) >= best * (1.0 - TIE))
+            .count();
         let mut shown: Vec<(&str, &Cell)> = Vec::new();
         if let Some(first) = list.first() {
             shown.push(("win", first));
@@ -214,16 +228,11 @@ pub fn winners_table(cells: &[Cell]) -> String {
         }
         let _ = writeln!(
             out,
-            "{:<14} {:<5} {:<46} {}",
+            "{:<20} {} settings, {ties} within {:.0}% of the winner; winner's runs/s median [min..max] {}",
             "",
-            "",
-            format!(
-                "({} settings; runs/s median [min..max]: best {})",
-                list.len(),
-                list.first()
-                    .map_or("-".into(), |c| spread(&c.throughput, 1))
-            ),
-            ""
+            list.len(),
+            TIE * 100.0,
+            list.first().map_or("-".into(), |c| spread(&c.throughput, 2))
         );
     }
     out
