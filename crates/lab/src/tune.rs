@@ -403,6 +403,24 @@ mod tests {
     }
 
     #[test]
+    fn the_matrix_runs_at_a_tiny_size() {
+        use crate::runner::Runner as _;
+        let text = MATRIX_SPEC
+            .replace("scale = 1.0", "scale = 0.02")
+            .replace("repetitions = 3", "repetitions = 1");
+        let spec = ExperimentSpec::from_text("tiny", &text).unwrap();
+        assert_eq!(spec.points.len(), 4 * 24);
+        let runner = crate::exec::RealRunner { qemu_binary: None };
+        for p in &spec.points {
+            let records = runner
+                .run(p)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.label()));
+            assert_eq!(records.len(), 2, "{}", p.label());
+            assert!(throughput(&records) > 0.0, "{}", p.label());
+        }
+    }
+
+    #[test]
     fn the_tuner_study_runs_at_a_tiny_size() {
         let text = MATRIX_SPEC.replace("scale = 1.0", "scale = 0.05");
         let spec = ExperimentSpec::from_text("tiny", &text).unwrap();
