@@ -56,10 +56,15 @@ struct HostConfig {
     policy: HostPolicy,
     pin: bool,
     irq: IrqAffinity,
+    /// Seed 001's tuner sets the slice at run time (starting from 4 ms).
+    tune: bool,
 }
 
 impl HostConfig {
     fn label(&self) -> String {
+        if self.tune {
+            return format!("tuner from 4000 us, floating, irq {}", self.irq);
+        }
         let slice = match (self.policy.is_user_level(), self.policy.time_slice_ns) {
             (false, _) => "slice linux".to_string(),
             (true, Some(ns)) => format!("slice {} us", ns / 1000),
@@ -102,8 +107,17 @@ fn configs(io: bool) -> Vec<HostConfig> {
                 policy: *policy,
                 pin: *pin,
                 irq: irq.clone(),
+                tune: false,
             });
         }
+    }
+    if let Ok(policy) = "fair:4ms".parse::<HostPolicy>() {
+        out.push(HostConfig {
+            policy,
+            pin: false,
+            irq: IrqAffinity::default(),
+            tune: true,
+        });
     }
     out
 }
@@ -134,6 +148,7 @@ fn spec_for(
         sampling: Sampling::default(),
         timeout: Duration::from_secs(a.timeout_s),
         pin: c.pin,
+        tune: c.tune,
         vms: vec![vm.clone(), vm],
     })
 }

@@ -203,6 +203,12 @@ impl Scheduler {
     pub fn slice_ns(&self) -> Ns {
         self.slice_ns
     }
+
+    /// Change the slice from now on (seed 001's tuner, [`tune`]): running
+    /// vCPUs are measured against the new length at the next tick.
+    pub fn set_slice_ns(&mut self, slice_ns: Ns) {
+        self.slice_ns = slice_ns.max(1);
+    }
     pub fn vcpus(&self) -> usize {
         self.vm_of.len()
     }

@@ -154,6 +154,7 @@ fn spec_for(
         sampling,
         timeout: Duration::from_secs(args.timeout_s),
         pin: true,
+        tune: false,
         vms: vec![vm.clone(), vm],
     })
 }

@@ -119,4 +119,7 @@ fn print_summary(run: &super::HostRun) {
             s.mean_sample_ns / 1000.0
         );
     }
+    for d in &run.decisions {
+        println!("  tuner: {d}");
+    }
 }

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod cli;
 pub mod run;
 pub mod spec;
+pub mod tuned;
 
 pub use run::{run_host, weighted_speedup, HostRun, HostRunError, VmOutcome};
 pub use spec::{parse, HostSpec, HostVm};

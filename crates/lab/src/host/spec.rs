@@ -27,6 +27,9 @@ struct RawSpec {
     /// kernel float the vCPU threads over `cpus`.
     #[serde(default)]
     pin: Option<bool>,
+    /// Seed 001's tuner sets the slice at run time (user-level policies).
+    #[serde(default)]
+    tune: Option<Spanned<bool>>,
     #[serde(default)]
     vm: Vec<Spanned<RawVm>>,
 }
@@ -81,6 +84,8 @@ pub struct HostSpec {
     pub timeout: Duration,
     /// `linux`: vCPU threads pinned to `cpus[i % n]` (true) or floating.
     pub pin: bool,
+    /// Seed 001's tuner adapts the slice (`host::tuned`).
+    pub tune: bool,
     pub vms: Vec<HostVm>,
 }
 
@@ -180,12 +185,22 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
         }
     }
     let pin = raw.pin.unwrap_or(true);
+    let tune = raw.tune.as_ref().is_some_and(|t| *t.get_ref());
+    if let Some(t) = &raw.tune {
+        if *t.get_ref() && !policy.is_user_level() {
+            d.push(src.span(
+                t.span(),
+                "tune = true sets the user-level scheduler's slice: use a policy such as fair or spin, not linux",
+            ));
+        }
+    }
     d.into_result(HostSpec {
         cpus,
         policy,
         sampling,
         timeout,
         pin,
+        tune,
         vms,
     })
 }
@@ -328,7 +343,15 @@ mod tests {
             "cpus = \"0\"\npin = false\n[[vm]]\nworkload = \"oltp\"\nirq_affinity = \"balanced\"\n",
         )
         .unwrap();
-        assert!(!ok.pin);
+        assert!(!ok.pin && !ok.tune);
+        let e = err("cpus = \"0\"\ntune = true\n[[vm]]\nworkload = \"dedup\"\n");
+        assert!(e.contains("h.toml:2:8") && e.contains("user-level"), "{e}");
+        let tuned = parse(
+            "h.toml",
+            "cpus = \"0\"\npolicy = \"fair\"\ntune = true\n[[vm]]\nworkload = \"dedup\"\n",
+        )
+        .unwrap();
+        assert!(tuned.tune);
         assert_eq!(ok.vms[0].irq_affinity, IrqAffinity::Balanced);
         let e = err("cpus = \"0\"\nbogus = 1\n");
         assert!(e.contains("h.toml:2:1"), "{e}");
