@@ -34,8 +34,9 @@ pub enum TuneCommand {
 
 #[derive(Debug, Clone, Args)]
 pub struct TuneRunArgs {
-    /// Where the tuner runs: the simulator (the real host's `tuned` policy
-    /// is not written yet).
+    /// Where the tuner is compared with the matrix: the simulator (on the
+    /// real host it runs inside `smplab host` with `tune = true`, and as a
+    /// row of `tune host-matrix`).
     #[arg(long, default_value = "sim", value_parser = ["sim"])]
     pub executor: String,
     /// Built-in profile name or workload file; `phases` changes behaviour
