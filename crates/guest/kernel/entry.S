@@ -10,8 +10,9 @@
 #define PTE_PS 0x80
 #define TRAMP_BASE 0x8000
 #define TR(x) ((x) - tramp_start + TRAMP_BASE)
-/* offsetof(struct cpu, ipis_received), checked in kernel.c */
+/* offsetof(struct cpu, ipis_received) and (io_entry_tsc), checked in kernel.c */
 #define CPU_IPIS_RECEIVED 88
+#define CPU_IO_ENTRY_TSC 152
 
 /* Xen PVH note: XEN_ELFNOTE_PHYS32_ENTRY (18). The descriptor is 8 bytes (as in
  * Linux); loaders that read 4 bytes get the same little-endian address. */
@@ -35,7 +36,8 @@ pvh_start32:
      * `rep stos` iteration. */
     movl %ebx, boot_start_info
     /* Identity map 0..1 GiB with 2 MiB user-accessible pages, plus the LAPIC
-     * page (0xfee00000) uncached and kernel-only. */
+     * page (0xfee00000) and the page holding the IOAPIC (0xfec00000) and the
+     * block device (0xfed00000), uncached and kernel-only. */
     xorl %ecx, %ecx
 1:  movl %ecx, %eax
     shll $21, %eax
@@ -45,6 +47,7 @@ pvh_start32:
     cmpl $512, %ecx
     jb 1b
     movl $(0xfee00000 | PTE_P | PTE_W | PTE_PWT | PTE_PCD | PTE_PS), pd_high + 503*8
+    movl $(0xfec00000 | PTE_P | PTE_W | PTE_PWT | PTE_PCD | PTE_PS), pd_high + 502*8
     movl $(pd_low + PTE_P + PTE_W + PTE_U), pdpt
     movl $(pd_high + PTE_P + PTE_W), pdpt + 3*8
     movl $(pdpt + PTE_P + PTE_W + PTE_U), pml4
@@ -270,6 +273,26 @@ ISR_ERR 29
 ISR_ERR 30
 ISR_NOERR 31
 ISR_DIRECT 32, trap_timer
+/* Block-device completion: the TSC is read before anything else (the frame
+ * pushes alone cost ~10 us in the emulator), so the latency the handler
+ * reports starts at the device's completion and ends at handler entry. */
+    .globl isr64
+isr64:
+    pushq %rax
+    pushq %rdx
+    rdtsc
+    shlq $32, %rdx
+    orq %rdx, %rax
+    movq %rax, %gs:CPU_IO_ENTRY_TSC
+    popq %rdx
+    popq %rax
+    pushq $0
+    pushq $64
+    PUSH_REGS
+    cld
+    movq %rsp, %rdi
+    call trap_io
+    jmp trap_return
 ISR_SYSCALL 129
 /* Wakeup IPI. Arriving at CPL0 it can only have interrupted an idle `hlt`
  * (the kernel runs with interrupts off otherwise), whose loop rechecks the run
@@ -378,7 +401,7 @@ thread_start:
     .globl isr_table
 /* (vector, handler) pairs, terminated by vector 0xffff. */
 isr_table:
-    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,129,240,241,255
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,64,129,240,241,255
     .quad \n, isr\n
     .endr
     .quad 0xffff, 0

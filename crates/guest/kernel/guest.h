@@ -16,7 +16,18 @@ typedef unsigned long usize;
 #define MAX_CPUS 64
 #define MAX_THREADS 512
 #define KSTACK_SIZE 8192
-#define NOPS 13
+#define NOPS 14
+#define IO_TARGETS 64 /* most vCPUs an io_irq= list names */
+
+/* Spin ground truth for the host's spin detector (docs/guest-abi.md): at
+ * guest-physical SPIN_PAGE, one u64 per vCPU with the id + 1 of the user
+ * thread it runs (0: idle), then one u64 per thread with the TSC at which
+ * that thread began its current spin wait (0: not spinning). Low RAM, below
+ * the VMM's 0x9fc00 limit; identity-mapped and user-accessible. */
+#define SPIN_PAGE 0x9000UL
+#define SPIN_PAGE_THREADS 320
+#define spin_page_cpu ((volatile u64 *)SPIN_PAGE)
+#define spin_page_thread ((volatile u64 *)(SPIN_PAGE + 8 * MAX_CPUS))
 
 /* Segment selectors of the per-CPU GDT. */
 #define SEL_KCODE 0x08
@@ -28,6 +39,7 @@ typedef unsigned long usize;
 /* Interrupt vectors. */
 #define VEC_TIMER 0x20
 #define VEC_SYSCALL 0x81
+#define VEC_IO 0x40 /* the block device's IOAPIC pin (docs/guest-abi.md) */
 #define VEC_WAKE 0xf0
 #define VEC_SHOOTDOWN 0xf1
 #define VEC_SPURIOUS 0xff
@@ -49,6 +61,7 @@ enum {
     SYS_PMTIMER = 12,    /* () -> rax = ACPI PM timer, rdx = tsc */
     SYS_SMP_START = 13,  /* (struct boot_params *) -> CPUs online */
     SYS_GATE = 14,       /* () -> the VMM's answer: tell it "ready", wait for "go" (port 0x540) */
+    SYS_IO = 15,         /* (device, service_ns) -> rax = completion tsc, rdx = handler-entry tsc */
 };
 
 /* Workload-window port (docs/guest-abi.md): written READY when every worker
@@ -91,7 +104,9 @@ struct thread {
     i32 id;
     i32 is_idle;      /* 0 workload/init, 1 CPL3 polling idle, 2 in-kernel idle */
     volatile u32 on_cpu; /* its kernel stack is in use on some CPU */
-    u32 pad;
+    volatile u32 io_wait; /* 1 from an io submission until its completion is taken */
+    u64 io_done_tsc;      /* guest TSC when its request completed on the device */
+    u64 io_irq_tsc;       /* guest TSC when the completion's handler was entered */
 };
 
 _Static_assert(sizeof(struct thread) % 8 == 0, "threads are cleared with rep stosq");
@@ -114,6 +129,9 @@ struct cpu {
     /* counters (read by user.c at the end) */
     u64 ipis_sent, ipis_received, halts, wakeups, context_switches, idle_tsc, ticks;
     u64 syscalls;
+    u64 io_irqs;      /* block-device interrupts that found a completion */
+    u64 io_entry_tsc; /* TSC at the io handler's first instructions (entry.S) */
+    u64 io_spurious;  /* block-device interrupts that found none */
     u8 pad[64];
 } __attribute__((aligned(64)));
 
@@ -128,6 +146,9 @@ struct boot_params {
     u32 pad;
     u64 tsc_hz;
     u64 watchdog_tsc;  /* 0 = none */
+    u32 io_ntargets;   /* 0: no block device interrupts (no io ops) */
+    u32 pad2;
+    u8 io_targets[IO_TARGETS]; /* vCPUs taking the block interrupt, in turn */
 };
 
 /* Kernel globals user code reads. */

@@ -1,7 +1,8 @@
 /* smplab guest kernel, CPL0 part. On PVM hosts every instruction here runs in
  * KVM's instruction emulator (~0.7 us each), so this file does the minimum an OS
  * must do in kernel mode: descriptor tables, LAPIC, AP start-up, the scheduler,
- * futex wait/wake, sleep, IPIs, port I/O. Everything else (command-line parsing,
+ * futex wait/wake, sleep, IPIs, port I/O, block-device requests and their
+ * interrupt. Everything else (command-line parsing,
  * program decoding, the executor, result formatting) runs at CPL3 in user.c.
  * Compiled with -mgeneral-regs-only: no SSE in CPL0 (the emulator lacks it). */
 #include "guest.h"
@@ -66,6 +67,16 @@ extern void thread_start(void);
 #define PORT_PMTMR 0x608
 #define PORT_WINDOW 0x540
 
+/* IOAPIC (register window) and the block device (docs/guest-abi.md). */
+#define IOAPIC_BASE 0xfec00000UL
+#define BLOCK_PIN 16
+#define IOREDTBL_LO (0x10 + 2 * BLOCK_PIN)
+#define IOREDTBL_HI (IOREDTBL_LO + 1)
+#define BLOCK_BASE 0xfed00000UL
+#define BLOCK_NONE (~0UL)
+#define BLOCK_MORE (1UL << 16)
+#define BLOCK_TSC_MASK ((1UL << 40) - 1)
+
 struct idt_entry {
     u16 off0, sel;
     u8 ist, type;
@@ -92,6 +103,7 @@ struct bucket {
 static struct bucket futex_table[64];
 
 _Static_assert(__builtin_offsetof(struct cpu, ipis_received) == 88, "CPU_IPIS_RECEIVED in entry.S");
+_Static_assert(__builtin_offsetof(struct cpu, io_entry_tsc) == 152, "CPU_IO_ENTRY_TSC in entry.S");
 
 /* ---------- small helpers ---------- */
 
@@ -126,6 +138,22 @@ static inline void outsb(u16 port, const void *buf, usize n)
 static inline void lapic_w(u32 reg, u32 v) { *(volatile u32 *)(LAPIC_BASE + reg) = v; }
 static inline u32 lapic_r(u32 reg) { return *(volatile u32 *)(LAPIC_BASE + reg); }
 static inline void lapic_eoi(void) { lapic_w(LAPIC_EOI, 0); }
+
+static void ioapic_w(u32 reg, u32 v)
+{
+    *(volatile u32 *)IOAPIC_BASE = reg;
+    *(volatile u32 *)(IOAPIC_BASE + 0x10) = v;
+}
+
+static u32 ioapic_r(u32 reg)
+{
+    *(volatile u32 *)IOAPIC_BASE = reg;
+    return *(volatile u32 *)(IOAPIC_BASE + 0x10);
+}
+
+/* Block interrupts taken so far; the handler moves the interrupt to
+ * io_targets[io_next % n] (one interrupt each, in io_targets order). */
+static volatile u32 io_next;
 
 static inline struct cpu *this_cpu(void)
 {
@@ -498,6 +526,7 @@ static void context_switch(struct cpu *c, struct thread *next)
     next->cpu = c->id;
     next->state = T_RUNNING;
     c->cur = next;
+    spin_page_cpu[c->id] = next->is_idle ? 0 : (u64)next->id + 1;
     c->state = next->is_idle == 1 ? CPU_POLLING : next->is_idle == 2 ? CPU_IDLE : CPU_RUNNING;
     if (!next->is_idle && last_thread_id[c->id] != (u32)next->id + 1) {
         c->context_switches++;
@@ -793,6 +822,26 @@ static u64 sys_smp_start(struct cpu *c, const struct boot_params *p)
     }
     g_ncpus = online;
     timer_setup(c);
+    if (g_params.io_ntargets) {
+        if (g_params.io_ntargets > IO_TARGETS)
+            g_params.io_ntargets = IO_TARGETS;
+        /* Edge-triggered, active high, physical destination, fixed delivery.
+         * The device raises its line when its completion FIFO becomes
+         * non-empty and lowers it when the handler drains it, so every
+         * rising edge is one batch and none is lost. Not level-triggered:
+         * KVM's in-kernel IOAPIC on PVM hosts re-delivers a level interrupt
+         * once more after its EOI although the line is already low (measured:
+         * one spurious interrupt per request), which smplab-vmm's model does
+         * not; edge behaves the same on both. */
+        ioapic_w(IOREDTBL_HI, (u32)g_params.io_targets[0] << 24);
+        ioapic_w(IOREDTBL_LO, VEC_IO);
+        /* Read it back: a VMM may post IOAPIC writes (smplab-vmm's `hybrid`
+         * and `iothread` queue them to its I/O thread), and an edge raised
+         * while the entry is still masked would be lost. The read returns
+         * only after the writes took effect. */
+        if ((ioapic_r(IOREDTBL_LO) & 0x100ff) != VEC_IO)
+            kputs_n("smplab-guest: warning: the IOAPIC did not take the block device's entry\n", 72);
+    }
     return online;
 }
 
@@ -937,6 +986,22 @@ static void syscall(struct cpu *c, struct frame *f)
     case SYS_SMP_START:
         f->rax = sys_smp_start(c, (const struct boot_params *)f->rdi);
         return;
+    case SYS_IO: {
+        /* Block until the completion interrupt (trap_io) makes it runnable.
+         * Everything the handler reads is set before the device sees the
+         * request; a handler on another vCPU may wake the thread before it has
+         * switched out, which pick() handles as for a futex wake. */
+        t->csw_vol++;
+        t->io_done_tsc = 0;
+        t->io_irq_tsc = 0;
+        t->state = T_BLOCKED;
+        __atomic_store_n(&t->io_wait, 1, __ATOMIC_SEQ_CST);
+        *(volatile u64 *)BLOCK_BASE = (u64)(u32)t->id | (f->rdi & 0xff) << 16 | f->rsi << 24;
+        schedule(c);
+        f->rax = t->io_done_tsc;
+        f->rdx = t->io_irq_tsc;
+        return;
+    }
     case SYS_GATE: {
         /* READY, then read until the VMM says GO: it answers WAIT while its
          * host-side start gate (other VMs) is closed. All-ones: no device. */
@@ -976,6 +1041,52 @@ void trap_wake(struct frame *f)
     /* Only reached from CPL3 (isr240 handles CPL0 itself): the CPL3 idle
      * thread, interrupted while polling, is switched to the work. */
     if (c->cur->is_idle)
+        idle_run_work(c);
+}
+
+/* Block-device completion (vector VEC_IO, entry.S isr64 took the entry TSC):
+ * take every completed tag off the device, wake its thread, move the
+ * interrupt to its next target vCPU if the affinity names several, EOI. */
+void trap_io(struct frame *f)
+{
+    struct cpu *c = this_cpu();
+    u64 entry = c->io_entry_tsc;
+    for (u32 taken = 0;; taken++) {
+        u64 w = *(volatile u64 *)(BLOCK_BASE + 8);
+        if (w == BLOCK_NONE) {
+            if (!taken)
+                c->io_spurious++;
+            break;
+        }
+        if (!taken)
+            c->io_irqs++;
+        u32 tag = (u32)(w & 0xffff);
+        if (tag < g_nthreads && tag < MAX_THREADS) {
+            struct thread *t = &threads[tag];
+            if (__atomic_exchange_n(&t->io_wait, 0, __ATOMIC_SEQ_CST)) {
+                u64 ago = (entry - (w >> 24)) & BLOCK_TSC_MASK;
+                /* Completed after this handler was entered (it was still
+                 * draining): taken without an interrupt of its own. */
+                if (ago > BLOCK_TSC_MASK / 2)
+                    ago = 0;
+                t->io_done_tsc = entry - ago;
+                t->io_irq_tsc = entry;
+                make_runnable(c, t);
+            }
+        }
+        if (!(w & BLOCK_MORE))
+            break;
+    }
+    u32 n = g_params.io_ntargets;
+    if (n > 1) {
+        /* Two handlers may overlap (edge-triggered): each takes its own
+         * turn, though their two IOAPIC writes may land in either order. */
+        u32 k = __atomic_add_fetch(&io_next, 1, __ATOMIC_SEQ_CST) % n;
+        ioapic_w(IOREDTBL_HI, (u32)g_params.io_targets[k] << 24);
+    }
+    lapic_eoi();
+    /* A CPL3 polling idle thread interrupted: switch it to the woken work. */
+    if ((f->cs & 3) == 3 && c->cur->is_idle)
         idle_run_work(c);
 }
 

@@ -206,6 +206,21 @@ static void parse_cmdline(const char *cl, struct boot_params *p)
                 selftest = 2;
             else
                 die("bad selftest= (want fault or hang)", 1);
+        } else if (word_eq(w, kn, "io_irq")) {
+            /* vCPUs taking the block device's interrupt, in turn: "0", "0,1". */
+            usize j = 0;
+            p->io_ntargets = 0;
+            while (j < vn) {
+                usize k = j;
+                while (k < vn && v[k] != ',')
+                    k++;
+                if (!parse_u64(v + j, k - j, &x) || x >= MAX_CPUS || p->io_ntargets >= IO_TARGETS)
+                    die("bad io_irq= (want a comma-separated list of vCPUs)", 1);
+                p->io_targets[p->io_ntargets++] = (u8)x;
+                j = k + 1;
+            }
+            if (!p->io_ntargets)
+                die("bad io_irq= (want a comma-separated list of vCPUs)", 1);
         } else if (word_eq(w, kn, "watchdog_ms")) {
             if (!parse_u64(v, vn, &x))
                 die("bad watchdog_ms= (want milliseconds, 0 = off)", 1);
@@ -358,7 +373,7 @@ struct worker {
     u64 spins, blocks, wakeups;
 } __attribute__((aligned(64)));
 
-static u32 n_spin, n_mutex, n_barrier, n_queue, n_counter, n_buffer, n_group, total_threads;
+static u32 n_spin, n_mutex, n_barrier, n_queue, n_counter, n_buffer, n_group, n_device, total_threads;
 static struct spin *spins;
 static struct mutex *mutexes;
 static struct barrier *barriers;
@@ -433,7 +448,7 @@ static int check_ops(const u8 *b, u64 len, int depth)
         case 0x03: case 0x04: case 0x05: case 0x06: case 0x07: case 0x08: case 0x09: case 0x0d: need = 4; break;
         case 0x0a: need = 5; break;
         case 0x0b: case 0x0c: need = 8; break;
-        case 0x0e: need = 12; break;
+        case 0x0e: case 0x0f: need = 12; break;
         default: return 0;
         }
         if (need > len - i)
@@ -452,6 +467,7 @@ static int check_ops(const u8 *b, u64 len, int depth)
         case 0x07: if (idx >= n_barrier) return 0; break;
         case 0x08: case 0x09: if (idx >= n_queue) return 0; break;
         case 0x0a: if (idx >= n_counter || a[4] > 2) return 0; break;
+        case 0x0f: if (idx >= n_device || idx > 0xff) return 0; break;
         case 0x0e: {
             u64 bl = ld32(a + 8);
             if (bl > len - i - 12 || !check_ops(a + 12, bl, depth + 1))
@@ -538,6 +554,14 @@ static void decode_program(const u8 *b, u64 len)
         if (total_threads >= MAX_THREADS)
             die("the program has more threads than the guest supports (511)", 1);
     }
+    /* The device table trails the groups (absent from older encodings). The
+     * VMM gets the queue depths from the host; the guest only bounds-checks. */
+    n_device = 0;
+    if (r.pos < r.len) {
+        if (!rd_u(&r, 4, &v) || v > 256 || !rd_take(&r, v * 4, &p))
+            die("bad device table in the program encoding", 1);
+        n_device = (u32)v;
+    }
     for (u32 g = 0; g < n_group; g++)
         if (!check_ops(groups[g].ops, groups[g].ops_len, 0))
             die("malformed op list in the program encoding", 1);
@@ -565,13 +589,27 @@ static inline u64 compute(u64 iters, u64 state)
     return state;
 }
 
+/* The thread is spinning from now on / no longer (the host's ground truth). */
+static void spin_mark(struct worker *w)
+{
+    if ((u32)w->ktid < SPIN_PAGE_THREADS)
+        spin_page_thread[w->ktid] = rdtsc() | 1;
+}
+
+static void spin_clear(struct worker *w)
+{
+    if ((u32)w->ktid < SPIN_PAGE_THREADS)
+        spin_page_thread[w->ktid] = 0;
+}
+
 static void spin_acquire(struct worker *w, struct spin *l)
 {
     u64 n = 0;
     switch (l->kind) {
     case 0: /* tas */
         while (__atomic_exchange_n(&l->word, 1, __ATOMIC_ACQUIRE)) {
-            n++;
+            if (n++ == 0)
+                spin_mark(w);
             if (l->pause)
                 cpu_relax();
         }
@@ -579,7 +617,8 @@ static void spin_acquire(struct worker *w, struct spin *l)
     case 1: /* ttas */
         for (;;) {
             while (l->word) {
-                n++;
+                if (n++ == 0)
+                    spin_mark(w);
                 if (l->pause)
                     cpu_relax();
             }
@@ -591,13 +630,16 @@ static void spin_acquire(struct worker *w, struct spin *l)
     default: { /* ticket */
         u32 t = __atomic_fetch_add(&l->word, 1, __ATOMIC_ACQUIRE);
         while (l->serving != t) {
-            n++;
+            if (n++ == 0)
+                spin_mark(w);
             if (l->pause)
                 cpu_relax();
         }
         break;
     }
     }
+    if (n)
+        spin_clear(w);
     w->spins += n;
 }
 
@@ -614,14 +656,20 @@ static void mutex_lock(struct worker *w, struct mutex *m)
     u32 z = 0;
     if (__atomic_compare_exchange_n(&m->state, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return;
+    if (m->spin_limit)
+        spin_mark(w);
     for (u32 i = 0; i < m->spin_limit; i++) {
         w->spins++;
         cpu_relax();
         z = 0;
         if (m->state == 0 &&
-            __atomic_compare_exchange_n(&m->state, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            __atomic_compare_exchange_n(&m->state, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+            spin_clear(w);
             return;
+        }
     }
+    if (m->spin_limit)
+        spin_clear(w);
     while (__atomic_exchange_n(&m->state, 2, __ATOMIC_ACQUIRE) != 0) {
         w->blocks += futex_wait(&m->state, 2);
     }
@@ -644,13 +692,19 @@ static void barrier_wait(struct worker *w, struct barrier *b)
         return;
     }
     u64 limit = b->wait == 0 ? ~0UL : b->wait == 1 ? 0 : b->spin_limit;
+    if (limit)
+        spin_mark(w);
     for (u64 i = 0; i < limit; i++) {
-        if (b->gen != gen)
+        if (b->gen != gen) {
+            spin_clear(w);
             return;
+        }
         w->spins++;
         if (b->pause)
             cpu_relax();
     }
+    if (limit)
+        spin_clear(w);
     while (b->gen == gen) {
         __atomic_exchange_n(&b->waiters, 1, __ATOMIC_SEQ_CST);
         if (b->gen != gen)
@@ -742,6 +796,28 @@ static void shootdown(struct worker *w, u32 pages)
     w->ops_count[12]++;
 }
 
+/* io latency samples (TSC cycles: completion -> handler entry, completion ->
+ * the thread running again), the last IO_SAMPLES of them. */
+#define IO_SAMPLES 16384
+static u64 io_samples[IO_SAMPLES][2] __attribute__((section(".noinit")));
+static volatile u64 io_nsamples;
+
+static void io_op(struct worker *w, u32 device, u64 service_ns)
+{
+    u64 done, irq;
+    __asm__ volatile(SYSCALL_INSN
+                     : "=a"(done), "=d"(irq)
+                     : "a"((u64)SYS_IO), "D"((u64)device), "S"(service_ns)
+                     : "memory", "r8", "r9", "r10", "r11");
+    u64 now = rdtsc();
+    if (done && irq >= done && now >= done) {
+        u64 k = __atomic_fetch_add(&io_nsamples, 1, __ATOMIC_RELAXED) % IO_SAMPLES;
+        io_samples[k][0] = irq - done;
+        io_samples[k][1] = now - done;
+    }
+    w->ops_count[13]++;
+}
+
 static void run_ops(struct worker *w, const u8 *b, u64 len)
 {
     u64 i = 0;
@@ -827,6 +903,10 @@ static void run_ops(struct worker *w, const u8 *b, u64 len)
             i += 12 + bl;
             break;
         }
+        case 0x0f:
+            io_op(w, ld32(a), ld64(a + 4));
+            i += 12;
+            break;
         default:
             return; /* unreachable: check_ops accepted the list */
         }
@@ -974,6 +1054,26 @@ static void emit_result(void)
         out_sp_u64(&o, c->ticks);
         out_sp_u64(&o, c->syscalls);
         out_str(&o, "\n");
+    }
+    if (g_params.io_ntargets) {
+        out_str(&o, "io_irqs");
+        for (u32 i = 0; i < g_ncpus; i++)
+            out_sp_u64(&o, cpus[i].io_irqs);
+        out_str(&o, "\nio_spurious");
+        for (u32 i = 0; i < g_ncpus; i++)
+            out_sp_u64(&o, cpus[i].io_spurious);
+        out_str(&o, "\nio_samples");
+        u64 n = io_nsamples;
+        out_sp_u64(&o, n);
+        out_str(&o, "\n");
+        if (n > IO_SAMPLES)
+            n = IO_SAMPLES;
+        for (u64 i = 0; i < n; i++) {
+            out_str(&o, "io_lat");
+            out_sp_u64(&o, io_samples[i][0]);
+            out_sp_u64(&o, io_samples[i][1]);
+            out_str(&o, "\n");
+        }
     }
     out_str(&o, "end\n");
     sys3(SYS_RESULT, (u64)o.buf, o.len, 0);

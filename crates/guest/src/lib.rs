@@ -11,6 +11,7 @@
 
 pub mod result;
 
+use smplab_record::config::IrqAffinity;
 use smplab_record::{exit, Executor, RunRecord, WorkloadInfo};
 use smplab_vmm::{ConsoleSink, Irqchip, KernelImage, Placement, SyncMode, VmConfig, VmmError};
 use smplab_workload::Program;
@@ -82,6 +83,13 @@ pub struct VmRunOptions {
     /// smplab-vmm only: run the vCPUs under a user-level scheduler shared
     /// with other VMs in this process (`smplab host`, docs/host.md).
     pub host: Option<smplab_vmm::host::HostSlot>,
+    /// Which vCPUs take the block device's interrupt (`io` ops): the guest
+    /// programs its IOAPIC redirection entry from it. `Running` is the
+    /// simulator's alone.
+    pub irq_affinity: IrqAffinity,
+    /// smplab-vmm only: host CPUs of the thread completing device requests
+    /// (empty: not pinned).
+    pub io_thread_cpus: Vec<usize>,
 }
 
 impl Default for VmRunOptions {
@@ -104,6 +112,8 @@ impl Default for VmRunOptions {
             extra_cmdline: String::new(),
             start_gate: None,
             host: None,
+            irq_affinity: IrqAffinity::default(),
+            io_thread_cpus: Vec::new(),
         }
     }
 }
@@ -144,8 +154,10 @@ pub enum GuestError {
     },
     #[error("--pin is empty; give a comma-separated list of host CPUs such as 0,1")]
     EmptyPin,
-    #[error("the workload has `io` ops, which the smplab guest cannot run yet (no block device in smplab-vmm); run it with --executor native or sim")]
+    #[error("the workload has `io` ops, which the smplab guest runs only on smplab-vmm's block device (QEMU has no device it can drive the same way, docs/vmm.md); use --executor vm, native or sim")]
     IoUnsupported,
+    #[error("--irq-affinity {0} names a policy only the simulator models; use a vCPU, a list like 0,1 or balanced")]
+    IrqAffinityUnsupported(IrqAffinity),
     #[error("--irqchip user applies only to smplab-vmm (--executor vm); QEMU runs with its in-kernel irqchip")]
     QemuUserIrqchip,
     #[error("cannot prepare the QEMU run ({what}): {source}")]
@@ -167,6 +179,7 @@ impl GuestError {
             GuestError::TooManyThreads { .. }
             | GuestError::EmptyPin
             | GuestError::IoUnsupported
+            | GuestError::IrqAffinityUnsupported(_)
             | GuestError::QemuUserIrqchip => exit::BAD_INPUT,
             GuestError::NoSuchCpu { .. } => exit::RESOURCE_LIMIT,
             GuestError::GuestRejected { .. } => exit::INTERNAL,
@@ -232,11 +245,30 @@ pub fn cmdline(program: &Program, opts: &VmRunOptions, result_serial: bool) -> S
         watchdog_ms,
         if result_serial { "serial" } else { "port" }
     );
+    if program.uses_io() {
+        let targets: Vec<String> = io_irq_targets(&opts.irq_affinity, opts.vcpus)
+            .iter()
+            .map(u32::to_string)
+            .collect();
+        line.push_str(" io_irq=");
+        line.push_str(&targets.join(","));
+    }
     if !opts.extra_cmdline.trim().is_empty() {
         line.push(' ');
         line.push_str(opts.extra_cmdline.trim());
     }
     line
+}
+
+/// The vCPUs the guest routes the block interrupt to, one interrupt each in
+/// turn (`IrqAffinity::target` order): a set as given (at most 64 entries,
+/// wrapped into range like `target`), balanced as every vCPU.
+pub fn io_irq_targets(affinity: &IrqAffinity, vcpus: u32) -> Vec<u32> {
+    let len = match affinity {
+        IrqAffinity::Vcpus(set) => set.len().clamp(1, 64),
+        IrqAffinity::Balanced | IrqAffinity::Running => vcpus.clamp(1, 64) as usize,
+    };
+    (0..len as u64).map(|k| affinity.target(k, vcpus)).collect()
 }
 
 fn effective_timer_hz(program: &Program, opts: &VmRunOptions) -> u32 {
@@ -257,8 +289,8 @@ fn check(program: &Program, opts: &VmRunOptions) -> Result<u64, GuestError> {
     if threads > MAX_THREADS {
         return Err(GuestError::TooManyThreads { threads });
     }
-    if program.uses_io() {
-        return Err(GuestError::IoUnsupported);
+    if program.uses_io() && opts.irq_affinity == IrqAffinity::Running {
+        return Err(GuestError::IrqAffinityUnsupported(IrqAffinity::Running));
     }
     let mem = opts.mem_bytes.unwrap_or_else(|| mem_bytes_for(program));
     if mem > MAX_MEM_BYTES {
@@ -389,6 +421,12 @@ pub fn run_vm(
     cfg.timeout = Some(opts.timeout);
     cfg.start_gate = opts.start_gate.clone();
     cfg.host = opts.host.clone();
+    cfg.block = program
+        .uses_io()
+        .then(|| smplab_vmm::devices::block::BlockConfig {
+            queue_depths: program.devices.iter().map(|d| d.queue_depth).collect(),
+            thread_cpus: opts.io_thread_cpus.clone(),
+        });
     cfg.console = if opts.show_console {
         ConsoleSink::Stdout
     } else {
@@ -412,10 +450,22 @@ pub fn run_vm(
     if let Some(io) = opts.io_cpu {
         rec.set_config("io_cpu", io);
     }
+    if program.uses_io() {
+        rec.set_config("irq_affinity", opts.irq_affinity.to_string());
+        rec.set_config(
+            "io_thread_cpus",
+            smplab_record::config::IoThreadCpus(opts.io_thread_cpus.clone()).to_string(),
+        );
+    }
     let console = || String::from_utf8_lossy(&run.console).into_owned();
     parsed
         .fill(&mut rec, program)
         .map_err(|e| GuestError::BadResult(e, console()))?;
+    rec.io = parsed.io_section(
+        run.block
+            .as_ref()
+            .map(|b| (b.requests, b.device_latency.clone())),
+    );
     if let Some(window) = host_window(&run.section) {
         rec.timing.window = Some(window);
     }
@@ -500,6 +550,9 @@ pub fn run_qemu(
 ) -> Result<RunRecord, GuestError> {
     if opts.irqchip != Irqchip::Kernel {
         return Err(GuestError::QemuUserIrqchip);
+    }
+    if program.uses_io() {
+        return Err(GuestError::IoUnsupported);
     }
     let mem = check(program, opts)?;
     let wanted = opts
@@ -654,14 +707,48 @@ mod tests {
     use super::*;
 
     #[test]
-    fn io_programs_are_refused_before_any_vm_starts() {
+    fn io_programs_are_refused_by_qemu_and_with_sim_only_affinity() {
         let p = smplab_workload::Source::resolve("oltp")
             .unwrap()
             .instantiate(Some(2), 0.1)
             .unwrap();
-        let e = check(&p, &VmRunOptions::default()).unwrap_err();
+        assert!(check(&p, &VmRunOptions::default()).is_ok());
+        let opts = VmRunOptions {
+            qemu_binary: Some("/nonexistent/qemu".into()),
+            ..VmRunOptions::default()
+        };
+        let e = run_qemu(&p, Default::default(), &opts).unwrap_err();
         assert!(matches!(e, GuestError::IoUnsupported), "{e}");
         assert_eq!(e.exit_status(), exit::BAD_INPUT);
+        let running = VmRunOptions {
+            irq_affinity: IrqAffinity::Running,
+            ..VmRunOptions::default()
+        };
+        let e = check(&p, &running).unwrap_err();
+        assert!(e.to_string().contains("balanced"), "{e}");
+        assert_eq!(e.exit_status(), exit::BAD_INPUT);
+    }
+
+    #[test]
+    fn io_programs_pass_their_interrupt_targets_on_the_command_line() {
+        let p = smplab_workload::Source::resolve("oltp")
+            .unwrap()
+            .instantiate(Some(2), 0.1)
+            .unwrap();
+        let mut opts = VmRunOptions {
+            vcpus: 3,
+            ..VmRunOptions::default()
+        };
+        assert!(cmdline(&p, &opts, false).contains(" io_irq=0"));
+        opts.irq_affinity = IrqAffinity::Balanced;
+        assert!(cmdline(&p, &opts, false).contains(" io_irq=0,1,2"));
+        opts.irq_affinity = "2,1".parse().unwrap();
+        assert!(cmdline(&p, &opts, false).contains(" io_irq=2,1"));
+        let plain = smplab_workload::Source::resolve("spinlock")
+            .unwrap()
+            .instantiate(Some(2), 0.1)
+            .unwrap();
+        assert!(!cmdline(&plain, &opts, false).contains("io_irq"));
     }
 
     #[test]

@@ -18,12 +18,22 @@
 //!                                   # ended; the window port's answer (0x21204f47
 //!                                   # "GO !" from smplab-vmm, 4294967295 = no such port)
 //! thread GROUP INDEX START_TSC END_TSC CPU_TSC SPINS BLOCKS WAKEUPS CSW_VOL CSW_INVOL
-//! ops C0 ... C12                    # in smplab_workload::program::counter_names::ALL order
+//! ops C0 ... C13                    # in smplab_workload::program::counter_names::ALL order
+//!                                   # (13 numbers from guests before `io`: io = 0)
 //! cpu ID IPIS_SENT IPIS_RECEIVED HALTS WAKEUPS CONTEXT_SWITCHES IDLE_TSC TICKS SYSCALLS
+//! io_irqs N0 N1 ...                 # block-device interrupts that found a completion, per
+//!                                   # vCPU (io programs only)
+//! io_spurious N0 N1 ...             # block-device interrupts that found none, per vCPU
+//! io_samples TOTAL                  # io ops that reported latencies
+//! io_lat IRQ WAKE                   # one per sample, the last 16384: TSC cycles from the
+//!                                   # request's completion to the handler's entry, and to
+//!                                   # the thread running again
 //! end
 //! ```
 
 use smplab_record::guest::{GuestSection, GuestVcpuCounters};
+use smplab_record::io::IoSection;
+use smplab_record::LatencyHistogram;
 use smplab_record::{RunRecord, ThreadTiming};
 use smplab_workload::program::counter_names;
 use smplab_workload::Program;
@@ -113,8 +123,17 @@ pub struct GuestResult {
     /// Absent from guests older than the start gate.
     pub gate: Option<GuestGate>,
     pub threads: Vec<GuestThread>,
-    pub ops: [u64; 13],
+    pub ops: [u64; counter_names::COUNT],
     pub vcpus: Vec<GuestCpu>,
+    /// Block-device interrupts per vCPU that found a completion (empty: the
+    /// program has no `io` ops).
+    pub io_irqs: Vec<u64>,
+    /// Block-device interrupts per vCPU that found none.
+    pub io_spurious: Vec<u64>,
+    /// `io` ops that reported latencies (may exceed `io_latency.len()`).
+    pub io_samples: u64,
+    /// (completion → handler entry, completion → thread running), TSC cycles.
+    pub io_latency: Vec<(u64, u64)>,
 }
 
 /// Extract the framed record from serial console bytes; returns the record and
@@ -148,6 +167,13 @@ fn nums<const N: usize>(line: usize, fields: &[&str]) -> Result<[u64; N], Result
         })?;
     }
     Ok(out)
+}
+
+fn num_list(line: usize, fields: &[&str]) -> Result<Vec<u64>, ResultError> {
+    fields
+        .iter()
+        .map(|w| nums::<1>(line, &[*w]).map(|v| v[0]))
+        .collect()
 }
 
 fn narrow(line: usize, v: u64) -> Result<u32, ResultError> {
@@ -210,7 +236,18 @@ pub fn parse(bytes: &[u8]) -> Result<GuestResult, ResultError> {
                     csw_involuntary: v[9],
                 });
             }
-            "ops" => r.ops = nums::<13>(n, &rest)?,
+            "ops" if rest.len() == 13 => {
+                // A guest from before `io`: the 14th counter is 0.
+                r.ops[..13].copy_from_slice(&nums::<13>(n, &rest)?);
+            }
+            "ops" => r.ops = nums::<{ counter_names::COUNT }>(n, &rest)?,
+            "io_irqs" => r.io_irqs = num_list(n, &rest)?,
+            "io_spurious" => r.io_spurious = num_list(n, &rest)?,
+            "io_samples" => r.io_samples = nums::<1>(n, &rest)?[0],
+            "io_lat" => {
+                let v = nums::<2>(n, &rest)?;
+                r.io_latency.push((v[0], v[1]));
+            }
             "cpu" => {
                 let v = nums::<9>(n, &rest)?;
                 r.vcpus.push(GuestCpu {
@@ -291,6 +328,7 @@ impl GuestResult {
         checked_sum("vCPU wakeups", cpus.iter().map(|c| c.wakeups))?;
         checked_sum("context switches", cpus.iter().map(|c| c.context_switches))?;
         checked_sum("timer ticks", cpus.iter().map(|c| c.ticks))?;
+        checked_sum("io interrupts", self.io_irqs.iter().copied())?;
         if let Some(g) = &self.gate {
             if g.done_ticks < g.release_ticks {
                 return Err(ResultError::Corrupt(format!(
@@ -324,10 +362,28 @@ impl GuestResult {
         })
     }
 
+    /// The record's `io` section: interrupt and wake latencies and the
+    /// per-vCPU interrupt counts as the guest measured them; requests and
+    /// device latencies come from the VMM's device (`None` under QEMU).
+    /// `None` when the guest ran no `io` program.
+    pub fn io_section(&self, device: Option<(u64, LatencyHistogram)>) -> Option<IoSection> {
+        if self.io_irqs.is_empty() {
+            return None;
+        }
+        let irq: Vec<u64> = self.io_latency.iter().map(|l| self.ns(l.0)).collect();
+        let wake: Vec<u64> = self.io_latency.iter().map(|l| self.ns(l.1)).collect();
+        let (requests, device_latency) = device.unwrap_or((self.io_samples, Default::default()));
+        Some(IoSection {
+            requests,
+            irq_latency: LatencyHistogram::from_samples(&irq),
+            wake_latency: LatencyHistogram::from_samples(&wake),
+            device_latency,
+            irqs_per_cpu: self.io_irqs.clone(),
+        })
+    }
+
     /// Per-operation counts keyed like `RunRecord::counters.ops`.
     pub fn ops_map(&self) -> std::collections::BTreeMap<String, u64> {
-        // The guest reports the first 13 counters; later ones (`io`) are ops
-        // it refuses to run, so they are 0.
         counter_names::ALL
             .iter()
             .enumerate()

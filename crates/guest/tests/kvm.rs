@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{info, kvm_usable, program};
+use common::{check_io, info, kvm_usable, program};
 use smplab_guest::{run_qemu, run_vm, IdlePolicy, VmRunOptions};
 use smplab_record::RunRecord;
 use smplab_workload::{builtin, Program};
@@ -46,11 +46,6 @@ fn every_builtin_gives_the_expected_counts_under_vm() {
     }
     for name in builtin::names() {
         let p = program(name, 2, 0.02);
-        if p.uses_io() {
-            // The guest refuses `io` ops until it has a block device
-            // (issue 15; `GuestError::IoUnsupported`, tested in lib.rs).
-            continue;
-        }
         let r = vm(&p, &opts(2, IdlePolicy::Hlt));
         assert_eq!(r.counters.ops, p.expected_counts(), "{name}");
         let native = smplab_native::run(&p, info(&p), &Default::default())
@@ -197,11 +192,6 @@ fn every_builtin_completes_oversubscribed_under_every_idle_policy() {
     ] {
         for name in builtin::names() {
             let p = program(name, 3, 0.01);
-            if p.uses_io() {
-                // The guest refuses `io` ops until it has a block device
-                // (issue 15; `GuestError::IoUnsupported`, tested in lib.rs).
-                continue;
-            }
             let r = vm(&p, &opts(2, idle));
             assert_eq!(r.counters.ops, p.expected_counts(), "{name} with {idle}");
         }
@@ -377,11 +367,6 @@ fn stress_sweep() {
             ] {
                 for name in builtin::names() {
                     let p = program(name, n, 0.02);
-                    if p.uses_io() {
-                        // The guest refuses `io` ops until it has a block device
-                        // (issue 15; `GuestError::IoUnsupported`, tested in lib.rs).
-                        continue;
-                    }
                     let r = vm(&p, &opts(vcpus, idle));
                     assert_eq!(
                         r.counters.ops,
@@ -504,5 +489,70 @@ fn a_vm_that_fails_early_does_not_hold_its_sibling_at_the_gate() {
     assert_eq!(
         (g.outcome, g.arrived),
         (smplab_record::window::GateOutcome::Opened, 1)
+    );
+}
+
+#[test]
+fn io_profiles_count_like_native_and_measure_interrupts() {
+    if !kvm_usable() {
+        return;
+    }
+    for name in ["oltp", "phases"] {
+        let p = program(name, 2, 0.1);
+        let native = smplab_native::run(&p, info(&p), &Default::default())
+            .unwrap_or_else(|e| panic!("native {name}: {e}"));
+        for vcpus in [1, 2] {
+            let r = vm(&p, &opts(vcpus, IdlePolicy::Hlt));
+            assert_eq!(r.counters.ops, p.expected_counts(), "{name} on {vcpus}");
+            assert_eq!(r.counters.ops, native.counters.ops, "{name}: vm vs native");
+            // The default affinity, vCPU 0, takes every interrupt.
+            let irqs = check_io(&r, &p, vcpus);
+            assert!(irqs[0] > 0, "{name}: {irqs:?}");
+            assert_eq!(irqs.iter().skip(1).sum::<u64>(), 0, "{name}: {irqs:?}");
+        }
+    }
+}
+
+#[test]
+fn block_interrupts_land_on_the_vcpus_the_affinity_names() {
+    if !kvm_usable() {
+        return;
+    }
+    let p = program("oltp", 2, 0.1);
+    let run = |vcpus: u32, affinity: &str| {
+        let o = VmRunOptions {
+            irq_affinity: affinity.parse().expect("affinity"),
+            ..opts(vcpus, IdlePolicy::Hlt)
+        };
+        let r = vm(&p, &o);
+        assert_eq!(r.counters.ops, p.expected_counts(), "{affinity}");
+        check_io(&r, &p, vcpus)
+    };
+    let one = run(2, "1");
+    assert!(one[0] == 0 && one[1] > 0, "vcpu 1: {one:?}");
+    // Balanced: one interrupt each in turn, so the counts differ by at most
+    // the interrupts that found no completion (none expected, few allowed).
+    let both = run(2, "balanced");
+    assert!(both[0] > 0 && both[1] > 0, "balanced: {both:?}");
+    let set = run(3, "0,2");
+    assert!(set[0] > 0 && set[1] == 0 && set[2] > 0, "set 0,2: {set:?}");
+}
+
+#[test]
+fn a_pinned_io_thread_still_completes_every_request() {
+    if !kvm_usable() {
+        return;
+    }
+    let p = program("phases", 2, 0.05);
+    let o = VmRunOptions {
+        io_thread_cpus: vec![0],
+        ..opts(2, IdlePolicy::Hlt)
+    };
+    let r = vm(&p, &o);
+    assert_eq!(r.counters.ops, p.expected_counts());
+    check_io(&r, &p, 2);
+    assert_eq!(
+        r.config.get("io_thread_cpus").and_then(|v| v.as_str()),
+        Some("0")
     );
 }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{info, kvm_usable, program};
+use common::{check_io, info, kvm_usable, program};
 use smplab_guest::{run_vm, IdlePolicy, VmRunOptions};
 use smplab_record::config::Irqchip;
 use smplab_record::RunRecord;
@@ -90,11 +90,6 @@ fn every_builtin_counts_equal_native_on_the_user_irqchip() {
             let sync = SyncMode::ALL[i % SyncMode::ALL.len()];
             i += 1;
             let p = program(name, vcpus.max(2), 0.02);
-            if p.uses_io() {
-                // The guest refuses `io` ops until it has a block device
-                // (issue 15; `GuestError::IoUnsupported`, tested in lib.rs).
-                continue;
-            }
             let r = vm(&p, &user_opts(vcpus, sync));
             let what = format!("{name} on {vcpus} vCPUs ({sync})");
             assert_eq!(r.counters.ops, p.expected_counts(), "{what}");
@@ -155,4 +150,45 @@ fn the_vmm_halt_poll_window_is_used_and_recorded() {
         .and_then(|v| v.user_irqchip.clone())
         .expect("user_irqchip section");
     assert_eq!(user.halt_poll_ns, 50_000);
+}
+
+#[test]
+fn io_profiles_run_on_the_user_ioapic_and_follow_the_affinity() {
+    if !kvm_usable() {
+        return;
+    }
+    for name in ["oltp", "phases"] {
+        let p = program(name, 2, 0.1);
+        let native = smplab_native::run(&p, info(&p), &Default::default())
+            .unwrap_or_else(|e| panic!("native {name}: {e}"));
+        for (vcpus, sync, affinity) in [
+            (1, SyncMode::Fine, "0"),
+            (2, SyncMode::Global, "1"),
+            (2, SyncMode::IoThread, "balanced"),
+        ] {
+            let o = VmRunOptions {
+                irq_affinity: affinity.parse().expect("affinity"),
+                ..user_opts(vcpus, sync)
+            };
+            let r = vm(&p, &o);
+            let what = format!("{name} on {vcpus} vCPUs ({sync}, irq {affinity})");
+            assert_eq!(r.counters.ops, p.expected_counts(), "{what}");
+            assert_eq!(r.counters.ops, native.counters.ops, "{what}: vs native");
+            let irqs = check_io(&r, &p, vcpus);
+            match affinity {
+                "1" => assert!(irqs[0] == 0 && irqs[1] > 0, "{what}: {irqs:?}"),
+                "balanced" => assert!(irqs.iter().all(|&n| n > 0), "{what}: {irqs:?}"),
+                _ => assert!(irqs[0] > 0, "{what}: {irqs:?}"),
+            }
+            let user = r
+                .vmm
+                .as_ref()
+                .and_then(|v| v.user_irqchip.clone())
+                .expect("user_irqchip section");
+            assert!(
+                user.injected >= irqs.iter().sum::<u64>(),
+                "{what}: {user:?}"
+            );
+        }
+    }
 }

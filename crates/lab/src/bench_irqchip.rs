@@ -30,6 +30,8 @@ use std::time::Duration;
 pub enum BenchCmd {
     /// User-space vs in-kernel interrupt controllers under the four sync modes.
     Irqchip(IrqchipBenchArgs),
+    /// Interrupt delivery latency by interrupt affinity under pCPU contention (issue 15).
+    Io(crate::bench_io::IoBenchArgs),
 }
 
 /// Options of `smplab bench irqchip`.
@@ -80,6 +82,7 @@ pub fn bench(cmd: &BenchCmd) -> i32 {
             }
             Err(status) => status,
         },
+        BenchCmd::Io(args) => crate::bench_io::bench_io(args),
     }
 }
 
@@ -402,7 +405,9 @@ mod tests {
             "1,2",
         ])
         .expect("parses");
-        let BenchCmd::Irqchip(a) = c.bench;
+        let BenchCmd::Irqchip(a) = c.bench else {
+            panic!("parsed as another bench: {:?}", c.bench)
+        };
         assert_eq!(a.sync, vec![SyncMode::Global, SyncMode::Hybrid]);
         assert_eq!(a.irqchip, vec![Irqchip::User]);
         assert_eq!(a.vcpus, vec![1, 2]);

@@ -71,6 +71,12 @@ pub enum ExecuteError {
     Sim(#[from] simglue::SimRunError),
     #[error("VM thread {0} panicked (a bug in smplab: please report it)")]
     Panicked(u32),
+    /// A host run (`vm` with a host policy) could not start.
+    #[error(transparent)]
+    HostRun(#[from] crate::host::HostRunError),
+    /// One VM of a host run failed (the others ran to their end).
+    #[error("VM {vm} of the host run: {error}")]
+    HostVm { vm: usize, error: String },
 }
 
 impl ExecuteError {
@@ -84,6 +90,8 @@ impl ExecuteError {
             ExecuteError::Guest { source, .. } => source.exit_status(),
             ExecuteError::Sim(e) => e.exit_status(),
             ExecuteError::Panicked(_) => exit::INTERNAL,
+            ExecuteError::HostRun(e) => e.exit_status(),
+            ExecuteError::HostVm { .. } => exit::RUN_FAILED,
         }
     }
 
@@ -193,6 +201,9 @@ pub fn execute(
             };
             vec![smplab_native::run(program, info.clone(), &opts)?]
         }
+        RunConfig::Vm(v) if v.host_policy.is_some() => {
+            crate::host::exec::run(program, info, v, limits, host_cores())?
+        }
         RunConfig::Vm(v) => {
             let mut opts = guest_options(&v.guest, limits);
             opts.sync = v.sync;
@@ -222,6 +233,8 @@ fn guest_options(g: &GuestSettings, limits: &RunLimits) -> smplab_guest::VmRunOp
         timer_hz: g.timer_hz,
         mem_bytes: g.mem_bytes,
         qemu_binary: limits.qemu_binary.clone(),
+        irq_affinity: g.irq_affinity.clone(),
+        io_thread_cpus: g.io_thread_cpus.0.clone(),
         ..Default::default()
     }
 }

@@ -30,6 +30,7 @@ macro_rules! out {
     }};
 }
 
+pub mod bench_io;
 pub mod bench_irqchip;
 pub mod calibrate;
 pub mod cli;

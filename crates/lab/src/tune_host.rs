@@ -10,8 +10,7 @@
 //! - interrupt affinity (profiles with `io` ops only): vCPU 0, vCPU 1, balanced.
 //!
 //! Repetitions are interleaved (all configurations of rep 0, then rep 1...).
-//! A configuration the host refuses (today: `io` profiles, until the vm
-//! executor runs `io` ops) is listed as failed with the reason.
+//! A configuration the host refuses is listed as failed with the reason.
 
 use crate::host::run::run_host;
 use crate::host::spec::{HostSpec, HostVm};

@@ -66,6 +66,13 @@ fn two_vms_share_one_cpu_under_every_policy() {
                 .map(|c| c.dirty_samples)
                 .sum();
             assert!(dirty > 0, "no sample had a dirty-ring count");
+            // Every sample is judged against the guest's spin word, and the
+            // verdicts add up.
+            let d = &run.host.spin_detection;
+            assert_eq!(d.truth_samples, d.samples);
+            assert_eq!(d.true_positives + d.false_positives, d.spins_detected);
+            assert!(d.episodes_detected <= d.episodes_sampled);
+            assert!(d.episodes_detected <= d.true_positives);
         }
     }
 }
@@ -94,4 +101,40 @@ fn a_hung_vm_does_not_stall_its_neighbour() {
     // The healthy VM finished long before the hung one's limit.
     assert!(run.host.vms[0].wall_ns < run.host.vms[1].wall_ns);
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+/// The lab's executor for host runs: a `vm` configuration with a host policy
+/// gives one record per VM, each with the host's section, and the records
+/// round-trip through JSON like any other (the results store keeps them).
+#[test]
+fn the_lab_executes_a_host_configuration() {
+    use smplab_lab::execute::{execute, RunLimits};
+    use smplab_record::config::{GuestSettings, Placement, RunConfig, SyncMode, VmSettings};
+    if !have_kvm() {
+        return;
+    }
+    let source = smplab_workload::Source::resolve("spinlock").expect("profile");
+    let program = source.instantiate(Some(2), 0.02).expect("program");
+    let info = source.workload_info(&program);
+    let mut guest = GuestSettings::new(2);
+    guest.vms = 2;
+    guest.placement = Placement::Cpus(vec![0, 1]);
+    let config = RunConfig::Vm(VmSettings {
+        host_policy: Some("spin:2ms".parse().expect("policy")),
+        ..VmSettings::new(guest, SyncMode::Fine)
+    });
+    config.validate(None).expect("a valid configuration");
+    let records = execute(&program, &info, &config, &RunLimits::default()).expect("host run");
+    assert_eq!(records.len(), 2, "one record per VM");
+    for r in &records {
+        assert!(r.is_ok(), "{:?}", r.outcome);
+        assert_eq!(r.run.as_ref(), Some(&config));
+        let h = r.host_run.as_ref().expect("the host section");
+        assert_eq!(h.vms.len(), 2);
+        assert_eq!(h.host_cpus, vec![0, 1]);
+        assert!(h.spin_detection.samples > 0, "the spin policy samples");
+        let back: smplab_record::RunRecord =
+            serde_json::from_str(&serde_json::to_string(r).expect("json")).expect("parse");
+        assert_eq!(back.host_run.as_ref(), Some(h));
+    }
 }

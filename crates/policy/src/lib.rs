@@ -29,6 +29,16 @@
 //!
 //! Every policy yields a pCPU whose vCPU is sampled halted (it has nothing to
 //! do); only `gang` keeps it, so a gang stays together.
+//!
+//! Two drivers, two ways of learning about halts and spins:
+//! - smplab-vmm (real time) finds a halted or spinning vCPU by sampling it
+//!   ([`Scheduler::sample`]) and never reports the events below.
+//! - The simulator knows when a vCPU halts and wakes ([`Scheduler::block`],
+//!   [`Scheduler::wake`]: a blocked vCPU waits for no pCPU) and when a
+//!   hardware spin detector (PLE, the SDB) made it exit
+//!   ([`Scheduler::spin_exit`]: a directed yield under every policy but
+//!   `gang`, as KVM's `kvm_vcpu_on_spin` does); it samples for the `spin`
+//!   policy's software detector and for safe points.
 
 pub mod tune;
 
@@ -42,6 +52,11 @@ pub type Ns = u64;
 /// threads sharing a CPU a few ms each (sched_latency 6 ms x (1 + log2 ncpu));
 /// a choice, not a measurement.
 pub const DEFAULT_SLICE_NS: Ns = 4_000_000;
+
+/// The software spin detector's sampling interval when the driver is given
+/// none: smplab-vmm's default, where one sample costs 15–30 µs on this host
+/// (docs/host.md), 2–3 % of a vCPU at this interval.
+pub const DEFAULT_SAMPLE_NS: Ns = 1_000_000;
 
 /// A vCPU, numbered across all VMs (VM 0's vCPUs first).
 pub type VcpuId = usize;
@@ -76,6 +91,15 @@ pub struct Sample {
     pub in_kernel: bool,
 }
 
+/// What a tick does to a running vCPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SliceEnd {
+    Keep,
+    /// Over, but in the guest kernel within the safe-point grace.
+    Defer,
+    Preempt,
+}
+
 /// The state of one vCPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VcpuState {
@@ -87,6 +111,9 @@ pub enum VcpuState {
         since: Ns,
         preempting: Option<PreemptCause>,
     },
+    /// Halted in the guest, as its driver reported ([`Scheduler::block`]):
+    /// waits for a wake-up, not for a pCPU.
+    Blocked,
     /// Its VM finished: never scheduled again.
     Finished,
 }
@@ -129,7 +156,6 @@ pub struct Scheduler {
     policy: HostPolicy,
     slice_ns: Ns,
     vm_of: Vec<usize>,
-    vms: usize,
     states: Vec<VcpuState>,
     stats: Vec<VcpuStats>,
     /// The vCPU on each pCPU (a preempting one stays until stopped).
@@ -141,8 +167,37 @@ pub struct Scheduler {
     reserved: Vec<Option<VcpuId>>,
     /// The last sample said "in the guest kernel".
     in_kernel: Vec<bool>,
-    /// gang: the VM whose turn it is and when its turn began.
-    gang_turn: Option<(usize, Ns)>,
+    /// Each VM's share of pCPUs under `partition`: `[lo, hi)`.
+    share: Vec<(PcpuId, PcpuId)>,
+    /// gang: the VMs whose turn it is.
+    gang_on: Vec<bool>,
+    /// gang: when the current turn began (None: no turn).
+    gang_since: Option<Ns>,
+    /// gang: the current turn is over, its vCPUs are being preempted.
+    gang_ending: bool,
+    /// vCPUs per VM.
+    vm_vcpus: Vec<u32>,
+}
+
+/// Split `pcpus` into contiguous shares proportional to each VM's vCPUs, at
+/// least one pCPU each (seed 002 §6 gives each VM the pCPUs its size asks
+/// for). Needs `vcpus_per_vm.len() <= pcpus`.
+pub fn partition_shares(vcpus_per_vm: &[u32], pcpus: usize) -> Vec<(PcpuId, PcpuId)> {
+    let total: u64 = vcpus_per_vm.iter().map(|&v| u64::from(v)).sum();
+    let n = vcpus_per_vm.len();
+    let mut out = Vec::with_capacity(n);
+    let (mut lo, mut acc) = (0usize, 0u64);
+    for (i, &v) in vcpus_per_vm.iter().enumerate() {
+        acc += u64::from(v);
+        let prop = usize::try_from(acc * pcpus as u64 / total.max(1)).unwrap_or(pcpus);
+        let hi = prop
+            .max(lo + 1)
+            .min(pcpus.saturating_sub(n - i - 1))
+            .max(lo);
+        out.push((lo, hi));
+        lo = hi;
+    }
+    out
 }
 
 impl Scheduler {
@@ -181,11 +236,15 @@ impl Scheduler {
             .flat_map(|(vm, &n)| std::iter::repeat_n(vm, n as usize))
             .collect();
         let n = vm_of.len();
+        let share = if policy.kind == PolicyKind::Partition {
+            partition_shares(vcpus_per_vm, pcpus)
+        } else {
+            vec![(0, pcpus); vms]
+        };
         Ok(Scheduler {
             policy: *policy,
             slice_ns: policy.time_slice_ns.unwrap_or(DEFAULT_SLICE_NS).max(1),
             vm_of,
-            vms,
             states: vec![VcpuState::Runnable { since: 0 }; n],
             stats: vec![VcpuStats::default(); n],
             occupant: vec![None; pcpus],
@@ -193,7 +252,11 @@ impl Scheduler {
             queue: (0..n).collect(),
             reserved: vec![None; pcpus],
             in_kernel: vec![false; n],
-            gang_turn: None,
+            share,
+            gang_on: vec![false; vms],
+            gang_since: None,
+            gang_ending: false,
+            vm_vcpus: vcpus_per_vm.to_vec(),
         })
     }
 
@@ -233,13 +296,15 @@ impl Scheduler {
     }
 
     /// The pCPUs VM `vm` may run on: all, or its share under `partition`
-    /// (VM i gets pCPUs [i*P/K, (i+1)*P/K)).
+    /// ([`partition_shares`]).
     pub fn allowed(&self, vm: usize, pcpu: PcpuId) -> bool {
-        if self.policy.kind != PolicyKind::Partition {
-            return true;
-        }
-        let p = self.pcpus();
-        (vm * p / self.vms..(vm + 1) * p / self.vms).contains(&pcpu)
+        let (lo, hi) = self.share[vm];
+        (lo..hi).contains(&pcpu)
+    }
+
+    /// VM `vm`'s pCPUs `[lo, hi)`: all, or its share under `partition`.
+    pub fn share(&self, vm: usize) -> (PcpuId, PcpuId) {
+        self.share[vm]
     }
 
     /// Place the first vCPUs on the free pCPUs.
@@ -250,22 +315,41 @@ impl Scheduler {
     }
 
     /// When [`Scheduler::tick`] next has something to do (a slice or a grace
-    /// period ends), if anything runs.
+    /// period ends), if anything runs. A deadline at or before the current
+    /// time means a slice is over but nobody waits: [`Scheduler::tick`] acts
+    /// once someone does.
     pub fn next_deadline(&self) -> Option<Ns> {
-        if let (PolicyKind::Gang, Some((_, since))) = (self.policy.kind, self.gang_turn) {
-            return Some(since + self.slice_ns);
-        }
-        self.states
+        self.deadlines().min()
+    }
+
+    /// The first deadline after `now` (for a driver that ticks at every
+    /// event anyway and only needs a timer for the next slice end).
+    pub fn next_deadline_after(&self, now: Ns) -> Option<Ns> {
+        self.deadlines().filter(|&d| d > now).min()
+    }
+
+    fn deadlines(&self) -> impl Iterator<Item = Ns> + '_ {
+        let gang = (self.policy.kind == PolicyKind::Gang)
+            .then(|| self.gang_since.map(|since| since + self.slice_ns))
+            .flatten();
+        let grace = self.policy.safe_point_grace_ns;
+        let per_vcpu = self
+            .states
             .iter()
-            .filter_map(|s| match s {
+            .enumerate()
+            .filter(move |_| self.policy.kind != PolicyKind::Gang)
+            .filter_map(move |(v, s)| match s {
                 VcpuState::Running {
                     since,
                     preempting: None,
                     ..
-                } => Some(since + self.slice_ns),
+                } => Some(match grace {
+                    Some(g) if self.in_kernel[v] => since + self.slice_ns + g,
+                    _ => since + self.slice_ns,
+                }),
                 _ => None,
-            })
-            .min()
+            });
+        gang.into_iter().chain(per_vcpu)
     }
 
     /// The clock reached `now`: end the slices that are over when someone
@@ -273,43 +357,62 @@ impl Scheduler {
     pub fn tick(&mut self, now: Ns) -> Vec<Action> {
         let mut actions = Vec::new();
         if self.policy.kind == PolicyKind::Gang {
-            self.gang_tick(now, &mut actions);
+            if self.gang_turn_over(now) {
+                self.end_gang_turn(&mut actions);
+            }
             return actions;
         }
         for v in 0..self.vcpus() {
-            let VcpuState::Running {
-                pcpu,
-                since,
-                preempting: None,
-            } = self.states[v]
-            else {
-                continue;
-            };
-            let ran = now.saturating_sub(since);
-            if ran < self.slice_ns || !self.someone_waits_for(pcpu) {
-                continue;
+            match self.slice_end(v, now) {
+                SliceEnd::Keep => {}
+                SliceEnd::Defer => self.stats[v].safepoint_deferrals += 1,
+                SliceEnd::Preempt => self.preempt(v, PreemptCause::SliceEnd, &mut actions),
             }
-            if let Some(grace) = self.policy.safe_point_grace_ns {
-                if self.in_kernel[v] && ran < self.slice_ns + grace {
-                    self.stats[v].safepoint_deferrals += 1;
-                    continue;
-                }
-            }
-            self.preempt(v, PreemptCause::SliceEnd, &mut actions);
         }
         actions
     }
 
-    fn gang_tick(&mut self, now: Ns, actions: &mut Vec<Action>) {
-        let Some((vm, since)) = self.gang_turn else {
-            return;
-        };
-        let others_wait = self.queue.iter().any(|&v| self.vm_of[v] != vm);
-        if now.saturating_sub(since) < self.slice_ns || !others_wait {
-            return;
+    /// Whether [`Scheduler::tick`] at `now` would preempt someone (for a
+    /// driver that ticks only when needed).
+    pub fn tick_due(&self, now: Ns) -> bool {
+        if self.policy.kind == PolicyKind::Gang {
+            return self.gang_turn_over(now);
         }
+        (0..self.vcpus()).any(|v| self.slice_end(v, now) == SliceEnd::Preempt)
+    }
+
+    /// What a tick at `now` does to `v`.
+    fn slice_end(&self, v: VcpuId, now: Ns) -> SliceEnd {
+        let VcpuState::Running {
+            pcpu,
+            since,
+            preempting: None,
+        } = self.states[v]
+        else {
+            return SliceEnd::Keep;
+        };
+        let ran = now.saturating_sub(since);
+        if ran < self.slice_ns || !self.someone_waits_for(pcpu) {
+            return SliceEnd::Keep;
+        }
+        match self.policy.safe_point_grace_ns {
+            Some(grace) if self.in_kernel[v] && ran < self.slice_ns + grace => SliceEnd::Defer,
+            _ => SliceEnd::Preempt,
+        }
+    }
+
+    fn gang_turn_over(&self, now: Ns) -> bool {
+        let Some(since) = self.gang_since else {
+            return false;
+        };
+        let others_wait = self.queue.iter().any(|&v| !self.gang_on[self.vm_of[v]]);
+        now.saturating_sub(since) >= self.slice_ns && others_wait && !self.gang_ending
+    }
+
+    fn end_gang_turn(&mut self, actions: &mut Vec<Action>) {
+        self.gang_ending = true;
         for v in 0..self.vcpus() {
-            if self.vm_of[v] == vm {
+            if self.gang_on[self.vm_of[v]] {
                 if let VcpuState::Running {
                     preempting: None, ..
                 } = self.states[v]
@@ -342,15 +445,76 @@ impl Scheduler {
         if sample.halted && !gang && self.someone_waits_for(pcpu) {
             self.preempt(vcpu, PreemptCause::Halt, &mut actions);
         } else if sample.spinning && self.policy.kind == PolicyKind::Spin {
-            if let Some(target) = self.yield_target(vcpu, pcpu) {
-                self.reserved[pcpu] = Some(target);
-                self.stats[target].yields_received += 1;
-                self.preempt(vcpu, PreemptCause::Spin, &mut actions);
-            } else if self.someone_waits_for(pcpu) {
-                self.preempt(vcpu, PreemptCause::Spin, &mut actions);
-            }
+            self.directed_yield(vcpu, pcpu, &mut actions);
         }
         let _ = now;
+        actions
+    }
+
+    /// Running `vcpu` exited because a hardware spin detector (PLE, the SDB)
+    /// saw it spin: it yields its pCPU (directed to a preempted sibling, else
+    /// to the next in line) under every policy but `gang`, whose vCPUs run
+    /// together or not at all. Nothing happens when nobody waits.
+    pub fn spin_exit(&mut self, vcpu: VcpuId, now: Ns) -> Vec<Action> {
+        let mut actions = Vec::new();
+        let VcpuState::Running {
+            pcpu,
+            preempting: None,
+            ..
+        } = self.states[vcpu]
+        else {
+            return actions;
+        };
+        self.stats[vcpu].spins_detected += 1;
+        if self.policy.kind != PolicyKind::Gang {
+            self.directed_yield(vcpu, pcpu, &mut actions);
+        }
+        let _ = now;
+        actions
+    }
+
+    fn directed_yield(&mut self, vcpu: VcpuId, pcpu: PcpuId, actions: &mut Vec<Action>) {
+        if let Some(target) = self.yield_target(vcpu, pcpu) {
+            self.reserved[pcpu] = Some(target);
+            self.stats[target].yields_received += 1;
+            self.preempt(vcpu, PreemptCause::Spin, actions);
+        } else if self.someone_waits_for(pcpu) {
+            self.preempt(vcpu, PreemptCause::Spin, actions);
+        }
+    }
+
+    /// Running (or being preempted) `vcpu` halted in the guest: it leaves its
+    /// pCPU and waits for [`Scheduler::wake`], not for a pCPU. Under `gang`
+    /// its pCPU stays idle while its VM's turn lasts.
+    pub fn block(&mut self, vcpu: VcpuId, now: Ns) -> Vec<Action> {
+        let mut actions = Vec::new();
+        match self.states[vcpu] {
+            VcpuState::Running { pcpu, since, .. } => self.leave(vcpu, pcpu, since, now),
+            VcpuState::Runnable { since } => {
+                self.stats[vcpu].wait_ns += now.saturating_sub(since);
+                self.queue.retain(|&v| v != vcpu);
+            }
+            VcpuState::Blocked | VcpuState::Finished => return actions,
+        }
+        self.states[vcpu] = VcpuState::Blocked;
+        self.in_kernel[vcpu] = false;
+        for r in &mut self.reserved {
+            if *r == Some(vcpu) {
+                *r = None;
+            }
+        }
+        self.dispatch(now, &mut actions);
+        actions
+    }
+
+    /// Blocked `vcpu` was woken: it is runnable again.
+    pub fn wake(&mut self, vcpu: VcpuId, now: Ns) -> Vec<Action> {
+        let mut actions = Vec::new();
+        if self.states[vcpu] == VcpuState::Blocked {
+            self.states[vcpu] = VcpuState::Runnable { since: now };
+            self.queue.push_back(vcpu);
+            self.dispatch(now, &mut actions);
+        }
         actions
     }
 
@@ -389,7 +553,7 @@ impl Scheduler {
                 VcpuState::Runnable { since } => {
                     self.stats[v].wait_ns += now.saturating_sub(since);
                 }
-                VcpuState::Finished => {}
+                VcpuState::Blocked | VcpuState::Finished => {}
             }
             self.states[v] = VcpuState::Finished;
         }
@@ -399,8 +563,9 @@ impl Scheduler {
                 *r = None;
             }
         }
-        if self.gang_turn.is_some_and(|(g, _)| g == vm) {
-            self.gang_turn = None;
+        self.gang_on[vm] = false;
+        if !self.gang_on.contains(&true) {
+            self.gang_since = None;
         }
         self.dispatch(now, &mut actions);
         actions
@@ -423,7 +588,7 @@ impl Scheduler {
                     self.stats[v].wait_ns += now.saturating_sub(since);
                     self.states[v] = VcpuState::Runnable { since: now };
                 }
-                VcpuState::Finished => {}
+                VcpuState::Blocked | VcpuState::Finished => {}
             }
         }
     }
@@ -444,7 +609,7 @@ impl Scheduler {
     }
 
     /// Whether a runnable vCPU could use `pcpu` were it free.
-    fn someone_waits_for(&self, pcpu: PcpuId) -> bool {
+    pub fn someone_waits_for(&self, pcpu: PcpuId) -> bool {
         self.queue.iter().any(|&v| self.eligible(v, pcpu))
     }
 
@@ -479,29 +644,40 @@ impl Scheduler {
         }
     }
 
-    /// Gang: while the VM whose turn it is still occupies a pCPU, nobody else
-    /// gets one; once all its vCPUs stopped, the next VM with a runnable vCPU
-    /// (oldest first) takes as many pCPUs as it has runnable vCPUs.
+    /// Gang: while a VM whose turn it is still occupies a pCPU, only its
+    /// own vCPUs (woken ones) get free pCPUs. Once all stopped or halted, a
+    /// new turn: the VM of the oldest runnable vCPU, plus further VMs in
+    /// queue order as long as all their vCPUs fit on the pCPUs left (first
+    /// fit, so small VMs share a turn); their runnable vCPUs take pCPUs.
     fn gang_dispatch(&mut self, now: Ns, actions: &mut Vec<Action>) {
-        if let Some((vm, _)) = self.gang_turn {
-            let still_on = (0..self.vcpus()).any(|v| {
-                self.vm_of[v] == vm && matches!(self.states[v], VcpuState::Running { .. })
-            });
-            if still_on {
-                return;
+        let turn_on = (0..self.vcpus()).any(|v| {
+            self.gang_on[self.vm_of[v]] && matches!(self.states[v], VcpuState::Running { .. })
+        });
+        if turn_on && self.gang_ending {
+            return;
+        }
+        if !turn_on {
+            self.gang_on.fill(false);
+            self.gang_since = None;
+            self.gang_ending = false;
+            let mut room = self.pcpus();
+            for i in 0..self.queue.len() {
+                let vm = self.vm_of[self.queue[i]];
+                let need = self.vm_vcpus[vm] as usize;
+                if !self.gang_on[vm] && need <= room {
+                    self.gang_on[vm] = true;
+                    room -= need;
+                }
+            }
+            if self.gang_on.contains(&true) {
+                self.gang_since = Some(now);
             }
         }
-        let Some(&head) = self.queue.front() else {
-            self.gang_turn = None;
-            return;
-        };
-        let vm = self.vm_of[head];
-        self.gang_turn = Some((vm, now));
         let members: Vec<VcpuId> = self
             .queue
             .iter()
             .copied()
-            .filter(|&v| self.vm_of[v] == vm)
+            .filter(|&v| self.gang_on[self.vm_of[v]])
             .collect();
         let free: Vec<PcpuId> = (0..self.pcpus())
             .filter(|&p| self.occupant[p].is_none())

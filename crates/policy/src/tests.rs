@@ -189,3 +189,91 @@ fn a_finished_vm_frees_its_pcpus() {
     assert_eq!(on, vec![2, 3]);
     assert!(s.tick(u64::MAX / 2).is_empty(), "nobody waits any more");
 }
+
+#[test]
+fn a_blocked_vcpu_frees_its_pcpu_and_queues_again_on_wake() {
+    let mut s = Scheduler::new(&policy("fair:1ms"), &[2, 1], 2).unwrap();
+    s.start(0);
+    assert_eq!(running(&s), vec![Some(0), Some(1)]);
+    let a = s.block(0, 100);
+    assert_eq!(a, vec![Action::Run { vcpu: 2, pcpu: 0 }]);
+    assert_eq!(s.state(0), VcpuState::Blocked);
+    assert!(s.wake(0, 200).is_empty(), "both pCPUs are taken");
+    assert!(s.someone_waits_for(1));
+    // Blocked time is not steal time.
+    s.account_until(300);
+    assert_eq!(s.stats(0).wait_ns, 100);
+}
+
+#[test]
+fn a_hardware_spin_exit_yields_under_fair_but_not_under_gang() {
+    let mut s = Scheduler::new(&policy("fair:1ms"), &[2, 2], 2).unwrap();
+    s.start(0);
+    let a = s.spin_exit(0, 10);
+    assert_eq!(a, vec![Action::Preempt { vcpu: 0 }]);
+    let a = s.stopped(0, 10);
+    // No sibling of vCPU 0 waits (vCPU 1 runs): the next in line gets it.
+    assert_eq!(a, vec![Action::Run { vcpu: 2, pcpu: 0 }]);
+    let mut g = Scheduler::new(&policy("gang:1ms"), &[2, 2], 2).unwrap();
+    g.start(0);
+    assert!(g.spin_exit(0, 10).is_empty());
+    assert_eq!(g.stats(0).spins_detected, 1);
+}
+
+#[test]
+fn gang_puts_vms_that_fit_together_in_one_turn() {
+    let mut s = Scheduler::new(&policy("gang:1ms"), &[2, 2, 2], 4).unwrap();
+    s.start(0);
+    let vms: Vec<_> = running(&s)
+        .into_iter()
+        .map(|v| v.map(|v| s.vm_of(v)))
+        .collect();
+    assert_eq!(vms, vec![Some(0), Some(0), Some(1), Some(1)]);
+    let a = s.tick(1_000_000);
+    settle(&mut s, 1_000_000, a);
+    let on: Vec<_> = running(&s)
+        .into_iter()
+        .flatten()
+        .map(|v| s.vm_of(v))
+        .collect();
+    assert!(on.contains(&2), "VM 2 gets its turn: {on:?}");
+}
+
+#[test]
+fn a_woken_gang_member_joins_its_turn() {
+    let mut s = Scheduler::new(&policy("gang:1ms"), &[2, 2], 2).unwrap();
+    s.start(0);
+    assert!(s.block(1, 10).is_empty(), "the gang keeps its pCPU idle");
+    assert_eq!(running(&s), vec![Some(0), None]);
+    assert_eq!(s.wake(1, 20), vec![Action::Run { vcpu: 1, pcpu: 1 }]);
+}
+
+#[test]
+fn partition_shares_follow_vm_sizes() {
+    assert_eq!(partition_shares(&[2, 2], 2), vec![(0, 1), (1, 2)]);
+    assert_eq!(partition_shares(&[6, 2], 8), vec![(0, 6), (6, 8)]);
+    assert_eq!(
+        partition_shares(&[16, 1, 1], 3),
+        vec![(0, 1), (1, 2), (2, 3)]
+    );
+}
+
+#[test]
+fn a_deferred_slice_end_has_a_deadline_after_the_grace() {
+    let mut s = Scheduler::new(&policy("fair:1ms+safepoint:500us"), &[2, 1], 2).unwrap();
+    s.start(0);
+    s.sample(
+        0,
+        10,
+        Sample {
+            in_kernel: true,
+            ..Sample::default()
+        },
+    );
+    s.sample(1, 10, Sample::default());
+    assert_eq!(s.next_deadline(), Some(1_000_000));
+    let a = s.tick(1_000_000);
+    assert_eq!(a, vec![Action::Preempt { vcpu: 1 }]);
+    settle(&mut s, 1_000_000, a);
+    assert_eq!(s.next_deadline(), Some(1_500_000));
+}

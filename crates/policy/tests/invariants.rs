@@ -15,6 +15,10 @@ enum Event {
     /// A preempted vCPU's thread acknowledges (the oldest pending one).
     Stop,
     Finish(usize),
+    /// The simulator's events: a vCPU halts, wakes, or a PLE/SDB exit.
+    Block(usize),
+    Wake(usize),
+    SpinExit(usize),
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -31,6 +35,9 @@ fn event() -> impl Strategy<Value = Event> {
         Just(Event::Stop),
         Just(Event::Stop),
         (0usize..4).prop_map(Event::Finish),
+        (0usize..8).prop_map(Event::Block),
+        (0usize..8).prop_map(Event::Wake),
+        (0usize..8).prop_map(Event::SpinExit),
     ]
 }
 
@@ -45,7 +52,7 @@ fn policy() -> impl Strategy<Value = HostPolicy> {
     .prop_map(|t| t.parse().unwrap())
 }
 
-fn check(s: &Scheduler, vms: usize) -> Result<(), TestCaseError> {
+fn check(s: &Scheduler, vms: usize, vcpus: &[u32]) -> Result<(), TestCaseError> {
     // One occupant per pCPU, and occupant and state agree.
     for p in 0..s.pcpus() {
         if let Some(v) = s.occupant(p) {
@@ -64,8 +71,11 @@ fn check(s: &Scheduler, vms: usize) -> Result<(), TestCaseError> {
             .filter_map(|p| s.occupant(p))
             .map(|v| s.vm_of(v))
             .collect();
+        on.sort_unstable();
         on.dedup();
-        prop_assert!(on.len() <= 1, "two VMs' gangs at once: {on:?}");
+        // VMs share a turn only when all their vCPUs fit together.
+        let need: usize = on.iter().map(|&vm| vcpus[vm] as usize).sum();
+        prop_assert!(need <= s.pcpus(), "gangs that do not fit at once: {on:?}");
     }
     // Work conserving (not gang): a free pCPU means nobody eligible waits.
     if s.policy().kind != PolicyKind::Gang {
@@ -106,7 +116,7 @@ proptest! {
         };
         let a = s.start(now);
         apply(&mut s, a, &mut pending);
-        check(&s, vms)?;
+        check(&s, vms, &vcpus)?;
         for e in events {
             let a = match e {
                 Event::Tick(dt) => { now += dt; s.tick(now) }
@@ -122,9 +132,16 @@ proptest! {
                     pending.retain(|&v| s.vm_of(v) != vm);
                     s.finished(vm, now)
                 }
+                Event::Block(v) => {
+                    let v = v % s.vcpus();
+                    pending.retain(|&u| u != v);
+                    s.block(v, now)
+                }
+                Event::Wake(v) => s.wake(v % s.vcpus(), now),
+                Event::SpinExit(v) => s.spin_exit(v % s.vcpus(), now),
             };
             apply(&mut s, a, &mut pending);
-            check(&s, vms)?;
+            check(&s, vms, &vcpus)?;
         }
         // Accounting never exceeds the wall clock.
         s.account_until(now);

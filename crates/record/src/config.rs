@@ -134,6 +134,12 @@ pub struct VmSettings {
     /// interrupt before it sleeps, in ns (0 = no polling).
     #[serde(default, skip_serializing_if = "is_default")]
     pub vmm_halt_poll_ns: u64,
+    /// Run the `vms` VMs in one smplab-vmm process under this host vCPU
+    /// policy, as `smplab host` does (docs/host.md): one record per VM, each
+    /// with the host's section (`RunRecord::host_run`). `None`: independent
+    /// VMs, the host kernel schedules their vCPU threads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_policy: Option<HostPolicy>,
 }
 
 impl VmSettings {
@@ -145,10 +151,25 @@ impl VmSettings {
             sync,
             irqchip: Irqchip::default(),
             vmm_halt_poll_ns: 0,
+            host_policy: None,
         }
     }
 
     fn validate(&self, p: &mut Vec<ConfigError>) {
+        if self.host_policy.is_some() {
+            if self.irqchip != Irqchip::default() {
+                p.push(ConfigError::new(
+                    "host_policy",
+                    "host runs use KVM's in-kernel irqchip: drop irqchip = user",
+                ));
+            }
+            if self.guest.timer_hz.is_some() || self.guest.mem_bytes.is_some() {
+                p.push(ConfigError::new(
+                    "host_policy",
+                    "host runs size the guest and its tick themselves: drop timer_hz and mem_bytes",
+                ));
+            }
+        }
         if self.vmm_halt_poll_ns > 0 && self.irqchip != Irqchip::User {
             p.push(ConfigError::new(
                 "vmm_halt_poll_ns",
@@ -548,6 +569,9 @@ impl RunConfig {
             }
             if v.vmm_halt_poll_ns > 0 {
                 parts.push(format!("vmm-halt-poll={}", v.vmm_halt_poll_ns));
+            }
+            if let Some(h) = v.host_policy {
+                parts.push(format!("host={h}"));
             }
         }
         if let Some(i) = self.idle() {

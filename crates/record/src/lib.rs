@@ -14,6 +14,7 @@ pub mod exit;
 pub mod guest;
 pub mod histogram;
 pub mod host;
+pub mod hostsched;
 pub mod io;
 pub mod sim;
 pub mod summary;
@@ -183,6 +184,11 @@ pub struct RunRecord {
     /// Device-request latencies, when the workload ran `io` ops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io: Option<io::IoSection>,
+    /// A host run's section (`smplab host`, or a `vm` run with a host
+    /// policy): the scheduler's view of every VM of the run, the same in each
+    /// of their records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_run: Option<hostsched::HostReport>,
 }
 
 /// Errors reading a record.
@@ -216,6 +222,7 @@ impl RunRecord {
             guest: None,
             sim: None,
             io: None,
+            host_run: None,
         }
     }
 

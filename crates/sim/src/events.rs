@@ -22,8 +22,10 @@ pub enum Kind {
     /// A thread woken by `waker` is made runnable (its vCPU kicked) once the
     /// waker has done the wake work before it (wakes of one burst are serial).
     WakeThread { thread: u32, waker: u32 },
-    /// Gang scheduling: rotate to the next group of VMs.
-    Gang,
+    /// A user-level policy's next deadline (slice end, grace end).
+    PolicyTick,
+    /// A user-level policy's software spin detector samples running vCPUs.
+    PolicySample,
     /// Spin Detection Buffer false positive on a pCPU's current dispatch.
     SdbFalse { pcpu: u32, gen: u32 },
     /// Fair policy: periodic load balance (level 0: inside each LLC domain,
@@ -246,7 +248,7 @@ mod tests {
     #[test]
     fn earliest_first_then_fifo() {
         let mut q = Queue::default();
-        q.push(5, Kind::Gang);
+        q.push(5, Kind::PolicyTick);
         q.push(3, Kind::Wake { vcpu: 1 });
         q.push(3, Kind::Wake { vcpu: 2 });
         let order: Vec<_> = std::iter::from_fn(|| q.pop())
@@ -257,7 +259,7 @@ mod tests {
             vec![
                 (3, Kind::Wake { vcpu: 1 }),
                 (3, Kind::Wake { vcpu: 2 }),
-                (5, Kind::Gang)
+                (5, Kind::PolicyTick)
             ]
         );
         assert_eq!(std::mem::size_of::<Kind>(), 12);

@@ -8,6 +8,13 @@
 //! including the same model run without virtualization (`native_wall_ns`).
 //! See docs/sim.md for the model, the profiles and the reproduction targets.
 //!
+//! The host's scheduling has two owners. `linux` and plain `fair` are the
+//! simulator's model of the host kernel (per-pCPU run queues, vruntime, load
+//! balancing). The user-level policies — `gang`, `partition`, `spin` and any
+//! `+safepoint:GRACE` — are `smplab_policy::Scheduler`'s decisions, the same
+//! code smplab-vmm's real scheduler runs, which the simulator drives with
+//! simulated events (halts and wakes, PLE/SDB exits, samples, slice ends).
+//!
 //! ```no_run
 //! use smplab_sim::{simulate, Platform, Scenario, VmSpec};
 //! let vm = VmSpec::from_workload("dedup", Some(16), 0.1, 16).unwrap();

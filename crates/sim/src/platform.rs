@@ -131,6 +131,9 @@ pub struct VmmCosts {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CacheCosts {
+    /// pCPUs per core (SMT siblings, 1 without SMT): the host scheduler's
+    /// smallest balancing domain when above 1.
+    pub pcpus_per_core: u32,
     /// pCPUs per last-level-cache domain (socket).
     pub pcpus_per_llc: u32,
     pub line_bytes: u64,
@@ -178,11 +181,17 @@ pub struct Defaults {
     /// does not say: a mechanism is never assumed).
     #[serde(default = "no_ple")]
     pub ple: crate::scenario::Ple,
-    /// Fair policy: interval of the periodic load balance inside an LLC
-    /// domain (Linux: a scheduling domain's `min_interval`, its weight in ms).
-    pub balance_llc_ns: u64,
-    /// Fair policy: interval of the periodic load balance across LLC domains.
-    pub balance_host_ns: u64,
+    /// Fair policy: interval of the periodic load balance of a scheduling
+    /// domain (core, LLC, host) per pCPU it spans (Linux `sd_init()`: a
+    /// domain's `min_interval` is its weight in ms).
+    pub balance_ns_per_pcpu: u64,
+    /// Fair policy: half-life of the runnable average a vCPU's load is
+    /// measured by (Linux PELT: `LOAD_AVG_PERIOD`, 32 ms).
+    pub load_half_life_ns: u64,
+    /// Fair policy: a domain is imbalanced when its busiest pCPU's load
+    /// exceeds its least busy one's by this percentage (Linux `sd_init()`:
+    /// `imbalance_pct`, 117).
+    pub imbalance_pct: u32,
 }
 
 fn no_ple() -> crate::scenario::Ple {
@@ -290,10 +299,16 @@ impl Platform {
                 "sdb.window_ns and defaults.time_slice_ns must be positive",
             ));
         }
-        if self.defaults.balance_llc_ns == 0 || self.defaults.balance_host_ns == 0 {
+        if self.defaults.balance_ns_per_pcpu == 0 || self.defaults.load_half_life_ns == 0 {
             return Err(bad(
-                "defaults.balance_llc_ns and defaults.balance_host_ns must be positive",
+                "defaults.balance_ns_per_pcpu and defaults.load_half_life_ns must be positive",
             ));
+        }
+        if self.defaults.imbalance_pct < 100 {
+            return Err(bad("defaults.imbalance_pct must be at least 100"));
+        }
+        if self.cache.pcpus_per_core == 0 {
+            return Err(bad("cache.pcpus_per_core must be at least 1"));
         }
         if self.cpu.guest_slice_ns == 0 {
             return Err(bad("cpu.guest_slice_ns must be positive"));

@@ -43,6 +43,7 @@ poll_notice_ns = 10
 ple_window_ns = 1000
 ple_gap_ns = 50
 [cache]
+pcpus_per_core = 1
 pcpus_per_llc = 8
 line_bytes = 64
 refill_llc_ns_per_line = 0.0
@@ -59,8 +60,9 @@ service_ns = 1000
 time_slice_ns = 1000000
 halt_poll_ns = 0
 # Periodic balancing out of the way: these cases are hand-checked.
-balance_llc_ns = 1000000000
-balance_host_ns = 1000000000
+balance_ns_per_pcpu = 1000000000
+load_half_life_ns = 32000000
+imbalance_pct = 117
 "#;
 
 /// vCPU switch on first dispatch.

@@ -179,6 +179,7 @@ fn config_from_args(args: &VmmArgs) -> Result<VmConfig, VmmError> {
         host: None,
         irqchip: args.irqchip,
         vmm_halt_poll: Duration::from_nanos(args.vmm_halt_poll_ns),
+        block: None,
     })
 }
 

@@ -87,6 +87,8 @@ pub struct VmConfig {
     /// With [`Irqchip::User`]: how long a halted vCPU thread polls before it
     /// sleeps (zero: no polling).
     pub vmm_halt_poll: Duration,
+    /// The block device for `io` ops (`devices::block`); `None`: not registered.
+    pub block: Option<devices::block::BlockConfig>,
 }
 
 impl VmConfig {
@@ -109,6 +111,7 @@ impl VmConfig {
             host: None,
             irqchip: Irqchip::Kernel,
             vmm_halt_poll: Duration::ZERO,
+            block: None,
         }
     }
 }
@@ -125,4 +128,6 @@ pub struct VmRun {
     /// Wall time of the whole run including VM construction.
     pub wall: Duration,
     pub section: smplab_record::vmm::VmmSection,
+    /// The block device's counts and latencies, when one was registered.
+    pub block: Option<devices::BlockStats>,
 }

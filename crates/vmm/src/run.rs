@@ -3,8 +3,9 @@
 //! and collect the record section.
 //!
 //! Threads: the caller's thread (builds, waits, stops, collects), one thread per
-//! vCPU (`smplab-vcpu-N`), and the I/O thread (`smplab-io`, iothread and hybrid
-//! modes only).
+//! vCPU (`smplab-vcpu-N`), the I/O thread (`smplab-io`, iothread and hybrid
+//! modes only), and the block device's completion thread (`smplab-blk`, when
+//! the config has a block device; pinned per `BlockConfig::thread_cpus`).
 //!
 //! Lock order (a thread holding a lock only ever takes locks further down):
 //! 1. `RunControl` state (stop request, exit code): held for a few stores, never
@@ -22,6 +23,10 @@
 //!    target (2), whose waker takes that vCPU's `HaltWaiter` mutex, or the timer
 //!    thread's state, or the EOI queue: leaves under which nothing else is
 //!    taken, and (2) is never held while taking (3) or (4), so no cycle.
+//! 6. The block device's state lock (taken inside a guest access or on its
+//!    completion thread), then its interrupt line: KVM_IRQ_LINE, or the
+//!    IOAPIC model's lock and (5) below it. Nothing takes the block device's
+//!    lock under the IOAPIC's.
 //!
 //! Stopping: [`RunControl::request_stop`] first, then one [`Kicker::kick`] per
 //! vCPU (see [`crate::vcpu`]); no re-signalling.
@@ -30,10 +35,11 @@ use crate::boot::{load_kernel, read_kernel, set_pvh_entry, write_boot_data, MIN_
 use crate::bus::{AddressSpace, BusBuilder};
 use crate::collect::{Collector, VmMeasurements};
 use crate::control::RunControl;
+use crate::devices::block::{GuestTsc, BLOCK_IRQ_PIN, BLOCK_MMIO_GPA, BLOCK_MMIO_LEN};
 use crate::devices::window::{window_section, VcpuWindow, WindowState};
 use crate::devices::{
-    ConsoleWriter, DebugExit, ExclusiveWorkDevice, PmTimer, ResultPort, Uart, WindowDevice,
-    WorkDevice,
+    BlockDevice, ConsoleWriter, DebugExit, ExclusiveWorkDevice, IrqLine, KvmIrqLine, PmTimer,
+    ResultPort, Uart, WindowDevice, WorkDevice,
 };
 use crate::error::VmmError;
 use crate::placement::{allowed_cpus, pin_current_thread};
@@ -131,14 +137,77 @@ struct Devices {
     captured: CapturedConsole,
     /// The interrupt controllers, with `--irqchip user`.
     user_irqchip: Option<UserIrqchip>,
+    /// The block device and its completion thread, when configured.
+    block: Option<BlockThread>,
+}
+
+/// A running block device.
+struct BlockThread {
+    device: Arc<BlockDevice>,
+    handle: JoinHandle<Option<std::io::Error>>,
+}
+
+impl BlockThread {
+    /// Stop the completion thread; its counts, or the pinning error.
+    fn finish(self, cpus: &[usize]) -> Result<crate::devices::BlockStats, VmmError> {
+        self.device.stop();
+        match self.handle.join() {
+            Ok(None) => Ok(self.device.stats()),
+            Ok(Some(source)) => Err(VmmError::Placement {
+                thread: "smplab-blk".into(),
+                cpus: cpus.to_vec(),
+                source,
+            }),
+            Err(_) => Err(VmmError::BadConfig(
+                "the block device thread panicked (a bug in smplab-vmm)".into(),
+            )),
+        }
+    }
+}
+
+/// The guest's TSC offset against the host's: vCPU 0's TSC MSR read next to
+/// the host TSC (0 on PVM hosts, which give the guest the raw host TSC; KVM
+/// on VT-x/AMD-V offsets it). An MSR that cannot be read counts as 0.
+fn guest_tsc_offset(vcpu: &kvm_ioctls::VcpuFd) -> u64 {
+    const IA32_TSC: u32 = 0x10;
+    let Ok(mut msrs) = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry {
+        index: IA32_TSC,
+        ..Default::default()
+    }]) else {
+        return 0;
+    };
+    // SAFETY: rdtsc has no memory effects; every x86-64 CPU has it.
+    let host = unsafe { core::arch::x86_64::_rdtsc() };
+    match vcpu.get_msrs(&mut msrs) {
+        Ok(1) => msrs.as_slice()[0].data.wrapping_sub(host),
+        _ => 0,
+    }
+}
+
+/// The block device's interrupt line: the in-kernel IOAPIC's pin through
+/// KVM_IRQ_LINE, or the IOAPIC model's.
+fn block_line(vm: &Vm, user_irqchip: Option<&UserIrqchip>) -> Result<Arc<dyn IrqLine>, VmmError> {
+    Ok(match user_irqchip {
+        Some(chip) => chip.irq_line(BLOCK_IRQ_PIN),
+        None => Arc::new(
+            KvmIrqLine::new(vm.kvm(), vm.fd(), BLOCK_IRQ_PIN).map_err(|source| {
+                VmmError::Thread {
+                    name: "smplab-blk (dup of the VM fd)".into(),
+                    source,
+                }
+            })?,
+        ),
+    })
 }
 
 fn attach_devices(
     config: &VmConfig,
+    vm: &Vm,
     control: Arc<RunControl>,
-    tsc_hz: u64,
+    tsc: GuestTsc,
     window: WindowDevice,
 ) -> Result<Devices, VmmError> {
+    let tsc_hz = tsc.hz;
     let (console, captured) = console_writer(&config.console)?;
     let mut builder = BusBuilder::new();
     let bus_err = |e: crate::bus::BusError| VmmError::BadConfig(e.to_string());
@@ -211,6 +280,23 @@ fn attach_devices(
             config.vmm_halt_poll,
         )?),
     };
+    let block = match &config.block {
+        Some(block) => {
+            let line = block_line(vm, user_irqchip.as_ref())?;
+            let device = BlockDevice::new(&block.queue_depths, line, tsc);
+            builder
+                .add_concurrent(
+                    AddressSpace::Mmio,
+                    BLOCK_MMIO_GPA,
+                    BLOCK_MMIO_LEN,
+                    "block",
+                    device.clone(),
+                )
+                .map_err(bus_err)?;
+            Some(device)
+        }
+        None => None,
+    };
     let bus = builder
         .build(config.sync, config.io_cpu)
         .map_err(|source| VmmError::Thread {
@@ -220,12 +306,28 @@ fn attach_devices(
     if let Some(chip) = &mut user_irqchip {
         chip.start_timers(bus.client())?;
     }
+    let block = match block {
+        Some(device) => {
+            let cpus = config
+                .block
+                .as_ref()
+                .map(|b| b.thread_cpus.clone())
+                .unwrap_or_default();
+            let handle = device.spawn(cpus).map_err(|source| VmmError::Thread {
+                name: "smplab-blk".into(),
+                source,
+            })?;
+            Some(BlockThread { device, handle })
+        }
+        None => None,
+    };
     Ok(Devices {
         bus,
         uart,
         result_port,
         captured,
         user_irqchip,
+        block,
     })
 }
 
@@ -291,7 +393,11 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         vcpu_stats.collect(),
         control.clone(),
     );
-    let mut devices = attach_devices(config, control.clone(), tsc_hz, window_device)?;
+    let tsc = GuestTsc {
+        offset: vcpu_fds.first().map_or(0, guest_tsc_offset),
+        hz: tsc_hz,
+    };
+    let mut devices = attach_devices(config, &vm, control.clone(), tsc, window_device)?;
     let mut vcpus = Vec::new();
     let mut reset_states = reset_states.into_iter();
     for (index, fd) in (0..config.vcpus).zip(vcpu_fds) {
@@ -302,7 +408,11 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         }
         if let Some(host) = &config.host {
             let ring = dirty_ring.and_then(|n| crate::host::DirtyRing::map(vcpu.fd(), n, &vm));
-            vcpu.set_grant(host.scheduler.attach(host.vm, index, vcpu.kicker(), ring));
+            let truth = crate::host::truth::SpinTruth::new(vm.memory().clone(), index, tsc_hz);
+            vcpu.set_grant(
+                host.scheduler
+                    .attach(host.vm, index, vcpu.kicker(), ring, Some(truth)),
+            );
         }
         vcpus.push(vcpu);
     }
@@ -326,6 +436,12 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     if let Some(chip) = &mut devices.user_irqchip {
         chip.stop_timers(); // its expiries go through the bus
     }
+    let block_cpus = config
+        .block
+        .as_ref()
+        .map(|b| b.thread_cpus.clone())
+        .unwrap_or_default();
+    let block = devices.block.take().map(|b| b.finish(&block_cpus));
     let io_thread = devices.bus.shutdown();
 
     let windows = reports.iter_mut().map(|r| r.vcpu.take_window_counts());
@@ -349,7 +465,12 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     section.window = window;
     section.user_irqchip = devices.user_irqchip.as_ref().map(UserIrqchip::stats);
 
-    let mut first_error = spawn_error;
+    let (block, block_error) = match block {
+        Some(Ok(stats)) => (Some(stats), None),
+        Some(Err(e)) => (None, Some(e)),
+        None => (None, None),
+    };
+    let mut first_error = spawn_error.or(block_error);
     for report in reports {
         if let Err(e) = report.outcome {
             if first_error.is_none() {
@@ -393,6 +514,7 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         console,
         wall: wall_start.elapsed(),
         section,
+        block,
     })
 }
 

@@ -319,6 +319,14 @@ impl UserIrqchip {
         }
     }
 
+    /// Input `pin` of the IOAPIC model as a device's interrupt line.
+    pub fn irq_line(&self, pin: u32) -> Arc<dyn crate::devices::IrqLine> {
+        Arc::new(UserIrqLine {
+            ioapic: self.chip.ioapic.clone(),
+            pin: u64::from(pin),
+        })
+    }
+
     /// The record's `user_irqchip` section.
     pub fn stats(&self) -> UserIrqchipStats {
         let s = &self.shared;
@@ -339,6 +347,26 @@ impl UserIrqchip {
                 .map(|(name, n)| (name.to_string(), n))
                 .collect(),
         }
+    }
+}
+
+/// An input pin of the IOAPIC model, driven straight into the model rather
+/// than through the bus: the block device lowers its line inside a guest's
+/// access to it, where a second bus access could deadlock (`global` holds the
+/// bus lock; `iothread` would wait on its own queue). Lock order: the
+/// device's state, then the IOAPIC, then the LAPIC set and the sink's leaves
+/// (the IOAPIC's own order); nothing takes a device's state under them.
+struct UserIrqLine {
+    ioapic: Arc<Mutex<irqchip::Ioapic>>,
+    pin: u64,
+}
+
+impl crate::devices::IrqLine for UserIrqLine {
+    fn set_level(&self, level: bool) {
+        self.ioapic
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_irq(self.pin, level);
     }
 }
 

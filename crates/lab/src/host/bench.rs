@@ -51,6 +51,10 @@ pub struct BenchArgs {
     /// Scheduler sampling interval.
     #[arg(long, default_value = "1ms")]
     pub sample: String,
+    /// Simulator platform profile for the `sim` column: a built-in name or a
+    /// profile file (e.g. the one `smplab calibrate` wrote for this host).
+    #[arg(long, default_value = smplab_record::config::DEFAULT_PLATFORM)]
+    pub platform: String,
     /// Limit per run, seconds.
     #[arg(long, default_value_t = 240)]
     pub timeout_s: u64,
@@ -75,30 +79,30 @@ pub struct Cell {
     /// The guests' own spin iterations (both VMs).
     pub guest_spin_iterations: Vec<u64>,
     pub steal_ms: Vec<f64>,
+    /// The spin detector's figures per repetition, with its ground truth
+    /// (the guest's own spin word: true and false positives, misses,
+    /// episodes caught, detection latency).
+    pub spin_detection: Vec<smplab_vmm::host::SpinDetection>,
     pub failures: Vec<String>,
     /// The simulator's weighted speedup for the same configuration (default
-    /// platform profile; `spin` is its fair share with the SDB).
+    /// platform profile or `--platform`; user-level policies are
+    /// smplab-policy's decisions driven by the simulator).
     pub sim_weighted_speedup: Option<f64>,
     pub sim_error: Option<String>,
 }
 
 /// The simulator's settings for `policy` on 2-vCPU VMs and `pcpus` pCPUs.
-fn sim_settings(policy: HostPolicy, pcpus: usize, vms: u32) -> SimSettings {
-    let mut s = SimSettings::new(2, smplab_record::config::DEFAULT_PLATFORM);
+/// `linux` is the simulator's model of the host kernel (fair share at the
+/// platform's slice); every user-level policy is smplab-policy's, as here,
+/// driven by the simulator (`spin` with its software spin detector).
+fn sim_settings(policy: HostPolicy, pcpus: usize, vms: u32, platform: &str) -> SimSettings {
+    let mut s = SimSettings::new(2, platform);
     s.pcpus = u32::try_from(pcpus).ok();
     s.vms = vms;
-    match policy.kind {
-        // The simulator's host is Linux-like fair share at its platform's slice.
-        PolicyKind::Linux => s.policy = HostPolicy::fair(),
-        PolicyKind::Spin => {
-            s.policy = HostPolicy {
-                kind: PolicyKind::FairShare,
-                ..policy
-            };
-            s.sdb = true;
-        }
-        _ => s.policy = policy,
-    }
+    s.policy = match policy.kind {
+        PolicyKind::Linux => HostPolicy::fair(),
+        _ => policy,
+    };
     s
 }
 
@@ -108,6 +112,7 @@ fn sim_prediction(
     policy: HostPolicy,
     pcpus: usize,
     timeout: Duration,
+    platform: &str,
 ) -> Result<f64, String> {
     let wall = |s: &SimSettings| -> Result<Vec<f64>, String> {
         let recs =
@@ -116,8 +121,8 @@ fn sim_prediction(
         Ok(recs.iter().map(|r| r.timing.wall_ns as f64 / 1e9).collect())
     };
     let linux = HostPolicy::parse("linux").unwrap_or_default();
-    let alone = wall(&sim_settings(linux, pcpus, 1))?;
-    let shared = wall(&sim_settings(policy, pcpus, 2))?;
+    let alone = wall(&sim_settings(linux, pcpus, 1, platform))?;
+    let shared = wall(&sim_settings(policy, pcpus, 2, platform))?;
     let a = alone.first().copied().unwrap_or(f64::NAN);
     weighted_speedup(&[a, a], &shared).ok_or_else(|| "no shared walls".to_string())
 }
@@ -262,6 +267,7 @@ pub fn bench(args: &BenchArgs) -> i32 {
                 cell.vs_linux.push(ws / linux_ws);
                 let h = &shared.host;
                 cell.spins_detected.push(h.spin_detection.spins_detected);
+                cell.spin_detection.push(h.spin_detection.clone());
                 cell.samples.push(h.spin_detection.samples);
                 cell.yields.push(h.vms.iter().map(|v| v.yields).sum());
                 cell.preemptions
@@ -284,7 +290,13 @@ pub fn bench(args: &BenchArgs) -> i32 {
         }
         for (policy, cell) in policies.iter().zip(row.iter_mut()) {
             if let Ok(spec) = spec_for(profile, args, *policy, &cpus) {
-                match sim_prediction(&spec.vms[0], *policy, cpus.len(), spec.timeout) {
+                match sim_prediction(
+                    &spec.vms[0],
+                    *policy,
+                    cpus.len(),
+                    spec.timeout,
+                    &args.platform,
+                ) {
                     Ok(ws) => cell.sim_weighted_speedup = Some(ws),
                     Err(e) => cell.sim_error = Some(e),
                 }
@@ -335,6 +347,31 @@ fn print_table(cells: &[Cell]) {
             c.sim_weighted_speedup
                 .map_or_else(|| "n/a".to_string(), |w| format!("{w:.2}"))
         );
+        let total = |f: fn(&smplab_vmm::host::SpinDetection) -> u64| -> u64 {
+            c.spin_detection.iter().map(f).sum()
+        };
+        if total(|d| d.truth_samples) > 0 {
+            let caught = total(|d| d.episodes_detected);
+            #[allow(clippy::cast_precision_loss)] // a mean of means
+            let latency_us = c
+                .spin_detection
+                .iter()
+                .map(|d| d.mean_detect_latency_ns * d.episodes_detected as f64)
+                .sum::<f64>()
+                / (caught.max(1) as f64)
+                / 1000.0;
+            println!(
+                "    ground truth: {} samples spinning, detected {} (true {} / false {}), missed {}; episodes caught {}/{}, mean latency {:.0} us",
+                total(|d| d.true_positives + d.false_negatives),
+                total(|d| d.true_positives + d.false_positives),
+                total(|d| d.true_positives),
+                total(|d| d.false_positives),
+                total(|d| d.false_negatives),
+                caught,
+                total(|d| d.episodes_sampled),
+                latency_us
+            );
+        }
         if let Some(e) = &c.sim_error {
             println!("    simulator: {e}");
         }

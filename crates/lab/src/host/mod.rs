@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod exec;
 pub mod run;
 pub mod spec;
 pub mod tuned;

@@ -172,9 +172,7 @@ fn run_one(
         // anywhere with `pin = false`; a user-level policy re-pins each
         // thread to the CPU it is granted.
         pin: (spec.pin || spec.policy.is_user_level()).then(|| spec.cpus.clone()),
-        // The guest's interrupt routing (`v.irq_affinity`) reaches the guest
-        // once the vm executor runs `io` ops (VmRunOptions::irq_affinity);
-        // until then `run_vm` refuses `io` workloads and it has no effect.
+        irq_affinity: v.irq_affinity.clone(),
         timeout: spec.timeout,
         show_console,
         start_gate: Some(gate),

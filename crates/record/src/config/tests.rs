@@ -136,3 +136,25 @@ fn irqchip_parses_prints_and_validates() {
     v.vmm_halt_poll_ns = 0;
     assert_eq!(RunConfig::Vm(v).label(), "1vcpu fine irqchip=user hlt");
 }
+
+#[test]
+fn a_host_policy_makes_a_vm_run_a_host_run() {
+    let mut guest = GuestSettings::new(2);
+    guest.vms = 2;
+    let mut v = VmSettings::new(guest, SyncMode::Fine);
+    v.host_policy = Some("spin:2ms".parse().unwrap());
+    let c = RunConfig::Vm(v.clone());
+    assert!(c.validate(None).is_ok());
+    assert!(c.label().contains("host=spin:2ms"), "{}", c.label());
+    // Stored and read back like any configuration (the results store keys by it).
+    let back: RunConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+    assert_eq!(back, c);
+    // Without a host policy the serde form is unchanged (old keys stay valid).
+    let plain = RunConfig::Vm(VmSettings::new(GuestSettings::new(2), SyncMode::Fine));
+    assert!(!serde_json::to_string(&plain)
+        .unwrap()
+        .contains("host_policy"));
+    v.irqchip = Irqchip::User;
+    let errs = RunConfig::Vm(v).validate(None).unwrap_err();
+    assert_eq!(errs[0].setting, "host_policy");
+}

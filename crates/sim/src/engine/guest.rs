@@ -623,7 +623,7 @@ impl Sim {
                 vc.sdb_at = u64::MAX;
                 self.set_acct(v, Acct::On(cause::id8(cause::IDLE_POLL)));
                 let p = self.vcpus[v as usize].pcpu;
-                if self.vms[vm].sdb && !self.pcpus[p as usize].rq.is_empty() {
+                if self.vms[vm].sdb && self.contended(p) {
                     self.vcpus[v as usize].sdb_at = self.now + costs.sdb_detect;
                 }
                 self.reschedule(v);
@@ -658,7 +658,7 @@ impl Sim {
         let p = self.vcpus[v as usize].pcpu;
         if let Idle::HaltPoll(w) = self.vms[vm].spec_idle {
             // KVM polls only when nothing else wants the pCPU.
-            if w > 0 && self.pcpus[p as usize].rq.is_empty() {
+            if w > 0 && !self.contended(p) {
                 let now = self.now;
                 let vc = &mut self.vcpus[v as usize];
                 vc.act = Act::HaltPoll;

@@ -2,8 +2,10 @@
 //! objects, and the event loop. The model's parts live in submodules that each
 //! add `impl Sim` methods:
 //!
-//! - [`host`]: host scheduling (fair share, gang, partitioning, affinity, time
-//!   slices, safe points, idle stealing),
+//! - [`host`]: the host kernel's scheduling (`linux`, `fair`: per-pCPU run
+//!   queues, vruntime, affinity, time slices, load balancing, idle stealing),
+//! - [`policy_host`]: the user-level policies (gang, partition, spin, safe
+//!   points) as smplab-policy decides them, driven with simulated events,
 //! - [`guest`]: the guest OS (threads on vCPUs, guest scheduler, idle, wakeups,
 //!   shootdowns) and the interpreter of the program,
 //! - [`sync`]: spin locks, mutexes, barriers and queues,
@@ -15,10 +17,12 @@
 //! event queue breaks ties by insertion order.
 
 mod account;
+mod balance;
 mod cache;
 mod guest;
 mod host;
 mod io;
+mod policy_host;
 mod sync;
 pub(crate) mod tune;
 mod vmm;
@@ -26,7 +30,7 @@ mod vmm;
 use crate::code::{compile, GroupCode, Ins};
 use crate::events::{Kind, Queue};
 use crate::platform::Platform;
-use crate::scenario::{Affinity, Idle, Policy, PolicyKind, Scenario, VmSpec};
+use crate::scenario::{Affinity, Idle, Policy, Scenario, VmSpec};
 use crate::SimError;
 use smplab_workload::spec::{BarrierWait, SpinKind};
 use std::collections::VecDeque;
@@ -41,7 +45,8 @@ pub(crate) enum HostState {
     Running,
     /// Runnable, waiting in `Pcpu::rq` of `Vcpu::pcpu`.
     Queued,
-    /// Runnable, but its gang is not scheduled.
+    /// Runnable, waiting for the user-level policy (`policy_host`) to grant
+    /// it a pCPU.
     Parked,
     /// Blocked in the host after HLT (or the VM has finished).
     Halted,
@@ -142,8 +147,14 @@ pub(crate) struct Vcpu {
     /// Running time left until the next device exit.
     pub next_device_in: u64,
     pub wake_pending: bool,
-    /// Host CPU time received (CFS's vruntime, equal weights).
+    /// Host CPU time received (CFS's vruntime, equal weights), on the clock
+    /// of pCPU `vr_pcpu`'s `min_vr`.
     pub vruntime: u64,
+    /// The pCPU whose `min_vr` `vruntime` is measured against (NONE: none yet).
+    pub vr_pcpu: u32,
+    /// PELT-like runnable average (0..1) as of `load_at` (load balancing).
+    pub load_avg: f64,
+    pub load_at: u64,
 }
 
 pub(crate) struct Pcpu {
@@ -158,9 +169,10 @@ pub(crate) struct Pcpu {
     pub sdb_armed: bool,
     pub dispatched_at: u64,
     pub last_vcpu: u32,
-    pub want_preempt: bool,
     /// A directed-yield target to run next (CFS's next buddy), or NONE.
     pub buddy: u32,
+    /// CFS's `cfs_rq->min_vruntime`: monotonic floor of the vruntimes here.
+    pub min_vr: u64,
     pub domain: u32,
     pub idle_ns: u64,
     /// Idle since (u64::MAX: busy).
@@ -305,8 +317,6 @@ pub(crate) struct Vm {
     pub device_sync_acc: f64,
     pub device_bypass_acc: f64,
     pub device_wait_ns: u64,
-    pub gang_active: bool,
-    pub gang_base: u32,
     /// The VM finished and its vCPUs' accounting is closed.
     pub acct_closed: bool,
 }
@@ -353,8 +363,8 @@ pub(crate) struct Sim {
     pub per_llc: u32,
     pub rng: u64,
     pub vms_done: u32,
-    pub gang_groups: Vec<Vec<u32>>,
-    pub gang_cursor: usize,
+    /// The user-level policy's driver (None: the kernel model decides).
+    pub phost: Option<Box<policy_host::PolicyHost>>,
     /// SMPLAB_SIM_STATS set: count events by kind (printed to stderr at the end).
     pub stats: bool,
     /// SMPLAB_SIM_TRACE set: print every event to stderr (debugging).
@@ -362,8 +372,9 @@ pub(crate) struct Sim {
     pub kind_counts: [u64; 14],
     /// Stale events popped and discarded.
     pub stale: u64,
-    /// Scratch: halted vCPUs per pCPU they last ran on (load balancing).
-    pub blocked_load: Vec<u32>,
+    /// Load balancing: failed attempts per scheduling domain (Linux's
+    /// `nr_balance_failed`), indexed by level × pCPUs + the domain's first pCPU.
+    pub balance_failed: Vec<u32>,
     /// Compiled programs by program (see `add_vm`).
     pub code_cache: Vec<(smplab_workload::Program, Arc<Vec<GroupCode>>)>,
     /// Devices and interrupt routing of each VM (`io.rs`).
@@ -441,8 +452,8 @@ impl Sim {
                     sdb_armed: false,
                     dispatched_at: 0,
                     last_vcpu: NONE,
-                    want_preempt: false,
                     buddy: NONE,
+                    min_vr: 0,
                     domain: i / per_llc,
                     idle_ns: 0,
                     idle_since: u64::MAX,
@@ -457,13 +468,12 @@ impl Sim {
             per_llc,
             rng: s.seed ^ 0x9E37_79B9_7F4A_7C15,
             vms_done: 0,
-            gang_groups: Vec::new(),
-            gang_cursor: 0,
+            phost: policy_host::PolicyHost::new(s)?,
             stats: std::env::var_os("SMPLAB_SIM_STATS").is_some(),
             trace: std::env::var_os("SMPLAB_SIM_TRACE").is_some(),
             kind_counts: [0; 14],
             stale: 0,
-            blocked_load: Vec::new(),
+            balance_failed: Vec::new(),
             code_cache: Vec::new(),
             io: Vec::new(),
             tuner: None,
@@ -481,34 +491,23 @@ impl Sim {
                 u32::try_from(s.vms.len()).unwrap_or(u32::MAX),
             )?;
         }
-        if s.policy.kind == PolicyKind::Gang {
-            sim.setup_gangs(s);
-        }
         Ok(sim)
     }
 
-    /// Allowed pCPU range of each VM (the whole host, or its partition).
+    /// Allowed pCPU range of each VM: the whole host, or its share under
+    /// `partition` (the policy's decision, `smplab_policy::partition_shares`).
     fn vm_ranges(&self, s: &Scenario) -> Vec<(u32, u32)> {
         let pc = s.pcpus;
-        if s.policy.kind != PolicyKind::Partition {
-            return vec![(0, pc); s.vms.len()];
+        match &self.phost {
+            Some(ph) => (0..s.vms.len())
+                .map(|k| {
+                    let (lo, hi) = ph.sched.share(k);
+                    let to32 = |x: usize| u32::try_from(x).unwrap_or(pc);
+                    (to32(lo), to32(hi))
+                })
+                .collect(),
+            None => vec![(0, pc); s.vms.len()],
         }
-        // Proportional to vCPUs, at least one pCPU each, contiguous.
-        let total: u64 = s.vms.iter().map(|v| v.vcpus as u64).sum();
-        let n = u32::try_from(s.vms.len()).unwrap_or(u32::MAX);
-        let mut out = Vec::with_capacity(s.vms.len());
-        let mut lo = 0u32;
-        let mut acc = 0u64;
-        for (i, v) in (0u32..).zip(&s.vms) {
-            acc += u64::from(v.vcpus);
-            // acc <= total, so the share is at most pc and always fits.
-            let mut hi = u32::try_from(acc * u64::from(pc) / total.max(1)).unwrap_or(pc);
-            let remaining_vms = n - i - 1;
-            hi = hi.max(lo + 1).min(pc - remaining_vms);
-            out.push((lo, hi));
-            lo = hi;
-        }
-        out
     }
 
     fn add_vm(
@@ -683,6 +682,11 @@ impl Sim {
                 next_device_in: 0,
                 wake_pending: false,
                 vruntime: 0,
+                vr_pcpu: NONE,
+                // Linux starts a new task's load average full
+                // (init_entity_runnable_average).
+                load_avg: 1.0,
+                load_at: 0,
             });
         }
         let dev_period = spec
@@ -772,8 +776,6 @@ impl Sim {
             device_sync_acc: 0.0,
             device_bypass_acc: 0.0,
             device_wait_ns: 0,
-            gang_active: false,
-            gang_base: 0,
             acct_closed: false,
         });
         Ok(())
@@ -882,7 +884,7 @@ impl Sim {
                 );
             }
             eprintln!(
-                "smplab-sim events by kind [step:stale overhead handler segment spin idlepoll halting haltpoll | slice wake ipi timer gang sdbfalse]: {:?}; pending at end {}",
+                "smplab-sim events by kind [step:stale overhead handler segment spin idlepoll halting haltpoll | slice wake ipi timer policy/balance sdbfalse]: {:?}; pending at end {}",
                 self.kind_counts,
                 self.q.len()
             );
@@ -931,7 +933,7 @@ impl Sim {
                 Kind::Wake { .. } => 9,
                 Kind::Ipi { .. } => 10,
                 Kind::Timer { .. } | Kind::WakeThread { .. } => 11,
-                Kind::Gang | Kind::Balance { .. } | Kind::Tune => 12,
+                Kind::PolicyTick | Kind::PolicySample | Kind::Balance { .. } | Kind::Tune => 12,
                 Kind::SdbFalse { .. } => 13,
             };
             self.kind_counts[i] += 1;
@@ -961,7 +963,16 @@ impl Sim {
             Kind::Ipi { vcpu, from } => self.ipi_arrives(vcpu, from),
             Kind::Timer { thread } => self.timer_fires(thread),
             Kind::WakeThread { thread, waker } => self.wake_arrives_thread(thread, waker),
-            Kind::Gang => self.gang_tick(),
+            Kind::PolicyTick => {
+                if !self.policy_tick_event() {
+                    self.stale += 1;
+                }
+            }
+            Kind::PolicySample => {
+                if !self.policy_sample_event() {
+                    self.stale += 1;
+                }
+            }
             Kind::Balance { level } => {
                 if !self.balance_tick(level) {
                     self.stale += 1;

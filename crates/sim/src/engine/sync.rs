@@ -106,7 +106,7 @@ impl Sim {
         let budget = self.threads[t as usize].spin_budget;
         self.threads[t as usize].spin_deadline = now.saturating_add(budget);
         let p = self.vcpus[v as usize].pcpu;
-        let others_waiting = !self.pcpus[p as usize].rq.is_empty();
+        let others_waiting = self.contended(p);
         let window = self.platform.vmm.ple_window_ns;
         let vc = &mut self.vcpus[v as usize];
         vc.act = Act::Spin;

@@ -54,7 +54,7 @@ impl Sim {
     pub(super) fn arm_sdb_false_positive(&mut self, p: u32) {
         let pc = &self.pcpus[p as usize];
         let v = pc.cur;
-        if v == super::NONE || pc.rq.is_empty() {
+        if v == super::NONE || !self.contended(p) {
             return;
         }
         let vm = self.vcpus[v as usize].vm as usize;
@@ -102,13 +102,20 @@ impl Sim {
         let vc = &self.vcpus[v as usize];
         let in_guest = vc.act == Act::Segment
             && self.now.saturating_sub(vc.seg_start) >= self.platform.sdb.window_ns;
-        if in_guest && !self.pcpus[p as usize].rq.is_empty() {
+        if in_guest && self.contended(p) {
             let vm = self.vcpus[v as usize].vm as usize;
             let exit_ns = self.vms[vm].costs.exit;
             let vc = &mut self.vcpus[v as usize];
             vc.exits[exit::SDB] += 1;
             self.add_overhead(v, cause::EXIT_SDB, exit_ns);
-            let _ = self.preempt(p);
+            if self.phost.is_some() {
+                self.interrupt_act(v);
+                if !self.policy_spin_exit(v) {
+                    self.resume(v);
+                }
+            } else {
+                let _ = self.preempt(p);
+            }
         } else {
             self.arm_sdb_false_positive(p);
         }

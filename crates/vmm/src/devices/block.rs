@@ -1,20 +1,34 @@
-//! Block-like device (port [`BLOCK_PORT`]) for the workload's `io` ops: the
-//! guest submits a request with one port write; a device thread completes it
-//! after its service time, honouring each device's queue depth, queues the
-//! request's tag on the completion FIFO and raises the device's interrupt
-//! line; the guest's interrupt handler reads tags off the FIFO (each read
-//! measures completion → handler) and wakes the waiting threads.
+//! Block-like device for the workload's `io` ops, at guest-physical
+//! [`BLOCK_MMIO_GPA`] (MMIO, so a request is one 8-byte write: port I/O moves
+//! at most 4 bytes). The guest submits a request with one write; a device
+//! thread completes it after its service time, honouring each device's queue
+//! depth, queues the request's tag on the completion FIFO and raises the
+//! device's interrupt line; the guest's interrupt handler reads tags off the
+//! FIFO and wakes the waiting threads.
 //!
 //! The interrupt is raised through [`IrqLine`], one small trait, so the same
-//! device drives the in-kernel irqchip (KVM_IRQ_LINE on a GSI routed by the
-//! guest-programmed IOAPIC redirection entry) or a user-space IOAPIC. The line
-//! is level-triggered: high while the FIFO holds a completion, low once the
-//! handler has drained it, so the IOAPIC re-delivers after EOI if more came.
+//! device drives the in-kernel irqchip ([`KvmIrqLine`]: KVM_IRQ_LINE on a GSI
+//! routed by the guest-programmed IOAPIC redirection entry) or the user-space
+//! IOAPIC (`user_irqchip::UserIrqchip::irq_line`). The line is high while
+//! the FIFO holds a completion and low once the handler has drained it, so it
+//! works either way the guest programs the pin: level-triggered (the IOAPIC
+//! re-delivers after EOI if more came) or edge-triggered (each rising edge
+//! is a batch the handler drains; the smplab guest's choice, docs/guest.md).
 //!
 //! Registers (little-endian):
 //! - offset 0, write 8 bytes: submit `tag | device << 16 | service_ns << 24`
 //!   (tag: the guest's thread number; service time up to 2^40 ns).
-//! - offset 8, read 4 bytes: the next completed tag, or `u32::MAX` if none.
+//! - offset 8, read 8 bytes: the next completion, `tag | more << 16 |
+//!   completion_tsc << 24` (`more`: another completion waits behind this one;
+//!   `completion_tsc`: the low 40 bits of the guest TSC at the moment the
+//!   request's service time ran out), or all-ones if none. A 4-byte read
+//!   returns the low half.
+//!
+//! Interrupt latency is measured in the guest: its handler reads the TSC at
+//! entry and subtracts the completion TSC the device hands it (one clock, no
+//! exit in between). The device's own `irq_latency` (completion → the
+//! handler's read) additionally holds the stub's emulated instructions and the
+//! read's exit.
 
 use super::{fill_le, le_value, ConcurrentDevice};
 use smplab_record::LatencyHistogram;
@@ -23,17 +37,60 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// The port the guest submits to and reads completions from.
-pub const BLOCK_PORT: u64 = 0x550;
-/// Bytes of port space the device decodes.
-pub const BLOCK_PORT_LEN: u64 = 12;
+/// The guest-physical address the guest submits to and reads completions
+/// from (in the 2 MiB page that also holds the IOAPIC; no RAM, no in-kernel
+/// device: KVM's IOAPIC decodes only 0xfec00000-0xfec000ff).
+pub const BLOCK_MMIO_GPA: u64 = 0xfed0_0000;
+/// Bytes of MMIO space the device decodes.
+pub const BLOCK_MMIO_LEN: u64 = 16;
+/// The IOAPIC input pin the device drives (above the 16 ISA pins, so KVM's
+/// default routing sends it to the IOAPIC only, never to the 8259).
+pub const BLOCK_IRQ_PIN: u32 = 16;
 /// What a completion read returns when the FIFO is empty.
-pub const NO_COMPLETION: u32 = u32::MAX;
+pub const NO_COMPLETION: u64 = u64::MAX;
+/// The `more` bit of a completion word.
+pub const COMPLETION_MORE: u64 = 1 << 16;
+/// Bits of the guest TSC a completion word carries (424 s at 2.6 GHz).
+pub const COMPLETION_TSC_BITS: u32 = 40;
+
+/// The guest's TSC as the host can compute it: the host TSC plus KVM's
+/// offset for this VM (0 on PVM hosts, where the guest reads the raw host TSC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GuestTsc {
+    /// Guest TSC minus host TSC, in cycles (wrapping).
+    pub offset: u64,
+    /// TSC cycles per second.
+    pub hz: u64,
+}
+
+impl GuestTsc {
+    /// The guest TSC `ago` before now.
+    pub fn before_now(&self, ago: Duration) -> u64 {
+        // SAFETY: rdtsc has no memory effects; every x86-64 CPU has it.
+        let host = unsafe { core::arch::x86_64::_rdtsc() };
+        let cycles =
+            u64::try_from(ago.as_nanos() * u128::from(self.hz) / 1_000_000_000).unwrap_or(u64::MAX);
+        host.wrapping_add(self.offset).wrapping_sub(cycles)
+    }
+}
+
+/// What `run_vm` needs to register a block device: one queue depth per
+/// device of the program (each at least 1), and the host CPUs its completion
+/// thread may run on (empty: not pinned).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BlockConfig {
+    pub queue_depths: Vec<u32>,
+    pub thread_cpus: Vec<usize>,
+}
 
 /// An interrupt line a device drives.
 pub trait IrqLine: Send + Sync {
     /// Assert (`true`) or deassert the line.
     fn set_level(&self, level: bool);
+    /// Level changes the interrupt controller refused so far.
+    fn failures(&self) -> u64 {
+        0
+    }
 }
 
 /// An input pin of the in-kernel IOAPIC (`KVM_CREATE_IRQCHIP`), driven with
@@ -80,6 +137,10 @@ impl IrqLine for KvmIrqLine {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
+
+    fn failures(&self) -> u64 {
+        KvmIrqLine::failures(self)
+    }
 }
 
 /// Completion counts and latencies of a [`BlockDevice`].
@@ -92,6 +153,8 @@ pub struct BlockStats {
     pub device_latency: LatencyHistogram,
     /// Submissions naming a device that does not exist (ignored).
     pub bad_submissions: u64,
+    /// Interrupt-line changes the irqchip refused (KVM_IRQ_LINE errors).
+    pub line_failures: u64,
 }
 
 struct Dev {
@@ -104,7 +167,8 @@ struct State {
     devs: Vec<Dev>,
     /// (due, tag, device, submitted)
     timers: BinaryHeap<Reverse<(Instant, u32, u8, Instant)>>,
-    done: VecDeque<(u32, Instant)>,
+    /// (tag, completion time, guest TSC at completion)
+    done: VecDeque<(u32, Instant, u64)>,
     stop: bool,
     irq: hdrhistogram::Histogram<u64>,
     device: hdrhistogram::Histogram<u64>,
@@ -117,6 +181,7 @@ pub struct BlockDevice {
     state: Mutex<State>,
     cv: Condvar,
     line: Arc<dyn IrqLine>,
+    tsc: GuestTsc,
 }
 
 fn ns(d: Duration) -> u64 {
@@ -125,7 +190,7 @@ fn ns(d: Duration) -> u64 {
 
 impl BlockDevice {
     /// A device with one queue per entry of `queue_depths` (each at least 1).
-    pub fn new(queue_depths: &[u32], line: Arc<dyn IrqLine>) -> Arc<Self> {
+    pub fn new(queue_depths: &[u32], line: Arc<dyn IrqLine>, tsc: GuestTsc) -> Arc<Self> {
         Arc::new(BlockDevice {
             state: Mutex::new(State {
                 devs: queue_depths
@@ -146,6 +211,7 @@ impl BlockDevice {
             }),
             cv: Condvar::new(),
             line,
+            tsc,
         })
     }
 
@@ -175,17 +241,21 @@ impl BlockDevice {
         }
     }
 
-    fn pop_completion(&self) -> u32 {
+    fn pop_completion(&self) -> u64 {
         let now = Instant::now();
         let mut st = self.lock();
         match st.done.pop_front() {
-            Some((tag, due)) => {
+            Some((tag, due, tsc)) => {
                 st.irq
                     .saturating_record(ns(now.saturating_duration_since(due)));
-                if st.done.is_empty() {
+                let more = if st.done.is_empty() {
                     self.line.set_level(false);
-                }
-                tag
+                    0
+                } else {
+                    COMPLETION_MORE
+                };
+                let tsc = tsc & ((1 << COMPLETION_TSC_BITS) - 1);
+                u64::from(tag & 0xffff) | more | tsc << 24
             }
             None => NO_COMPLETION,
         }
@@ -193,6 +263,11 @@ impl BlockDevice {
 
     /// The completion thread's loop; returns after [`BlockDevice::stop`].
     pub fn serve(&self) {
+        // Timer slack would add up to 50 µs to every completion (as natively:
+        // smplab-native's device stand-in does the same).
+        // SAFETY: PR_SET_TIMERSLACK takes one integer argument and only
+        // changes the calling thread's timer slack.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
         let mut st = self.lock();
         loop {
             if st.stop {
@@ -229,19 +304,33 @@ impl BlockDevice {
                 )));
             }
             let was_empty = st.done.is_empty();
-            st.done.push_back((tag, due));
+            let tsc = self.tsc.before_now(now.saturating_duration_since(due));
+            st.done.push_back((tag, due, tsc));
             if was_empty {
                 self.line.set_level(true);
             }
         }
     }
 
-    /// Start the completion thread.
-    pub fn spawn(self: &Arc<Self>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    /// Start the completion thread, pinned to `cpus` (empty: not pinned).
+    /// A pinning failure is reported by [`BlockDevice::pin_error`] after the
+    /// run; the thread then serves unpinned.
+    pub fn spawn(
+        self: &Arc<Self>,
+        cpus: Vec<usize>,
+    ) -> std::io::Result<std::thread::JoinHandle<Option<std::io::Error>>> {
         let me = Arc::clone(self);
         std::thread::Builder::new()
             .name("smplab-blk".into())
-            .spawn(move || me.serve())
+            .spawn(move || {
+                let pinned = if cpus.is_empty() {
+                    None
+                } else {
+                    crate::placement::pin_current_thread(&cpus).err()
+                };
+                me.serve();
+                pinned
+            })
     }
 
     /// Make the completion thread return.
@@ -257,6 +346,7 @@ impl BlockDevice {
             irq_latency: LatencyHistogram::from_hdr(&st.irq),
             device_latency: LatencyHistogram::from_hdr(&st.device),
             bad_submissions: st.bad,
+            line_failures: self.line.failures(),
         }
     }
 }
@@ -268,7 +358,7 @@ impl ConcurrentDevice for BlockDevice {
         } else {
             NO_COMPLETION
         };
-        fill_le(data, u64::from(value), 0);
+        fill_le(data, value, 0);
     }
 
     fn write(&self, offset: u64, data: &[u8]) {
@@ -303,17 +393,24 @@ mod tests {
         (tag | dev << 16 | service_ns << 24).to_le_bytes()
     }
 
-    fn read_tag(d: &BlockDevice) -> u32 {
-        let mut b = [0u8; 4];
+    fn read_word(d: &BlockDevice) -> u64 {
+        let mut b = [0u8; 8];
         d.read(8, &mut b);
-        u32::from_le_bytes(b)
+        u64::from_le_bytes(b)
+    }
+
+    fn tsc() -> GuestTsc {
+        GuestTsc {
+            offset: 0,
+            hz: 1_000_000_000,
+        }
     }
 
     #[test]
     fn completes_requests_raises_the_line_and_drains() {
         let line = Arc::new(Line::default());
-        let dev = BlockDevice::new(&[1, 4], line.clone());
-        let h = dev.spawn().unwrap();
+        let dev = BlockDevice::new(&[1, 4], line.clone(), tsc());
+        let h = dev.spawn(Vec::new()).unwrap();
         dev.write(0, &word(7, 0, 200_000));
         dev.write(0, &word(8, 0, 200_000));
         dev.write(0, &word(9, 1, 0));
@@ -324,15 +421,24 @@ mod tests {
                 std::thread::yield_now();
             }
             loop {
-                let t = read_tag(&dev);
-                if t == NO_COMPLETION {
+                let w = read_word(&dev);
+                if w == NO_COMPLETION {
                     break;
                 }
-                tags.push(t);
+                tags.push(w & 0xffff);
+                // The completion's TSC (here the host's, 1 GHz) is recent.
+                let mask = (1u64 << COMPLETION_TSC_BITS) - 1;
+                let age = (tsc().before_now(Duration::ZERO) & mask).wrapping_sub(w >> 24) & mask;
+                assert!(age < 60 * 4_000_000_000, "completion TSC {:#x}", w >> 24);
+                // The `more` bit says whether the FIFO still holds one.
+                if w & COMPLETION_MORE == 0 {
+                    assert_eq!(read_word(&dev), NO_COMPLETION);
+                    break;
+                }
             }
         }
         dev.stop();
-        h.join().unwrap();
+        assert!(h.join().unwrap().is_none());
         // One slot on device 0: 8 is served after 7, never beside it.
         let pos = |t| tags.iter().position(|&x| x == t).unwrap();
         assert!(pos(7) < pos(8), "{tags:?}");
@@ -348,10 +454,10 @@ mod tests {
 
     #[test]
     fn empty_fifo_reads_no_completion() {
-        let dev = BlockDevice::new(&[1], Arc::new(Line::default()));
-        assert_eq!(read_tag(&dev), NO_COMPLETION);
+        let dev = BlockDevice::new(&[1], Arc::new(Line::default()), tsc());
+        assert_eq!(read_word(&dev), NO_COMPLETION);
         let mut other = [0u8; 4];
         dev.read(0, &mut other);
-        assert_eq!(u32::from_le_bytes(other), NO_COMPLETION);
+        assert_eq!(u32::from_le_bytes(other), u32::MAX);
     }
 }

@@ -30,6 +30,7 @@
 pub mod dirty;
 pub mod report;
 pub mod spin;
+pub mod truth;
 
 pub use dirty::DirtyRing;
 
@@ -248,6 +249,7 @@ impl HostScheduler {
         index: u32,
         kicker: Kicker,
         ring: Option<DirtyRing>,
+        truth: Option<truth::SpinTruth>,
     ) -> VcpuGrant {
         let vcpu = self.shared.vm_base.get(vm).copied().unwrap_or(0) + index as usize;
         if let Some(slot) = self.shared.lock().slots.get_mut(vcpu) {
@@ -259,6 +261,7 @@ impl HostScheduler {
             vcpu,
             pinned_to: None,
             detector: SpinDetector::new(self.shared.sampling.spin, ring),
+            truth,
             attached: false,
         }
     }
@@ -493,6 +496,8 @@ pub struct VcpuGrant {
     vcpu: usize,
     pinned_to: Option<usize>,
     detector: SpinDetector,
+    /// The guest's own word on when it spins, to judge the detector by.
+    truth: Option<truth::SpinTruth>,
     attached: bool,
 }
 
@@ -542,6 +547,9 @@ impl VcpuGrant {
                 }
                 if observed.spinning {
                     counts.spins_detected += 1;
+                }
+                if let Some(truth) = &mut self.truth {
+                    truth.judge(observed.spinning, counts);
                 }
                 let now = shared.now();
                 let actions = st
