@@ -46,6 +46,8 @@ enum Cmd {
     Demo(smplab_lab::cli::DemoArgs),
     /// Several VMs in one smplab-vmm under a user-level vCPU scheduler (docs/host.md).
     Host(smplab_lab::host::cli::HostArgs),
+    /// Seed 001's adaptive tuner against the static settings of its matrix.
+    Tune(smplab_lab::cli::TuneArgs),
     /// Trace a real pthreads program; `trace model` turns the trace into a workload.
     Trace(smplab_trace::cli::TraceArgs),
     /// Benchmarks on real workloads (`bench irqchip`: user-space vs in-kernel
@@ -77,6 +79,7 @@ fn main() -> ExitCode {
         Cmd::Demo(a) => smplab_lab::cli::demo(a),
         Cmd::Trace(a) => smplab_trace::cli::run(a),
         Cmd::Host(a) => smplab_lab::host::cli::run(a),
+        Cmd::Tune(a) => smplab_lab::cli::tune(a),
         Cmd::Bench(a) => smplab_lab::bench_irqchip::bench(a),
     };
     ExitCode::from(u8::try_from(status.clamp(0, 255)).unwrap_or(u8::MAX))

@@ -5,7 +5,6 @@
 
 use crate::exec::RealRunner;
 use crate::report::{write_report, ReportOptions};
-use crate::spec::ExperimentSpec;
 use crate::store::Store;
 use crate::sweep::{run_points, run_repeated, SweepOptions, SweepSummary};
 use clap::{Args, Subcommand};
@@ -36,7 +35,8 @@ pub enum LabCommand {
 
 #[derive(Debug, Clone, Args)]
 pub struct LabRunArgs {
-    /// The experiment spec (format: docs/lab.md).
+    /// The experiment spec (format: docs/lab.md), or a built-in spec's name
+    /// (`seed001-matrix`).
     pub spec: PathBuf,
     /// Results store (JSON lines). Default: lab-results/NAME/results.jsonl.
     #[arg(long)]
@@ -221,6 +221,9 @@ fn report_dir(store: &Path) -> PathBuf {
         .join("report")
 }
 
+/// `smplab tune`: seed 001's adaptive tuner and matrix (`tune_cli.rs`).
+pub use crate::tune_cli::{tune, TuneArgs};
+
 pub fn lab(args: &LabArgs) -> i32 {
     match &args.command {
         LabCommand::Run(a) => lab_run(a),
@@ -229,7 +232,7 @@ pub fn lab(args: &LabArgs) -> i32 {
         LabCommand::RunPoint(a) => {
             let path = match &a.store {
                 Some(p) => p.clone(),
-                None => match ExperimentSpec::from_file(&a.spec) {
+                None => match crate::tune::load_spec(&a.spec) {
                     Ok(s) => default_store(&s.name),
                     Err(e) => {
                         eprintln!("{e}");
@@ -246,7 +249,7 @@ pub fn lab(args: &LabArgs) -> i32 {
 }
 
 fn lab_run(a: &LabRunArgs) -> i32 {
-    let spec = match ExperimentSpec::from_file(&a.spec) {
+    let spec = match crate::tune::load_spec(&a.spec) {
         Ok(s) => s,
         Err(e) => {
             report_error(&e);
@@ -393,7 +396,7 @@ fn lab_report(a: &LabReportArgs) -> i32 {
 }
 
 fn lab_status(a: &LabStatusArgs) -> i32 {
-    let spec = match ExperimentSpec::from_file(&a.spec) {
+    let spec = match crate::tune::load_spec(&a.spec) {
         Ok(s) => s,
         Err(e) => {
             report_error(&e);

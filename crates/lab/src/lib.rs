@@ -51,6 +51,9 @@ pub mod stats;
 pub mod store;
 pub mod svg;
 pub mod sweep;
+pub mod tune;
+pub mod tune_cli;
+pub mod tune_host;
 
 #[cfg(test)]
 mod browser_test;

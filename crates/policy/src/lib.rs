@@ -40,6 +40,8 @@
 //!   `gang`, as KVM's `kvm_vcpu_on_spin` does); it samples for the `spin`
 //!   policy's software detector and for safe points.
 
+pub mod tune;
+
 pub use smplab_record::config::{HostPolicy, PolicyKind};
 use std::collections::VecDeque;
 
@@ -263,6 +265,12 @@ impl Scheduler {
     }
     pub fn slice_ns(&self) -> Ns {
         self.slice_ns
+    }
+
+    /// Change the slice from now on (seed 001's tuner, [`tune`]): running
+    /// vCPUs are measured against the new length at the next tick.
+    pub fn set_slice_ns(&mut self, slice_ns: Ns) {
+        self.slice_ns = slice_ns.max(1);
     }
     pub fn vcpus(&self) -> usize {
         self.vm_of.len()

@@ -31,6 +31,8 @@ pub enum Kind {
     /// Fair policy: periodic load balance (level 0: inside each LLC domain,
     /// 1: across domains).
     Balance { level: u32 },
+    /// The adaptive tuner's window ends (`engine/tune.rs`).
+    Tune,
 }
 
 /// 24 bytes: the heap moves these around on every push and pop, so size

@@ -48,16 +48,47 @@ use std::time::Instant;
 
 /// Simulate a scenario: one record per VM, in VM order.
 pub fn simulate(s: &Scenario) -> Result<Vec<RunRecord>, SimError> {
+    simulate_inner(s, None).map(|(records, _)| records)
+}
+
+/// What the tuner of [`simulate_tuned`] did.
+pub use engine::tune::{TuneLog, VmDecision};
+
+/// Simulate a scenario under seed 001's adaptive tuner (`smplab_policy::tune`):
+/// one record per VM and every decision the tuner took, in time order. The
+/// scenario's settings are where the tuner starts; it needs the `fair`
+/// policy on the whole host.
+pub fn simulate_tuned(
+    s: &Scenario,
+    tuner: &smplab_policy::tune::TunerConfig,
+) -> Result<(Vec<RunRecord>, TuneLog), SimError> {
+    if matches!(s.policy.kind, PolicyKind::Gang | PolicyKind::Partition) {
+        return Err(SimError::Scenario(format!(
+            "the tuner sets time slices and affinity itself: use a fair-share policy, not {}",
+            s.policy
+        )));
+    }
+    simulate_inner(s, Some(tuner))
+}
+
+fn simulate_inner(
+    s: &Scenario,
+    tuner: Option<&smplab_policy::tune::TunerConfig>,
+) -> Result<(Vec<RunRecord>, TuneLog), SimError> {
     let started = Instant::now();
     let mut sim = engine::Sim::new(s)?;
+    if let Some(t) = tuner {
+        sim.enable_tuner(t);
+    }
     let out = sim.run(s.horizon_ns)?;
+    let log = sim.tune_log();
     let host_seconds = started.elapsed().as_secs_f64();
     let native = if s.virtualized && s.native_reference {
         native_walls(s)?
     } else {
         vec![None; s.vms.len()]
     };
-    Ok(record::records(s, &out, &native, host_seconds))
+    Ok((record::records(s, &out, &native, host_seconds), log))
 }
 
 /// Seed 000's weighted speedup: the sum over instances of (wall time of one

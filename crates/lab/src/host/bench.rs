@@ -145,6 +145,7 @@ fn spec_for(
         sync: SyncMode::default(),
         idle: IdlePolicy::default(),
         cmdline: String::new(),
+        irq_affinity: smplab_record::config::IrqAffinity::default(),
     };
     let sampling = Sampling {
         interval: Duration::from_nanos(
@@ -157,6 +158,8 @@ fn spec_for(
         policy,
         sampling,
         timeout: Duration::from_secs(args.timeout_s),
+        pin: true,
+        tune: false,
         vms: vec![vm.clone(), vm],
     })
 }

@@ -130,4 +130,7 @@ fn print_summary(run: &super::HostRun) {
             );
         }
     }
+    for d in &run.decisions {
+        println!("  tuner: {d}");
+    }
 }

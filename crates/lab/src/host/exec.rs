@@ -30,6 +30,7 @@ pub fn spec_of(
         sync: v.sync,
         idle: v.guest.idle,
         cmdline: String::new(),
+        irq_affinity: v.guest.irq_affinity.clone(),
     };
     HostSpec {
         cpus: v
@@ -40,6 +41,8 @@ pub fn spec_of(
         policy: v.host_policy.unwrap_or_default(),
         sampling: Sampling::default(),
         timeout: limits.timeout,
+        pin: true,
+        tune: false,
         vms: vec![vm; v.guest.vms.max(1) as usize],
     }
 }

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod exec;
 pub mod run;
 pub mod spec;
+pub mod tuned;
 
 pub use run::{run_host, weighted_speedup, HostRun, HostRunError, VmOutcome};
 pub use spec::{parse, HostSpec, HostVm};

@@ -12,6 +12,9 @@ use smplab_vmm::host::{HostError, HostReport, HostScheduler, HostSlot};
 pub struct HostRun {
     pub records: Vec<VmOutcome>,
     pub host: HostReport,
+    /// The tuner's decisions (`tune = true`), as printed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub decisions: Vec<String>,
 }
 
 /// One VM's record, or why it has none.
@@ -101,7 +104,18 @@ pub fn run_host(
     let scheduler = HostScheduler::new(&spec.policy, &per_vm, &spec.cpus, spec.sampling)?;
     let gate = smplab_guest::StartGate::new(chosen.len(), spec.timeout / 4);
     let ticker = scheduler.start()?;
+    let stop_tuner = std::sync::atomic::AtomicBool::new(false);
+    let mut decisions = Vec::new();
     let records = std::thread::scope(|s| {
+        let tuner = spec.tune.then(|| {
+            let (scheduler, per_vm, stop) = (&scheduler, &per_vm, &stop_tuner);
+            let long = spec
+                .policy
+                .time_slice_ns
+                .unwrap_or(smplab_policy::DEFAULT_SLICE_NS);
+            let interval = spec.sampling.interval;
+            s.spawn(move || super::tuned::tune_host(scheduler, per_vm, interval, long, stop))
+        });
         let handles: Vec<_> = chosen
             .iter()
             .enumerate()
@@ -117,7 +131,7 @@ pub fn run_host(
                 })
             })
             .collect();
-        handles
+        let records = handles
             .into_iter()
             .zip(&chosen)
             .map(|(h, &vm)| {
@@ -126,10 +140,19 @@ pub fn run_host(
                     error: "the VM's thread panicked (a bug in smplab)".into(),
                 })
             })
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        stop_tuner.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(t) = tuner {
+            decisions = t.join().unwrap_or_default();
+        }
+        records
     });
     let host = scheduler.finish(Some(ticker));
-    Ok(HostRun { records, host })
+    Ok(HostRun {
+        records,
+        host,
+        decisions,
+    })
 }
 
 fn run_one(
@@ -145,9 +168,11 @@ fn run_one(
         vcpus: v.vcpus,
         sync: v.sync,
         idle: v.idle,
-        // Under `linux` vCPU i runs on cpus[i % n] (seed 000's pinning); a
-        // user-level policy re-pins each thread to the CPU it is granted.
-        pin: Some(spec.cpus.clone()),
+        // Under `linux` vCPU i runs on cpus[i % n] (seed 000's pinning), or
+        // anywhere with `pin = false`; a user-level policy re-pins each
+        // thread to the CPU it is granted.
+        pin: (spec.pin || spec.policy.is_user_level()).then(|| spec.cpus.clone()),
+        irq_affinity: v.irq_affinity.clone(),
         timeout: spec.timeout,
         show_console,
         start_gate: Some(gate),
@@ -163,6 +188,8 @@ fn run_one(
             r.set_config("vm_index", vm);
             r.set_config("host_policy", spec.policy.to_string());
             r.set_config("host_cpus", spec.cpus.clone());
+            r.set_config("host_pin", spec.pin);
+            r.set_config("irq_affinity", v.irq_affinity.to_string());
             VmOutcome::Ok(Box::new(r))
         }
         Err(e) => VmOutcome::Failed {

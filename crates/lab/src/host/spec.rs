@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 use serde_spanned::Spanned;
-use smplab_record::config::{HostPolicy, IdlePolicy, SyncMode, MAX_GUEST_VCPUS};
+use smplab_record::config::{HostPolicy, IdlePolicy, IrqAffinity, SyncMode, MAX_GUEST_VCPUS};
 use smplab_record::diag::{Diagnostics, SourceText};
 use smplab_vmm::host::{Sampling, MAX_HOST_VCPUS};
 use smplab_workload::{Program, Source};
@@ -23,6 +23,13 @@ struct RawSpec {
     detect_spin: Option<bool>,
     #[serde(default)]
     timeout: Option<Spanned<String>>,
+    /// `linux` only: pin vCPU i to `cpus[i % n]` (default) or let the host
+    /// kernel float the vCPU threads over `cpus`.
+    #[serde(default)]
+    pin: Option<bool>,
+    /// Seed 001's tuner sets the slice at run time (user-level policies).
+    #[serde(default)]
+    tune: Option<Spanned<bool>>,
     #[serde(default)]
     vm: Vec<Spanned<RawVm>>,
 }
@@ -47,6 +54,9 @@ struct RawVm {
     /// Extra guest command-line words (docs/guest-abi.md), e.g. `selftest=hang`.
     #[serde(default)]
     cmdline: Option<String>,
+    /// The guest IOAPIC's routing of device interrupts (seed 001).
+    #[serde(default)]
+    irq_affinity: Option<Spanned<String>>,
 }
 
 /// One VM of the host.
@@ -60,6 +70,9 @@ pub struct HostVm {
     pub idle: IdlePolicy,
     /// Extra guest command-line words.
     pub cmdline: String,
+    /// Routing of the VM's device interrupts by its IOAPIC (a vCPU, a set
+    /// or `balanced`; `running` is the simulator's only).
+    pub irq_affinity: IrqAffinity,
 }
 
 /// A checked host spec.
@@ -69,6 +82,10 @@ pub struct HostSpec {
     pub policy: HostPolicy,
     pub sampling: Sampling,
     pub timeout: Duration,
+    /// `linux`: vCPU threads pinned to `cpus[i % n]` (true) or floating.
+    pub pin: bool,
+    /// Seed 001's tuner adapts the slice (`host::tuned`).
+    pub tune: bool,
     pub vms: Vec<HostVm>,
 }
 
@@ -167,11 +184,23 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
             d.push(src.at(at, e.to_string()));
         }
     }
+    let pin = raw.pin.unwrap_or(true);
+    let tune = raw.tune.as_ref().is_some_and(|t| *t.get_ref());
+    if let Some(t) = &raw.tune {
+        if *t.get_ref() && !policy.is_user_level() {
+            d.push(src.span(
+                t.span(),
+                "tune = true sets the user-level scheduler's slice: use a policy such as fair or spin, not linux",
+            ));
+        }
+    }
     d.into_result(HostSpec {
         cpus,
         policy,
         sampling,
         timeout,
+        pin,
+        tune,
         vms,
     })
 }
@@ -206,6 +235,33 @@ fn parse_vm(src: &SourceText<'_>, raw: &RawVm, d: &mut Diagnostics) -> Option<Ho
             IdlePolicy::default()
         }),
     };
+    let irq_affinity = match &raw.irq_affinity {
+        None => IrqAffinity::default(),
+        Some(s) => match s.get_ref().parse::<IrqAffinity>() {
+            Ok(IrqAffinity::Running) => {
+                d.push(src.span(
+                    s.span(),
+                    "irq_affinity running (vBalance) is modelled by the simulator only; use a vCPU, a list like 0,1 or balanced",
+                ));
+                IrqAffinity::default()
+            }
+            Ok(IrqAffinity::Vcpus(set)) if set.iter().any(|&v| v >= vcpus) => {
+                d.push(src.span(
+                    s.span(),
+                    format!(
+                        "irq_affinity names a vCPU the VM does not have (vCPUs 0-{})",
+                        vcpus.saturating_sub(1)
+                    ),
+                ));
+                IrqAffinity::default()
+            }
+            Ok(a) => a,
+            Err(e) => {
+                d.push(src.span(s.span(), e.to_string()));
+                IrqAffinity::default()
+            }
+        },
+    };
     let scale = raw.scale.as_ref().map_or(1.0, |s| *s.get_ref());
     if let Some(s) = &raw.scale {
         if !(scale.is_finite() && scale > 0.0) {
@@ -235,6 +291,7 @@ fn parse_vm(src: &SourceText<'_>, raw: &RawVm, d: &mut Diagnostics) -> Option<Ho
         sync,
         idle,
         cmdline: raw.cmdline.clone().unwrap_or_default(),
+        irq_affinity,
     })
 }
 
@@ -274,6 +331,28 @@ mod tests {
         assert!(e.contains("h.toml:2:10") && e.contains("partition"), "{e}");
         let e = err("cpus = \"0\"\n[[vm]]\nworkload = \"spinlock\"\nvcpus = 64\ncount = 5\n");
         assert!(e.contains("at most"), "{e}");
+        let e = err("cpus = \"0\"\n[[vm]]\nworkload = \"oltp\"\nirq_affinity = \"running\"\n");
+        assert!(
+            e.contains("h.toml:4:16") && e.contains("simulator only"),
+            "{e}"
+        );
+        let e = err("cpus = \"0\"\n[[vm]]\nworkload = \"oltp\"\nvcpus = 2\nirq_affinity = \"2\"\n");
+        assert!(e.contains("h.toml:5:16") && e.contains("0-1"), "{e}");
+        let ok = parse(
+            "h.toml",
+            "cpus = \"0\"\npin = false\n[[vm]]\nworkload = \"oltp\"\nirq_affinity = \"balanced\"\n",
+        )
+        .unwrap();
+        assert!(!ok.pin && !ok.tune);
+        let e = err("cpus = \"0\"\ntune = true\n[[vm]]\nworkload = \"dedup\"\n");
+        assert!(e.contains("h.toml:2:8") && e.contains("user-level"), "{e}");
+        let tuned = parse(
+            "h.toml",
+            "cpus = \"0\"\npolicy = \"fair\"\ntune = true\n[[vm]]\nworkload = \"dedup\"\n",
+        )
+        .unwrap();
+        assert!(tuned.tune);
+        assert_eq!(ok.vms[0].irq_affinity, IrqAffinity::Balanced);
         let e = err("cpus = \"0\"\nbogus = 1\n");
         assert!(e.contains("h.toml:2:1"), "{e}");
     }

@@ -104,6 +104,27 @@ impl VmIo {
         }
     }
 
+    /// Delivery latencies so far (completion to handler), in delivery order.
+    pub(super) fn irq_latencies(&self) -> &[u64] {
+        &self.irq_ns
+    }
+
+    pub(super) fn irq_affinity(&self) -> &IrqAffinity {
+        &self.affinity
+    }
+
+    /// When the last request completed on the device (`None`: no request).
+    pub(crate) fn last_completion_ns(&self) -> Option<u64> {
+        (self.requests > 0)
+            .then(|| self.due.iter().copied().max())
+            .flatten()
+    }
+
+    /// Route later completions anew (the adaptive tuner).
+    pub(super) fn set_irq_affinity(&mut self, affinity: IrqAffinity) {
+        self.affinity = affinity;
+    }
+
     /// The record's `io` section (`None` if the VM ran no `io` op).
     pub fn section(&self) -> Option<IoSection> {
         (self.requests > 0).then(|| IoSection {

@@ -24,6 +24,7 @@ mod host;
 mod io;
 mod policy_host;
 mod sync;
+pub(crate) mod tune;
 mod vmm;
 
 use crate::code::{compile, GroupCode, Ins};
@@ -383,6 +384,8 @@ pub(crate) struct Sim {
     pub code_cache: Vec<(smplab_workload::Program, Arc<Vec<GroupCode>>)>,
     /// Devices and interrupt routing of each VM (`io.rs`).
     pub io: Vec<io::VmIo>,
+    /// Seed 001's adaptive tuner, when enabled (`tune.rs`).
+    pub tuner: Option<tune::SimTuner>,
 }
 
 /// What the engine hands back per VM.
@@ -480,6 +483,7 @@ impl Sim {
             balance_failed: Vec::new(),
             code_cache: Vec::new(),
             io: Vec::new(),
+            tuner: None,
         };
         for i in 0..s.pcpus {
             sim.set_bit_idle(i, true);
@@ -822,6 +826,7 @@ impl Sim {
     /// Run until every VM finishes or the horizon.
     pub fn run(&mut self, horizon: Option<u64>) -> Result<RunOutcome, SimError> {
         self.start();
+        self.tune_start();
         let horizon = horizon.unwrap_or(u64::MAX);
         let mut stopped_at = None;
         while self.vms_done < u32::try_from(self.vms.len()).unwrap_or(u32::MAX) {
@@ -935,7 +940,7 @@ impl Sim {
                 Kind::Wake { .. } => 9,
                 Kind::Ipi { .. } => 10,
                 Kind::Timer { .. } | Kind::WakeThread { .. } => 11,
-                Kind::PolicyTick | Kind::PolicySample | Kind::Balance { .. } => 12,
+                Kind::PolicyTick | Kind::PolicySample | Kind::Balance { .. } | Kind::Tune => 12,
                 Kind::SdbFalse { .. } => 13,
             };
             self.kind_counts[i] += 1;
@@ -994,6 +999,7 @@ impl Sim {
                     self.stale += 1;
                 }
             }
+            Kind::Tune => self.tune_tick(),
             Kind::SdbFalse { pcpu, gen } => {
                 if self.pcpus[pcpu as usize].slice_gen == gen {
                     self.sdb_false_positive(pcpu);

@@ -266,6 +266,24 @@ impl HostScheduler {
         }
     }
 
+    /// The user-level policy's counts per vCPU so far (VM 0's vCPUs first);
+    /// empty under `linux`.
+    pub fn vcpu_stats(&self) -> Vec<smplab_policy::VcpuStats> {
+        let st = self.shared.lock();
+        st.policy
+            .as_ref()
+            .map(|p| (0..p.vcpus()).map(|v| *p.stats(v)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Change the user-level policy's slice from now on (seed 001's tuner);
+    /// no effect under `linux`.
+    pub fn set_slice_ns(&self, slice_ns: u64) {
+        if let Some(p) = self.shared.lock().policy.as_mut() {
+            p.set_slice_ns(slice_ns);
+        }
+    }
+
     /// VM `vm` is over (it exited, crashed or timed out): its pCPUs go to the
     /// others at once. Idempotent.
     pub fn vm_finished(&self, vm: usize) {

@@ -1,0 +1,106 @@
+//! The host spec's `tune = true`: seed 001's tuner (`smplab_policy::tune`)
+//! watching a real `smplab host` run. Every window it reads the user-level
+//! scheduler's counts per VM and sets the host slice (the shortest any VM's
+//! tuner asks for). Of the seed's indicators the real host has only spin
+//! detections today (its sampler's); rescheduling IPIs, refill cost and
+//! interrupt latency read as 0 until it measures them, and affinity and
+//! interrupt routing are not applied (the scheduler has no per-vCPU
+//! affinity; the guest's routing is fixed at boot). docs/host.md.
+
+use smplab_policy::tune::{Indicators, Setting, Tuner, TunerConfig, VcpuAffinity};
+use smplab_record::config::IrqAffinity;
+use smplab_vmm::host::HostScheduler;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The tuner's window on the real host.
+pub const HOST_WINDOW: Duration = Duration::from_millis(20);
+
+/// Windows the spin rate is summed over: spins are sparse events (at most
+/// one per 1 ms sample), so one 20 ms window holds 0 or a few and its rate
+/// swings between 0 and hundreds per second; 100 ms smooths that.
+pub const HOST_SPIN_WINDOWS: usize = 5;
+
+/// Spin detections per sample at which the host's tuner calls a VM spinning.
+pub const HOST_SPIN_SHARE: f64 = 0.05;
+
+/// Run the tuner until `stop`; returns its decisions, as printed.
+pub fn tune_host(
+    scheduler: &HostScheduler,
+    vcpus_per_vm: &[u32],
+    sample_interval: Duration,
+    long: u64,
+    stop: &AtomicBool,
+) -> Vec<String> {
+    let config = TunerConfig {
+        window_ns: u64::try_from(HOST_WINDOW.as_nanos()).unwrap_or(u64::MAX),
+        // The scheduler acts once per sample: no slice below it.
+        short_slice_ns: u64::try_from(sample_interval.as_nanos()).unwrap_or(1_000_000),
+        long_slice_ns: long,
+        // The sampler sees at most one spin per sample of a running vCPU:
+        // "spinning" is 5% of the samples a vCPU running all the time gets.
+        spin_enter_per_s: HOST_SPIN_SHARE / sample_interval.as_secs_f64().max(1e-6),
+        ..TunerConfig::default()
+    };
+    let initial = Setting {
+        slice_ns: long,
+        affinity: VcpuAffinity::Floating,
+        irq: IrqAffinity::default(),
+    };
+    let mut tuners: Vec<Tuner> = vcpus_per_vm
+        .iter()
+        .map(|_| Tuner::new(config.clone(), initial.clone()))
+        .collect();
+    let start = Instant::now();
+    let mut last_spins = vec![0u64; vcpus_per_vm.len()];
+    let mut last_run = vec![0u64; vcpus_per_vm.len()];
+    // Per VM: (spins, run ns) of the last HOST_SPIN_WINDOWS windows.
+    let mut recent: Vec<std::collections::VecDeque<(u64, u64)>> =
+        vec![std::collections::VecDeque::new(); vcpus_per_vm.len()];
+    let mut log = Vec::new();
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(HOST_WINDOW);
+        let stats = scheduler.vcpu_stats();
+        let now = Instant::now();
+        let at_ns = u64::try_from(now.duration_since(start).as_nanos()).unwrap_or(u64::MAX);
+        let mut base = 0usize;
+        for (vm, &n) in vcpus_per_vm.iter().enumerate() {
+            let mine = || stats.iter().skip(base).take(n as usize);
+            let spins: u64 = mine().map(|s| s.spins_detected).sum();
+            let run_ns: u64 = mine().map(|s| s.run_ns).sum();
+            base += n as usize;
+            let delta = spins.saturating_sub(last_spins[vm]);
+            last_spins[vm] = spins;
+            let ran = run_ns.saturating_sub(last_run[vm]);
+            last_run[vm] = run_ns;
+            recent[vm].push_back((delta, ran));
+            if recent[vm].len() > HOST_SPIN_WINDOWS {
+                recent[vm].pop_front();
+            }
+            let delta: u64 = recent[vm].iter().map(|r| r.0).sum();
+            // Per second its vCPUs ran: a VM waiting for pCPUs is not calmer.
+            let ran_s = recent[vm].iter().map(|r| r.1).sum::<u64>() as f64 / 1e9;
+            let indicators = Indicators {
+                window_ns: config.window_ns,
+                spins_per_s: if ran_s > 0.0 {
+                    delta as f64 / ran_s
+                } else {
+                    0.0
+                },
+                ..Indicators::default()
+            };
+            if tuners[vm].observe(at_ns, indicators).is_some() {
+                if let Some(d) = tuners[vm].log().last() {
+                    log.push(format!("vm {vm}: {d}"));
+                }
+            }
+        }
+        let slice = tuners
+            .iter()
+            .map(|t| t.current().slice_ns)
+            .min()
+            .unwrap_or(long);
+        scheduler.set_slice_ns(slice);
+    }
+    log
+}

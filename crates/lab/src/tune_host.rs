@@ -1,0 +1,261 @@
+//! `smplab tune host-matrix`: the seed 001 matrix on the real multi-VM host
+//! (`smplab host`, docs/host.md) at this machine's scale: 2 VMs of 2 vCPUs
+//! on 2 host CPUs (overcommit 2), per profile:
+//!
+//! - vCPU affinity × time slice: `linux` with the vCPU threads pinned
+//!   (vCPU i on host CPU i) or floating, the host kernel's own slice; and the
+//!   user-level `fair:SLICE` scheduler at 1, 4 and 16 ms (it grants any free
+//!   CPU: floating). The user-level scheduler has no per-vCPU affinity, so
+//!   pinned × short slice is not a point here (docs/lab.md).
+//! - interrupt affinity (profiles with `io` ops only): vCPU 0, vCPU 1, balanced.
+//!
+//! Repetitions are interleaved (all configurations of rep 0, then rep 1...).
+//! A configuration the host refuses is listed as failed with the reason.
+
+use crate::host::run::run_host;
+use crate::host::spec::{HostSpec, HostVm};
+use crate::tune_cli::{winners_table, Cell};
+use clap::Args;
+use smplab_record::config::{HostPolicy, IdlePolicy, IrqAffinity, SyncMode};
+use smplab_record::exit::{self, report_error};
+use smplab_vmm::host::Sampling;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Args)]
+pub struct HostMatrixArgs {
+    /// Profiles: cache-sensitive, resched-IPI-heavy, I/O-heavy.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "streamcluster,dedup,oltp"
+    )]
+    pub workloads: Vec<String>,
+    /// Repetitions of every configuration.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub reps: u32,
+    /// Workload scale.
+    #[arg(long, default_value_t = 0.5)]
+    pub scale: f64,
+    /// Host CPUs the VMs share.
+    #[arg(long, default_value = "0-1")]
+    pub cpus: String,
+    /// Per-run timeout, seconds.
+    #[arg(long, default_value_t = 120)]
+    pub timeout_s: u64,
+    /// Write the cells (every run's throughput) as JSON here, for `smplab
+    /// tune winners --host FILE`.
+    #[arg(short = 'o', long)]
+    pub out: Option<PathBuf>,
+}
+
+/// One configuration of the host matrix.
+#[derive(Debug, Clone)]
+struct HostConfig {
+    policy: HostPolicy,
+    pin: bool,
+    irq: IrqAffinity,
+    /// Seed 001's tuner sets the slice at run time (starting from 4 ms).
+    tune: bool,
+}
+
+impl HostConfig {
+    fn label(&self) -> String {
+        if self.tune {
+            return format!("tuner from 4000 us, floating, irq {}", self.irq);
+        }
+        let slice = match (self.policy.is_user_level(), self.policy.time_slice_ns) {
+            (false, _) => "slice linux".to_string(),
+            (true, Some(ns)) => format!("slice {} us", ns / 1000),
+            (true, None) => format!("slice {} us", smplab_policy::DEFAULT_SLICE_NS / 1000),
+        };
+        let aff = if self.pin && !self.policy.is_user_level() {
+            "pinned"
+        } else {
+            "floating"
+        };
+        format!("{slice}, {aff}, irq {}", self.irq)
+    }
+}
+
+fn configs(io: bool) -> Vec<HostConfig> {
+    let mut policies: Vec<(HostPolicy, bool)> = Vec::new();
+    for (text, pin) in [
+        ("linux", true),
+        ("linux", false),
+        ("fair:1ms", false),
+        ("fair:4ms", false),
+        ("fair:16ms", false),
+    ] {
+        if let Ok(p) = text.parse::<HostPolicy>() {
+            policies.push((p, pin));
+        }
+    }
+    let irqs: Vec<IrqAffinity> = if io {
+        ["0", "1", "balanced"]
+            .iter()
+            .filter_map(|s| s.parse().ok())
+            .collect()
+    } else {
+        vec![IrqAffinity::default()]
+    };
+    let mut out = Vec::new();
+    for (policy, pin) in &policies {
+        for irq in &irqs {
+            out.push(HostConfig {
+                policy: *policy,
+                pin: *pin,
+                irq: irq.clone(),
+                tune: false,
+            });
+        }
+    }
+    if let Ok(policy) = "fair:4ms".parse::<HostPolicy>() {
+        out.push(HostConfig {
+            policy,
+            pin: false,
+            irq: IrqAffinity::default(),
+            tune: true,
+        });
+    }
+    out
+}
+
+fn spec_for(
+    a: &HostMatrixArgs,
+    cpus: &[usize],
+    workload: &str,
+    c: &HostConfig,
+) -> Result<HostSpec, String> {
+    let source = smplab_workload::Source::resolve(workload).map_err(|e| e.to_string())?;
+    let program = source
+        .instantiate(Some(2), a.scale)
+        .map_err(|e| e.to_string())?;
+    let vm = HostVm {
+        workload: workload.to_string(),
+        info: source.workload_info(&program),
+        program,
+        vcpus: 2,
+        sync: SyncMode::default(),
+        idle: IdlePolicy::default(),
+        cmdline: String::new(),
+        irq_affinity: c.irq.clone(),
+    };
+    Ok(HostSpec {
+        cpus: cpus.to_vec(),
+        policy: c.policy,
+        sampling: Sampling::default(),
+        timeout: Duration::from_secs(a.timeout_s),
+        pin: c.pin,
+        tune: c.tune,
+        vms: vec![vm.clone(), vm],
+    })
+}
+
+pub fn host_matrix(a: &HostMatrixArgs) -> i32 {
+    let cpus = match smplab_record::cpus::parse_cpu_list(&a.cpus) {
+        Ok(c) if !c.is_empty() => c,
+        Ok(_) => {
+            report_error("--cpus: name at least one host CPU");
+            return exit::BAD_INPUT;
+        }
+        Err(e) => {
+            report_error(format!("--cpus: {e}"));
+            return exit::BAD_INPUT;
+        }
+    };
+    if !(a.scale.is_finite() && a.scale > 0.0) {
+        report_error("--scale: give a positive scale");
+        return exit::BAD_INPUT;
+    }
+    if let Some(why) = crate::execute::kvm_unavailable() {
+        report_error(format!("KVM is not usable here: {why}"));
+        return exit::KVM_UNAVAILABLE;
+    }
+    let mut plan: Vec<(String, HostConfig)> = Vec::new();
+    for w in &a.workloads {
+        let program = smplab_workload::Source::resolve(w)
+            .map_err(|e| e.to_string())
+            .and_then(|s| s.instantiate(Some(2), a.scale).map_err(|e| e.to_string()));
+        let io = match program {
+            Ok(p) => p.uses_io(),
+            Err(e) => {
+                report_error(format!("workload {w}: {e}"));
+                return exit::BAD_INPUT;
+            }
+        };
+        for c in configs(io) {
+            plan.push((w.clone(), c));
+        }
+    }
+    let mut cells: Vec<Cell> = plan
+        .iter()
+        .map(|(w, c)| Cell {
+            executor: "host".into(),
+            workload: w.clone(),
+            setting: c.label(),
+            throughput: Vec::new(),
+        })
+        .collect();
+    let mut failures: Vec<(String, String)> = Vec::new();
+    for rep in 0..a.reps {
+        for ((w, c), cell) in plan.iter().zip(&mut cells) {
+            let label = format!("{w} {} (rep {rep})", c.label());
+            let spec = match spec_for(a, &cpus, w, c) {
+                Ok(s) => s,
+                Err(e) => {
+                    failures.push((label, e));
+                    continue;
+                }
+            };
+            match run_host(&spec, None, false) {
+                Ok(run) if run.all_ok() => {
+                    let t: f64 = run.walls_s().iter().flatten().map(|s| 1.0 / s).sum();
+                    eprintln!("{label}: {t:.2} VM runs/s");
+                    cell.throughput.push(t);
+                }
+                Ok(run) => {
+                    let why = run
+                        .records
+                        .iter()
+                        .find_map(|o| match o {
+                            crate::host::run::VmOutcome::Failed { error, .. } => {
+                                Some(error.lines().next().unwrap_or("").to_string())
+                            }
+                            crate::host::run::VmOutcome::Ok(_) => None,
+                        })
+                        .unwrap_or_default();
+                    failures.push((label, why));
+                }
+                Err(e) => failures.push((label, e.to_string())),
+            }
+        }
+    }
+    cells.retain(|c| !c.throughput.is_empty());
+    outln!("{}", winners_table(&cells));
+    if !failures.is_empty() {
+        outln!("{} runs failed:", failures.len());
+        for (label, why) in failures.iter().take(12) {
+            outln!("  {label}: {why}");
+        }
+    }
+    if let Some(path) = &a.out {
+        match serde_json::to_string_pretty(&cells) {
+            Ok(text) => {
+                if let Err(e) = std::fs::write(path, text) {
+                    report_error(format!("cannot write {}: {e}", path.display()));
+                    return exit::RUN_FAILED;
+                }
+            }
+            Err(e) => {
+                report_error(format!("cannot encode the cells: {e}"));
+                return exit::INTERNAL;
+            }
+        }
+    }
+    if failures.is_empty() {
+        exit::OK
+    } else {
+        exit::PARTIAL
+    }
+}
