@@ -227,8 +227,11 @@ const GOLDEN: &[(u64, u64)] = &[
     (0x3b5a2aa448115cc6, 0x682d27cfc1946e7d), // random 38
     (0xa0de09bea9a473f1, 0x3debcfae965ac2d9), // random 39
     (0x7756e84e47a346ad, 0xa2096f7427e6804d), // bench model
-    (0xe0cddda0a33a54fb, 0x80c56e4879f711e4), // 64 pCPUs, 24 VMs, 30 ms
-    (0xd7874500a1db04d8, 0x16eb5009ec1c67da), // 128 pCPUs, 64 VMs x 16, 4 ms
+    // The two scenarios with a horizon count one event fewer than main did
+    // (326757 and 85649 processed): the event popped past the horizon is not
+    // handled, so it is no longer counted.
+    (0xe0cddda0a33a54fb, 0x9c403a60322a8be5), // 64 pCPUs, 24 VMs, 30 ms
+    (0xd7874500a1db04d8, 0xccd9adc07adbba14), // 128 pCPUs, 64 VMs x 16, 4 ms
     (0x7b69b45d3acaa0ba, 0x35f500ce979917af), // dedup poll
 ];
 
