@@ -16,7 +16,7 @@ use crate::host::run::run_host;
 use crate::host::spec::{HostSpec, HostVm};
 use crate::tune_cli::{winners_table, Cell};
 use clap::Args;
-use smplab_record::config::{HostPolicy, IdlePolicy, IrqAffinity, SyncMode};
+use smplab_record::config::{HostPolicy, IrqAffinity};
 use smplab_record::exit::{self, report_error};
 use smplab_vmm::host::Sampling;
 use std::path::PathBuf;
@@ -127,20 +127,7 @@ fn spec_for(
     workload: &str,
     c: &HostConfig,
 ) -> Result<HostSpec, String> {
-    let source = smplab_workload::Source::resolve(workload).map_err(|e| e.to_string())?;
-    let program = source
-        .instantiate(Some(2), a.scale)
-        .map_err(|e| e.to_string())?;
-    let vm = HostVm {
-        workload: workload.to_string(),
-        info: source.workload_info(&program),
-        program,
-        vcpus: 2,
-        sync: SyncMode::default(),
-        idle: IdlePolicy::default(),
-        cmdline: String::new(),
-        irq_affinity: c.irq.clone(),
-    };
+    let vm = HostVm::two_vcpus(workload, 2, a.scale, c.irq.clone())?;
     Ok(HostSpec {
         cpus: cpus.to_vec(),
         policy: c.policy,

@@ -69,10 +69,13 @@ fn two_vms_share_one_cpu_under_every_policy() {
             // Every sample is judged against the guest's spin word, and the
             // verdicts add up.
             let d = &run.host.spin_detection;
-            assert_eq!(d.truth_samples, d.samples);
-            assert_eq!(d.true_positives + d.false_positives, d.spins_detected);
-            assert!(d.episodes_detected <= d.episodes_sampled);
-            assert!(d.episodes_detected <= d.true_positives);
+            assert_eq!(d.truth.samples, d.samples);
+            assert_eq!(
+                d.truth.true_positives + d.truth.false_positives,
+                d.spins_detected
+            );
+            assert!(d.truth.episodes_detected <= d.truth.episodes_sampled);
+            assert!(d.truth.episodes_detected <= d.truth.true_positives);
         }
     }
 }

@@ -30,25 +30,48 @@ pub struct VcpuReport {
     /// The kernel's view of the vCPU thread (schedstat).
     pub thread_run_ns: u64,
     pub thread_runqueue_wait_ns: u64,
-    /// Samples judged against the guest's spin word (`host::truth`), and
-    /// the verdicts: detected and spinning, detected but not spinning,
-    /// spinning but not detected.
+    /// Samples judged against the guest's spin word (`host::truth`).
     #[serde(default)]
-    pub truth_samples: u64,
-    #[serde(default)]
+    pub truth: SpinTruth,
+}
+
+/// The spin detector judged against the guest's own knowledge (its spin
+/// word): samples judged; detected and spinning, detected but not spinning,
+/// spinning but not detected; spin episodes a sample saw, those the detector
+/// caught, and the sum of their detection latencies (episode start to the
+/// catching sample).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SpinTruth {
+    pub samples: u64,
     pub true_positives: u64,
-    #[serde(default)]
     pub false_positives: u64,
-    #[serde(default)]
     pub false_negatives: u64,
-    /// Spin episodes a sample saw, those the detector caught, and the sum of
-    /// their detection latencies (episode start to the catching sample).
-    #[serde(default)]
     pub episodes_sampled: u64,
-    #[serde(default)]
     pub episodes_detected: u64,
-    #[serde(default)]
     pub detect_latency_ns: u64,
+}
+
+impl SpinTruth {
+    pub fn add(&mut self, o: &SpinTruth) {
+        self.samples += o.samples;
+        self.true_positives += o.true_positives;
+        self.false_positives += o.false_positives;
+        self.false_negatives += o.false_negatives;
+        self.episodes_sampled += o.episodes_sampled;
+        self.episodes_detected += o.episodes_detected;
+        self.detect_latency_ns += o.detect_latency_ns;
+    }
+
+    /// Mean detection latency of the caught episodes, ns (0 when none).
+    #[allow(clippy::cast_precision_loss)] // a mean
+    pub fn mean_detect_latency_ns(&self) -> f64 {
+        if self.episodes_detected == 0 {
+            0.0
+        } else {
+            self.detect_latency_ns as f64 / self.episodes_detected as f64
+        }
+    }
 }
 
 /// One VM: its vCPUs' counts summed, and when it finished.
@@ -66,9 +89,9 @@ pub struct VmReport {
     pub halts_detected: u64,
     pub yields: u64,
     pub vcpus: Vec<VcpuReport>,
-    /// The vCPUs' ground-truth counts summed (see [`VcpuReport`]).
+    /// The vCPUs' ground-truth counts summed.
     #[serde(default)]
-    pub truth: VcpuReport,
+    pub truth: SpinTruth,
 }
 
 impl VmReport {
@@ -81,14 +104,7 @@ impl VmReport {
         self.spins_detected += c.spins_detected;
         self.halts_detected += c.halts_detected;
         self.yields += c.yields_received;
-        let t = &mut self.truth;
-        t.truth_samples += c.truth_samples;
-        t.true_positives += c.true_positives;
-        t.false_positives += c.false_positives;
-        t.false_negatives += c.false_negatives;
-        t.episodes_sampled += c.episodes_sampled;
-        t.episodes_detected += c.episodes_detected;
-        t.detect_latency_ns += c.detect_latency_ns;
+        self.truth.add(&c.truth);
     }
 }
 
@@ -125,23 +141,9 @@ pub struct SpinDetection {
     pub spins_detected: u64,
     /// Mean cost of one sample on the vCPU thread (register reads), ns.
     pub mean_sample_ns: f64,
-    /// Against the guest's own spin word: samples judged, true and false
-    /// positives, misses; spin episodes seen and caught, and the mean
-    /// detection latency of the caught ones (ns).
+    /// Against the guest's own spin word, over all vCPUs.
     #[serde(default)]
-    pub truth_samples: u64,
-    #[serde(default)]
-    pub true_positives: u64,
-    #[serde(default)]
-    pub false_positives: u64,
-    #[serde(default)]
-    pub false_negatives: u64,
-    #[serde(default)]
-    pub episodes_sampled: u64,
-    #[serde(default)]
-    pub episodes_detected: u64,
-    #[serde(default)]
-    pub mean_detect_latency_ns: f64,
+    pub truth: SpinTruth,
 }
 
 impl SpinDetection {
@@ -154,26 +156,16 @@ impl SpinDetection {
         } else {
             cost as f64 / samples as f64
         };
-        let sum = |f: fn(&VcpuReport) -> u64| vms.iter().map(|v| f(&v.truth)).sum::<u64>();
-        let episodes_detected = sum(|t| t.episodes_detected);
-        #[allow(clippy::cast_precision_loss)] // a mean
-        let mean_detect_latency_ns = if episodes_detected == 0 {
-            0.0
-        } else {
-            sum(|t| t.detect_latency_ns) as f64 / episodes_detected as f64
-        };
+        let mut truth = SpinTruth::default();
+        for v in vms {
+            truth.add(&v.truth);
+        }
         SpinDetection {
             enabled,
             samples,
             spins_detected: vms.iter().map(|v| v.spins_detected).sum(),
             mean_sample_ns,
-            truth_samples: sum(|t| t.truth_samples),
-            true_positives: sum(|t| t.true_positives),
-            false_positives: sum(|t| t.false_positives),
-            false_negatives: sum(|t| t.false_negatives),
-            episodes_sampled: sum(|t| t.episodes_sampled),
-            episodes_detected,
-            mean_detect_latency_ns,
+            truth,
         }
     }
 }

@@ -14,7 +14,7 @@ use super::run::{run_host, weighted_speedup, HostRun};
 use super::spec::{HostSpec, HostVm};
 use clap::Args;
 use serde::Serialize;
-use smplab_record::config::{HostPolicy, IdlePolicy, PolicyKind, SimSettings, SyncMode};
+use smplab_record::config::{HostPolicy, PolicyKind, SimSettings};
 use smplab_record::exit;
 use smplab_vmm::host::Sampling;
 use std::path::PathBuf;
@@ -133,20 +133,7 @@ fn spec_for(
     policy: HostPolicy,
     cpus: &[usize],
 ) -> Result<HostSpec, String> {
-    let source = smplab_workload::Source::resolve(profile).map_err(|e| e.to_string())?;
-    let program = source
-        .instantiate(Some(args.threads), args.scale)
-        .map_err(|e| e.to_string())?;
-    let vm = HostVm {
-        workload: profile.to_string(),
-        info: source.workload_info(&program),
-        program,
-        vcpus: 2,
-        sync: SyncMode::default(),
-        idle: IdlePolicy::default(),
-        cmdline: String::new(),
-        irq_affinity: smplab_record::config::IrqAffinity::default(),
-    };
+    let vm = HostVm::two_vcpus(profile, args.threads, args.scale, Default::default())?;
     let sampling = Sampling {
         interval: Duration::from_nanos(
             smplab_record::config::parse_duration(&args.sample).map_err(|e| e.to_string())?,
@@ -347,29 +334,21 @@ fn print_table(cells: &[Cell]) {
             c.sim_weighted_speedup
                 .map_or_else(|| "n/a".to_string(), |w| format!("{w:.2}"))
         );
-        let total = |f: fn(&smplab_vmm::host::SpinDetection) -> u64| -> u64 {
-            c.spin_detection.iter().map(f).sum()
-        };
-        if total(|d| d.truth_samples) > 0 {
-            let caught = total(|d| d.episodes_detected);
-            #[allow(clippy::cast_precision_loss)] // a mean of means
-            let latency_us = c
-                .spin_detection
-                .iter()
-                .map(|d| d.mean_detect_latency_ns * d.episodes_detected as f64)
-                .sum::<f64>()
-                / (caught.max(1) as f64)
-                / 1000.0;
+        let mut t = smplab_record::hostsched::SpinTruth::default();
+        for d in &c.spin_detection {
+            t.add(&d.truth);
+        }
+        if t.samples > 0 {
             println!(
                 "    ground truth: {} samples spinning, detected {} (true {} / false {}), missed {}; episodes caught {}/{}, mean latency {:.0} us",
-                total(|d| d.true_positives + d.false_negatives),
-                total(|d| d.true_positives + d.false_positives),
-                total(|d| d.true_positives),
-                total(|d| d.false_positives),
-                total(|d| d.false_negatives),
-                caught,
-                total(|d| d.episodes_sampled),
-                latency_us
+                t.true_positives + t.false_negatives,
+                t.true_positives + t.false_positives,
+                t.true_positives,
+                t.false_positives,
+                t.false_negatives,
+                t.episodes_detected,
+                t.episodes_sampled,
+                t.mean_detect_latency_ns() / 1000.0
             );
         }
         if let Some(e) = &c.sim_error {

@@ -118,15 +118,15 @@ fn print_summary(run: &super::HostRun) {
             s.spins_detected,
             s.mean_sample_ns / 1000.0
         );
-        if s.truth_samples > 0 {
+        if s.truth.samples > 0 {
             println!(
                 "  against the guest's spin word: {} true / {} false positives, {} missed; {}/{} spin episodes caught, {:.0} us mean latency",
-                s.true_positives,
-                s.false_positives,
-                s.false_negatives,
-                s.episodes_detected,
-                s.episodes_sampled,
-                s.mean_detect_latency_ns / 1000.0
+                s.truth.true_positives,
+                s.truth.false_positives,
+                s.truth.false_negatives,
+                s.truth.episodes_detected,
+                s.truth.episodes_sampled,
+                s.truth.mean_detect_latency_ns() / 1000.0
             );
         }
     }

@@ -75,6 +75,33 @@ pub struct HostVm {
     pub irq_affinity: IrqAffinity,
 }
 
+impl HostVm {
+    /// A VM of 2 vCPUs running a built-in profile (or workload file) with
+    /// `threads` threads at `scale`, the other settings at their defaults:
+    /// the VMs the host bench and the seed 001 host matrix compare.
+    pub fn two_vcpus(
+        workload: &str,
+        threads: u32,
+        scale: f64,
+        irq_affinity: IrqAffinity,
+    ) -> Result<HostVm, String> {
+        let source = Source::resolve(workload).map_err(|e| e.to_string())?;
+        let program = source
+            .instantiate(Some(threads), scale)
+            .map_err(|e| e.to_string())?;
+        Ok(HostVm {
+            workload: workload.to_string(),
+            info: source.workload_info(&program),
+            program,
+            vcpus: 2,
+            sync: SyncMode::default(),
+            idle: IdlePolicy::default(),
+            cmdline: String::new(),
+            irq_affinity,
+        })
+    }
+}
+
 /// A checked host spec.
 #[derive(Debug, Clone)]
 pub struct HostSpec {

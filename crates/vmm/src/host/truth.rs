@@ -55,27 +55,27 @@ impl SpinTruth {
     /// Judge the detector's verdict of this sample against the guest's word.
     pub fn judge(&mut self, detected: bool, counts: &mut VcpuReport) {
         let since = self.spinning_since();
-        counts.truth_samples += 1;
+        counts.truth.samples += 1;
         match (since, detected) {
-            (Some(_), true) => counts.true_positives += 1,
-            (None, true) => counts.false_positives += 1,
-            (Some(_), false) => counts.false_negatives += 1,
+            (Some(_), true) => counts.truth.true_positives += 1,
+            (None, true) => counts.truth.false_positives += 1,
+            (Some(_), false) => counts.truth.false_negatives += 1,
             (None, false) => {}
         }
         let Some(since) = since else {
             return;
         };
         if self.episode.map(|(s, _)| s) != Some(since) {
-            counts.episodes_sampled += 1;
+            counts.truth.episodes_sampled += 1;
             self.episode = Some((since, false));
         }
         if detected && self.episode == Some((since, false)) {
             self.episode = Some((since, true));
-            counts.episodes_detected += 1;
+            counts.truth.episodes_detected += 1;
             let now = host_tsc();
             if now > since && self.tsc_hz > 0 {
                 let ns = u128::from(now - since) * 1_000_000_000 / u128::from(self.tsc_hz);
-                counts.detect_latency_ns += u64::try_from(ns).unwrap_or(u64::MAX);
+                counts.truth.detect_latency_ns += u64::try_from(ns).unwrap_or(u64::MAX);
             }
         }
     }
