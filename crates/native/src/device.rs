@@ -14,11 +14,11 @@
 use crate::primitives::{Aborted, CachePadded, Ctx};
 use crate::sys;
 use smplab_record::histogram::new_histogram;
-use smplab_record::io::IoSection;
+use smplab_record::io::{DeviceQueue, IoSection};
 use smplab_record::LatencyHistogram;
 use smplab_workload::Program;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::BinaryHeap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -41,18 +41,11 @@ struct Pending {
     submit_ns: u64,
 }
 
-#[derive(Debug)]
-struct Device {
-    queue_depth: u32,
-    in_service: u32,
-    waiting: VecDeque<Pending>,
-}
-
 /// `(due_ns, tid, device, submit_ns)`, earliest first.
 type Timer = Reverse<(u64, usize, u32, u64)>;
 
 struct State {
-    devices: Vec<Device>,
+    devices: Vec<DeviceQueue<Pending>>,
     timers: BinaryHeap<Timer>,
     stop: bool,
     irq: hdrhistogram::Histogram<u64>,
@@ -76,11 +69,7 @@ impl Devices {
                 devices: p
                     .devices
                     .iter()
-                    .map(|d| Device {
-                        queue_depth: d.queue_depth.max(1),
-                        in_service: 0,
-                        waiting: VecDeque::new(),
-                    })
+                    .map(|d| DeviceQueue::new(d.queue_depth))
                     .collect(),
                 timers: BinaryHeap::new(),
                 stop: false,
@@ -115,17 +104,14 @@ impl Devices {
         let now = sys::monotonic_ns();
         {
             let mut st = self.lock();
-            let d = &mut st.devices[device as usize];
-            if d.in_service < d.queue_depth {
-                d.in_service += 1;
+            let request = Pending {
+                tid,
+                service_ns,
+                submit_ns: now,
+            };
+            if st.devices[device as usize].submit(request).is_some() {
                 st.timers
                     .push(Reverse((now.saturating_add(service_ns), tid, device, now)));
-            } else {
-                d.waiting.push_back(Pending {
-                    tid,
-                    service_ns,
-                    submit_ns: now,
-                });
             }
         }
         self.cv.notify_one();
@@ -178,10 +164,7 @@ impl Devices {
                 st.irqs_per_cpu.resize(cpu + 1, 0);
             }
             st.irqs_per_cpu[cpu] += 1;
-            let d = &mut st.devices[device as usize];
-            d.in_service -= 1;
-            if let Some(next) = d.waiting.pop_front() {
-                d.in_service += 1;
+            if let Some(next) = st.devices[device as usize].complete() {
                 // The slot frees at `due` on the device's clock.
                 let start = due.max(next.submit_ns);
                 st.timers.push(Reverse((

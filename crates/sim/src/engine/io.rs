@@ -27,24 +27,17 @@ use crate::breakdown as cause;
 use crate::events::Kind;
 use crate::scenario::VmSpec;
 use smplab_record::config::IrqAffinity;
-use smplab_record::io::IoSection;
+use smplab_record::io::{DeviceQueue, IoSection};
 use smplab_record::LatencyHistogram;
-use std::collections::VecDeque;
 
 /// Marks an entry of `Vcpu::irqs` as a device completion for the thread in
 /// the low bits (shootdown IPIs carry their initiator thread without it).
 pub(super) const IO_IRQ: u32 = 1 << 31;
 
-struct Device {
-    queue_depth: u32,
-    in_service: u32,
-    /// Queued requests: (thread, service time).
-    waiting: VecDeque<(u32, u64)>,
-}
-
 /// Devices, routing and measurements of one VM.
 pub(crate) struct VmIo {
-    devices: Vec<Device>,
+    /// Per device: its requests (thread, service time).
+    devices: Vec<DeviceQueue<(u32, u64)>>,
     affinity: IrqAffinity,
     /// Host pCPUs the completing thread may run on (empty: any).
     io_cpus: Vec<u32>,
@@ -75,11 +68,7 @@ impl VmIo {
                 .program
                 .devices
                 .iter()
-                .map(|d| Device {
-                    queue_depth: d.queue_depth.max(1),
-                    in_service: 0,
-                    waiting: VecDeque::new(),
-                })
+                .map(|d| DeviceQueue::new(d.queue_depth))
                 .collect(),
             affinity: spec.irq_affinity.clone(),
             io_cpus: spec
@@ -159,13 +148,12 @@ impl Sim {
         let io = &mut self.io[vm];
         io.device_of[local] = device;
         io.submit[local] = now;
-        let d = &mut io.devices[device as usize];
-        if d.in_service < d.queue_depth {
-            d.in_service += 1;
+        if io.devices[device as usize]
+            .submit((t, service_ns))
+            .is_some()
+        {
             io.due[local] = now + service_ns;
             self.push(now + service_ns, Kind::Timer { thread: t });
-        } else {
-            d.waiting.push_back((t, service_ns));
         }
         let costs = self.vms[vm].costs;
         if costs.virtualized {
@@ -186,10 +174,7 @@ impl Sim {
         io.requests += 1;
         io.device_ns.push(now - io.submit[local]);
         io.due[local] = now;
-        let d = &mut io.devices[io.device_of[local] as usize];
-        d.in_service = d.in_service.saturating_sub(1);
-        if let Some((next, service)) = d.waiting.pop_front() {
-            d.in_service += 1;
+        if let Some((next, service)) = io.devices[io.device_of[local] as usize].complete() {
             let nl = (next - io.first_thread) as usize;
             io.due[nl] = now + service;
             self.push(now + service, Kind::Timer { thread: next });

@@ -31,6 +31,7 @@
 //! read's exit.
 
 use super::{fill_le, le_value, ConcurrentDevice};
+use smplab_record::io::DeviceQueue;
 use smplab_record::LatencyHistogram;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -157,14 +158,9 @@ pub struct BlockStats {
     pub line_failures: u64,
 }
 
-struct Dev {
-    depth: u32,
-    in_service: u32,
-    waiting: VecDeque<(u32, u64, Instant)>,
-}
-
 struct State {
-    devs: Vec<Dev>,
+    /// Per device: waiting requests (tag, service ns, submitted).
+    devs: Vec<DeviceQueue<(u32, u64, Instant)>>,
     /// (due, tag, device, submitted)
     timers: BinaryHeap<Reverse<(Instant, u32, u8, Instant)>>,
     /// (tag, completion time, guest TSC at completion)
@@ -193,14 +189,7 @@ impl BlockDevice {
     pub fn new(queue_depths: &[u32], line: Arc<dyn IrqLine>, tsc: GuestTsc) -> Arc<Self> {
         Arc::new(BlockDevice {
             state: Mutex::new(State {
-                devs: queue_depths
-                    .iter()
-                    .map(|&d| Dev {
-                        depth: d.max(1),
-                        in_service: 0,
-                        waiting: VecDeque::new(),
-                    })
-                    .collect(),
+                devs: queue_depths.iter().map(|&d| DeviceQueue::new(d)).collect(),
                 timers: BinaryHeap::new(),
                 done: VecDeque::new(),
                 stop: false,
@@ -231,13 +220,10 @@ impl BlockDevice {
             st.bad += 1;
             return;
         };
-        if d.in_service < d.depth {
-            d.in_service += 1;
+        if d.submit((tag, ns(service), now)).is_some() {
             st.timers.push(Reverse((now + service, tag, dev, now)));
             drop(st);
             self.cv.notify_one();
-        } else {
-            d.waiting.push_back((tag, ns(service), now));
         }
     }
 
@@ -290,10 +276,7 @@ impl BlockDevice {
             st.requests += 1;
             st.device
                 .saturating_record(ns(due.saturating_duration_since(submitted)));
-            let d = &mut st.devs[usize::from(dev)];
-            d.in_service -= 1;
-            if let Some((next, service, sub)) = d.waiting.pop_front() {
-                d.in_service += 1;
+            if let Some((next, service, sub)) = st.devs[usize::from(dev)].complete() {
                 // The slot frees at `due` on the device's own clock.
                 let start = due.max(sub);
                 st.timers.push(Reverse((
