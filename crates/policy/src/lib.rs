@@ -27,6 +27,10 @@
 //!   at most GRACE (Uhlig et al., seed 002 §5.1).
 //! - `linux` has no user-level decisions; [`Scheduler::new`] refuses it.
 //!
+//! Per-vCPU affinity ([`Affinity`], [`Scheduler::set_affinity`],
+//! [`Scheduler::set_vm_affinity`]: seed 001's pinned or floating vCPUs) can
+//! be changed at run time; every policy honours it when it places a vCPU.
+//!
 //! Every policy yields a pCPU whose vCPU is sampled halted (it has nothing to
 //! do); only `gang` keeps it, so a gang stays together.
 //!
@@ -40,8 +44,10 @@
 //!   `gang`, as KVM's `kvm_vcpu_on_spin` does); it samples for the `spin`
 //!   policy's software detector and for safe points.
 
+pub mod affinity;
 pub mod tune;
 
+pub use affinity::Affinity;
 pub use smplab_record::config::{HostPolicy, PolicyKind};
 use std::collections::VecDeque;
 
@@ -78,6 +84,8 @@ pub enum PreemptCause {
     SliceEnd,
     Spin,
     Halt,
+    /// Its affinity changed and no longer holds the pCPU it runs on.
+    Affinity,
 }
 
 /// What the driver observed of a running vCPU.
@@ -133,6 +141,12 @@ pub enum PolicyError {
     PartitionTooSmall { vms: usize, pcpus: usize },
     #[error("policy `gang` co-schedules a VM's vCPUs: VM {vm} has {vcpus} vCPUs but there are only {pcpus} host CPUs")]
     GangTooLarge { vm: usize, vcpus: u32, pcpus: usize },
+    #[error("vCPU {vcpu} does not exist: there are {vcpus} vCPUs")]
+    NoSuchVcpu { vcpu: usize, vcpus: usize },
+    #[error("VM {vm} does not exist: there are {vms} VMs")]
+    NoSuchVm { vm: usize, vms: usize },
+    #[error("affinity of vCPU {vcpu}: {why}")]
+    BadAffinity { vcpu: usize, why: String },
 }
 
 /// Per-vCPU counts the driver reports.
@@ -177,6 +191,10 @@ pub struct Scheduler {
     gang_ending: bool,
     /// vCPUs per VM.
     vm_vcpus: Vec<u32>,
+    /// Each vCPU's allowed pCPUs ([`Affinity`], set at run time).
+    affinity: Vec<Affinity>,
+    /// [`Scheduler::start`] was called: changes may place vCPUs.
+    started: bool,
 }
 
 /// Split `pcpus` into contiguous shares proportional to each VM's vCPUs, at
@@ -257,6 +275,8 @@ impl Scheduler {
             gang_since: None,
             gang_ending: false,
             vm_vcpus: vcpus_per_vm.to_vec(),
+            affinity: vec![Affinity::Any; n],
+            started: false,
         })
     }
 
@@ -309,6 +329,7 @@ impl Scheduler {
 
     /// Place the first vCPUs on the free pCPUs.
     pub fn start(&mut self, now: Ns) -> Vec<Action> {
+        self.started = true;
         let mut actions = Vec::new();
         self.dispatch(now, &mut actions);
         actions
@@ -525,7 +546,7 @@ impl Scheduler {
         self.queue
             .iter()
             .copied()
-            .find(|&v| self.vm_of[v] == vm && v != vcpu && self.allowed(vm, pcpu))
+            .find(|&v| self.vm_of[v] == vm && v != vcpu && self.eligible(v, pcpu))
     }
 
     /// Preempted `vcpu` has left its pCPU.
@@ -615,12 +636,13 @@ impl Scheduler {
 
     fn eligible(&self, vcpu: VcpuId, pcpu: PcpuId) -> bool {
         let vm = self.vm_of[vcpu];
-        match self.policy.kind {
+        let policy_allows = match self.policy.kind {
             PolicyKind::Partition => self.allowed(vm, pcpu),
             // Under gang any VM may wait for a pCPU; whether it gets one now
             // is the turn's business (dispatch).
             _ => true,
-        }
+        };
+        policy_allows && self.affinity[vcpu].allows(pcpu)
     }
 
     /// Fill every free pCPU the policy lets someone use.
@@ -633,9 +655,9 @@ impl Scheduler {
             if self.occupant[pcpu].is_some() {
                 continue;
             }
-            let reserved = self.reserved[pcpu]
-                .take()
-                .filter(|&v| matches!(self.states[v], VcpuState::Runnable { .. }));
+            let reserved = self.reserved[pcpu].take().filter(|&v| {
+                matches!(self.states[v], VcpuState::Runnable { .. }) && self.eligible(v, pcpu)
+            });
             let next =
                 reserved.or_else(|| self.queue.iter().copied().find(|&v| self.eligible(v, pcpu)));
             if let Some(v) = next {
@@ -679,11 +701,16 @@ impl Scheduler {
             .copied()
             .filter(|&v| self.gang_on[self.vm_of[v]])
             .collect();
-        let free: Vec<PcpuId> = (0..self.pcpus())
+        let mut free: Vec<PcpuId> = (0..self.pcpus())
             .filter(|&p| self.occupant[p].is_none())
             .collect();
-        for (v, p) in members.into_iter().zip(free) {
-            self.grant(v, p, now, actions);
+        // Each member takes the first free pCPU its affinity allows (with no
+        // affinity set: member k gets the k-th free pCPU).
+        for v in members {
+            if let Some(i) = free.iter().position(|&p| self.affinity[v].allows(p)) {
+                let p = free.remove(i);
+                self.grant(v, p, now, actions);
+            }
         }
     }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::tune::VcpuAffinity;
 
 fn policy(text: &str) -> HostPolicy {
     text.parse().unwrap()
@@ -276,4 +277,191 @@ fn a_deferred_slice_end_has_a_deadline_after_the_grace() {
     assert_eq!(a, vec![Action::Preempt { vcpu: 1 }]);
     settle(&mut s, 1_000_000, a);
     assert_eq!(s.next_deadline(), Some(1_500_000));
+}
+
+/// Drive `s` through `steps` pseudo-random events (ticks, samples, halts and
+/// wakes), calling `check` after each with the actions it produced.
+fn churn(s: &mut Scheduler, seed: u64, steps: u64, mut check: impl FnMut(&Scheduler, &[Action])) {
+    let mut x = seed;
+    let mut now = 0;
+    let a = s.start(now);
+    check(s, &a);
+    for _ in 0..steps {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        now += 100_000 + (x >> 40) % 900_000;
+        let v = ((x >> 20) % s.vcpus() as u64) as usize;
+        let mut actions = match (x >> 10) % 5 {
+            0 => s.block(v, now),
+            1 => s.wake(v, now),
+            2 => s.sample(
+                v,
+                now,
+                Sample {
+                    spinning: true,
+                    ..Sample::default()
+                },
+            ),
+            3 => s.sample(
+                v,
+                now,
+                Sample {
+                    halted: true,
+                    ..Sample::default()
+                },
+            ),
+            _ => s.tick(now),
+        };
+        check(s, &actions);
+        // The driver stops preempted vCPUs one by one.
+        while let Some(a) = actions.pop() {
+            if let Action::Preempt { vcpu } = a {
+                let more = s.stopped(vcpu, now);
+                check(s, &more);
+                actions.extend(more);
+            }
+        }
+        // Blocked vCPUs come back now and then, so the run goes on.
+        for w in 0..s.vcpus() {
+            if s.state(w) == VcpuState::Blocked && (x >> (w % 32)) & 1 == 1 {
+                let more = s.wake(w, now);
+                check(s, &more);
+                settle(s, now, more);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_pinned_vcpu_never_runs_on_another_pcpu() {
+    for text in [
+        "fair:1ms",
+        "spin:1ms",
+        "gang:1ms",
+        "partition:1ms",
+        "fair:1ms+safepoint:500us",
+    ] {
+        // 2 VMs x 2 vCPUs on 2 pCPUs (partition: 2 VMs x 2 vCPUs on 4).
+        let pcpus = if text.starts_with("partition") { 4 } else { 2 };
+        let mut s = Scheduler::new(&policy(text), &[2, 2], pcpus).unwrap();
+        for vm in 0..2 {
+            assert!(s
+                .set_vm_affinity(vm, VcpuAffinity::Pinned, 0)
+                .unwrap()
+                .is_empty());
+        }
+        let pin = |s: &Scheduler, v: VcpuId| match s.affinity(v) {
+            Affinity::Pcpus(set) if set.len() == 1 => set[0],
+            other => panic!("{text}: vCPU {v} not pinned: {other:?}"),
+        };
+        // vCPU i of every VM on pCPU i mod n of its VM's pCPUs.
+        if pcpus == 2 {
+            assert_eq!(
+                (pin(&s, 0), pin(&s, 1), pin(&s, 2), pin(&s, 3)),
+                (0, 1, 0, 1)
+            );
+        } else {
+            assert_eq!(
+                (pin(&s, 0), pin(&s, 1), pin(&s, 2), pin(&s, 3)),
+                (0, 1, 2, 3)
+            );
+        }
+        let mut runs = 0;
+        churn(&mut s, 7, 3_000, |s, actions| {
+            for a in actions {
+                if let Action::Run { vcpu, pcpu } = *a {
+                    runs += 1;
+                    assert_eq!(pcpu, pin(s, vcpu), "{text}: vCPU {vcpu} ran on pCPU {pcpu}");
+                }
+            }
+            for p in 0..s.pcpus() {
+                if let Some(v) = s.occupant(p) {
+                    assert_eq!(p, pin(s, v), "{text}: vCPU {v} occupies pCPU {p}");
+                }
+            }
+        });
+        assert!(runs > 100, "{text}: the churn dispatched only {runs} times");
+    }
+}
+
+#[test]
+fn a_changed_affinity_takes_effect_at_the_next_dispatch() {
+    let mut s = Scheduler::new(&policy("fair:1ms"), &[2, 2], 2).unwrap();
+    s.start(0);
+    assert_eq!(running(&s), vec![Some(0), Some(1)]);
+    // vCPU 0 runs on pCPU 0 and may now only use pCPU 1: it leaves at once.
+    let a = s.set_affinity(0, Affinity::Pcpus(vec![1]), 10).unwrap();
+    assert_eq!(a, vec![Action::Preempt { vcpu: 0 }]);
+    assert_eq!(s.stats(0).preemptions, 1);
+    // Its pCPU goes to the next in line that may use it (vCPU 2), not back to it.
+    assert_eq!(s.stopped(0, 20), vec![Action::Run { vcpu: 2, pcpu: 0 }]);
+    // A slice end on pCPU 0 finds nobody who may take it (vCPU 0 waits for
+    // pCPU 1, vCPU 3 may go anywhere): vCPU 3 waits for both.
+    let a = s.tick(1_100_000);
+    settle(&mut s, 1_100_000, a);
+    for p in 0..2 {
+        if s.occupant(p) == Some(0) {
+            assert_eq!(p, 1, "vCPU 0 must only run on pCPU 1");
+        }
+    }
+    // Floating again: its next dispatch may use pCPU 0.
+    assert!(s
+        .set_affinity(0, Affinity::Any, 1_200_000)
+        .unwrap()
+        .is_empty());
+    assert_eq!(s.affinity(0), &Affinity::Any);
+    let mut on0 = false;
+    churn(&mut s, 3, 400, |s, _| on0 |= s.occupant(0) == Some(0));
+    assert!(on0, "floating vCPU 0 never ran on pCPU 0");
+}
+
+#[test]
+fn floating_vcpus_are_scheduled_as_without_affinity() {
+    for text in ["fair:1ms", "spin:1ms", "gang:1ms", "partition:1ms"] {
+        let mut plain = Scheduler::new(&policy(text), &[2, 2], 2).unwrap();
+        let mut floating = plain.clone();
+        for vm in 0..2 {
+            assert!(floating
+                .set_vm_affinity(vm, VcpuAffinity::Floating, 0)
+                .unwrap()
+                .is_empty());
+        }
+        let mut a = Vec::new();
+        churn(&mut plain, 11, 2_000, |_, x| a.extend_from_slice(x));
+        let mut b = Vec::new();
+        churn(&mut floating, 11, 2_000, |_, x| b.extend_from_slice(x));
+        assert_eq!(a, b, "{text}");
+        assert!(a.len() > 100, "{text}");
+    }
+}
+
+#[test]
+fn impossible_affinities_are_refused_and_change_nothing() {
+    let mut s = Scheduler::new(&policy("partition"), &[2, 2], 2).unwrap();
+    s.start(0);
+    assert!(matches!(
+        s.set_affinity(0, Affinity::Pcpus(vec![]), 1),
+        Err(PolicyError::BadAffinity { vcpu: 0, .. })
+    ));
+    assert!(matches!(
+        s.set_affinity(0, Affinity::Pcpus(vec![2]), 1),
+        Err(PolicyError::BadAffinity { vcpu: 0, .. })
+    ));
+    // VM 0's share is pCPU 0: pCPU 1 alone would starve it.
+    let e = s.set_affinity(1, Affinity::Pcpus(vec![1]), 1).unwrap_err();
+    assert!(e.to_string().contains("share"), "{e}");
+    assert!(matches!(
+        s.set_affinity(4, Affinity::Any, 1),
+        Err(PolicyError::NoSuchVcpu { vcpu: 4, vcpus: 4 })
+    ));
+    assert!(matches!(
+        s.set_vm_affinity(2, VcpuAffinity::Pinned, 1),
+        Err(PolicyError::NoSuchVm { vm: 2, vms: 2 })
+    ));
+    assert_eq!(s.affinity(1), &Affinity::Any);
+    // Pinned under partition pins inside the share.
+    s.set_vm_affinity(1, VcpuAffinity::Pinned, 1).unwrap();
+    assert_eq!(s.affinity(2), &Affinity::Pcpus(vec![1]));
+    assert_eq!(s.affinity(3), &Affinity::Pcpus(vec![1]));
 }
