@@ -29,6 +29,17 @@ typedef unsigned long usize;
 #define spin_page_cpu ((volatile u64 *)SPIN_PAGE)
 #define spin_page_thread ((volatile u64 *)(SPIN_PAGE + 8 * MAX_CPUS))
 
+/* Run-time interrupt routing (docs/guest-abi.md, "The routing page"): the
+ * host writes a vCPU mask at IRQ_ROUTE (0: the boot-time io_irq= list); the
+ * block-device handler reads it at every interrupt and moves the IOAPIC
+ * entry to the next vCPU of the mask. The guest writes the destination it
+ * programmed last (vCPU + 1) and its count of handler entries beside it.
+ * 0x9c40-0x9dff belong to the host's indicator counters, not to this. */
+#define IRQ_ROUTE 0x9c00UL
+#define irq_route_mask (*(volatile u64 *)IRQ_ROUTE)
+#define irq_route_dest (*(volatile u64 *)(IRQ_ROUTE + 8))
+#define irq_route_count (*(volatile u64 *)(IRQ_ROUTE + 16))
+
 /* Segment selectors of the per-CPU GDT. */
 #define SEL_KCODE 0x08
 #define SEL_KDATA 0x10

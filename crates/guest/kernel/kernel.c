@@ -155,6 +155,39 @@ static u32 ioapic_r(u32 reg)
  * io_targets[io_next % n] (one interrupt each, in io_targets order). */
 static volatile u32 io_next;
 
+/* The vCPU the block device's IOAPIC entry names now. */
+static volatile u32 io_dest;
+
+/* The vCPU after `cur` in `mask` (ascending, wrapping); mask != 0. One bsf:
+ * the handler runs emulated, so no loop over the bits. */
+static inline u32 next_in_mask(u64 mask, u32 cur)
+{
+    u64 above = cur >= 63 ? 0 : mask & (~0ULL << (cur + 1));
+    u64 pick = above ? above : mask;
+    u64 bit;
+    __asm__("bsfq %1, %0" : "=r"(bit) : "rm"(pick) : "cc");
+    return (u32)bit;
+}
+
+/* Where the block interrupt goes next: the host's routing mask when it set
+ * one (restricted to the vCPUs online), else the boot-time list in turn. */
+static u32 io_next_target(void)
+{
+    u64 mask = irq_route_mask;
+    if (g_ncpus < 64)
+        mask &= (1ULL << g_ncpus) - 1;
+    if (mask)
+        return next_in_mask(mask, io_dest);
+    u32 n = g_params.io_ntargets;
+    if (n > 1) {
+        /* Two handlers may overlap (edge-triggered): each takes its own
+         * turn, though their two IOAPIC writes may land in either order. */
+        u32 k = __atomic_add_fetch(&io_next, 1, __ATOMIC_SEQ_CST) % n;
+        return g_params.io_targets[k];
+    }
+    return g_params.io_targets[0];
+}
+
 static inline struct cpu *this_cpu(void)
 {
     struct cpu *c;
@@ -833,6 +866,8 @@ static u64 sys_smp_start(struct cpu *c, const struct boot_params *p)
          * once more after its EOI although the line is already low (measured:
          * one spurious interrupt per request), which smplab-vmm's model does
          * not; edge behaves the same on both. */
+        io_dest = g_params.io_targets[0];
+        irq_route_dest = io_dest + 1;
         ioapic_w(IOREDTBL_HI, (u32)g_params.io_targets[0] << 24);
         ioapic_w(IOREDTBL_LO, VEC_IO);
         /* Read it back: a VMM may post IOAPIC writes (smplab-vmm's `hybrid`
@@ -1077,12 +1112,15 @@ void trap_io(struct frame *f)
         if (!(w & BLOCK_MORE))
             break;
     }
-    u32 n = g_params.io_ntargets;
-    if (n > 1) {
-        /* Two handlers may overlap (edge-triggered): each takes its own
-         * turn, though their two IOAPIC writes may land in either order. */
-        u32 k = __atomic_add_fetch(&io_next, 1, __ATOMIC_SEQ_CST) % n;
-        ioapic_w(IOREDTBL_HI, (u32)g_params.io_targets[k] << 24);
+    __atomic_add_fetch(&irq_route_count, 1, __ATOMIC_RELAXED);
+    /* Rewrite the destination only when it changes: each IOAPIC write is an
+     * exit. Overlapping handlers may race on io_dest; the loser's target
+     * holds until the next interrupt. */
+    u32 next = io_next_target();
+    if (next != io_dest) {
+        io_dest = next;
+        irq_route_dest = (u64)next + 1;
+        ioapic_w(IOREDTBL_HI, next << 24);
     }
     lapic_eoi();
     /* A CPL3 polling idle thread interrupted: switch it to the woken work. */

@@ -83,6 +83,9 @@ pub struct VmRunOptions {
     /// smplab-vmm only: run the vCPUs under a user-level scheduler shared
     /// with other VMs in this process (`smplab host`, docs/host.md).
     pub host: Option<smplab_vmm::host::HostSlot>,
+    /// smplab-vmm only: a handle to change the block interrupt's routing
+    /// while the guest runs (docs/guest-abi.md, "The routing page").
+    pub irq_route: Option<smplab_vmm::irq_route::IrqRoute>,
     /// Which vCPUs take the block device's interrupt (`io` ops): the guest
     /// programs its IOAPIC redirection entry from it. `Running` is the
     /// simulator's alone.
@@ -112,6 +115,7 @@ impl Default for VmRunOptions {
             extra_cmdline: String::new(),
             start_gate: None,
             host: None,
+            irq_route: None,
             irq_affinity: IrqAffinity::default(),
             io_thread_cpus: Vec::new(),
         }
@@ -421,6 +425,7 @@ pub fn run_vm(
     cfg.timeout = Some(opts.timeout);
     cfg.start_gate = opts.start_gate.clone();
     cfg.host = opts.host.clone();
+    cfg.irq_route = opts.irq_route.clone();
     cfg.block = program
         .uses_io()
         .then(|| smplab_vmm::devices::block::BlockConfig {

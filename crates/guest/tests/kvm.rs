@@ -556,3 +556,11 @@ fn a_pinned_io_thread_still_completes_every_request() {
         Some("0")
     );
 }
+
+#[test]
+fn the_host_moves_block_interrupts_mid_run_through_the_routing_page() {
+    if !kvm_usable() {
+        return;
+    }
+    common::routing_moves_mid_run(opts(2, IdlePolicy::Hlt), "kernel irqchip");
+}

@@ -192,3 +192,11 @@ fn io_profiles_run_on_the_user_ioapic_and_follow_the_affinity() {
         }
     }
 }
+
+#[test]
+fn the_host_moves_block_interrupts_mid_run_on_the_user_irqchip() {
+    if !kvm_usable() {
+        return;
+    }
+    common::routing_moves_mid_run(user_opts(2, SyncMode::Fine), "user irqchip");
+}

@@ -180,6 +180,7 @@ fn config_from_args(args: &VmmArgs) -> Result<VmConfig, VmmError> {
         irqchip: args.irqchip,
         vmm_halt_poll: Duration::from_nanos(args.vmm_halt_poll_ns),
         block: None,
+        irq_route: None,
     })
 }
 

@@ -13,6 +13,7 @@ pub mod error;
 pub mod exits;
 pub mod host;
 mod io_thread;
+pub mod irq_route;
 pub mod irqchip;
 pub mod kvm_stats;
 pub mod placement;
@@ -89,6 +90,11 @@ pub struct VmConfig {
     pub vmm_halt_poll: Duration,
     /// The block device for `io` ops (`devices::block`); `None`: not registered.
     pub block: Option<devices::block::BlockConfig>,
+    /// A handle to change the guest's block-interrupt routing while it runs
+    /// ([`irq_route::IrqRoute`], docs/guest-abi.md "The routing page");
+    /// `run_vm` binds it to this VM's memory before the vCPUs start. Under
+    /// a host scheduler ([`VmConfig::host`]) its own handle is bound too.
+    pub irq_route: Option<irq_route::IrqRoute>,
 }
 
 impl VmConfig {
@@ -112,6 +118,7 @@ impl VmConfig {
             irqchip: Irqchip::Kernel,
             vmm_halt_poll: Duration::ZERO,
             block: None,
+            irq_route: None,
         }
     }
 }

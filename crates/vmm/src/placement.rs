@@ -50,6 +50,11 @@ pub use smplab_record::cpus::{parse_cpu_list, CpuListError};
 
 /// Restrict the calling thread to `cpus`.
 pub fn pin_current_thread(cpus: &[usize]) -> std::io::Result<()> {
+    pin_thread(0, cpus)
+}
+
+/// Restrict thread `tid` of this process (0: the calling thread) to `cpus`.
+pub fn pin_thread(tid: libc::pid_t, cpus: &[usize]) -> std::io::Result<()> {
     // SAFETY: cpu_set_t is a plain bit array; all-zero is the valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
@@ -63,9 +68,10 @@ pub fn pin_current_thread(cpus: &[usize]) -> std::io::Result<()> {
         // SAFETY: cpu < CPU_SETSIZE was checked above, so the bit is inside `set`.
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
-    // SAFETY: pid 0 means the calling thread; `set` is a valid, initialized cpu_set_t
-    // and the size passed is its size.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    // SAFETY: `tid` is a thread id (0: the calling thread; a stale id makes
+    // the call fail with ESRCH, nothing worse); `set` is a valid, initialized
+    // cpu_set_t and the size passed is its size.
+    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc == 0 {
         Ok(())
     } else {

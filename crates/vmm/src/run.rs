@@ -398,6 +398,12 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         hz: tsc_hz,
     };
     let mut devices = attach_devices(config, &vm, control.clone(), tsc, window_device)?;
+    if let Some(route) = &config.irq_route {
+        route.bind(vm.memory().clone());
+    }
+    if let Some(host) = &config.host {
+        host.scheduler.bind_vm_memory(host.vm, vm.memory());
+    }
     let mut vcpus = Vec::new();
     let mut reset_states = reset_states.into_iter();
     for (index, fd) in (0..config.vcpus).zip(vcpu_fds) {

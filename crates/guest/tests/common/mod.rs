@@ -75,3 +75,69 @@ pub fn check_io(r: &smplab_record::RunRecord, p: &Program, vcpus: u32) -> Vec<u6
     );
     io.irqs_per_cpu.clone()
 }
+
+/// Run oltp on 2 vCPUs with the boot-time routing `0` under `o`'s settings,
+/// move the block interrupt to vCPU 1 through the routing page once the
+/// guest has taken `before` interrupts, and check the counts followed: vCPU
+/// 0 took no more than the interrupts before the switch (plus the few the
+/// IOAPIC may still have sent there: edges raised while the handler that
+/// first saw the new mask ran, before it rewrote the destination),
+/// vCPU 1 took (most of) the rest, and the guest's entry names vCPU 1 at the end.
+pub fn routing_moves_mid_run(o: smplab_guest::VmRunOptions, what: &str) {
+    use smplab_vmm::irq_route::{IrqRoute, IrqRouteError};
+    use std::time::{Duration, Instant};
+    let before = 60;
+    let p = program("oltp", 2, 1.0);
+    let route = IrqRoute::new();
+    let o = smplab_guest::VmRunOptions {
+        vcpus: 2,
+        irq_affinity: smplab_record::config::IrqAffinity::Vcpus(vec![0]),
+        irq_route: Some(route.clone()),
+        ..o
+    };
+    let (r, switched_at) = std::thread::scope(|s| {
+        let run = s.spawn(|| smplab_guest::run_vm(&p, info(&p), &o));
+        let deadline = Instant::now() + Duration::from_secs(110);
+        let switched_at = loop {
+            assert!(
+                Instant::now() < deadline && !run.is_finished(),
+                "{what}: the guest never took {before} block interrupts while running"
+            );
+            match route.interrupts() {
+                Ok(n) if n >= before => {
+                    route.set_mask(0b10).expect("set the routing");
+                    // Read after the write: every entry counted later saw
+                    // the new mask or was already in its handler.
+                    break route.interrupts().expect("count");
+                }
+                Ok(_) | Err(IrqRouteError::NotRunning) => {}
+                Err(e) => panic!("{what}: {e}"),
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        };
+        let r = run.join().expect("run thread");
+        (r, switched_at)
+    });
+    let r = r.unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(r.counters.ops, p.expected_counts(), "{what}");
+    let irqs = check_io(&r, &p, 2);
+    let total = route.interrupts().expect("final count");
+    assert!(
+        total > switched_at + 50,
+        "{what}: too few interrupts after the switch ({switched_at} of {total}) to tell"
+    );
+    assert!(
+        irqs[0] <= switched_at + 3,
+        "{what}: vCPU 0 took {} interrupts, {switched_at} before the switch: {irqs:?}",
+        irqs[0]
+    );
+    assert!(
+        // Handler entries that found no completion are not in `irqs`.
+        irqs[1] > 0 && 2 * irqs[1] >= total - switched_at,
+        "{what}: vCPU 1 took {irqs:?} of the {} after the switch",
+        total - switched_at
+    );
+    eprintln!("{what}: switched after {switched_at} of {total} handler entries; per vCPU {irqs:?}");
+    assert_eq!(route.mask().expect("mask"), 0b10);
+    assert_eq!(route.destination().expect("dest"), Some(1), "{what}");
+}

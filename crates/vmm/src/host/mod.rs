@@ -27,6 +27,7 @@
 //! are sent under the state lock; a vCPU thread never takes the state lock
 //! while holding its kicker's).
 
+mod actuate;
 pub mod dirty;
 pub mod report;
 pub mod spin;
@@ -67,6 +68,26 @@ pub enum HostError {
     Policy(#[from] PolicyError),
     #[error("cannot start the scheduler thread: {0}")]
     Thread(#[source] std::io::Error),
+    #[error("VM {vm} does not exist: this host runs {vms} VMs")]
+    NoSuchVm { vm: usize, vms: usize },
+    #[error(transparent)]
+    IrqRoute(#[from] crate::irq_route::IrqRouteError),
+    #[error("interrupt affinity `running` needs a user-level policy: under `linux` the host does not know which vCPU runs; use a vCPU list or balanced")]
+    RunningNeedsScheduler,
+    #[error("interrupt affinity `{affinity}` names no vCPU of VM {vm} (vCPUs 0-{last})")]
+    NoIrqTarget {
+        affinity: String,
+        vm: usize,
+        last: u32,
+    },
+    #[error("cannot pin vCPU {vcpu} of VM {vm} to host CPUs {cpus:?}: {source}")]
+    Pin {
+        vm: usize,
+        vcpu: u32,
+        cpus: Vec<usize>,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Most vCPU threads one host process runs (a thread and a KVM vCPU each).
@@ -106,6 +127,11 @@ struct Slot {
     preempt: bool,
     want_sample: bool,
     counts: VcpuReport,
+    /// The vCPU thread's id, once it ran (to re-pin it under `linux`).
+    tid: Option<libc::pid_t>,
+    /// Under `linux`: the host CPUs it was last told to use, applied when
+    /// its thread attaches if it did not exist yet.
+    linux_cpus: Option<Vec<usize>>,
 }
 
 struct State {
@@ -113,6 +139,10 @@ struct State {
     slots: Vec<Slot>,
     vm_done: Vec<bool>,
     vm_finished_ns: Vec<Option<u64>>,
+    /// Per VM: its interrupts follow its running vCPUs (affinity `running`).
+    irq_running: Vec<bool>,
+    /// Per VM: the routing mask written last (0: none).
+    irq_mask: Vec<u64>,
 }
 
 struct Shared {
@@ -124,6 +154,9 @@ struct Shared {
     sampling: Sampling,
     policy: HostPolicy,
     stop: AtomicBool,
+    /// Per VM: its guest's routing page (bound when the VM's memory exists).
+    routes: Vec<crate::irq_route::IrqRoute>,
+    vcpus_per_vm: Vec<u32>,
 }
 
 /// The user-level scheduler of one host: cheap to clone, shared by every VM.
@@ -197,6 +230,8 @@ impl HostScheduler {
                     slots,
                     vm_done: vec![false; vcpus_per_vm.len()],
                     vm_finished_ns: vec![None; vcpus_per_vm.len()],
+                    irq_running: vec![false; vcpus_per_vm.len()],
+                    irq_mask: vec![0; vcpus_per_vm.len()],
                 }),
                 granted: Condvar::new(),
                 epoch: Instant::now(),
@@ -205,6 +240,11 @@ impl HostScheduler {
                 sampling,
                 policy: *policy,
                 stop: AtomicBool::new(false),
+                routes: vcpus_per_vm
+                    .iter()
+                    .map(|_| crate::irq_route::IrqRoute::new())
+                    .collect(),
+                vcpus_per_vm: vcpus_per_vm.to_vec(),
             }),
         })
     }
@@ -341,6 +381,7 @@ impl Shared {
         if granted {
             self.granted.notify_all();
         }
+        self.route_to_running(st);
     }
 
     fn finish_vm(&self, st: &mut State, vm: usize) {
@@ -511,6 +552,14 @@ impl VcpuGrant {
             self.attached = true;
             if let Some(slot) = st.slots.get_mut(self.vcpu) {
                 slot.proc_stat = own_proc_stat();
+                // SAFETY: gettid has no preconditions.
+                slot.tid = Some(unsafe { libc::gettid() });
+                // An affinity set under `linux` before this thread existed.
+                if let Some(cpus) = &slot.linux_cpus {
+                    if pin_current_thread(cpus).is_ok() {
+                        self.pinned_to = None;
+                    }
+                }
             }
         }
         if st.policy.is_none() {
