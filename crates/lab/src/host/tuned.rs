@@ -1,15 +1,19 @@
 //! The host spec's `tune = true`: seed 001's tuner (`smplab_policy::tune`)
 //! watching a real `smplab host` run. Every window it reads the user-level
-//! scheduler's counts per VM and sets the host slice (the shortest any VM's
-//! tuner asks for). Of the seed's indicators the real host has only spin
-//! detections today (its sampler's); rescheduling IPIs, refill cost and
-//! interrupt latency read as 0 until it measures them, and affinity and
-//! interrupt routing are not applied (the scheduler has no per-vCPU
-//! affinity; the guest's routing is fixed at boot). docs/host.md.
+//! scheduler's counts per VM (the input side) and carries out each VM's
+//! setting (the output side, [`apply_setting`]): the host slice (the
+//! shortest any VM's tuner asks for), the VM's vCPU affinity (pinned or
+//! floating, `HostScheduler::set_vm_affinity`) and its guest's interrupt
+//! routing (`HostScheduler::set_irq_affinity`: the routing page, `running`
+//! kept up to date by the scheduler). Of the seed's indicators the real
+//! host has only spin detections today (its sampler's); rescheduling IPIs,
+//! refill cost and interrupt latency read as 0 until it measures them.
+//! docs/host.md.
 
 use smplab_policy::tune::{Indicators, Setting, Tuner, TunerConfig, VcpuAffinity};
 use smplab_record::config::IrqAffinity;
-use smplab_vmm::host::HostScheduler;
+use smplab_vmm::host::{HostError, HostScheduler};
+use smplab_vmm::irq_route::IrqRouteError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -58,6 +62,8 @@ pub fn tune_host(
     let mut recent: Vec<std::collections::VecDeque<(u64, u64)>> =
         vec![std::collections::VecDeque::new(); vcpus_per_vm.len()];
     let mut log = Vec::new();
+    // Per VM: the setting in force on the host (the tuner's, once applied).
+    let mut applied: Vec<Setting> = vcpus_per_vm.iter().map(|_| initial.clone()).collect();
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(HOST_WINDOW);
         let stats = scheduler.vcpu_stats();
@@ -95,6 +101,14 @@ pub fn tune_host(
                 }
             }
         }
+        for (vm, tuner) in tuners.iter().enumerate() {
+            log.extend(apply_setting(
+                scheduler,
+                vm,
+                &mut applied[vm],
+                tuner.current(),
+            ));
+        }
         let slice = tuners
             .iter()
             .map(|t| t.current().slice_ns)
@@ -103,4 +117,105 @@ pub fn tune_host(
         scheduler.set_slice_ns(slice);
     }
     log
+}
+
+/// Carry out VM `vm`'s `wanted` setting where it differs from `applied`
+/// (the one in force): its vCPU affinity and its interrupt routing (the
+/// slice is the host's, set by the caller). Returns the log lines of what it
+/// did. `applied` follows what took effect; a routing the guest cannot take
+/// yet (its memory does not exist) is left for the next window, any other
+/// refusal is logged once and not retried.
+pub fn apply_setting(
+    scheduler: &HostScheduler,
+    vm: usize,
+    applied: &mut Setting,
+    wanted: &Setting,
+) -> Vec<String> {
+    let mut log = Vec::new();
+    applied.slice_ns = wanted.slice_ns;
+    if wanted.affinity != applied.affinity {
+        match scheduler.set_vm_affinity(vm, wanted.affinity) {
+            Ok(()) => log.push(format!(
+                "vm {vm}: applied vCPU affinity {}",
+                wanted.affinity
+            )),
+            Err(e) => log.push(format!(
+                "vm {vm}: vCPU affinity {} not applied: {e}",
+                wanted.affinity
+            )),
+        }
+        applied.affinity = wanted.affinity;
+    }
+    if wanted.irq != applied.irq {
+        match scheduler.set_irq_affinity(vm, &wanted.irq) {
+            Ok(()) => {
+                log.push(format!(
+                    "vm {vm}: applied interrupt affinity {}",
+                    wanted.irq
+                ));
+                applied.irq = wanted.irq.clone();
+            }
+            Err(HostError::IrqRoute(IrqRouteError::NotRunning)) => {}
+            Err(e) => {
+                log.push(format!(
+                    "vm {vm}: interrupt affinity {} not applied: {e}",
+                    wanted.irq
+                ));
+                applied.irq = wanted.irq.clone();
+            }
+        }
+    }
+    log
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smplab_policy::{Affinity, HostPolicy};
+    use smplab_vmm::host::Sampling;
+
+    fn setting(affinity: VcpuAffinity, irq: IrqAffinity) -> Setting {
+        Setting {
+            slice_ns: 4_000_000,
+            affinity,
+            irq,
+        }
+    }
+
+    #[test]
+    fn apply_setting_pins_routes_and_retries_only_what_can_succeed_later() {
+        let cpus: Vec<usize> = smplab_vmm::placement::allowed_cpus()
+            .into_iter()
+            .take(2)
+            .collect();
+        let policy: HostPolicy = "fair:4ms".parse().unwrap();
+        let sched = HostScheduler::new(&policy, &[2, 2], &cpus, Sampling::default()).unwrap();
+        let mut applied = setting(VcpuAffinity::Floating, IrqAffinity::default());
+        let pinned = setting(VcpuAffinity::Pinned, IrqAffinity::default());
+        let log = apply_setting(&sched, 1, &mut applied, &pinned);
+        assert_eq!(log, vec!["vm 1: applied vCPU affinity pinned".to_string()]);
+        assert_eq!(applied, pinned);
+        assert_eq!(
+            sched.vcpu_affinity(1, 1),
+            Affinity::Pcpus(vec![1 % cpus.len()])
+        );
+        assert_eq!(sched.vcpu_affinity(0, 1), Affinity::Any, "VM 0 untouched");
+        // No VM memory yet: a vCPU routing waits for the next window.
+        let to_1 = setting(VcpuAffinity::Pinned, IrqAffinity::Vcpus(vec![1]));
+        assert!(apply_setting(&sched, 1, &mut applied, &to_1).is_empty());
+        assert_eq!(applied.irq, IrqAffinity::default(), "retried later");
+        // `running` is the scheduler's to maintain: taken at once.
+        let running = setting(VcpuAffinity::Pinned, IrqAffinity::Running);
+        let log = apply_setting(&sched, 1, &mut applied, &running);
+        assert_eq!(
+            log,
+            vec!["vm 1: applied interrupt affinity running".to_string()]
+        );
+        // A VM that does not exist: said once, not retried.
+        let mut other = setting(VcpuAffinity::Floating, IrqAffinity::default());
+        let log = apply_setting(&sched, 7, &mut other, &pinned);
+        assert_eq!(log.len(), 1, "{log:?}");
+        assert!(log[0].contains("VM 7 does not exist"), "{log:?}");
+        assert!(apply_setting(&sched, 7, &mut other, &pinned).is_empty());
+    }
 }
