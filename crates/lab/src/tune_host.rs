@@ -4,10 +4,12 @@
 //!
 //! - vCPU affinity × time slice: `linux` with the vCPU threads pinned
 //!   (vCPU i on host CPU i) or floating, the host kernel's own slice; and the
-//!   user-level `fair:SLICE` scheduler at 1, 4 and 16 ms (it grants any free
-//!   CPU: floating). The user-level scheduler has no per-vCPU affinity, so
-//!   pinned × short slice is not a point here (docs/lab.md).
-//! - interrupt affinity (profiles with `io` ops only): vCPU 0, vCPU 1, balanced.
+//!   user-level `fair:SLICE` scheduler at 1, 4 and 16 ms, floating (it grants
+//!   any free CPU) or, at 1 and 4 ms, pinned (the scheduler's per-vCPU
+//!   affinity: vCPU i of both VMs on host CPU i).
+//! - interrupt affinity (profiles with `io` ops only): vCPU 0, vCPU 1,
+//!   balanced, and under `fair` `running` (the scheduler keeps the guest's
+//!   routing page pointed at the VM's running vCPUs: vBalance).
 //!
 //! Repetitions are interleaved (all configurations of rep 0, then rep 1...).
 //! A configuration the host refuses is listed as failed with the reason.
@@ -16,6 +18,7 @@ use crate::host::run::run_host;
 use crate::host::spec::{HostSpec, HostVm};
 use crate::tune_cli::{winners_table, Cell};
 use clap::Args;
+use smplab_policy::tune::VcpuAffinity;
 use smplab_record::config::{HostPolicy, IrqAffinity};
 use smplab_record::exit::{self, report_error};
 use smplab_vmm::host::Sampling;
@@ -55,6 +58,8 @@ struct HostConfig {
     policy: HostPolicy,
     pin: bool,
     irq: IrqAffinity,
+    /// User-level policies: the scheduler's vCPU affinity.
+    affinity: VcpuAffinity,
     /// Seed 001's tuner sets the slice at run time (starting from 4 ms).
     tune: bool,
 }
@@ -69,43 +74,50 @@ impl HostConfig {
             (true, Some(ns)) => format!("slice {} us", ns / 1000),
             (true, None) => format!("slice {} us", smplab_policy::DEFAULT_SLICE_NS / 1000),
         };
-        let aff = if self.pin && !self.policy.is_user_level() {
-            "pinned"
+        let pinned = if self.policy.is_user_level() {
+            self.affinity == VcpuAffinity::Pinned
         } else {
-            "floating"
+            self.pin
         };
+        let aff = if pinned { "pinned" } else { "floating" };
         format!("{slice}, {aff}, irq {}", self.irq)
     }
 }
 
 fn configs(io: bool) -> Vec<HostConfig> {
-    let mut policies: Vec<(HostPolicy, bool)> = Vec::new();
-    for (text, pin) in [
-        ("linux", true),
-        ("linux", false),
-        ("fair:1ms", false),
-        ("fair:4ms", false),
-        ("fair:16ms", false),
+    // (policy, linux pin, user-level affinity)
+    let mut policies: Vec<(HostPolicy, bool, VcpuAffinity)> = Vec::new();
+    for (text, pin, affinity) in [
+        ("linux", true, VcpuAffinity::Floating),
+        ("linux", false, VcpuAffinity::Floating),
+        ("fair:1ms", false, VcpuAffinity::Floating),
+        ("fair:4ms", false, VcpuAffinity::Floating),
+        ("fair:16ms", false, VcpuAffinity::Floating),
+        ("fair:1ms", false, VcpuAffinity::Pinned),
+        ("fair:4ms", false, VcpuAffinity::Pinned),
     ] {
         if let Ok(p) = text.parse::<HostPolicy>() {
-            policies.push((p, pin));
+            policies.push((p, pin, affinity));
         }
     }
-    let irqs: Vec<IrqAffinity> = if io {
-        ["0", "1", "balanced"]
-            .iter()
-            .filter_map(|s| s.parse().ok())
-            .collect()
-    } else {
-        vec![IrqAffinity::default()]
+    let irqs = |user_level: bool| -> Vec<IrqAffinity> {
+        if !io {
+            return vec![IrqAffinity::default()];
+        }
+        let mut list = vec!["0", "1", "balanced"];
+        if user_level {
+            list.push("running");
+        }
+        list.iter().filter_map(|s| s.parse().ok()).collect()
     };
     let mut out = Vec::new();
-    for (policy, pin) in &policies {
-        for irq in &irqs {
+    for (policy, pin, affinity) in &policies {
+        for irq in irqs(policy.is_user_level()) {
             out.push(HostConfig {
                 policy: *policy,
                 pin: *pin,
-                irq: irq.clone(),
+                irq,
+                affinity: *affinity,
                 tune: false,
             });
         }
@@ -115,6 +127,7 @@ fn configs(io: bool) -> Vec<HostConfig> {
             policy,
             pin: false,
             irq: IrqAffinity::default(),
+            affinity: VcpuAffinity::Floating,
             tune: true,
         });
     }
@@ -135,6 +148,7 @@ fn spec_for(
         timeout: Duration::from_secs(a.timeout_s),
         pin: c.pin,
         tune: c.tune,
+        vcpu_affinity: c.affinity,
         vms: vec![vm.clone(), vm],
     })
 }

@@ -147,6 +147,7 @@ fn spec_for(
         timeout: Duration::from_secs(args.timeout_s),
         pin: true,
         tune: false,
+        vcpu_affinity: smplab_policy::tune::VcpuAffinity::Floating,
         vms: vec![vm.clone(), vm],
     })
 }

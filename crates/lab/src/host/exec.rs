@@ -43,6 +43,7 @@ pub fn spec_of(
         timeout: limits.timeout,
         pin: true,
         tune: false,
+        vcpu_affinity: smplab_policy::tune::VcpuAffinity::Floating,
         vms: vec![vm; v.guest.vms.max(1) as usize],
     }
 }

@@ -3,6 +3,8 @@
 
 use super::spec::HostSpec;
 use serde::Serialize;
+use smplab_policy::tune::VcpuAffinity;
+use smplab_record::config::IrqAffinity;
 use smplab_record::RunRecord;
 use smplab_vmm::host::{HostError, HostReport, HostScheduler, HostSlot};
 
@@ -102,19 +104,34 @@ pub fn run_host(
     };
     let per_vm: Vec<u32> = chosen.iter().map(|&i| spec.vms[i].vcpus).collect();
     let scheduler = HostScheduler::new(&spec.policy, &per_vm, &spec.cpus, spec.sampling)?;
+    // The spec's affinities, in force before the first grant: pinned vCPUs
+    // are placed by it, `running` routing kept by the scheduler from the
+    // moment each guest's memory exists.
+    for (slot, &vm) in chosen.iter().enumerate() {
+        if spec.vcpu_affinity != VcpuAffinity::Floating {
+            scheduler.set_vm_affinity(slot, spec.vcpu_affinity)?;
+        }
+        if spec.vms[vm].irq_affinity == IrqAffinity::Running {
+            scheduler.set_irq_affinity(slot, &IrqAffinity::Running)?;
+        }
+    }
+    let start: Vec<(VcpuAffinity, IrqAffinity)> = chosen
+        .iter()
+        .map(|&vm| (spec.vcpu_affinity, spec.vms[vm].irq_affinity.clone()))
+        .collect();
     let gate = smplab_guest::StartGate::new(chosen.len(), spec.timeout / 4);
     let ticker = scheduler.start()?;
     let stop_tuner = std::sync::atomic::AtomicBool::new(false);
     let mut decisions = Vec::new();
     let records = std::thread::scope(|s| {
         let tuner = spec.tune.then(|| {
-            let (scheduler, per_vm, stop) = (&scheduler, &per_vm, &stop_tuner);
+            let (scheduler, per_vm, start, stop) = (&scheduler, &per_vm, &start, &stop_tuner);
             let long = spec
                 .policy
                 .time_slice_ns
                 .unwrap_or(smplab_policy::DEFAULT_SLICE_NS);
             let interval = spec.sampling.interval;
-            s.spawn(move || super::tuned::tune_host(scheduler, per_vm, interval, long, stop))
+            s.spawn(move || super::tuned::tune_host(scheduler, per_vm, start, interval, long, stop))
         });
         let handles: Vec<_> = chosen
             .iter()
@@ -190,6 +207,9 @@ fn run_one(
             r.set_config("host_cpus", spec.cpus.clone());
             r.set_config("host_pin", spec.pin);
             r.set_config("irq_affinity", v.irq_affinity.to_string());
+            if spec.policy.is_user_level() {
+                r.set_config("vcpu_affinity", spec.vcpu_affinity.to_string());
+            }
             VmOutcome::Ok(Box::new(r))
         }
         Err(e) => VmOutcome::Failed {

@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 use serde_spanned::Spanned;
+use smplab_policy::tune::VcpuAffinity;
 use smplab_record::config::{HostPolicy, IdlePolicy, IrqAffinity, SyncMode, MAX_GUEST_VCPUS};
 use smplab_record::diag::{Diagnostics, SourceText};
 use smplab_vmm::host::{Sampling, MAX_HOST_VCPUS};
@@ -30,6 +31,10 @@ struct RawSpec {
     /// Seed 001's tuner sets the slice at run time (user-level policies).
     #[serde(default)]
     tune: Option<Spanned<bool>>,
+    /// User-level policies: `pinned` (vCPU i of every VM on `cpus[i % n]`)
+    /// or `floating` (default), the scheduler's per-vCPU affinity.
+    #[serde(default)]
+    vcpu_affinity: Option<Spanned<String>>,
     #[serde(default)]
     vm: Vec<Spanned<RawVm>>,
 }
@@ -113,6 +118,9 @@ pub struct HostSpec {
     pub pin: bool,
     /// Seed 001's tuner adapts the slice (`host::tuned`).
     pub tune: bool,
+    /// User-level policies: the vCPUs' affinity from the start (the tuner
+    /// may change it).
+    pub vcpu_affinity: VcpuAffinity,
     pub vms: Vec<HostVm>,
 }
 
@@ -192,7 +200,7 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
         d.push(src.at(0, "no VMs: add at least one [[vm]] table"));
     }
     for raw_vm in &raw.vm {
-        if let Some(vm) = parse_vm(&src, raw_vm.get_ref(), &mut d) {
+        if let Some(vm) = parse_vm(&src, raw_vm.get_ref(), policy.is_user_level(), &mut d) {
             let count = raw_vm.get_ref().count.as_ref().map_or(1, |c| *c.get_ref());
             vms.extend(std::iter::repeat_n(vm, count as usize));
         }
@@ -221,6 +229,24 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
             ));
         }
     }
+    let vcpu_affinity = match &raw.vcpu_affinity {
+        None => VcpuAffinity::Floating,
+        Some(a) => match (a.get_ref().as_str(), policy.is_user_level()) {
+            ("floating", _) => VcpuAffinity::Floating,
+            ("pinned", true) => VcpuAffinity::Pinned,
+            ("pinned", false) => {
+                d.push(src.span(
+                    a.span(),
+                    "vcpu_affinity is the user-level scheduler's: under linux use pin = true",
+                ));
+                VcpuAffinity::Floating
+            }
+            _ => {
+                d.push(src.span(a.span(), "use pinned or floating"));
+                VcpuAffinity::Floating
+            }
+        },
+    };
     d.into_result(HostSpec {
         cpus,
         policy,
@@ -228,11 +254,17 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
         timeout,
         pin,
         tune,
+        vcpu_affinity,
         vms,
     })
 }
 
-fn parse_vm(src: &SourceText<'_>, raw: &RawVm, d: &mut Diagnostics) -> Option<HostVm> {
+fn parse_vm(
+    src: &SourceText<'_>,
+    raw: &RawVm,
+    user_level: bool,
+    d: &mut Diagnostics,
+) -> Option<HostVm> {
     let before = d.len();
     let vcpus = raw.vcpus.as_ref().map_or(2, |v| *v.get_ref());
     if let Some(v) = &raw.vcpus {
@@ -265,10 +297,13 @@ fn parse_vm(src: &SourceText<'_>, raw: &RawVm, d: &mut Diagnostics) -> Option<Ho
     let irq_affinity = match &raw.irq_affinity {
         None => IrqAffinity::default(),
         Some(s) => match s.get_ref().parse::<IrqAffinity>() {
+            // The user-level scheduler knows who runs and keeps the guest's
+            // routing page pointed at them (smplab_vmm::host::actuate).
+            Ok(IrqAffinity::Running) if user_level => IrqAffinity::Running,
             Ok(IrqAffinity::Running) => {
                 d.push(src.span(
                     s.span(),
-                    "irq_affinity running (vBalance) is modelled by the simulator only; use a vCPU, a list like 0,1 or balanced",
+                    "irq_affinity running (vBalance) needs a user-level policy (the host must know which vCPU runs); use a vCPU, a list like 0,1 or balanced",
                 ));
                 IrqAffinity::default()
             }
@@ -360,7 +395,23 @@ mod tests {
         assert!(e.contains("at most"), "{e}");
         let e = err("cpus = \"0\"\n[[vm]]\nworkload = \"oltp\"\nirq_affinity = \"running\"\n");
         assert!(
-            e.contains("h.toml:4:16") && e.contains("simulator only"),
+            e.contains("h.toml:4:16") && e.contains("user-level policy"),
+            "{e}"
+        );
+        // Under a user-level policy `running` is the scheduler's to keep,
+        // and its vCPUs may be pinned.
+        let ok = parse(
+            "h.toml",
+            "cpus = \"0\"\npolicy = \"fair\"\nvcpu_affinity = \"pinned\"\n[[vm]]\nworkload = \"oltp\"\nirq_affinity = \"running\"\n",
+        )
+        .unwrap();
+        assert_eq!(ok.vms[0].irq_affinity, IrqAffinity::Running);
+        assert_eq!(ok.vcpu_affinity, VcpuAffinity::Pinned);
+        let e = err("cpus = \"0\"\nvcpu_affinity = \"pinned\"\n[[vm]]\nworkload = \"dedup\"\n");
+        assert!(e.contains("h.toml:2:17") && e.contains("pin = true"), "{e}");
+        let e = err("cpus = \"0\"\npolicy = \"fair\"\nvcpu_affinity = \"tight\"\n[[vm]]\nworkload = \"dedup\"\n");
+        assert!(
+            e.contains("h.toml:3:17") && e.contains("pinned or floating"),
             "{e}"
         );
         let e = err("cpus = \"0\"\n[[vm]]\nworkload = \"oltp\"\nvcpus = 2\nirq_affinity = \"2\"\n");

@@ -29,9 +29,11 @@ pub const HOST_SPIN_WINDOWS: usize = 5;
 pub const HOST_SPIN_SHARE: f64 = 0.05;
 
 /// Run the tuner until `stop`; returns its decisions, as printed.
+/// `start[vm]`: the VM's vCPU and interrupt affinity as the run began.
 pub fn tune_host(
     scheduler: &HostScheduler,
     vcpus_per_vm: &[u32],
+    start: &[(VcpuAffinity, IrqAffinity)],
     sample_interval: Duration,
     long: u64,
     stop: &AtomicBool,
@@ -46,14 +48,22 @@ pub fn tune_host(
         spin_enter_per_s: HOST_SPIN_SHARE / sample_interval.as_secs_f64().max(1e-6),
         ..TunerConfig::default()
     };
-    let initial = Setting {
-        slice_ns: long,
-        affinity: VcpuAffinity::Floating,
-        irq: IrqAffinity::default(),
-    };
-    let mut tuners: Vec<Tuner> = vcpus_per_vm
+    let initial: Vec<Setting> = (0..vcpus_per_vm.len())
+        .map(|vm| {
+            let (affinity, irq) = start
+                .get(vm)
+                .cloned()
+                .unwrap_or((VcpuAffinity::Floating, IrqAffinity::default()));
+            Setting {
+                slice_ns: long,
+                affinity,
+                irq,
+            }
+        })
+        .collect();
+    let mut tuners: Vec<Tuner> = initial
         .iter()
-        .map(|_| Tuner::new(config.clone(), initial.clone()))
+        .map(|i| Tuner::new(config.clone(), i.clone()))
         .collect();
     let start = Instant::now();
     let mut last_spins = vec![0u64; vcpus_per_vm.len()];
@@ -63,7 +73,7 @@ pub fn tune_host(
         vec![std::collections::VecDeque::new(); vcpus_per_vm.len()];
     let mut log = Vec::new();
     // Per VM: the setting in force on the host (the tuner's, once applied).
-    let mut applied: Vec<Setting> = vcpus_per_vm.iter().map(|_| initial.clone()).collect();
+    let mut applied = initial;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(HOST_WINDOW);
         let stats = scheduler.vcpu_stats();
