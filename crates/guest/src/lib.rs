@@ -87,8 +87,9 @@ pub struct VmRunOptions {
     /// while the guest runs (docs/guest-abi.md, "The routing page").
     pub irq_route: Option<smplab_vmm::irq_route::IrqRoute>,
     /// Which vCPUs take the block device's interrupt (`io` ops): the guest
-    /// programs its IOAPIC redirection entry from it. `Running` is the
-    /// simulator's alone.
+    /// programs its IOAPIC redirection entry from it. `Running` needs a
+    /// user-level host scheduler ([`VmRunOptions::host`]), which keeps the
+    /// guest's routing page on the running vCPUs.
     pub irq_affinity: IrqAffinity,
     /// smplab-vmm only: host CPUs of the thread completing device requests
     /// (empty: not pinned).
@@ -160,7 +161,7 @@ pub enum GuestError {
     EmptyPin,
     #[error("the workload has `io` ops, which the smplab guest runs only on smplab-vmm's block device (QEMU has no device it can drive the same way, docs/vmm.md); use --executor vm, native or sim")]
     IoUnsupported,
-    #[error("--irq-affinity {0} names a policy only the simulator models; use a vCPU, a list like 0,1 or balanced")]
+    #[error("--irq-affinity {0} needs a user-level host scheduler (smplab host with a policy such as fair) or the simulator; use a vCPU, a list like 0,1 or balanced")]
     IrqAffinityUnsupported(IrqAffinity),
     #[error("--irqchip user applies only to smplab-vmm (--executor vm); QEMU runs with its in-kernel irqchip")]
     QemuUserIrqchip,
@@ -293,7 +294,7 @@ fn check(program: &Program, opts: &VmRunOptions) -> Result<u64, GuestError> {
     if threads > MAX_THREADS {
         return Err(GuestError::TooManyThreads { threads });
     }
-    if program.uses_io() && opts.irq_affinity == IrqAffinity::Running {
+    if program.uses_io() && opts.irq_affinity == IrqAffinity::Running && !running_kept(opts) {
         return Err(GuestError::IrqAffinityUnsupported(IrqAffinity::Running));
     }
     let mem = opts.mem_bytes.unwrap_or_else(|| mem_bytes_for(program));
@@ -399,6 +400,14 @@ fn base_record(
     rec
 }
 
+/// Whether a host scheduler that knows who runs keeps the routing page on
+/// the running vCPUs (`running` interrupt affinity on smplab-vmm).
+fn running_kept(opts: &VmRunOptions) -> bool {
+    opts.host
+        .as_ref()
+        .is_some_and(|h| h.scheduler.policy().is_user_level())
+}
+
 /// Run `program` in the smplab guest on smplab-vmm.
 pub fn run_vm(
     program: &Program,
@@ -426,6 +435,13 @@ pub fn run_vm(
     cfg.start_gate = opts.start_gate.clone();
     cfg.host = opts.host.clone();
     cfg.irq_route = opts.irq_route.clone();
+    if let (Some(host), IrqAffinity::Running) = (&opts.host, &opts.irq_affinity) {
+        // The guest boots with every vCPU in turn (`io_irq`); the scheduler
+        // points the routing page at the running ones once memory exists.
+        host.scheduler
+            .set_irq_affinity(host.vm, &IrqAffinity::Running)
+            .map_err(|_| GuestError::IrqAffinityUnsupported(IrqAffinity::Running))?;
+    }
     cfg.block = program
         .uses_io()
         .then(|| smplab_vmm::devices::block::BlockConfig {

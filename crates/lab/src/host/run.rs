@@ -104,15 +104,11 @@ pub fn run_host(
     };
     let per_vm: Vec<u32> = chosen.iter().map(|&i| spec.vms[i].vcpus).collect();
     let scheduler = HostScheduler::new(&spec.policy, &per_vm, &spec.cpus, spec.sampling)?;
-    // The spec's affinities, in force before the first grant: pinned vCPUs
-    // are placed by it, `running` routing kept by the scheduler from the
-    // moment each guest's memory exists.
-    for (slot, &vm) in chosen.iter().enumerate() {
+    // The spec's vCPU affinity, in force before the first grant (`running`
+    // interrupt routing is set up by smplab_guest::run_vm).
+    for slot in 0..chosen.len() {
         if spec.vcpu_affinity != VcpuAffinity::Floating {
             scheduler.set_vm_affinity(slot, spec.vcpu_affinity)?;
-        }
-        if spec.vms[vm].irq_affinity == IrqAffinity::Running {
-            scheduler.set_irq_affinity(slot, &IrqAffinity::Running)?;
         }
     }
     let start: Vec<(VcpuAffinity, IrqAffinity)> = chosen

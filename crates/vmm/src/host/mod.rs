@@ -306,6 +306,11 @@ impl HostScheduler {
         }
     }
 
+    /// The host policy this scheduler runs.
+    pub fn policy(&self) -> &HostPolicy {
+        &self.shared.policy
+    }
+
     /// The user-level policy's counts per vCPU so far (VM 0's vCPUs first);
     /// empty under `linux`.
     pub fn vcpu_stats(&self) -> Vec<smplab_policy::VcpuStats> {
