@@ -564,3 +564,38 @@ fn the_host_moves_block_interrupts_mid_run_through_the_routing_page() {
     }
     common::routing_moves_mid_run(opts(2, IdlePolicy::Hlt), "kernel irqchip");
 }
+
+#[test]
+fn the_host_scheduler_keeps_running_routing_on_the_running_vcpu() {
+    if !kvm_usable() {
+        return;
+    }
+    use smplab_vmm::host::{HostScheduler, HostSlot, Sampling};
+    // One VM of 2 vCPUs on one host CPU: one vCPU runs at a time, so
+    // `running` routing is always a single vCPU, rewritten at every grant.
+    let cpu = smplab_vmm::placement::allowed_cpus()[0];
+    let policy = "fair:1ms".parse().expect("policy");
+    let sched = HostScheduler::new(&policy, &[2], &[cpu], Sampling::default()).expect("scheduler");
+    let ticker = sched.start().expect("ticker");
+    let p = program("oltp", 2, 0.3);
+    let o = VmRunOptions {
+        irq_affinity: smplab_record::config::IrqAffinity::Running,
+        host: Some(HostSlot {
+            scheduler: sched.clone(),
+            vm: 0,
+        }),
+        ..opts(2, IdlePolicy::Hlt)
+    };
+    let r = vm(&p, &o);
+    sched.finish(Some(ticker));
+    let irqs = check_io(&r, &p, 2);
+    let route = sched.irq_route(0).expect("route");
+    let mask = route.mask().expect("mask");
+    // The boot-time list (every vCPU in turn) leaves the mask 0; the
+    // scheduler wrote the running vCPU.
+    assert!(
+        mask == 0b01 || mask == 0b10,
+        "mask {mask:#b}, irqs {irqs:?}"
+    );
+    assert!(route.interrupts().expect("count") > 0);
+}

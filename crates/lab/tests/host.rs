@@ -141,3 +141,39 @@ fn the_lab_executes_a_host_configuration() {
         assert_eq!(back.host_run.as_ref(), Some(h));
     }
 }
+
+#[test]
+fn pinned_vcpus_never_change_host_cpu_and_floating_ones_do() {
+    if !have_kvm() {
+        return;
+    }
+    let text = |affinity: &str| {
+        format!(
+            "cpus = \"0-1\"\npolicy = \"fair:1ms\"\nvcpu_affinity = \"{affinity}\"\ntimeout = \"60s\"\n\
+             [[vm]]\nworkload = \"oltp\"\nvcpus = 2\nthreads = 2\nscale = 0.3\ncount = 2\n\
+             irq_affinity = \"running\"\n"
+        )
+    };
+    let moves = |affinity: &str| -> Vec<u64> {
+        let s = parse("h.toml", &text(affinity)).expect("spec");
+        let run = run_host(&s, None, false).expect("host run");
+        assert!(run.all_ok(), "{affinity}: {:?}", run.records);
+        for o in &run.records {
+            let r = o.record().expect("record");
+            assert_eq!(r.counters.ops["io"], r.io.as_ref().expect("io").requests);
+            assert_eq!(
+                r.config.get("vcpu_affinity").and_then(|v| v.as_str()),
+                Some(affinity)
+            );
+        }
+        let vcpus = run.host.vms.iter().flat_map(|v| &v.vcpus);
+        vcpus.map(|v| v.migrations).collect()
+    };
+    // Pinned: each vCPU thread is pinned once, at its first grant, and
+    // never moves (vCPU i of both VMs on host CPU i).
+    let pinned = moves("pinned");
+    assert!(pinned.iter().all(|&m| m == 1), "pinned: {pinned:?}");
+    // Floating: 4 vCPUs through one FIFO onto 2 CPUs at 1 ms slices move.
+    let floating = moves("floating");
+    assert!(floating.iter().any(|&m| m > 1), "floating: {floating:?}");
+}
