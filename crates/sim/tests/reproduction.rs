@@ -101,7 +101,7 @@ fn streamcluster_two_vms(block: bool) -> f64 {
 }
 
 #[test]
-#[ignore = "not reached: sim 0.51 vs at most 0.5 (the bound this test always had; 0.13 while the profile's barrier phases were 5 µs, 0.51 with PARSEC-like 42 µs phases)"]
+#[ignore = "not reached: sim 0.51 vs at most 0.5 (0.13 with 5 µs phases, 0.51 with PARSEC-like 42 µs phases); within the spin time's uncertainty: PARSEC's 35,000-pass volatile-counter loop takes 70-100 µs on seed 000's host (5-7 cycles a pass), and at 87.5 µs (43,750 of the profile's passes) this gives 0.46 but moves seed 001's streamcluster pin/float from 0.968 to 0.9702, past its 0.97 bound (docs/sim.md)"]
 fn seed000_streamcluster_two_vms_spinning_collapses() {
     // Tolerance: "reduced by about 2x" read as "loses at least 2x" =
     // weighted speedup at most 0.5.
@@ -364,7 +364,7 @@ fn seed000_q_dedup_poll_103pct() {
 }
 
 #[test]
-#[ignore = "not reached: sim 0.2% vs paper 28% (the model has no kernel-mode spinning in ocean_ncp that PLE could preempt: its futex hash-bucket ticket locks are not in the workload model)"]
+#[ignore = "not reached: sim 0.2% vs paper 28%: with KVM 3.19's PLE window (doubling per exit up to INT_MAX/2 cycles, reset only when the vCPU thread is scheduled in, which never happens to a polling vCPU on a dedicated host) any guest kernel spinning costs at most ~18 PLE exits per vCPU; modelling futex hash-bucket spinlocks gave 0.7% (fixed window: 38.4%); docs/sim.md"]
 fn seed000_q_ocean_poll_28pct() {
     within_25pct(
         "ocean_ncp slowdown, polling idle, %",
@@ -374,7 +374,7 @@ fn seed000_q_ocean_poll_28pct() {
 }
 
 #[test]
-#[ignore = "not reached: sim 0.2% vs paper 8% (as above)"]
+#[ignore = "not reached: sim 0.2% vs paper 8%: a polling guest without IPIs has no VM cost left in the model (timer interrupts, EPT walks not modelled); docs/sim.md"]
 fn seed000_q_ocean_poll_ple_off_8pct() {
     let mut v = vm("ocean_ncp", 16, 0.25, 16);
     v.idle = Idle::Poll;
