@@ -18,11 +18,22 @@
 //!   IPIs → keep the long slice and pin vCPUs (§4.3.1, streamcluster): each
 //!   extra dispatch costs a refill.
 //!
-//! Hysteresis, twice over: each indicator turns a condition on at its
+//! Hysteresis, three times over: each indicator turns a condition on at its
 //! `*_enter` threshold and off only below half of it (a Schmitt trigger),
 //! and a new setting must be proposed for `confirm_windows` windows in a row
 //! before it is applied. Every applied change is a [`Decision`] carrying the
 //! indicators of the window that confirmed it and the conditions they set.
+//!
+//! And memory: an indicator may vanish under its own cure (short slices
+//! leave fewer spins for a sampler to see), so the condition turns off, the
+//! cure is undone, the indicator comes back, and the tuner oscillates
+//! between the two settings. A condition that turns on again within
+//! `relapse_windows` of turning off has relapsed: from then on it stays on
+//! until its indicator has been low for twice as many windows as before
+//! (`hold`, 1 at first, at most `max_hold_windows`). A condition that stays
+//! off beyond `relapse_windows` forgets its hold, and a condition turning
+//! on is never delayed, so a real phase change is still seen at once; only
+//! the end of a relapsing condition waits for its hold.
 
 use smplab_record::config::IrqAffinity;
 use std::fmt;
@@ -108,6 +119,12 @@ pub struct TunerConfig {
     pub refill_enter_fraction: f64,
     /// Windows in a row a new setting must be proposed before it is applied.
     pub confirm_windows: u32,
+    /// A condition back on within this many windows of turning off has
+    /// relapsed (its cure had hidden its indicator): its hold doubles.
+    pub relapse_windows: u32,
+    /// The longest a relapsing condition is held on with its indicator low,
+    /// in windows.
+    pub max_hold_windows: u32,
     /// Interrupt routing used when interrupts need a running vCPU: `running`
     /// (vBalance) where the executor has it, else `balanced`.
     pub irq_to_running: IrqAffinity,
@@ -125,6 +142,8 @@ impl Default for TunerConfig {
             spin_enter_per_s: 500.0,
             refill_enter_fraction: 0.25,
             confirm_windows: 2,
+            relapse_windows: 16,
+            max_hold_windows: 64,
             irq_to_running: IrqAffinity::Running,
         }
     }
@@ -171,6 +190,9 @@ pub struct Decision {
     pub from: Setting,
     pub to: Setting,
     pub conditions: Conditions,
+    /// The conditions among `conditions` kept on only by their hold (their
+    /// indicator is already low: they relapsed before).
+    pub held: Conditions,
     /// The indicators of the confirming window.
     pub indicators: Indicators,
 }
@@ -178,9 +200,14 @@ pub struct Decision {
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let i = &self.indicators;
+        let held = if self.held == Conditions::default() {
+            String::new()
+        } else {
+            format!(", held: {}", self.held)
+        };
         write!(
             f,
-            "t={:.3} ms [{}] -> {} (was {}); resched IPIs {:.0}/s, refill {:.1} us/dispatch, irqs {:.0}/s at {:.1} us, spins {:.0}/s",
+            "t={:.3} ms [{}{held}] -> {} (was {}); resched IPIs {:.0}/s, refill {:.1} us/dispatch, irqs {:.0}/s at {:.1} us, spins {:.0}/s",
             self.at_ns as f64 / 1e6,
             self.conditions,
             self.to,
@@ -194,12 +221,95 @@ impl fmt::Display for Decision {
     }
 }
 
+/// One condition's memory (module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Memory {
+    /// Windows in a row its indicator must be low before it turns off.
+    hold: u32,
+    /// Windows in a row its indicator has been low while it is on.
+    low: u32,
+    /// Since it turned on, the setting was once what the tuner proposed
+    /// with it on: its cure was in place.
+    cured: bool,
+    /// The window it last turned off in, if it was cured then.
+    left_at: Option<u64>,
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Memory {
+            hold: 1,
+            low: 0,
+            cured: false,
+            left_at: None,
+        }
+    }
+}
+
+impl Memory {
+    /// The condition after window `window`, given whether it was `on` and
+    /// whether its indicator is above its (Schmitt) threshold; the second
+    /// value says it is on only by its hold.
+    fn step(&mut self, on: bool, above: bool, window: u64, c: &TunerConfig) -> (bool, bool) {
+        if on {
+            if above {
+                self.low = 0;
+                return (true, false);
+            }
+            self.low += 1;
+            if self.low < self.hold {
+                return (true, true);
+            }
+            self.low = 0;
+            if self.cured {
+                self.left_at = Some(window);
+            } else {
+                // It went before its cure came: the indicator was not
+                // hidden by the cure, so there is nothing to remember.
+                self.left_at = None;
+                self.hold = 1;
+            }
+            return (false, false);
+        }
+        let since = self.left_at.map(|left| window.saturating_sub(left));
+        match since {
+            Some(n) if n > u64::from(c.relapse_windows) => {
+                self.hold = 1;
+                self.left_at = None;
+            }
+            Some(_) if above => {
+                self.hold = self.hold.saturating_mul(2).min(c.max_hold_windows.max(1));
+            }
+            _ => {}
+        }
+        if above {
+            self.cured = false;
+            self.low = 0;
+        }
+        (above, false)
+    }
+}
+
+/// Per condition: its memory.
+#[derive(Debug, Clone, Copy, Default)]
+struct Memories {
+    io_late: Memory,
+    sync_heavy: Memory,
+    spinning: Memory,
+    cache_bound: Memory,
+}
+
 /// Seed 001's tuner for one VM.
 #[derive(Debug, Clone)]
 pub struct Tuner {
     config: TunerConfig,
     current: Setting,
     conditions: Conditions,
+    /// Conditions on only by their hold.
+    held: Conditions,
+    memory: Memories,
+    /// Windows observed so far.
+    windows: u64,
     /// The setting proposed by the last windows and for how many in a row.
     pending: Option<(Setting, u32)>,
     log: Vec<Decision>,
@@ -221,6 +331,9 @@ impl Tuner {
             config,
             current: initial,
             conditions: Conditions::default(),
+            held: Conditions::default(),
+            memory: Memories::default(),
+            windows: 0,
             pending: None,
             log: Vec::new(),
         }
@@ -236,6 +349,23 @@ impl Tuner {
 
     pub fn conditions(&self) -> Conditions {
         self.conditions
+    }
+
+    /// The conditions kept on only by their hold (module documentation).
+    pub fn held(&self) -> Conditions {
+        self.held
+    }
+
+    /// Per condition (io-late, sync-heavy, spinning, cache-bound): windows
+    /// its indicator must stay low before it turns off.
+    pub fn holds(&self) -> [u32; 4] {
+        let m = &self.memory;
+        [
+            m.io_late.hold,
+            m.sync_heavy.hold,
+            m.spinning.hold,
+            m.cache_bound.hold,
+        ]
     }
 
     /// Every change applied so far, oldest first.
@@ -256,11 +386,39 @@ impl Tuner {
             io_rate && i.irq_latency_ns >= c.irq_latency_target_ns
         };
         let refill_enter = c.refill_enter_fraction * c.short_slice_ns as f64;
+        let w = self.windows;
+        self.windows += 1;
+        let m = &mut self.memory;
+        let (io_late, io_held) = m.io_late.step(old.io_late, io_late, w, c);
+        let (sync_heavy, sync_held) = m.sync_heavy.step(
+            old.sync_heavy,
+            trigger(old.sync_heavy, i.resched_ipis_per_s, c.ipi_enter_per_s),
+            w,
+            c,
+        );
+        let (spinning, spin_held) = m.spinning.step(
+            old.spinning,
+            trigger(old.spinning, i.spins_per_s, c.spin_enter_per_s),
+            w,
+            c,
+        );
+        let (cache_bound, cache_held) = m.cache_bound.step(
+            old.cache_bound,
+            trigger(old.cache_bound, i.refill_ns_per_dispatch, refill_enter),
+            w,
+            c,
+        );
         self.conditions = Conditions {
             io_late,
-            sync_heavy: trigger(old.sync_heavy, i.resched_ipis_per_s, c.ipi_enter_per_s),
-            spinning: trigger(old.spinning, i.spins_per_s, c.spin_enter_per_s),
-            cache_bound: trigger(old.cache_bound, i.refill_ns_per_dispatch, refill_enter),
+            sync_heavy,
+            spinning,
+            cache_bound,
+        };
+        self.held = Conditions {
+            io_late: io_held,
+            sync_heavy: sync_held,
+            spinning: spin_held,
+            cache_bound: cache_held,
         };
     }
 
@@ -297,6 +455,23 @@ impl Tuner {
         }
     }
 
+    /// The setting is what the tuner proposes with the conditions now on:
+    /// their cures are in place.
+    fn mark_cured(&mut self) {
+        let k = self.conditions;
+        let m = &mut self.memory;
+        for (on, memory) in [
+            (k.io_late, &mut m.io_late),
+            (k.sync_heavy, &mut m.sync_heavy),
+            (k.spinning, &mut m.spinning),
+            (k.cache_bound, &mut m.cache_bound),
+        ] {
+            if on {
+                memory.cured = true;
+            }
+        }
+    }
+
     /// One window's indicators, at driver time `now_ns`: the setting to apply
     /// if it changed (also logged), else `None`.
     pub fn observe(&mut self, now_ns: u64, indicators: Indicators) -> Option<Setting> {
@@ -304,6 +479,7 @@ impl Tuner {
         let proposal = self.propose();
         if proposal == self.current {
             self.pending = None;
+            self.mark_cured();
             return None;
         }
         let count = match &self.pending {
@@ -320,9 +496,11 @@ impl Tuner {
             from: self.current.clone(),
             to: proposal.clone(),
             conditions: self.conditions,
+            held: self.held,
             indicators,
         });
         self.current = proposal.clone();
+        self.mark_cured();
         Some(proposal)
     }
 }
@@ -485,5 +663,125 @@ mod tests {
         t.observe(4_000_000, quiet);
         assert_eq!(t.current().affinity, VcpuAffinity::Pinned);
         assert_eq!(t.current().slice_ns, 24_000_000);
+    }
+
+    /// A VM whose spins show only under the long slice: the short slice
+    /// (the cure) hides them, as on the real host's dedup.
+    fn hidden_by_cure(t: &Tuner) -> Indicators {
+        Indicators {
+            window_ns: 1_000_000,
+            spins_per_s: if t.current().slice_ns == 100_000 {
+                0.0
+            } else {
+                2_000.0
+            },
+            ..Indicators::default()
+        }
+    }
+
+    /// Runs `windows` windows of `hidden_by_cure` from window `from`;
+    /// returns the windows spent on the short slice and the decisions made.
+    fn closed_loop(t: &mut Tuner, from: u64, windows: u64) -> (u64, usize) {
+        let before = t.log().len();
+        let mut short = 0;
+        for k in from..from + windows {
+            let i = hidden_by_cure(t);
+            t.observe(k * 1_000_000, i);
+            short += u64::from(t.current().slice_ns == 100_000);
+        }
+        (short, t.log().len() - before)
+    }
+
+    #[test]
+    fn an_indicator_hidden_by_its_cure_does_not_make_the_tuner_oscillate() {
+        // Without memory (a hold of at most one window) the tuner flips
+        // between the two slices every few windows, half its time on each.
+        let mut forgetful = Tuner::new(
+            TunerConfig {
+                long_slice_ns: 24_000_000,
+                max_hold_windows: 1,
+                ..TunerConfig::default()
+            },
+            initial(),
+        );
+        let (short, changes) = closed_loop(&mut forgetful, 0, 1000);
+        assert!(changes > 200, "{changes} changes");
+        assert!(short < 700, "{short} of 1000 windows short");
+        // With memory each relapse doubles the hold, so after a few flips
+        // it stays on the short slice for max_hold_windows at a time.
+        let mut t = tuner();
+        let (short, changes) = closed_loop(&mut t, 0, 1000);
+        assert!(changes < 50, "{changes} changes: {:#?}", t.log());
+        assert!(short > 900, "{short} of 1000 windows short");
+        assert_eq!(t.holds()[2], t.config().max_hold_windows);
+        assert!(t.held().spinning || !t.conditions().spinning || t.current().slice_ns == 100_000);
+        // Once settled, every stay on the short slice lasts the full hold.
+        let mut run = 0u64;
+        let mut stays = Vec::new();
+        for k in 1000..2000u64 {
+            let i = hidden_by_cure(&t);
+            t.observe(k * 1_000_000, i);
+            if t.current().slice_ns == 100_000 {
+                run += 1;
+            } else if run > 0 {
+                stays.push(run);
+                run = 0;
+            }
+        }
+        // (The first stay began before window 1000.)
+        assert!(stays.len() > 2, "{stays:?}");
+        assert!(
+            stays[1..]
+                .iter()
+                .all(|&n| n >= u64::from(t.config().max_hold_windows)),
+            "{stays:?}"
+        );
+    }
+
+    #[test]
+    fn memory_still_lets_a_real_phase_change_through() {
+        let mut t = tuner();
+        closed_loop(&mut t, 0, 300);
+        assert_eq!(t.holds()[2], t.config().max_hold_windows);
+        // A new phase with another signature is seen at once: an I/O phase
+        // moves the interrupts at its second window (the confirmation).
+        let io = |t: &Tuner| Indicators {
+            irqs_per_s: 6_000.0,
+            irq_latency_ns: 400_000.0,
+            ..hidden_by_cure(t)
+        };
+        let mut moved = None;
+        for k in 300..310u64 {
+            let i = io(&t);
+            if t.observe(k * 1_000_000, i)
+                .is_some_and(|s| s.irq == IrqAffinity::Running)
+            {
+                moved = Some(k);
+                break;
+            }
+        }
+        assert_eq!(moved, Some(301), "{:#?}", t.log());
+        // The spins end for good (nothing else left): the long slice is back
+        // within the hold plus the confirmation, not never.
+        let quiet = Indicators {
+            window_ns: 1_000_000,
+            ..Indicators::default()
+        };
+        let bound = u64::from(t.config().max_hold_windows + t.config().confirm_windows);
+        let mut back = None;
+        for k in 0..bound + 10 {
+            t.observe((310 + k) * 1_000_000, quiet);
+            if t.current().slice_ns == 24_000_000 {
+                back = Some(k + 1);
+                break;
+            }
+        }
+        let back = back.expect("the long slice must come back");
+        assert!(back <= bound, "{back} windows > {bound}");
+        // Off beyond relapse_windows, the condition forgets its hold.
+        for k in 0..u64::from(t.config().relapse_windows) + 2 {
+            t.observe((400 + k) * 1_000_000, quiet);
+        }
+        assert_eq!(t.holds()[2], 1);
     }
 }
