@@ -25,6 +25,15 @@ pub const HOST_SPIN_WINDOWS: usize = 5;
 /// Spin detections per sample at which the host's tuner calls a VM spinning.
 pub const HOST_SPIN_SHARE: f64 = 0.05;
 
+/// Windows within which a condition that comes back counts as relapsed
+/// (`TunerConfig::relapse_windows`): 500 ms, above the 100–300 ms in which
+/// the tuner without memory flipped between 4 ms and 1 ms on dedup here
+/// (docs/lab.md).
+pub const HOST_RELAPSE_WINDOWS: u32 = 25;
+
+/// The longest a relapsing condition is held (`max_hold_windows`): 1.28 s.
+pub const HOST_MAX_HOLD_WINDOWS: u32 = 64;
+
 /// Run the tuner until `stop`; returns its decisions, as printed.
 pub fn tune_host(
     scheduler: &HostScheduler,
@@ -41,6 +50,8 @@ pub fn tune_host(
         // The sampler sees at most one spin per sample of a running vCPU:
         // "spinning" is 5% of the samples a vCPU running all the time gets.
         spin_enter_per_s: HOST_SPIN_SHARE / sample_interval.as_secs_f64().max(1e-6),
+        relapse_windows: HOST_RELAPSE_WINDOWS,
+        max_hold_windows: HOST_MAX_HOLD_WINDOWS,
         ..TunerConfig::default()
     };
     let initial = Setting {
