@@ -28,9 +28,10 @@
 //! leave fewer spins for a sampler to see), so the condition turns off, the
 //! cure is undone, the indicator comes back, and the tuner oscillates
 //! between the two settings. A condition that turns on again within
-//! `relapse_windows` of turning off has relapsed: from then on it stays on
-//! until its indicator has been low for twice as many windows as before
-//! (`hold`, 1 at first, at most `max_hold_windows`). A condition that stays
+//! `relapse_windows` of turning off, after its cure was in place, has
+//! relapsed: from then on it stays on until its indicator has been low for
+//! its `hold` (1 window at first; at a relapse twice the last hold and at
+//! least 4 times the windows it stayed off; at most `max_hold_windows`). A condition that stays
 //! off beyond `relapse_windows` forgets its hold, and a condition turning
 //! on is never delayed, so a real phase change is still seen at once; only
 //! the end of a relapsing condition waits for its hold.
@@ -128,6 +129,13 @@ pub struct TunerConfig {
     /// Interrupt routing used when interrupts need a running vCPU: `running`
     /// (vBalance) where the executor has it, else `balanced`.
     pub irq_to_running: IrqAffinity,
+    /// Windows after `io-late`'s cure is applied at which the interrupt
+    /// latency is compared with the latency before it (0: never).
+    pub cure_check_windows: u32,
+    /// The share of the latency the cure must remove to count as working;
+    /// if it does not, `io-late` is switched off for a while (module
+    /// documentation).
+    pub cure_min_gain: f64,
 }
 
 impl Default for TunerConfig {
@@ -145,6 +153,10 @@ impl Default for TunerConfig {
             relapse_windows: 16,
             max_hold_windows: 64,
             irq_to_running: IrqAffinity::Running,
+            // Off: the seed's rule as it stands (the simulator); the real
+            // host's driver turns it on.
+            cure_check_windows: 0,
+            cure_min_gain: 0.2,
         }
     }
 }
@@ -193,6 +205,9 @@ pub struct Decision {
     /// The conditions among `conditions` kept on only by their hold (their
     /// indicator is already low: they relapsed before).
     pub held: Conditions,
+    /// Conditions switched off at this window because their cure did not
+    /// help (`io-late`: the latency did not fall).
+    pub failed: Conditions,
     /// The indicators of the confirming window.
     pub indicators: Indicators,
 }
@@ -200,11 +215,14 @@ pub struct Decision {
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let i = &self.indicators;
-        let held = if self.held == Conditions::default() {
+        let mut held = if self.held == Conditions::default() {
             String::new()
         } else {
             format!(", held: {}", self.held)
         };
+        if self.failed != Conditions::default() {
+            held.push_str(&format!(", cure did not help: {}", self.failed));
+        }
         write!(
             f,
             "t={:.3} ms [{}{held}] -> {} (was {}); resched IPIs {:.0}/s, refill {:.1} us/dispatch, irqs {:.0}/s at {:.1} us, spins {:.0}/s",
@@ -220,6 +238,11 @@ impl fmt::Display for Decision {
         )
     }
 }
+
+/// At a relapse the hold is at least this many times the windows the
+/// condition stayed off: the tuner then spends at least 4/5 of the time on
+/// the cure of an indicator that returns whenever the cure is undone.
+const RELAPSE_HOLD_FACTOR: u64 = 4;
 
 /// One condition's memory (module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,8 +300,17 @@ impl Memory {
                 self.hold = 1;
                 self.left_at = None;
             }
-            Some(_) if above => {
-                self.hold = self.hold.saturating_mul(2).min(c.max_hold_windows.max(1));
+            Some(off) if above => {
+                // Hold it longer than it stayed away (the time its
+                // indicator needed to come back without the cure), and at
+                // least twice as long as last time.
+                let away =
+                    u32::try_from(off.saturating_mul(RELAPSE_HOLD_FACTOR)).unwrap_or(u32::MAX);
+                self.hold = self
+                    .hold
+                    .saturating_mul(2)
+                    .max(away)
+                    .min(c.max_hold_windows.max(1));
             }
             _ => {}
         }
@@ -310,6 +342,18 @@ pub struct Tuner {
     memory: Memories,
     /// Windows observed so far.
     windows: u64,
+    /// `io-late`'s cure on trial: the window it was applied in and the
+    /// latency of the window before.
+    io_trial: Option<(u64, f64)>,
+    /// This `io-late` episode's cure was judged already.
+    io_judged: bool,
+    /// `io-late` stays off until this window: its cure did not help.
+    io_off_until: u64,
+    /// Windows the next failed cure keeps it off.
+    io_penalty: u32,
+    /// Conditions switched off because their cure failed, until the change
+    /// that follows is logged.
+    failed: Conditions,
     /// The setting proposed by the last windows and for how many in a row.
     pending: Option<(Setting, u32)>,
     log: Vec<Decision>,
@@ -328,12 +372,17 @@ impl Tuner {
     /// A tuner starting from `initial` (the host's default setting).
     pub fn new(config: TunerConfig, initial: Setting) -> Tuner {
         Tuner {
+            io_penalty: config.relapse_windows.max(1),
             config,
             current: initial,
             conditions: Conditions::default(),
             held: Conditions::default(),
             memory: Memories::default(),
             windows: 0,
+            io_trial: None,
+            io_judged: false,
+            io_off_until: 0,
+            failed: Conditions::default(),
             pending: None,
             log: Vec::new(),
         }
@@ -388,6 +437,8 @@ impl Tuner {
         let refill_enter = c.refill_enter_fraction * c.short_slice_ns as f64;
         let w = self.windows;
         self.windows += 1;
+        // Its cure failed lately: off, whatever the interrupts do.
+        let io_late = io_late && w >= self.io_off_until;
         let m = &mut self.memory;
         let (io_late, io_held) = m.io_late.step(old.io_late, io_late, w, c);
         let (sync_heavy, sync_held) = m.sync_heavy.step(
@@ -472,13 +523,65 @@ impl Tuner {
         }
     }
 
+    /// Judge `io-late`'s cure `cure_check_windows` after it was applied:
+    /// a latency that did not fall by `cure_min_gain` switches `io-late`
+    /// off for `io_penalty` windows (doubling at each failure, at most
+    /// `max_hold_windows`). Seed 001's rule (late interrupts → short
+    /// slices) holds where a dispatch is cheap; on a host where it is not,
+    /// the shorter slice only costs.
+    fn judge_cure(&mut self, i: &Indicators) {
+        if !self.conditions.io_late {
+            self.io_trial = None;
+            self.io_judged = false;
+            return;
+        }
+        let c = &self.config;
+        let Some((at, before)) = self.io_trial else {
+            return;
+        };
+        if c.cure_check_windows == 0
+            || self.windows.saturating_sub(at) <= u64::from(c.cure_check_windows)
+        {
+            return;
+        }
+        self.io_trial = None;
+        self.io_judged = true;
+        if i.irq_latency_ns <= before * (1.0 - c.cure_min_gain) {
+            self.io_penalty = c.relapse_windows.max(1);
+            return;
+        }
+        self.io_off_until = self.windows + u64::from(self.io_penalty);
+        self.io_penalty = self
+            .io_penalty
+            .saturating_mul(2)
+            .min(c.max_hold_windows.max(1));
+        self.conditions.io_late = false;
+        self.held.io_late = false;
+        self.memory.io_late = Memory::default();
+        self.failed.io_late = true;
+    }
+
+    /// A decision was applied with `i` the indicators before it: put
+    /// `io-late`'s cure on trial if it just came.
+    fn start_trial(&mut self, i: &Indicators) {
+        if self.conditions.io_late
+            && self.io_trial.is_none()
+            && !self.io_judged
+            && i.irq_latency_ns > 0.0
+        {
+            self.io_trial = Some((self.windows, i.irq_latency_ns));
+        }
+    }
+
     /// One window's indicators, at driver time `now_ns`: the setting to apply
     /// if it changed (also logged), else `None`.
     pub fn observe(&mut self, now_ns: u64, indicators: Indicators) -> Option<Setting> {
         self.update_conditions(&indicators);
+        self.judge_cure(&indicators);
         let proposal = self.propose();
         if proposal == self.current {
             self.pending = None;
+            self.failed = Conditions::default();
             self.mark_cured();
             return None;
         }
@@ -497,10 +600,12 @@ impl Tuner {
             to: proposal.clone(),
             conditions: self.conditions,
             held: self.held,
+            failed: std::mem::take(&mut self.failed),
             indicators,
         });
         self.current = proposal.clone();
         self.mark_cured();
+        self.start_trial(&indicators);
         Some(proposal)
     }
 }
@@ -783,5 +888,59 @@ mod tests {
             t.observe((400 + k) * 1_000_000, quiet);
         }
         assert_eq!(t.holds()[2], 1);
+    }
+
+    #[test]
+    fn a_cure_that_does_not_lower_the_latency_is_undone_and_not_retried_at_once() {
+        let mut t = Tuner::new(
+            TunerConfig {
+                long_slice_ns: 24_000_000,
+                cure_check_windows: 4,
+                ..TunerConfig::default()
+            },
+            initial(),
+        );
+        // Late interrupts whatever the slice: the cure does not help.
+        let mut changes = Vec::new();
+        for k in 0..200u64 {
+            if let Some(s) = t.observe(k * 1_000_000, io_phase()) {
+                changes.push((k, s.slice_ns));
+            }
+        }
+        assert_eq!(changes[0], (1, 100_000), "{changes:?}");
+        // Judged after 4 windows on the cure (at window 6), back to the
+        // long slice at the confirmation.
+        assert_eq!(changes[1], (7, 24_000_000), "{changes:?}");
+        let failed = &t.log()[1];
+        assert!(failed.failed.io_late);
+        assert!(
+            failed.to_string().contains("cure did not help: io-late"),
+            "{failed}"
+        );
+        // Retried after relapse_windows (16), then after 32, 64, 64...:
+        // few changes, most windows on the long slice.
+        assert_eq!(changes[2].0, 6 + 16 + 2, "{changes:?}");
+        assert!(changes[4].0 - changes[3].0 > changes[2].0 - changes[1].0);
+        assert!(changes.len() <= 10, "{changes:?}");
+
+        // A cure that works stays: the latency falls under the short slice.
+        let mut t = Tuner::new(
+            TunerConfig {
+                long_slice_ns: 24_000_000,
+                cure_check_windows: 4,
+                ..TunerConfig::default()
+            },
+            initial(),
+        );
+        for k in 0..100u64 {
+            let cured = t.current().slice_ns == 100_000;
+            let i = Indicators {
+                irq_latency_ns: if cured { 100_000.0 } else { 400_000.0 },
+                ..io_phase()
+            };
+            t.observe(k * 1_000_000, i);
+        }
+        assert_eq!(t.log().len(), 1, "{:#?}", t.log());
+        assert_eq!(t.current().slice_ns, 100_000);
     }
 }

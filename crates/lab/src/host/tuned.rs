@@ -34,6 +34,10 @@ pub const HOST_RELAPSE_WINDOWS: u32 = 25;
 /// The longest a relapsing condition is held (`max_hold_windows`): 1.28 s.
 pub const HOST_MAX_HOLD_WINDOWS: u32 = 64;
 
+/// Windows after io-late's cure at which its latency is judged: the
+/// smoothing span plus one, so the judged latency is all under the cure.
+pub const HOST_CURE_CHECK_WINDOWS: u32 = super::indicators::HOST_SMOOTH_WINDOWS as u32 + 1;
+
 /// Run the tuner until `stop`; returns its decisions, as printed.
 pub fn tune_host(
     scheduler: &HostScheduler,
@@ -52,6 +56,10 @@ pub fn tune_host(
         spin_enter_per_s: HOST_SPIN_SHARE / sample_interval.as_secs_f64().max(1e-6),
         relapse_windows: HOST_RELAPSE_WINDOWS,
         max_hold_windows: HOST_MAX_HOLD_WINDOWS,
+        // A dispatch is dear here (every preemption and sample is a kick
+        // out of KVM_RUN): judge io-late's short slice once the smoothed
+        // latency holds only windows under it.
+        cure_check_windows: HOST_CURE_CHECK_WINDOWS,
         ..TunerConfig::default()
     };
     let initial = Setting {
