@@ -31,10 +31,16 @@
 //! `relapse_windows` of turning off, after its cure was in place, has
 //! relapsed: from then on it stays on until its indicator has been low for
 //! its `hold` (1 window at first; at a relapse twice the last hold and at
-//! least 4 times the windows it stayed off; at most `max_hold_windows`). A condition that stays
-//! off beyond `relapse_windows` forgets its hold, and a condition turning
-//! on is never delayed, so a real phase change is still seen at once; only
-//! the end of a relapsing condition waits for its hold.
+//! least 4 times the windows it stayed off; at most `max_hold_windows`).
+//! A condition that stays off beyond `relapse_windows` forgets its hold,
+//! and a condition turning on is never delayed, so a real phase change is
+//! still seen at once; only the end of a relapsing condition waits for its
+//! hold.
+//!
+//! And judgement, where the driver asks for it (`cure_check_windows`):
+//! `io-late`'s indicator, the latency, is not its trigger, the interrupt
+//! rate, so whether its cure works can be seen. A cure that did not lower
+//! the latency is undone and not tried again for a while.
 
 use smplab_record::config::IrqAffinity;
 use std::fmt;
@@ -120,8 +126,9 @@ pub struct TunerConfig {
     pub refill_enter_fraction: f64,
     /// Windows in a row a new setting must be proposed before it is applied.
     pub confirm_windows: u32,
-    /// A condition back on within this many windows of turning off has
-    /// relapsed (its cure had hidden its indicator): its hold doubles.
+    /// A condition back on within this many windows of turning off, after
+    /// its cure was in place, has relapsed (its cure had hidden its
+    /// indicator): its hold grows.
     pub relapse_windows: u32,
     /// The longest a relapsing condition is held on with its indicator low,
     /// in windows.

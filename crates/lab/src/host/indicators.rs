@@ -28,7 +28,7 @@ use std::fmt;
 /// takes ~0.2–45 ms to reach its handler, docs/guest.md), so one 20 ms
 /// window holds 0 or a few and its rate swings between 0 and hundreds per
 /// second; 100 ms smooths that.
-pub const HOST_SMOOTH_WINDOWS: usize = 5;
+pub const HOST_SMOOTH_WINDOWS: u32 = 5;
 
 /// What one VM did in one window.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -104,7 +104,7 @@ impl VmIndicators {
             }
         }
         self.recent.push_back(counts);
-        if self.recent.len() > HOST_SMOOTH_WINDOWS {
+        if self.recent.len() > HOST_SMOOTH_WINDOWS as usize {
             self.recent.pop_front();
         }
         let sum = self
@@ -259,7 +259,7 @@ mod tests {
         assert_eq!(i.resched_ipis_per_s, 0.0);
         assert_eq!(i.irq_latency_ns, 0.0);
         let s = v.summary();
-        assert_eq!(s.windows, 4 + HOST_SMOOTH_WINDOWS as u64);
+        assert_eq!(s.windows, 4 + u64::from(HOST_SMOOTH_WINDOWS));
         assert!(s.max.resched_ipis_per_s >= 30.0 / 0.08);
         assert!(s.to_string().contains("refill not measurable"), "{s}");
     }

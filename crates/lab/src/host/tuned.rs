@@ -17,11 +17,6 @@ use std::time::{Duration, Instant};
 /// The tuner's window on the real host.
 pub const HOST_WINDOW: Duration = Duration::from_millis(20);
 
-/// Windows the spin rate is summed over: spins are sparse events (at most
-/// one per 1 ms sample), so one 20 ms window holds 0 or a few and its rate
-/// swings between 0 and hundreds per second; 100 ms smooths that.
-pub const HOST_SPIN_WINDOWS: usize = 5;
-
 /// Spin detections per sample at which the host's tuner calls a VM spinning.
 pub const HOST_SPIN_SHARE: f64 = 0.05;
 
@@ -36,7 +31,7 @@ pub const HOST_MAX_HOLD_WINDOWS: u32 = 64;
 
 /// Windows after io-late's cure at which its latency is judged: the
 /// smoothing span plus one, so the judged latency is all under the cure.
-pub const HOST_CURE_CHECK_WINDOWS: u32 = super::indicators::HOST_SMOOTH_WINDOWS as u32 + 1;
+pub const HOST_CURE_CHECK_WINDOWS: u32 = super::indicators::HOST_SMOOTH_WINDOWS + 1;
 
 /// Run the tuner until `stop`; returns its decisions, as printed.
 pub fn tune_host(
