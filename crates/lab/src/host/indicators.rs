@@ -259,7 +259,7 @@ mod tests {
         assert_eq!(i.resched_ipis_per_s, 0.0);
         assert_eq!(i.irq_latency_ns, 0.0);
         let s = v.summary();
-        assert_eq!(s.windows, 4 + u64::from(HOST_SMOOTH_WINDOWS));
+        assert_eq!(s.windows, 5 + u64::from(HOST_SMOOTH_WINDOWS));
         assert!(s.max.resched_ipis_per_s >= 30.0 / 0.08);
         assert!(s.to_string().contains("refill not measurable"), "{s}");
     }
