@@ -40,6 +40,22 @@ typedef unsigned long usize;
 #define irq_route_dest (*(volatile u64 *)(IRQ_ROUTE + 8))
 #define irq_route_count (*(volatile u64 *)(IRQ_ROUTE + 16))
 
+/* Host indicators (docs/guest-abi.md, "Host indicators"): per-vCPU running
+ * counters the host's tuner reads while the guest runs, at guest-physical
+ * SENSOR_BASE, one array of SENSOR_CPUS u64 per counter, each word written
+ * with plain stores by the vCPU that owns it; SENSOR_MAGIC at SENSOR_MAGIC_ADDR
+ * says the guest publishes them. vCPUs >= SENSOR_CPUS count into a private
+ * array the host never sees. The kernel reaches its own words through
+ * `struct cpu.sensor` (one load, one add: CPL0 runs emulated on PVM). */
+#define SENSOR_BASE 0x9c40UL
+#define SENSOR_CPUS 16
+#define SENSOR_RESCHED 0                  /* wakeup (rescheduling) IPIs sent */
+#define SENSOR_IO_DONE (1 * SENSOR_CPUS)  /* device completions its io handler took */
+#define SENSOR_IO_LAT (2 * SENSOR_CPUS)   /* their completion -> handler entry, TSC cycles summed */
+#define SENSOR_WORDS (3 * SENSOR_CPUS)
+#define SENSOR_MAGIC_ADDR 0x9dc0UL
+#define SENSOR_MAGIC 0x31534e534c504d53UL /* "SMPLSNS1" little-endian */
+
 /* Segment selectors of the per-CPU GDT. */
 #define SEL_KCODE 0x08
 #define SEL_KDATA 0x10
@@ -143,6 +159,7 @@ struct cpu {
     u64 io_irqs;      /* block-device interrupts that found a completion */
     u64 io_entry_tsc; /* TSC at the io handler's first instructions (entry.S) */
     u64 io_spurious;  /* block-device interrupts that found none */
+    volatile u64 *sensor; /* this vCPU's host-indicator words (SENSOR_*) */
     u8 pad[64];
 } __attribute__((aligned(64)));
 

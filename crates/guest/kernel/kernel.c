@@ -443,11 +443,13 @@ static struct thread *pick(struct cpu *c)
     return t;
 }
 
+/* Every caller sends VEC_WAKE: a rescheduling IPI, counted for the host. */
 static void send_ipi(struct cpu *self, u32 target, u32 vec)
 {
     lapic_w(LAPIC_ICR_HI, target << 24);
     lapic_w(LAPIC_ICR_LO, vec | 0x4000);
     self->ipis_sent++;
+    self->sensor[SENSOR_RESCHED]++;
 }
 
 /* Tell `target` it has work. A halted CPU needs an IPI; a polling CPU sees its
@@ -729,11 +731,15 @@ static void set_gate(u32 vec, u64 handler, u8 type)
     e->zero = 0;
 }
 
+/* Host-indicator words of vCPUs beyond SENSOR_CPUS: counted, never read. */
+static u64 sensor_unseen[MAX_CPUS - SENSOR_CPUS][SENSOR_WORDS];
+
 static void cpu_setup(u32 i)
 {
     struct cpu *c = &cpus[i];
     c->self = c;
     c->id = i;
+    c->sensor = i < SENSOR_CPUS ? (volatile u64 *)SENSOR_BASE + i : sensor_unseen[i - SENSOR_CPUS];
     c->kstack_top = (u64)kstacks + (u64)(i + 1) * KSTACK_SIZE;
     u64 *g = gdt[i];
     g[0] = 0;
@@ -1106,6 +1112,8 @@ void trap_io(struct frame *f)
                     ago = 0;
                 t->io_done_tsc = entry - ago;
                 t->io_irq_tsc = entry;
+                c->sensor[SENSOR_IO_DONE]++;
+                c->sensor[SENSOR_IO_LAT] += ago;
                 make_runnable(c, t);
             }
         }

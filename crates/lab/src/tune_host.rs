@@ -60,14 +60,19 @@ struct HostConfig {
     irq: IrqAffinity,
     /// User-level policies: the scheduler's vCPU affinity.
     affinity: VcpuAffinity,
-    /// Seed 001's tuner sets the slice at run time (starting from 4 ms).
+    /// Seed 001's tuner sets the slice at run time (starting from the
+    /// policy's slice, its long one).
     tune: bool,
 }
 
 impl HostConfig {
     fn label(&self) -> String {
         if self.tune {
-            return format!("tuner from 4000 us, floating, irq {}", self.irq);
+            let long = self
+                .policy
+                .time_slice_ns
+                .unwrap_or(smplab_policy::DEFAULT_SLICE_NS);
+            return format!("tuner from {} us, floating, irq {}", long / 1000, self.irq);
         }
         let slice = match (self.policy.is_user_level(), self.policy.time_slice_ns) {
             (false, _) => "slice linux".to_string(),
@@ -122,14 +127,17 @@ fn configs(io: bool) -> Vec<HostConfig> {
             });
         }
     }
-    if let Ok(policy) = "fair:4ms".parse::<HostPolicy>() {
-        out.push(HostConfig {
-            policy,
-            pin: false,
-            irq: IrqAffinity::default(),
-            affinity: VcpuAffinity::Floating,
-            tune: true,
-        });
+    // The tuner from the default user-level slice and from the longest.
+    for text in ["fair:4ms", "fair:16ms"] {
+        if let Ok(policy) = text.parse::<HostPolicy>() {
+            out.push(HostConfig {
+                policy,
+                pin: false,
+                irq: IrqAffinity::default(),
+                affinity: VcpuAffinity::Floating,
+                tune: true,
+            });
+        }
     }
     out
 }

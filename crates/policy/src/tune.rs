@@ -18,11 +18,29 @@
 //!   IPIs → keep the long slice and pin vCPUs (§4.3.1, streamcluster): each
 //!   extra dispatch costs a refill.
 //!
-//! Hysteresis, twice over: each indicator turns a condition on at its
+//! Hysteresis, three times over: each indicator turns a condition on at its
 //! `*_enter` threshold and off only below half of it (a Schmitt trigger),
 //! and a new setting must be proposed for `confirm_windows` windows in a row
 //! before it is applied. Every applied change is a [`Decision`] carrying the
 //! indicators of the window that confirmed it and the conditions they set.
+//!
+//! And memory: an indicator may vanish under its own cure (short slices
+//! leave fewer spins for a sampler to see), so the condition turns off, the
+//! cure is undone, the indicator comes back, and the tuner oscillates
+//! between the two settings. A condition that turns on again within
+//! `relapse_windows` of turning off, after its cure was in place, has
+//! relapsed: from then on it stays on until its indicator has been low for
+//! its `hold` (1 window at first; at a relapse twice the last hold and at
+//! least 4 times the windows it stayed off; at most `max_hold_windows`).
+//! A condition that stays off beyond `relapse_windows` forgets its hold,
+//! and a condition turning on is never delayed, so a real phase change is
+//! still seen at once; only the end of a relapsing condition waits for its
+//! hold.
+//!
+//! And judgement, where the driver asks for it (`cure_check_windows`):
+//! `io-late`'s indicator, the latency, is not its trigger, the interrupt
+//! rate, so whether its cure works can be seen. A cure that did not lower
+//! the latency is undone and not tried again for a while.
 
 use smplab_record::config::IrqAffinity;
 use std::fmt;
@@ -108,9 +126,23 @@ pub struct TunerConfig {
     pub refill_enter_fraction: f64,
     /// Windows in a row a new setting must be proposed before it is applied.
     pub confirm_windows: u32,
+    /// A condition back on within this many windows of turning off, after
+    /// its cure was in place, has relapsed (its cure had hidden its
+    /// indicator): its hold grows.
+    pub relapse_windows: u32,
+    /// The longest a relapsing condition is held on with its indicator low,
+    /// in windows.
+    pub max_hold_windows: u32,
     /// Interrupt routing used when interrupts need a running vCPU: `running`
     /// (vBalance) where the executor has it, else `balanced`.
     pub irq_to_running: IrqAffinity,
+    /// Windows after `io-late`'s cure is applied at which the interrupt
+    /// latency is compared with the latency before it (0: never).
+    pub cure_check_windows: u32,
+    /// The share of the latency the cure must remove to count as working;
+    /// if it does not, `io-late` is switched off for a while (module
+    /// documentation).
+    pub cure_min_gain: f64,
 }
 
 impl Default for TunerConfig {
@@ -125,7 +157,13 @@ impl Default for TunerConfig {
             spin_enter_per_s: 500.0,
             refill_enter_fraction: 0.25,
             confirm_windows: 2,
+            relapse_windows: 16,
+            max_hold_windows: 64,
             irq_to_running: IrqAffinity::Running,
+            // Off: the seed's rule as it stands (the simulator); the real
+            // host's driver turns it on.
+            cure_check_windows: 0,
+            cure_min_gain: 0.2,
         }
     }
 }
@@ -171,6 +209,12 @@ pub struct Decision {
     pub from: Setting,
     pub to: Setting,
     pub conditions: Conditions,
+    /// The conditions among `conditions` kept on only by their hold (their
+    /// indicator is already low: they relapsed before).
+    pub held: Conditions,
+    /// Conditions switched off at this window because their cure did not
+    /// help (`io-late`: the latency did not fall).
+    pub failed: Conditions,
     /// The indicators of the confirming window.
     pub indicators: Indicators,
 }
@@ -178,9 +222,17 @@ pub struct Decision {
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let i = &self.indicators;
+        let mut held = if self.held == Conditions::default() {
+            String::new()
+        } else {
+            format!(", held: {}", self.held)
+        };
+        if self.failed != Conditions::default() {
+            held.push_str(&format!(", cure did not help: {}", self.failed));
+        }
         write!(
             f,
-            "t={:.3} ms [{}] -> {} (was {}); resched IPIs {:.0}/s, refill {:.1} us/dispatch, irqs {:.0}/s at {:.1} us, spins {:.0}/s",
+            "t={:.3} ms [{}{held}] -> {} (was {}); resched IPIs {:.0}/s, refill {:.1} us/dispatch, irqs {:.0}/s at {:.1} us, spins {:.0}/s",
             self.at_ns as f64 / 1e6,
             self.conditions,
             self.to,
@@ -194,12 +246,121 @@ impl fmt::Display for Decision {
     }
 }
 
+/// At a relapse the hold is at least this many times the windows the
+/// condition stayed off: the tuner then spends at least 4/5 of the time on
+/// the cure of an indicator that returns whenever the cure is undone.
+const RELAPSE_HOLD_FACTOR: u64 = 4;
+
+/// One condition's memory (module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Memory {
+    /// Windows in a row its indicator must be low before it turns off.
+    hold: u32,
+    /// Windows in a row its indicator has been low while it is on.
+    low: u32,
+    /// Since it turned on, the setting was once what the tuner proposed
+    /// with it on: its cure was in place.
+    cured: bool,
+    /// The window it last turned off in, if it was cured then.
+    left_at: Option<u64>,
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Memory {
+            hold: 1,
+            low: 0,
+            cured: false,
+            left_at: None,
+        }
+    }
+}
+
+impl Memory {
+    /// The condition after window `window`, given whether it was `on` and
+    /// whether its indicator is above its (Schmitt) threshold; the second
+    /// value says it is on only by its hold.
+    fn step(&mut self, on: bool, above: bool, window: u64, c: &TunerConfig) -> (bool, bool) {
+        if on {
+            if above {
+                self.low = 0;
+                return (true, false);
+            }
+            self.low += 1;
+            if self.low < self.hold {
+                return (true, true);
+            }
+            self.low = 0;
+            if self.cured {
+                self.left_at = Some(window);
+            } else {
+                // It went before its cure came: the indicator was not
+                // hidden by the cure, so there is nothing to remember.
+                self.left_at = None;
+                self.hold = 1;
+            }
+            return (false, false);
+        }
+        let since = self.left_at.map(|left| window.saturating_sub(left));
+        match since {
+            Some(n) if n > u64::from(c.relapse_windows) => {
+                self.hold = 1;
+                self.left_at = None;
+            }
+            Some(off) if above => {
+                // Hold it longer than it stayed away (the time its
+                // indicator needed to come back without the cure), and at
+                // least twice as long as last time.
+                let away =
+                    u32::try_from(off.saturating_mul(RELAPSE_HOLD_FACTOR)).unwrap_or(u32::MAX);
+                self.hold = self
+                    .hold
+                    .saturating_mul(2)
+                    .max(away)
+                    .min(c.max_hold_windows.max(1));
+            }
+            _ => {}
+        }
+        if above {
+            self.cured = false;
+            self.low = 0;
+        }
+        (above, false)
+    }
+}
+
+/// Per condition: its memory.
+#[derive(Debug, Clone, Copy, Default)]
+struct Memories {
+    io_late: Memory,
+    sync_heavy: Memory,
+    spinning: Memory,
+    cache_bound: Memory,
+}
+
 /// Seed 001's tuner for one VM.
 #[derive(Debug, Clone)]
 pub struct Tuner {
     config: TunerConfig,
     current: Setting,
     conditions: Conditions,
+    /// Conditions on only by their hold.
+    held: Conditions,
+    memory: Memories,
+    /// Windows observed so far.
+    windows: u64,
+    /// `io-late`'s cure on trial: the window it was applied in and the
+    /// latency of the window before.
+    io_trial: Option<(u64, f64)>,
+    /// This `io-late` episode's cure was judged already.
+    io_judged: bool,
+    /// `io-late` stays off until this window: its cure did not help.
+    io_off_until: u64,
+    /// Windows the next failed cure keeps it off.
+    io_penalty: u32,
+    /// Conditions switched off because their cure failed, until the change
+    /// that follows is logged.
+    failed: Conditions,
     /// The setting proposed by the last windows and for how many in a row.
     pending: Option<(Setting, u32)>,
     log: Vec<Decision>,
@@ -218,9 +379,17 @@ impl Tuner {
     /// A tuner starting from `initial` (the host's default setting).
     pub fn new(config: TunerConfig, initial: Setting) -> Tuner {
         Tuner {
+            io_penalty: config.relapse_windows.max(1),
             config,
             current: initial,
             conditions: Conditions::default(),
+            held: Conditions::default(),
+            memory: Memories::default(),
+            windows: 0,
+            io_trial: None,
+            io_judged: false,
+            io_off_until: 0,
+            failed: Conditions::default(),
             pending: None,
             log: Vec::new(),
         }
@@ -236,6 +405,23 @@ impl Tuner {
 
     pub fn conditions(&self) -> Conditions {
         self.conditions
+    }
+
+    /// The conditions kept on only by their hold (module documentation).
+    pub fn held(&self) -> Conditions {
+        self.held
+    }
+
+    /// Per condition (io-late, sync-heavy, spinning, cache-bound): windows
+    /// its indicator must stay low before it turns off.
+    pub fn holds(&self) -> [u32; 4] {
+        let m = &self.memory;
+        [
+            m.io_late.hold,
+            m.sync_heavy.hold,
+            m.spinning.hold,
+            m.cache_bound.hold,
+        ]
     }
 
     /// Every change applied so far, oldest first.
@@ -256,11 +442,41 @@ impl Tuner {
             io_rate && i.irq_latency_ns >= c.irq_latency_target_ns
         };
         let refill_enter = c.refill_enter_fraction * c.short_slice_ns as f64;
+        let w = self.windows;
+        self.windows += 1;
+        // Its cure failed lately: off, whatever the interrupts do.
+        let io_late = io_late && w >= self.io_off_until;
+        let m = &mut self.memory;
+        let (io_late, io_held) = m.io_late.step(old.io_late, io_late, w, c);
+        let (sync_heavy, sync_held) = m.sync_heavy.step(
+            old.sync_heavy,
+            trigger(old.sync_heavy, i.resched_ipis_per_s, c.ipi_enter_per_s),
+            w,
+            c,
+        );
+        let (spinning, spin_held) = m.spinning.step(
+            old.spinning,
+            trigger(old.spinning, i.spins_per_s, c.spin_enter_per_s),
+            w,
+            c,
+        );
+        let (cache_bound, cache_held) = m.cache_bound.step(
+            old.cache_bound,
+            trigger(old.cache_bound, i.refill_ns_per_dispatch, refill_enter),
+            w,
+            c,
+        );
         self.conditions = Conditions {
             io_late,
-            sync_heavy: trigger(old.sync_heavy, i.resched_ipis_per_s, c.ipi_enter_per_s),
-            spinning: trigger(old.spinning, i.spins_per_s, c.spin_enter_per_s),
-            cache_bound: trigger(old.cache_bound, i.refill_ns_per_dispatch, refill_enter),
+            sync_heavy,
+            spinning,
+            cache_bound,
+        };
+        self.held = Conditions {
+            io_late: io_held,
+            sync_heavy: sync_held,
+            spinning: spin_held,
+            cache_bound: cache_held,
         };
     }
 
@@ -297,13 +513,83 @@ impl Tuner {
         }
     }
 
+    /// The setting is what the tuner proposes with the conditions now on:
+    /// their cures are in place.
+    fn mark_cured(&mut self) {
+        let k = self.conditions;
+        let m = &mut self.memory;
+        for (on, memory) in [
+            (k.io_late, &mut m.io_late),
+            (k.sync_heavy, &mut m.sync_heavy),
+            (k.spinning, &mut m.spinning),
+            (k.cache_bound, &mut m.cache_bound),
+        ] {
+            if on {
+                memory.cured = true;
+            }
+        }
+    }
+
+    /// Judge `io-late`'s cure `cure_check_windows` after it was applied:
+    /// a latency that did not fall by `cure_min_gain` switches `io-late`
+    /// off for `io_penalty` windows (doubling at each failure, at most
+    /// `max_hold_windows`). Seed 001's rule (late interrupts → short
+    /// slices) holds where a dispatch is cheap; on a host where it is not,
+    /// the shorter slice only costs.
+    fn judge_cure(&mut self, i: &Indicators) {
+        if !self.conditions.io_late {
+            self.io_trial = None;
+            self.io_judged = false;
+            return;
+        }
+        let c = &self.config;
+        let Some((at, before)) = self.io_trial else {
+            return;
+        };
+        if c.cure_check_windows == 0
+            || self.windows.saturating_sub(at) <= u64::from(c.cure_check_windows)
+        {
+            return;
+        }
+        self.io_trial = None;
+        self.io_judged = true;
+        if i.irq_latency_ns <= before * (1.0 - c.cure_min_gain) {
+            self.io_penalty = c.relapse_windows.max(1);
+            return;
+        }
+        self.io_off_until = self.windows + u64::from(self.io_penalty);
+        self.io_penalty = self
+            .io_penalty
+            .saturating_mul(2)
+            .min(c.max_hold_windows.max(1));
+        self.conditions.io_late = false;
+        self.held.io_late = false;
+        self.memory.io_late = Memory::default();
+        self.failed.io_late = true;
+    }
+
+    /// A decision was applied with `i` the indicators before it: put
+    /// `io-late`'s cure on trial if it just came.
+    fn start_trial(&mut self, i: &Indicators) {
+        if self.conditions.io_late
+            && self.io_trial.is_none()
+            && !self.io_judged
+            && i.irq_latency_ns > 0.0
+        {
+            self.io_trial = Some((self.windows, i.irq_latency_ns));
+        }
+    }
+
     /// One window's indicators, at driver time `now_ns`: the setting to apply
     /// if it changed (also logged), else `None`.
     pub fn observe(&mut self, now_ns: u64, indicators: Indicators) -> Option<Setting> {
         self.update_conditions(&indicators);
+        self.judge_cure(&indicators);
         let proposal = self.propose();
         if proposal == self.current {
             self.pending = None;
+            self.failed = Conditions::default();
+            self.mark_cured();
             return None;
         }
         let count = match &self.pending {
@@ -320,170 +606,17 @@ impl Tuner {
             from: self.current.clone(),
             to: proposal.clone(),
             conditions: self.conditions,
+            held: self.held,
+            failed: std::mem::take(&mut self.failed),
             indicators,
         });
         self.current = proposal.clone();
+        self.mark_cured();
+        self.start_trial(&indicators);
         Some(proposal)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn initial() -> Setting {
-        Setting {
-            slice_ns: 24_000_000,
-            affinity: VcpuAffinity::Floating,
-            irq: IrqAffinity::default(),
-        }
-    }
-
-    fn tuner() -> Tuner {
-        let config = TunerConfig {
-            long_slice_ns: 24_000_000,
-            ..TunerConfig::default()
-        };
-        Tuner::new(config, initial())
-    }
-
-    fn io_phase() -> Indicators {
-        Indicators {
-            window_ns: 1_000_000,
-            irqs_per_s: 6_000.0,
-            irq_latency_ns: 400_000.0,
-            resched_ipis_per_s: 2_000.0,
-            ..Indicators::default()
-        }
-    }
-
-    fn sync_phase() -> Indicators {
-        Indicators {
-            window_ns: 1_000_000,
-            resched_ipis_per_s: 12_000.0,
-            spins_per_s: 100.0,
-            ..Indicators::default()
-        }
-    }
-
-    #[test]
-    fn a_phase_change_changes_the_setting_after_confirmation() {
-        let mut t = tuner();
-        assert_eq!(
-            t.observe(1_000_000, io_phase()),
-            None,
-            "one window is not enough"
-        );
-        let s = t
-            .observe(2_000_000, io_phase())
-            .expect("confirmed I/O phase");
-        assert_eq!(s.slice_ns, 100_000);
-        assert_eq!(s.irq, IrqAffinity::Running);
-        for k in 3..10 {
-            assert_eq!(t.observe(k * 1_000_000, io_phase()), None);
-        }
-        // A compute phase with a large footprint: no more interrupts, few
-        // wakeups, an expensive refill per dispatch.
-        let compute = Indicators {
-            window_ns: 1_000_000,
-            refill_ns_per_dispatch: 60_000.0,
-            resched_ipis_per_s: 200.0,
-            ..Indicators::default()
-        };
-        let mut changed = None;
-        for k in 10..14 {
-            if let Some(s) = t.observe(k * 1_000_000, compute) {
-                changed = Some((k, s));
-                break;
-            }
-        }
-        let (k, s) = changed.expect("the tuner must react to the new phase");
-        assert_eq!(k, 11, "reacts at the second window of the new phase");
-        assert_eq!(s.affinity, VcpuAffinity::Pinned);
-        assert_eq!(s.slice_ns, 24_000_000);
-        assert!(!t.conditions().io_late && t.conditions().cache_bound);
-        assert_eq!(t.log().len(), 2);
-        assert!(
-            t.log()[1].to_string().contains("cache-bound"),
-            "{}",
-            t.log()[1]
-        );
-    }
-
-    #[test]
-    fn synchronization_asks_for_short_floating_slices() {
-        let mut t = tuner();
-        t.observe(1_000_000, sync_phase());
-        let s = t.observe(2_000_000, sync_phase()).expect("confirmed");
-        assert_eq!(s.slice_ns, 100_000);
-        assert_eq!(s.affinity, VcpuAffinity::Floating);
-        assert_eq!(
-            s.irq,
-            IrqAffinity::default(),
-            "no interrupts: routing untouched"
-        );
-    }
-
-    #[test]
-    fn hysteresis_holds_a_setting_on_a_noisy_steady_phase() {
-        let mut t = tuner();
-        t.observe(1_000_000, io_phase());
-        t.observe(2_000_000, io_phase());
-        assert_eq!(t.log().len(), 1);
-        // The same phase with its rate swinging between 60% and 140% of the
-        // entry threshold and its latency cured: no change.
-        let mut x = 7u64;
-        for k in 3..200u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-            let f = 0.6 + 0.8 * ((x >> 33) as f64 / (1u64 << 31) as f64);
-            let i = Indicators {
-                irqs_per_s: 1_000.0 * f,
-                irq_latency_ns: 5_000.0,
-                ..io_phase()
-            };
-            assert_eq!(t.observe(k * 1_000_000, i), None, "changed at window {k}");
-        }
-        assert_eq!(t.log().len(), 1);
-    }
-
-    #[test]
-    fn a_single_odd_window_changes_nothing() {
-        let mut t = tuner();
-        for k in 0..50u64 {
-            let i = if k % 2 == 0 {
-                sync_phase()
-            } else {
-                Indicators::default()
-            };
-            // A quiet window drops sync-heavy (below half the threshold),
-            // so no proposal is ever confirmed twice in a row.
-            t.observe(k * 1_000_000, i);
-        }
-        assert!(t.log().is_empty(), "{:?}", t.log());
-    }
-
-    #[test]
-    fn cache_bound_keeps_the_long_slice_and_pins() {
-        let mut t = tuner();
-        let i = Indicators {
-            window_ns: 1_000_000,
-            refill_ns_per_dispatch: 80_000.0,
-            resched_ipis_per_s: 100.0,
-            spins_per_s: 900.0,
-            ..Indicators::default()
-        };
-        t.observe(1_000_000, i);
-        t.observe(2_000_000, i);
-        // Spinning asks for short slices and floating, the footprint forbids
-        // short slices: long slice, floating.
-        assert_eq!(t.current().slice_ns, 24_000_000);
-        let quiet = Indicators {
-            spins_per_s: 0.0,
-            ..i
-        };
-        t.observe(3_000_000, quiet);
-        t.observe(4_000_000, quiet);
-        assert_eq!(t.current().affinity, VcpuAffinity::Pinned);
-        assert_eq!(t.current().slice_ns, 24_000_000);
-    }
-}
+#[path = "tune_tests.rs"]
+mod tests;

@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod cli;
 pub mod exec;
+pub mod indicators;
 pub mod run;
 pub mod spec;
 pub mod tuned;

@@ -5,12 +5,13 @@
 //! shortest any VM's tuner asks for), the VM's vCPU affinity (pinned or
 //! floating, `HostScheduler::set_vm_affinity`) and its guest's interrupt
 //! routing (`HostScheduler::set_irq_affinity`: the routing page, `running`
-//! kept up to date by the scheduler). Of the seed's indicators the real
-//! host has only spin detections today (its sampler's); rescheduling IPIs,
-//! refill cost and interrupt latency read as 0 until it measures them.
-//! docs/host.md.
+//! kept up to date by the scheduler). Its input (`host::indicators`): spin
+//! detections (the sampler's), rescheduling IPIs and device-interrupt
+//! latency (the guest's published counters); refill cost is not measurable
+//! on this host. docs/host.md.
 
-use smplab_policy::tune::{Indicators, Setting, Tuner, TunerConfig, VcpuAffinity};
+use super::indicators::VmIndicators;
+use smplab_policy::tune::{Setting, Tuner, TunerConfig, VcpuAffinity};
 use smplab_record::config::IrqAffinity;
 use smplab_vmm::host::{HostError, HostScheduler};
 use smplab_vmm::irq_route::IrqRouteError;
@@ -20,20 +21,29 @@ use std::time::{Duration, Instant};
 /// The tuner's window on the real host.
 pub const HOST_WINDOW: Duration = Duration::from_millis(20);
 
-/// Windows the spin rate is summed over: spins are sparse events (at most
-/// one per 1 ms sample), so one 20 ms window holds 0 or a few and its rate
-/// swings between 0 and hundreds per second; 100 ms smooths that.
-pub const HOST_SPIN_WINDOWS: usize = 5;
-
 /// Spin detections per sample at which the host's tuner calls a VM spinning.
 pub const HOST_SPIN_SHARE: f64 = 0.05;
 
+/// Windows within which a condition that comes back counts as relapsed
+/// (`TunerConfig::relapse_windows`): 500 ms, above the 100–300 ms in which
+/// the tuner without memory flipped between 4 ms and 1 ms on dedup here
+/// (docs/lab.md).
+pub const HOST_RELAPSE_WINDOWS: u32 = 25;
+
+/// The longest a relapsing condition is held (`max_hold_windows`): 1.28 s.
+pub const HOST_MAX_HOLD_WINDOWS: u32 = 64;
+
+/// Windows after io-late's cure at which its latency is judged: the
+/// smoothing span plus one, so the judged latency is all under the cure.
+pub const HOST_CURE_CHECK_WINDOWS: u32 = super::indicators::HOST_SMOOTH_WINDOWS + 1;
+
 /// Run the tuner until `stop`; returns its decisions, as printed.
-/// `start[vm]`: the VM's vCPU and interrupt affinity as the run began.
+/// `initial_affinity[vm]`: the VM's vCPU and interrupt affinity as the run
+/// began.
 pub fn tune_host(
     scheduler: &HostScheduler,
     vcpus_per_vm: &[u32],
-    start: &[(VcpuAffinity, IrqAffinity)],
+    initial_affinity: &[(VcpuAffinity, IrqAffinity)],
     sample_interval: Duration,
     long: u64,
     stop: &AtomicBool,
@@ -46,11 +56,17 @@ pub fn tune_host(
         // The sampler sees at most one spin per sample of a running vCPU:
         // "spinning" is 5% of the samples a vCPU running all the time gets.
         spin_enter_per_s: HOST_SPIN_SHARE / sample_interval.as_secs_f64().max(1e-6),
+        relapse_windows: HOST_RELAPSE_WINDOWS,
+        max_hold_windows: HOST_MAX_HOLD_WINDOWS,
+        // A dispatch is dear here (every preemption and sample is a kick
+        // out of KVM_RUN): judge io-late's short slice once the smoothed
+        // latency holds only windows under it.
+        cure_check_windows: HOST_CURE_CHECK_WINDOWS,
         ..TunerConfig::default()
     };
     let initial: Vec<Setting> = (0..vcpus_per_vm.len())
         .map(|vm| {
-            let (affinity, irq) = start
+            let (affinity, irq) = initial_affinity
                 .get(vm)
                 .cloned()
                 .unwrap_or((VcpuAffinity::Floating, IrqAffinity::default()));
@@ -66,17 +82,17 @@ pub fn tune_host(
         .map(|i| Tuner::new(config.clone(), i.clone()))
         .collect();
     let start = Instant::now();
-    let mut last_spins = vec![0u64; vcpus_per_vm.len()];
-    let mut last_run = vec![0u64; vcpus_per_vm.len()];
-    // Per VM: (spins, run ns) of the last HOST_SPIN_WINDOWS windows.
-    let mut recent: Vec<std::collections::VecDeque<(u64, u64)>> =
-        vec![std::collections::VecDeque::new(); vcpus_per_vm.len()];
+    let mut inputs: Vec<VmIndicators> = vcpus_per_vm
+        .iter()
+        .map(|&n| VmIndicators::new(n as usize))
+        .collect();
     let mut log = Vec::new();
     // Per VM: the setting in force on the host (the tuner's, once applied).
     let mut applied = initial;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(HOST_WINDOW);
         let stats = scheduler.vcpu_stats();
+        let guest = scheduler.guest_counters();
         let now = Instant::now();
         let at_ns = u64::try_from(now.duration_since(start).as_nanos()).unwrap_or(u64::MAX);
         let mut base = 0usize;
@@ -84,27 +100,9 @@ pub fn tune_host(
             let mine = || stats.iter().skip(base).take(n as usize);
             let spins: u64 = mine().map(|s| s.spins_detected).sum();
             let run_ns: u64 = mine().map(|s| s.run_ns).sum();
+            let counters = guest.get(base..base + n as usize).unwrap_or(&[]);
             base += n as usize;
-            let delta = spins.saturating_sub(last_spins[vm]);
-            last_spins[vm] = spins;
-            let ran = run_ns.saturating_sub(last_run[vm]);
-            last_run[vm] = run_ns;
-            recent[vm].push_back((delta, ran));
-            if recent[vm].len() > HOST_SPIN_WINDOWS {
-                recent[vm].pop_front();
-            }
-            let delta: u64 = recent[vm].iter().map(|r| r.0).sum();
-            // Per second its vCPUs ran: a VM waiting for pCPUs is not calmer.
-            let ran_s = recent[vm].iter().map(|r| r.1).sum::<u64>() as f64 / 1e9;
-            let indicators = Indicators {
-                window_ns: config.window_ns,
-                spins_per_s: if ran_s > 0.0 {
-                    delta as f64 / ran_s
-                } else {
-                    0.0
-                },
-                ..Indicators::default()
-            };
+            let indicators = inputs[vm].observe(spins, run_ns, counters, config.window_ns);
             if tuners[vm].observe(at_ns, indicators).is_some() {
                 if let Some(d) = tuners[vm].log().last() {
                     log.push(format!("vm {vm}: {d}"));
@@ -125,6 +123,9 @@ pub fn tune_host(
             .min()
             .unwrap_or(long);
         scheduler.set_slice_ns(slice);
+    }
+    for (vm, input) in inputs.iter().enumerate() {
+        log.push(format!("vm {vm}: saw {}", input.summary()));
     }
     log
 }

@@ -30,6 +30,7 @@
 mod actuate;
 pub mod dirty;
 pub mod report;
+pub mod sensors;
 pub mod spin;
 pub mod truth;
 
@@ -40,6 +41,7 @@ use crate::placement::pin_current_thread;
 use crate::vcpu::{ExitAction, Kicker};
 use kvm_ioctls::VcpuFd;
 pub use report::{HostReport, PcpuReport, SpinDetection, VcpuReport, VmReport};
+pub use sensors::{GuestCounters, GuestSensors};
 use smplab_policy::{Action, HostPolicy, PolicyError, Sample, Scheduler};
 use spin::{SpinDetector, SpinSettings};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -132,6 +134,8 @@ struct Slot {
     /// Under `linux`: the host CPUs it was last told to use, applied when
     /// its thread attaches if it did not exist yet.
     linux_cpus: Option<Vec<usize>>,
+    /// The guest's published counters (seed 001's indicators), while its VM runs.
+    sensors: Option<GuestSensors>,
 }
 
 struct State {
@@ -294,6 +298,7 @@ impl HostScheduler {
         let vcpu = self.shared.vm_base.get(vm).copied().unwrap_or(0) + index as usize;
         if let Some(slot) = self.shared.lock().slots.get_mut(vcpu) {
             slot.kicker = Some(kicker);
+            slot.sensors = truth.as_ref().map(|t| t.sensors());
         }
         VcpuGrant {
             shared: self.shared.clone(),
@@ -319,6 +324,24 @@ impl HostScheduler {
             .as_ref()
             .map(|p| (0..p.vcpus()).map(|v| *p.stats(v)).collect())
             .unwrap_or_default()
+    }
+
+    /// The counters each vCPU's guest publishes (VM 0's vCPUs first), read
+    /// from guest memory now, without an exit; `None` for a vCPU whose guest
+    /// has not published them yet (or no longer runs). Under every policy,
+    /// `linux` included.
+    pub fn guest_counters(&self) -> Vec<Option<GuestCounters>> {
+        let readers: Vec<Option<GuestSensors>> = self
+            .shared
+            .lock()
+            .slots
+            .iter()
+            .map(|s| s.sensors.clone())
+            .collect();
+        readers
+            .iter()
+            .map(|r| r.as_ref().and_then(GuestSensors::read))
+            .collect()
     }
 
     /// Change the user-level policy's slice from now on (seed 001's tuner);
@@ -402,6 +425,8 @@ impl Shared {
             slot.granted = None;
             slot.preempt = false;
             slot.proc_stat = None;
+            // Its memory goes with its run.
+            slot.sensors = None;
         }
         if let Some(p) = st.policy.as_mut() {
             let actions = p.finished(vm, now);

@@ -35,6 +35,15 @@ impl SpinTruth {
         }
     }
 
+    /// A reader of the same vCPU's published counters (`super::sensors`).
+    pub fn sensors(&self) -> super::sensors::GuestSensors {
+        super::sensors::GuestSensors::new(
+            self.memory.clone(),
+            u32::try_from(self.index).unwrap_or(u32::MAX),
+            self.tsc_hz,
+        )
+    }
+
     /// The TSC at which the thread this vCPU runs began spinning, if it spins.
     fn spinning_since(&self) -> Option<u64> {
         if self.index >= CPU_WORDS {
