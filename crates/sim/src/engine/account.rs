@@ -37,6 +37,14 @@ pub(crate) enum Acct {
 /// exceeds them goes to `rest`. Calls `f(cause, ns)` per non-empty part.
 #[inline]
 fn consume(parts: &mut [u64; CARRIED], mut d: u64, rest: usize, mut f: impl FnMut(usize, u64)) {
+    // Usually nothing is pending (a segment without carried costs): one
+    // branch-free test instead of a branch per cause.
+    if parts.iter().fold(0, |a, &p| a | p) == 0 {
+        if d > 0 {
+            f(rest, d);
+        }
+        return;
+    }
     for (c, p) in parts.iter_mut().enumerate() {
         if d == 0 {
             return;
