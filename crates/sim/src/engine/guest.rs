@@ -139,6 +139,7 @@ impl Sim {
         let ta = &mut self.tacct[t as usize];
         let into = if th.seg_left > 0 {
             th.seg_left += d;
+            th.seg_k_live = true;
             &mut ta.seg_k
         } else {
             th.carry += d;
@@ -225,9 +226,15 @@ impl Sim {
             let th = &mut self.threads[t as usize];
             let mut acc = std::mem::take(&mut th.carry);
             let ta = &mut self.tacct[t as usize];
-            let parts = std::mem::take(&mut ta.kcarry);
-            for (a, b) in ta.seg_k.iter_mut().zip(parts) {
-                *a += b;
+            if acc > 0 {
+                th.seg_k_live = true;
+                let parts = std::mem::take(&mut ta.kcarry);
+                for (a, b) in ta.seg_k.iter_mut().zip(parts) {
+                    *a += b;
+                }
+            } else {
+                // `carry` is the sum of `kcarry`: nothing to move.
+                debug_assert!(ta.kcarry.iter().all(|&x| x == 0));
             }
             let vm = self.threads[t as usize].vm as usize;
             let ins = loop {

@@ -147,9 +147,6 @@ pub(crate) struct Vcpu {
     /// Running time left until the next device exit.
     pub next_device_in: u64,
     pub wake_pending: bool,
-    /// Host CPU time received (CFS's vruntime, equal weights), on the clock
-    /// of pCPU `vr_pcpu`'s `min_vr`.
-    pub vruntime: u64,
     /// The pCPU whose `min_vr` `vruntime` is measured against (NONE: none yet).
     pub vr_pcpu: u32,
     /// PELT-like runnable average (0..1) as of `load_at` (load balancing).
@@ -218,8 +215,12 @@ pub(crate) struct Thread {
     pub retry: bool,
     /// Work left of the current (fused) segment.
     pub seg_left: u64,
-    /// Small costs (atomics, syscalls) added to the next segment.
+    /// Small costs (atomics, syscalls) added to the next segment; the sum
+    /// of `ThreadAcct::kcarry`.
     pub carry: u64,
+    /// `ThreadAcct::seg_k` may hold uncharged costs (false: all zero, so
+    /// charging a segment need not read it).
+    pub seg_k_live: bool,
 
     /// Absolute end of the current spin phase (u64::MAX: unlimited).
     pub spin_deadline: u64,
@@ -363,6 +364,11 @@ pub(crate) struct Sim {
     pub slice_ns: u64,
     pub pcpus: Vec<Pcpu>,
     pub vcpus: Vec<Vcpu>,
+    /// Per vCPU: host CPU time received (CFS's vruntime, equal weights), on
+    /// the clock of pCPU `Vcpu::vr_pcpu`'s `min_vr`. Apart from `Vcpu`
+    /// because picking and placing read it for every vCPU of a run queue:
+    /// one compact array instead of a cache line per vCPU.
+    pub vruntime: Vec<u64>,
     pub threads: Vec<Thread>,
     pub vms: Vec<Vm>,
     /// One bit per pCPU: idle.
@@ -481,6 +487,7 @@ impl Sim {
                 })
                 .collect(),
             vcpus: Vec::new(),
+            vruntime: Vec::new(),
             threads: Vec::new(),
             vms: Vec::new(),
             idle_bits: vec![0; words],
@@ -640,6 +647,7 @@ impl Sim {
                 retry: false,
                 seg_left: 0,
                 carry: 0,
+                seg_k_live: false,
                 spin_deadline: u64::MAX,
                 spin_budget: u64::MAX,
                 spin_locks_held: 0,
@@ -680,6 +688,7 @@ impl Sim {
                 rq.push_back(t);
             }
             self.vacct.push(VcpuAcct { ovh: [0; CARRIED] });
+            self.vruntime.push(0);
             self.vcpus.push(Vcpu {
                 vm: k,
                 index: i,
@@ -712,7 +721,6 @@ impl Sim {
                 hi,
                 next_device_in: 0,
                 wake_pending: false,
-                vruntime: 0,
                 vr_pcpu: NONE,
                 // Linux starts a new task's load average full
                 // (init_entity_runnable_average).
@@ -904,7 +912,7 @@ impl Sim {
                 let vr = |u: u32| {
                     (
                         u,
-                        self.vcpus[u as usize].vruntime,
+                        self.vruntime[u as usize],
                         self.vcpus[u as usize].act,
                     )
                 };
