@@ -488,9 +488,9 @@ impl Sim {
                 let q = self.vcpus[u as usize].pcpu;
                 // Honoured only if fair there (take_next's buddy check), so
                 // siblings cannot starve the other VMs of q.
-                let fair = self.min_vruntime(q).is_some_and(|m| {
-                    self.vruntime[u as usize] <= m.saturating_add(self.slice_ns)
-                });
+                let fair = self
+                    .min_vruntime(q)
+                    .is_some_and(|m| self.vruntime[u as usize] <= m.saturating_add(self.slice_ns));
                 if fair {
                     self.pcpus[q as usize].buddy = u;
                     self.preempt(q);

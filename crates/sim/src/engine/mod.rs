@@ -909,13 +909,7 @@ impl Sim {
                 );
             }
             for (i, pc) in self.pcpus.iter().enumerate().take(8) {
-                let vr = |u: u32| {
-                    (
-                        u,
-                        self.vruntime[u as usize],
-                        self.vcpus[u as usize].act,
-                    )
-                };
+                let vr = |u: u32| (u, self.vruntime[u as usize], self.vcpus[u as usize].act);
                 eprintln!(
                     "smplab-sim pcpu {i}: cur {:?} rq {:?} buddy {}",
                     (pc.cur != NONE).then(|| vr(pc.cur)),
