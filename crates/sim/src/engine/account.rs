@@ -35,11 +35,25 @@ pub(crate) enum Acct {
 
 /// Charge `d` ns against the pending costs `parts` in cause order; what
 /// exceeds them goes to `rest`. Calls `f(cause, ns)` per non-empty part.
+/// Returns true when `parts` are all zero afterwards.
 #[inline]
-fn consume(parts: &mut [u64; CARRIED], mut d: u64, rest: usize, mut f: impl FnMut(usize, u64)) {
+fn consume(
+    parts: &mut [u64; CARRIED],
+    mut d: u64,
+    rest: usize,
+    mut f: impl FnMut(usize, u64),
+) -> bool {
+    // Usually nothing is pending: one branch-free test instead of a branch
+    // per cause.
+    if parts.iter().fold(0, |a, &p| a | p) == 0 {
+        if d > 0 {
+            f(rest, d);
+        }
+        return true;
+    }
     for (c, p) in parts.iter_mut().enumerate() {
         if d == 0 {
-            return;
+            return false;
         }
         if *p > 0 {
             let x = (*p).min(d);
@@ -51,6 +65,7 @@ fn consume(parts: &mut [u64; CARRIED], mut d: u64, rest: usize, mut f: impl FnMu
     if d > 0 {
         f(rest, d);
     }
+    true
 }
 
 impl Sim {
@@ -99,13 +114,19 @@ impl Sim {
         match vc.acct {
             Acct::Off => {}
             Acct::On(c) | Acct::Away(c) => add(c as usize, d),
-            Acct::Overhead => consume(&mut va.ovh, d, cause::UNATTRIBUTED, add),
+            Acct::Overhead => {
+                consume(&mut va.ovh, d, cause::UNATTRIBUTED, add);
+            }
             Acct::Segment => {
                 let t = vc.acct_thread;
                 if t == NONE {
                     add(cause::UNATTRIBUTED, d);
-                } else {
-                    consume(&mut self.tacct[t as usize].seg_k, d, cause::USER, add);
+                } else if !self.threads[t as usize].seg_k_live {
+                    // Nothing carried: all user work, without touching the
+                    // thread's (cold) cause arrays.
+                    add(cause::USER, d);
+                } else if consume(&mut self.tacct[t as usize].seg_k, d, cause::USER, add) {
+                    self.threads[t as usize].seg_k_live = false;
                 }
             }
         }

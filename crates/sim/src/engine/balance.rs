@@ -108,10 +108,10 @@ impl Sim {
     pub(super) fn min_vruntime(&self, p: u32) -> Option<u64> {
         let pc = &self.pcpus[p as usize];
         let cur = (pc.cur != NONE)
-            .then(|| self.vcpus[pc.cur as usize].vruntime + (self.now - pc.dispatched_at));
+            .then(|| self.vruntime[pc.cur as usize] + (self.now - pc.dispatched_at));
         pc.rq
             .iter()
-            .map(|&u| self.vcpus[u as usize].vruntime)
+            .map(|&u| self.vruntime[u as usize])
             .chain(cur)
             .min()
     }
@@ -142,16 +142,16 @@ impl Sim {
                 self.update_min_vr(old);
                 let from = self.pcpus[old as usize].min_vr;
                 let to = self.pcpus[p as usize].min_vr;
-                let vc = &mut self.vcpus[v as usize];
-                vc.vruntime = (vc.vruntime + to).saturating_sub(from);
+                let vr = &mut self.vruntime[v as usize];
+                *vr = (*vr + to).saturating_sub(from);
             }
             self.vcpus[v as usize].vr_pcpu = p;
         }
         let floor = self.pcpus[p as usize]
             .min_vr
             .saturating_sub(self.slice_ns / 2);
-        let vc = &mut self.vcpus[v as usize];
-        vc.vruntime = vc.vruntime.max(floor);
+        let vr = &mut self.vruntime[v as usize];
+        *vr = (*vr).max(floor);
     }
 
     /// Balance the domain of pCPUs `lo..hi`, made of groups of `child`

@@ -139,6 +139,7 @@ impl Sim {
         let ta = &mut self.tacct[t as usize];
         let into = if th.seg_left > 0 {
             th.seg_left += d;
+            th.seg_k_live = true;
             &mut ta.seg_k
         } else {
             th.carry += d;
@@ -153,9 +154,17 @@ impl Sim {
     /// Take the next ready thread: own queue first, then the busiest sibling's.
     fn pick_thread(&mut self, v: u32) -> bool {
         let t = match self.vcpus[v as usize].rq.pop_front() {
-            Some(t) => t,
+            Some(t) => {
+                self.queued_dec(v);
+                t
+            }
             None => {
                 let vm = &self.vms[self.vcpus[v as usize].vm as usize];
+                if vm.queued_threads == 0 {
+                    // No sibling has a queued thread: skip the scan (it
+                    // touches every vCPU of the VM, one cache miss each).
+                    return false;
+                }
                 let (first, n) = (vm.first_vcpu, vm.n_vcpus);
                 let mut best = NONE;
                 let mut best_len = 0;
@@ -174,7 +183,10 @@ impl Sim {
                     return false;
                 }
                 match self.vcpus[best as usize].rq.pop_back() {
-                    Some(t) => t,
+                    Some(t) => {
+                        self.queued_dec(best);
+                        t
+                    }
                     None => return false,
                 }
             }
@@ -214,9 +226,15 @@ impl Sim {
             let th = &mut self.threads[t as usize];
             let mut acc = std::mem::take(&mut th.carry);
             let ta = &mut self.tacct[t as usize];
-            let parts = std::mem::take(&mut ta.kcarry);
-            for (a, b) in ta.seg_k.iter_mut().zip(parts) {
-                *a += b;
+            if acc > 0 {
+                th.seg_k_live = true;
+                let parts = std::mem::take(&mut ta.kcarry);
+                for (a, b) in ta.seg_k.iter_mut().zip(parts) {
+                    *a += b;
+                }
+            } else {
+                // `carry` is the sum of `kcarry`: nothing to move.
+                debug_assert!(ta.kcarry.iter().all(|&x| x == 0));
             }
             let vm = self.threads[t as usize].vm as usize;
             let ins = loop {
@@ -375,6 +393,7 @@ impl Sim {
         let vc = &mut self.vcpus[v as usize];
         vc.rq.push_back(t);
         vc.cur = NONE;
+        self.vms[vm as usize].queued_threads += 1;
         self.add_overhead(v, cause::KERNEL_SCHED, cs);
         self.resume(v);
     }
@@ -503,6 +522,8 @@ impl Sim {
         let was_idle = self.vcpu_idle(target);
         let rq_was_empty = self.vcpus[target as usize].rq.is_empty();
         self.vcpus[target as usize].rq.push_back(t);
+        let vm = self.vcpus[target as usize].vm;
+        self.vms[vm as usize].queued_threads += 1;
         if let Sender::Paid(w) = sender {
             if self.threads[w as usize].vcpu == target && self.vcpus[target as usize].cur == w {
                 return;
@@ -516,6 +537,13 @@ impl Sim {
                 self.reschedule(target);
             }
         }
+    }
+
+    /// A thread left vCPU `v`'s run queue.
+    #[inline]
+    fn queued_dec(&mut self, v: u32) {
+        let vm = self.vcpus[v as usize].vm;
+        self.vms[vm as usize].queued_threads -= 1;
     }
 
     fn vcpu_idle(&self, v: u32) -> bool {
@@ -799,6 +827,7 @@ impl Sim {
         let vc = &mut self.vcpus[v as usize];
         vc.rq.push_back(t);
         vc.cur = NONE;
+        self.vms[vm].queued_threads += 1;
         self.add_overhead(v, cause::KERNEL_SCHED, cs);
         Flow::Again
     }

@@ -151,7 +151,7 @@ impl Sim {
         let (mut best, mut best_vr) = (usize::MAX, u64::MAX);
         let mut buddy_pos = None;
         for (i, &u) in rq.iter().enumerate() {
-            let vr = self.vcpus[u as usize].vruntime;
+            let vr = self.vruntime[u as usize];
             if vr < best_vr {
                 best = i;
                 best_vr = vr;
@@ -337,7 +337,7 @@ impl Sim {
         vmr.running_per_domain[domain as usize] -= 1;
         // Sample the minimum while `v` still counts as running here.
         self.update_min_vr(p);
-        self.vcpus[v as usize].vruntime += self.now - self.pcpus[p as usize].dispatched_at;
+        self.vruntime[v as usize] += self.now - self.pcpus[p as usize].dispatched_at;
         let pc = &mut self.pcpus[p as usize];
         pc.cur = NONE;
         pc.slice_gen = pc.slice_gen.wrapping_add(1);
@@ -488,9 +488,9 @@ impl Sim {
                 let q = self.vcpus[u as usize].pcpu;
                 // Honoured only if fair there (take_next's buddy check), so
                 // siblings cannot starve the other VMs of q.
-                let fair = self.min_vruntime(q).is_some_and(|m| {
-                    self.vcpus[u as usize].vruntime <= m.saturating_add(self.slice_ns)
-                });
+                let fair = self
+                    .min_vruntime(q)
+                    .is_some_and(|m| self.vruntime[u as usize] <= m.saturating_add(self.slice_ns));
                 if fair {
                     self.pcpus[q as usize].buddy = u;
                     self.preempt(q);

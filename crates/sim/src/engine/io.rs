@@ -61,6 +61,11 @@ pub(crate) struct VmIo {
 }
 
 impl VmIo {
+    /// The VM has devices (its program has `io` ops).
+    pub fn has_devices(&self) -> bool {
+        !self.devices.is_empty()
+    }
+
     pub fn new(spec: &VmSpec, first_thread: u32, virtualized: bool, pcpus: usize) -> VmIo {
         let threads = spec.program.total_threads() as usize;
         VmIo {
@@ -240,13 +245,13 @@ impl Sim {
     #[inline]
     pub(super) fn io_note_running(&mut self, t: u32) {
         let vm = self.threads[t as usize].vm as usize;
+        if !self.io_active.get(vm).copied().unwrap_or(false) {
+            // No `io` ops: skip the VM's cold `io` entry on the hot path.
+            return;
+        }
         let Some(io) = self.io.get_mut(vm) else {
             return;
         };
-        if io.devices.is_empty() {
-            // No `io` ops: skip a cold per-thread array on the hot path.
-            return;
-        }
         let local = (t - io.first_thread) as usize;
         if io.woken_due[local] != u64::MAX {
             let d = std::mem::replace(&mut io.woken_due[local], u64::MAX);

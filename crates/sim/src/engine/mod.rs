@@ -147,9 +147,6 @@ pub(crate) struct Vcpu {
     /// Running time left until the next device exit.
     pub next_device_in: u64,
     pub wake_pending: bool,
-    /// Host CPU time received (CFS's vruntime, equal weights), on the clock
-    /// of pCPU `vr_pcpu`'s `min_vr`.
-    pub vruntime: u64,
     /// The pCPU whose `min_vr` `vruntime` is measured against (NONE: none yet).
     pub vr_pcpu: u32,
     /// PELT-like runnable average (0..1) as of `load_at` (load balancing).
@@ -207,6 +204,9 @@ pub(crate) struct Thread {
     pub group: u32,
     pub index: u32,
     pub vcpu: u32,
+    /// Index in `Sim::code` of the thread's group's first instruction.
+    pub code: u32,
+    /// Current instruction, relative to `code`.
     pub pc: u32,
     pub loops: Vec<(u32, u64)>,
     pub state: TState,
@@ -215,8 +215,12 @@ pub(crate) struct Thread {
     pub retry: bool,
     /// Work left of the current (fused) segment.
     pub seg_left: u64,
-    /// Small costs (atomics, syscalls) added to the next segment.
+    /// Small costs (atomics, syscalls) added to the next segment; the sum
+    /// of `ThreadAcct::kcarry`.
     pub carry: u64,
+    /// `ThreadAcct::seg_k` may hold uncharged costs (false: all zero, so
+    /// charging a segment need not read it).
+    pub seg_k_live: bool,
 
     /// Absolute end of the current spin phase (u64::MAX: unlimited).
     pub spin_deadline: u64,
@@ -291,7 +295,6 @@ pub(crate) struct Vm {
     pub sdb: bool,
     pub devices: Option<crate::scenario::Devices>,
     pub costs: Costs,
-    pub code: Arc<Vec<GroupCode>>,
     pub first_thread: u32,
     pub n_threads: u32,
     pub first_vcpu: u32,
@@ -309,6 +312,9 @@ pub(crate) struct Vm {
     pub done_threads: u32,
     pub end_ns: u64,
     pub running: u32,
+    /// Threads waiting in the run queues of this VM's vCPUs (lets an idle
+    /// vCPU skip scanning its siblings when there is nothing to steal).
+    pub queued_threads: u32,
     pub running_per_domain: Vec<u32>,
     pub ipis: u64,
     pub migrations: u64,
@@ -358,6 +364,11 @@ pub(crate) struct Sim {
     pub slice_ns: u64,
     pub pcpus: Vec<Pcpu>,
     pub vcpus: Vec<Vcpu>,
+    /// Per vCPU: host CPU time received (CFS's vruntime, equal weights), on
+    /// the clock of pCPU `Vcpu::vr_pcpu`'s `min_vr`. Apart from `Vcpu`
+    /// because picking and placing read it for every vCPU of a run queue:
+    /// one compact array instead of a cache line per vCPU.
+    pub vruntime: Vec<u64>,
     pub threads: Vec<Thread>,
     pub vms: Vec<Vm>,
     /// One bit per pCPU: idle.
@@ -380,10 +391,19 @@ pub(crate) struct Sim {
     /// Load balancing: failed attempts per scheduling domain (Linux's
     /// `nr_balance_failed`), indexed by level × pCPUs + the domain's first pCPU.
     pub balance_failed: Vec<u32>,
-    /// Compiled programs by program (see `add_vm`).
-    pub code_cache: Vec<(smplab_workload::Program, Arc<Vec<GroupCode>>)>,
+    /// Compiled programs by program (see `add_vm`), with the index in
+    /// `code` of each group's first instruction.
+    pub code_cache: Vec<(smplab_workload::Program, Arc<Vec<GroupCode>>, Vec<u32>)>,
+    /// Every compiled group's instructions, one after the other: a thread
+    /// fetches `code[Thread::code + pc]`, one load away from the thread
+    /// instead of four (VM, program, group, instructions).
+    pub code: Vec<Ins>,
     /// Devices and interrupt routing of each VM (`io.rs`).
     pub io: Vec<io::VmIo>,
+    /// Per VM: it has devices (`io` ops). Read on every thread switch, so
+    /// kept apart from the large `io` entries, which VMs without devices
+    /// never need in cache.
+    pub io_active: Vec<bool>,
     /// Seed 001's adaptive tuner, when enabled (`tune.rs`).
     pub tuner: Option<tune::SimTuner>,
 }
@@ -467,6 +487,7 @@ impl Sim {
                 })
                 .collect(),
             vcpus: Vec::new(),
+            vruntime: Vec::new(),
             threads: Vec::new(),
             vms: Vec::new(),
             idle_bits: vec![0; words],
@@ -482,7 +503,9 @@ impl Sim {
             stale: 0,
             balance_failed: Vec::new(),
             code_cache: Vec::new(),
+            code: Vec::new(),
             io: Vec::new(),
+            io_active: Vec::new(),
             tuner: None,
         };
         for i in 0..s.pcpus {
@@ -528,16 +551,26 @@ impl Sim {
         let p = &self.platform;
         // Identical programs share one compiled copy: with hundreds of VMs
         // running a few profiles this keeps the interpreter's code in cache.
-        let code = match self
+        let (code, bases) = match self
             .code_cache
             .iter()
-            .find(|(prog, _)| prog == &spec.program)
+            .find(|(prog, _, _)| prog == &spec.program)
         {
-            Some((_, c)) => Arc::clone(c),
+            Some((_, c, b)) => (Arc::clone(c), b.clone()),
             None => {
                 let c = Arc::new(compile(&spec.program, p));
-                self.code_cache.push((spec.program.clone(), Arc::clone(&c)));
-                c
+                let mut bases = Vec::with_capacity(c.len());
+                for g in c.iter() {
+                    bases.push(u32::try_from(self.code.len()).map_err(|_| {
+                        SimError::Scenario(
+                            "the programs have over 4 billion instructions in total".into(),
+                        )
+                    })?);
+                    self.code.extend_from_slice(&g.ins);
+                }
+                self.code_cache
+                    .push((spec.program.clone(), Arc::clone(&c), bases.clone()));
+                (c, bases)
             }
         };
         let p = &self.platform;
@@ -604,6 +637,7 @@ impl Sim {
             self.threads.push(Thread {
                 vm: k,
                 group: u32::try_from(g).unwrap_or(u32::MAX),
+                code: bases[g],
                 index: idx,
                 vcpu: first_vcpu + (u32::try_from(ti).unwrap_or(u32::MAX) % spec.vcpus),
                 pc: 0,
@@ -613,6 +647,7 @@ impl Sim {
                 retry: false,
                 seg_left: 0,
                 carry: 0,
+                seg_k_live: false,
                 spin_deadline: u64::MAX,
                 spin_budget: u64::MAX,
                 spin_locks_held: 0,
@@ -653,6 +688,7 @@ impl Sim {
                 rq.push_back(t);
             }
             self.vacct.push(VcpuAcct { ovh: [0; CARRIED] });
+            self.vruntime.push(0);
             self.vcpus.push(Vcpu {
                 vm: k,
                 index: i,
@@ -685,7 +721,6 @@ impl Sim {
                 hi,
                 next_device_in: 0,
                 wake_pending: false,
-                vruntime: 0,
                 vr_pcpu: NONE,
                 // Linux starts a new task's load average full
                 // (init_entity_runnable_average).
@@ -700,12 +735,9 @@ impl Sim {
         for v in first_vcpu..first_vcpu + spec.vcpus {
             self.vcpus[v as usize].next_device_in = dev_period.unwrap_or(u64::MAX);
         }
-        self.io.push(io::VmIo::new(
-            spec,
-            first_thread,
-            virtualized,
-            self.pcpus.len(),
-        ));
+        let vm_io = io::VmIo::new(spec, first_thread, virtualized, self.pcpus.len());
+        self.io_active.push(vm_io.has_devices());
+        self.io.push(vm_io);
         self.vm_by_cause.push([0; cause::N]);
         self.vms.push(Vm {
             spec_idle: if virtualized { spec.idle } else { Idle::Hlt },
@@ -717,7 +749,6 @@ impl Sim {
             sdb: virtualized && spec.sdb.is_some(),
             devices: if virtualized { spec.devices } else { None },
             costs,
-            code,
             first_thread,
             n_threads,
             first_vcpu,
@@ -773,6 +804,8 @@ impl Sim {
             done_threads: 0,
             end_ns: 0,
             running: 0,
+            // Every thread starts in a vCPU run queue (above).
+            queued_threads: n_threads,
             running_per_domain: vec![0; self.domains as usize],
             ipis: 0,
             migrations: 0,
@@ -820,7 +853,7 @@ impl Sim {
     #[inline]
     pub fn ins(&self, t: u32) -> Ins {
         let th = &self.threads[t as usize];
-        self.vms[th.vm as usize].code[th.group as usize].ins[th.pc as usize]
+        self.code[(th.code + th.pc) as usize]
     }
 
     /// Run until every VM finishes or the horizon.
@@ -876,13 +909,7 @@ impl Sim {
                 );
             }
             for (i, pc) in self.pcpus.iter().enumerate().take(8) {
-                let vr = |u: u32| {
-                    (
-                        u,
-                        self.vcpus[u as usize].vruntime,
-                        self.vcpus[u as usize].act,
-                    )
-                };
+                let vr = |u: u32| (u, self.vruntime[u as usize], self.vcpus[u as usize].act);
                 eprintln!(
                     "smplab-sim pcpu {i}: cur {:?} rq {:?} buddy {}",
                     (pc.cur != NONE).then(|| vr(pc.cur)),
