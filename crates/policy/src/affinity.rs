@@ -13,7 +13,7 @@
 //! least one pCPU of the share, and "pinned" pins inside the share.
 
 use crate::tune::VcpuAffinity;
-use crate::{Action, Ns, PcpuId, PolicyError, PreemptCause, Scheduler, VcpuId, VcpuState};
+use crate::{Action, Ns, PcpuId, PolicyError, PreemptCause, Scheduler, VcpuId};
 
 /// The pCPUs one vCPU may run on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -134,12 +134,7 @@ impl Scheduler {
 
     /// A running `vcpu` on a pCPU its affinity no longer allows leaves it.
     fn enforce(&mut self, vcpu: VcpuId, actions: &mut Vec<Action>) {
-        if let VcpuState::Running {
-            pcpu,
-            preempting: None,
-            ..
-        } = self.states[vcpu]
-        {
+        if let Some(pcpu) = self.settled_pcpu(vcpu) {
             if !self.affinity[vcpu].allows(pcpu) {
                 self.preempt(vcpu, PreemptCause::Affinity, actions);
             }

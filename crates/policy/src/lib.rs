@@ -402,6 +402,19 @@ impl Scheduler {
         (0..self.vcpus()).any(|v| self.slice_end(v, now) == SliceEnd::Preempt)
     }
 
+    /// The pCPU `vcpu` runs on, unless it is not running or already being
+    /// preempted (then samples, spin exits and affinity changes leave it be).
+    fn settled_pcpu(&self, vcpu: VcpuId) -> Option<PcpuId> {
+        match self.states[vcpu] {
+            VcpuState::Running {
+                pcpu,
+                preempting: None,
+                ..
+            } => Some(pcpu),
+            _ => None,
+        }
+    }
+
     /// What a tick at `now` does to `v`.
     fn slice_end(&self, v: VcpuId, now: Ns) -> SliceEnd {
         let VcpuState::Running {
@@ -447,12 +460,7 @@ impl Scheduler {
     /// A sample of running `vcpu` at `now`.
     pub fn sample(&mut self, vcpu: VcpuId, now: Ns, sample: Sample) -> Vec<Action> {
         let mut actions = Vec::new();
-        let VcpuState::Running {
-            pcpu,
-            preempting: None,
-            ..
-        } = self.states[vcpu]
-        else {
+        let Some(pcpu) = self.settled_pcpu(vcpu) else {
             return actions;
         };
         self.in_kernel[vcpu] = sample.in_kernel;
@@ -478,12 +486,7 @@ impl Scheduler {
     /// together or not at all. Nothing happens when nobody waits.
     pub fn spin_exit(&mut self, vcpu: VcpuId, now: Ns) -> Vec<Action> {
         let mut actions = Vec::new();
-        let VcpuState::Running {
-            pcpu,
-            preempting: None,
-            ..
-        } = self.states[vcpu]
-        else {
+        let Some(pcpu) = self.settled_pcpu(vcpu) else {
             return actions;
         };
         self.stats[vcpu].spins_detected += 1;
