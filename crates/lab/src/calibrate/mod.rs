@@ -648,13 +648,14 @@ mod tests {
         check_fit_recovers(PERTURBED);
     }
 
-    /// The same with the VM's wake cost also perturbed (×0.7). Since wakes
-    /// became serial in the simulator (a woken thread runs after its waker's
-    /// wake work), the fit ends at `vm_kernel.wake_ns` 107 µs for a true
-    /// 70 µs and a 3.2% residual on `relay` (vm): the prior outweighs the
-    /// relay run's weaker dependence on that cost. An open gap of issue 10.
+    /// The same with the VM's wake cost also perturbed (×0.7). `relay-poll`
+    /// puts the wake on the critical path without the halted-vCPU wakeup
+    /// that `relay` adds to it and without the block that `pingpong` adds,
+    /// so the three separate them (micro.rs). The wake's sensitivity is
+    /// bounded by wake / switch per micro-run, so it stays near 0.3 (0.33
+    /// here, 0.30-0.36 over ±30% of relay-poll's compute and ±25% of
+    /// pingpong's, docs/sim.md).
     #[test]
-    #[ignore = "open gap: the fit does not recover vm_kernel.wake_ns under serial wakes"]
     fn the_fit_recovers_the_vm_wake_cost_too() {
         let mut with_wake = PERTURBED.to_vec();
         with_wake.push(("vm_kernel.wake_ns", 0.7));
