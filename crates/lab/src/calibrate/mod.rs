@@ -652,9 +652,10 @@ mod tests {
     /// puts the wake on the critical path without the halted-vCPU wakeup
     /// that `relay` adds to it and without the block that `pingpong` adds,
     /// so the three separate them (micro.rs). The wake's sensitivity is
-    /// bounded by wake / switch per micro-run, so it stays near 0.3 (0.33
-    /// here, 0.30-0.36 over ±30% of relay-poll's compute and ±25% of
-    /// pingpong's, docs/sim.md).
+    /// bounded by wake / switch per micro-run, so it stays near 0.3: 0.327
+    /// here, 0.30-0.36 from -32% to +30% of relay-poll's compute and ±25% of
+    /// pingpong's, short of 0.3 only at the corner -32%/+25% (0.299;
+    /// docs/sim.md, "Calibration").
     #[test]
     fn the_fit_recovers_the_vm_wake_cost_too() {
         let mut with_wake = PERTURBED.to_vec();
