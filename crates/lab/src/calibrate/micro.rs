@@ -32,7 +32,12 @@
 //! against pvm-here's 0.2 ms switch). The three together separate the wake,
 //! the switch and the halted-vCPU wakeup. A wake's share of a turn can be at
 //! most about wake / switch (the compute must cover the block), so no
-//! micro-run sees it more strongly than that.
+//! micro-run sees it more strongly than that. Its price: a polling vCPU never
+//! gives its core back, so under other load on the host's two cores its turns
+//! stretch (the robust fit then discounts it), and the guest's way back from
+//! its polling idle loop (a system call and a switch) is charged by the
+//! simulator as `vmm.poll_notice_ns` (0.1 µs), so on real runs that cost is
+//! read as part of the wake.
 //!
 //! No micro-run holds a blocking mutex across its compute: whether the woken
 //! waiter or the unlocker gets the mutex next is a race decided by the wake
