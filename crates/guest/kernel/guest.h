@@ -160,6 +160,11 @@ struct cpu {
     u64 io_entry_tsc; /* TSC at the io handler's first instructions (entry.S) */
     u64 io_spurious;  /* block-device interrupts that found none */
     volatile u64 *sensor; /* this vCPU's host-indicator words (SENSOR_*) */
+    /* Idle time inside the workload window (release to the last worker's
+     * end): halted (`hlt` to the instruction after it) under `hlt`, in the
+     * CPL3 idle thread under poll/haltpoll. docs/guest-abi.md. */
+    u64 window_idle_tsc;
+    u64 halt_start_tsc; /* TSC before the `hlt` now in progress, 0 = none */
     u8 pad[64];
 } __attribute__((aligned(64)));
 
@@ -191,10 +196,12 @@ extern u64 g_boot_tsc;
 extern u64 g_lapic_hz;
 extern volatile u64 g_last_spawn_tsc; /* TSC just before the last thread became runnable */
 extern volatile u64 g_done_tsc;       /* TSC when the last worker ended (kernel side) */
+extern volatile u64 g_release_tsc;    /* TSC when the start gate released the workers, 0 = not yet */
 extern volatile u64 g_done_ticks;     /* timer ticks of all vCPUs at that moment */
 extern u32 boot_start_info;
 
 void user_init(u64 start_info); /* CPL3 entry of the init thread */
+u64 window_part(u64 start, u64 end); /* the part of [start, end) inside the workload window */
 void user_idle(struct cpu *c);  /* CPL3 idle thread for poll / haltpoll */
 
 void *memcpy(void *d, const void *s, usize n);

@@ -354,24 +354,10 @@ impl<'a> Results<'a> {
             .collect()
     }
 
-    /// Fraction of vCPU time idle: guest idle time (or simulated idle time)
-    /// over `vcpus × wall`.
+    /// Fraction of vCPU time idle inside the workload window, per
+    /// repetition the mean over VMs ([`idle_fraction`]).
     pub fn idle_fraction(&self, p: &Point) -> Option<Summary> {
-        self.per_rep(p, |r| {
-            let wall = r.timing.wall_ns as f64;
-            if wall <= 0.0 {
-                return None;
-            }
-            if let Some(s) = &r.sim {
-                return Some(s.idle_ns as f64 / (s.vcpus.max(1) as f64 * wall));
-            }
-            let g = r.guest.as_ref()?;
-            if g.idle_ns_per_vcpu.is_empty() {
-                return None;
-            }
-            let idle: u64 = g.idle_ns_per_vcpu.iter().sum();
-            Some(idle as f64 / (g.idle_ns_per_vcpu.len() as f64 * wall))
-        })
+        self.per_rep(p, idle_fraction)
     }
 
     /// Fraction of vCPU time spent spinning. Only the simulator knows spin
@@ -507,6 +493,33 @@ pub fn sim_native_s(records: &[RunRecord]) -> Option<f64> {
         .map(|ns| ns as f64 / 1e9)
         .collect();
     (!n.is_empty()).then(|| n.iter().sum::<f64>() / n.len() as f64)
+}
+
+/// Fraction of one run's vCPU time that was idle inside the workload
+/// window: idle time inside the window over `vCPUs × wall`, where idle means
+/// nothing to run and halted (the HLT exit, host halt-polling, blocked, the
+/// wakeup until the vCPU runs guest code again) or polling in the guest's
+/// idle loop. The guest kernel's own scheduling work on the way into and out
+/// of idle is kernel time, not idle time. Measured runs: the guest's
+/// `window_idle_ns_per_vcpu` (None for records without it: their idle
+/// counters span the whole run, boot included, and count that scheduling
+/// work). Simulated runs: `sim.idle_ns` (the causes `exit_hlt`, `halt_poll`,
+/// `idle_halted`, `wake_latency`, `idle_poll`), which covers the workload only.
+/// Definition in docs/lab.md.
+pub fn idle_fraction(r: &RunRecord) -> Option<f64> {
+    let wall = r.timing.wall_ns as f64;
+    if wall <= 0.0 {
+        return None;
+    }
+    if let Some(s) = &r.sim {
+        return Some(s.idle_ns as f64 / (f64::from(s.vcpus.max(1)) * wall));
+    }
+    let g = r.guest.as_ref()?;
+    if g.window_idle_ns_per_vcpu.is_empty() {
+        return None;
+    }
+    let idle: u64 = g.window_idle_ns_per_vcpu.iter().sum();
+    Some(idle as f64 / (g.window_idle_ns_per_vcpu.len() as f64 * wall))
 }
 
 /// Mean wall time over a point's records, seconds.
