@@ -524,11 +524,21 @@ ops 2 2000 0 0 1 0 1 0 0 0 0 0 0\ncpu 0 1 2 3 4 5 2000 6 7\ncpu 1 2 1 0 1 1 0 0 
     #[test]
     fn window_idle_is_read_per_vcpu_and_absent_from_older_guests() {
         let with = SAMPLE.replace("end\n", "window_idle 1000 6000\nend\n");
-        let s = parse(with.as_bytes()).expect("parses").section().expect("valid");
+        let s = parse(with.as_bytes())
+            .expect("parses")
+            .section()
+            .expect("valid");
         // 2 GHz.
         assert_eq!(s.window_idle_ns_per_vcpu, vec![500, 3000]);
-        assert_eq!(s.idle_ns_per_vcpu, vec![1000, 0], "whole-run idle unchanged");
-        let s = parse(SAMPLE.as_bytes()).expect("parses").section().expect("valid");
+        assert_eq!(
+            s.idle_ns_per_vcpu,
+            vec![1000, 0],
+            "whole-run idle unchanged"
+        );
+        let s = parse(SAMPLE.as_bytes())
+            .expect("parses")
+            .section()
+            .expect("valid");
         assert!(s.window_idle_ns_per_vcpu.is_empty());
         let bad = SAMPLE.replace("end\n", "window_idle 1000 x\nend\n");
         assert!(matches!(
