@@ -545,13 +545,18 @@ const KVM_EXIT_STATS: &[(&str, &str)] = &[
 /// The exit reason of the guest's result stream (after the workload).
 pub const RESULT_STREAM: &str = "result_stream";
 
+/// The exit reason of the guest's workload-window port writes (docs/guest-abi.md):
+/// inside the window only its closing "done".
+pub const WINDOW_PORT: &str = "window_port";
+
 /// The exit reasons "exits/s" totals (docs/lab.md): those smplab-vmm with
 /// KVM's stats and the simulator both count, with the same meaning — `hlt`
 /// (HLT), `irq` (a host interrupt, such as the host's timer tick, taking a
 /// vCPU out of guest mode: KVM's `irq_exits`, the simulator's host-tick
 /// model) and the device exits to the VMM (`io_in`, `io_out`, `mmio_read`,
 /// `mmio_write`; the simulator's `io`). Left out: reasons only one side can
-/// count — measured `irq_window`, `nmi_window`, `request_irq` (KVM
+/// count — measured `window_port` (the guest's "done" that closes the
+/// window, one per run), `irq_window`, `nmi_window`, `request_irq` (KVM
 /// interrupt-delivery details the simulator folds into an IPI's cost),
 /// `intr` (the VMM's own signal kicks); simulated `apic_icr` and `apic_eoi`
 /// (no KVM stat counts ICR or EOI writes, and on this PVM host the guest
@@ -683,17 +688,24 @@ pub fn exit_counts(r: &RunRecord) -> BTreeMap<String, u64> {
                 *m.entry(k).or_default() += c;
             }
         }
-        let stream: u64 = v
-            .exit_latency
-            .iter()
-            .filter(|(k, _)| k.starts_with("result/") || k.starts_with("debug_exit/"))
-            .map(|(_, h)| h.count)
-            .sum();
-        if stream > 0 {
-            if let Some(out) = m.get_mut("io_out") {
-                let moved = stream.min(*out);
-                *out -= moved;
-                *m.entry(RESULT_STREAM.into()).or_default() += moved;
+        let count = |prefixes: &[&str]| -> u64 {
+            v.exit_latency
+                .iter()
+                .filter(|(k, _)| prefixes.iter().any(|p| k.starts_with(p)))
+                .map(|(_, h)| h.count)
+                .sum()
+        };
+        let stream = count(&["result/", "debug_exit/"]);
+        // The guest's "done" on the window port closes the window from
+        // inside it: the measurement's own exit, not the workload's.
+        let window = count(&["window/"]);
+        for (n, reason) in [(stream, RESULT_STREAM), (window, WINDOW_PORT)] {
+            if n > 0 {
+                if let Some(out) = m.get_mut("io_out") {
+                    let moved = n.min(*out);
+                    *out -= moved;
+                    *m.entry(reason.into()).or_default() += moved;
+                }
             }
         }
     }
@@ -1073,7 +1085,7 @@ impl Results<'_> {
 pub fn micro_rates(results: &Results, p: &Point) -> BTreeMap<String, f64> {
     let mut out: BTreeMap<String, f64> = BTreeMap::new();
     for (k, s) in results.exits_per_s(p) {
-        if k != RESULT_STREAM {
+        if k != RESULT_STREAM && k != WINDOW_PORT {
             out.insert(format!("exit:{k}"), s.median);
         }
     }
@@ -1545,8 +1557,14 @@ mod tests {
         // Whole run 10 s: boot HLTs and the result stream are in it.
         let mut vm = vmm_record(10, &[("io_out", 900), ("hlt", 400)], &[1000]);
         let mut win = vec![BTreeMap::new(), BTreeMap::new()];
-        win[0].insert("io_out".to_string(), 6u64);
+        // Six device exits and the guest's "done" on the window port.
+        win[0].insert("io_out".to_string(), 7u64);
         win[1].insert("intr".to_string(), 1u64);
+        let mut win_lat = BTreeMap::new();
+        win_lat.insert(
+            "window/fine".to_string(),
+            LatencyHistogram::from_samples(&[3000]),
+        );
         let mut k0 = BTreeMap::new();
         k0.insert("halt_exits".to_string(), 30u64);
         k0.insert("irq_exits".to_string(), 500u64);
@@ -1559,6 +1577,7 @@ mod tests {
                 go_ns: S,
                 done_ns: Some(3 * S),
                 exits_per_vcpu: win,
+                exit_latency: win_lat,
                 kvm_vcpu_stats: vec![k0, k1],
                 ..Default::default()
             });
@@ -1595,6 +1614,7 @@ mod tests {
         assert_eq!(r.workload_exits_per_s(&sp), Some(want));
         // The reasons only one side counts are still reported by reason.
         assert!(r.exits_per_s(&p).contains_key("irq_window"));
+        assert!(r.exits_per_s(&p).contains_key("window_port"));
         assert!(r.exits_per_s(&sp).contains_key("apic_icr"));
         let pred = r.predictions(None);
         let e = pred
@@ -1668,8 +1688,13 @@ mod tests {
         v.kvm_vcpu_stats = vec![k0, k1];
         // vCPU 1 also counted 2 HLTs itself: the larger count (5) wins.
         v.exits_per_vcpu[1].insert("hlt".into(), 2);
+        v.exit_latency.insert(
+            "window/global".into(),
+            LatencyHistogram::from_samples(&[300]),
+        );
         let c = exit_counts(&r);
-        assert_eq!(c["io_out"], 10);
+        assert_eq!(c["io_out"], 9);
+        assert_eq!(c["window_port"], 1);
         assert_eq!(c["result_stream"], 320);
         assert_eq!(c["hlt"], 22);
         assert_eq!(c["irq"], 3);
