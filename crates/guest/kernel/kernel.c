@@ -22,22 +22,6 @@ volatile u64 g_last_spawn_tsc;
 volatile u64 g_done_tsc;
 volatile u64 g_release_tsc;
 
-/* The part of the interval [start, end) (TSC) inside the workload window, from
- * the gate's release to the last worker's end: what the idle counters the
- * host compares with the simulator cover (docs/guest-abi.md). A period that
- * ends before the release contributes nothing: had the release come first,
- * g_release_tsc would be set by now. */
-u64 window_part(u64 start, u64 end)
-{
-    u64 open = g_release_tsc, close = g_done_tsc;
-    if (!open)
-        return 0;
-    if (start < open)
-        start = open;
-    if (close && end > close)
-        end = close;
-    return end > start ? end - start : 0;
-}
 volatile u64 g_done_ticks;
 
 static volatile u32 g_nthreads;
