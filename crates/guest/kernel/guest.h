@@ -160,6 +160,11 @@ struct cpu {
     u64 io_entry_tsc; /* TSC at the io handler's first instructions (entry.S) */
     u64 io_spurious;  /* block-device interrupts that found none */
     volatile u64 *sensor; /* this vCPU's host-indicator words (SENSOR_*) */
+    /* Idle time inside the workload window (release to the last worker's
+     * end): halted (`hlt` to the instruction after it) under `hlt`, in the
+     * CPL3 idle thread under poll/haltpoll. docs/guest-abi.md. */
+    u64 window_idle_tsc;
+    u64 halt_start_tsc; /* TSC before the `hlt` now in progress, 0 = none */
     u8 pad[64];
 } __attribute__((aligned(64)));
 
@@ -191,6 +196,25 @@ extern u64 g_boot_tsc;
 extern u64 g_lapic_hz;
 extern volatile u64 g_last_spawn_tsc; /* TSC just before the last thread became runnable */
 extern volatile u64 g_done_tsc;       /* TSC when the last worker ended (kernel side) */
+extern volatile u64 g_release_tsc;    /* TSC when the start gate released the workers, 0 = not yet */
+
+/* The part of the interval [start, end) (TSC) inside the workload window, from
+ * the gate's release to the last worker's end: what the idle counters the
+ * host compares with the simulator cover (docs/guest-abi.md). A period that
+ * ends before the release contributes nothing: had the release come first,
+ * g_release_tsc would be set by now. Inline: it runs after every `hlt`, in
+ * emulated CPL0 on PVM hosts, where each instruction costs ~0.7 us. */
+static inline u64 window_part(u64 start, u64 end)
+{
+    u64 open = g_release_tsc, close = g_done_tsc;
+    if (!open)
+        return 0;
+    if (start < open)
+        start = open;
+    if (close && end > close)
+        end = close;
+    return end > start ? end - start : 0;
+}
 extern volatile u64 g_done_ticks;     /* timer ticks of all vCPUs at that moment */
 extern u32 boot_start_info;
 

@@ -20,6 +20,8 @@ u64 g_lapic_hz;
 u32 boot_start_info;
 volatile u64 g_last_spawn_tsc;
 volatile u64 g_done_tsc;
+volatile u64 g_release_tsc;
+
 volatile u64 g_done_ticks;
 
 static volatile u32 g_nthreads;
@@ -552,6 +554,11 @@ static void context_switch(struct cpu *c, struct thread *next)
     prev->cpu_tsc += d;
     if (prev->is_idle)
         c->idle_tsc += d;
+    /* The CPL3 idle thread (poll, haltpoll) is idle for its whole stay; the
+     * in-kernel idle context only while halted (kidle_loop), its scheduling
+     * work being kernel time. */
+    if (prev->is_idle == 1)
+        c->window_idle_tsc += window_part(prev->run_start, now);
     next->run_start = now;
     if (next == prev)
         return;
@@ -607,8 +614,12 @@ static void __attribute__((noreturn)) kidle_loop(struct cpu *c)
             continue;
         arm_oneshot(c, own_deadline(c));
         c->halts++; /* counted on entry, like KVM's halt_exits */
+        u64 halt_start = rdtsc();
+        c->halt_start_tsc = halt_start;
         /* sti's one-instruction shadow: an IPI already pending wakes the hlt. */
         __asm__ volatile("sti; hlt; cli" ::: "memory");
+        c->halt_start_tsc = 0;
+        c->window_idle_tsc += window_part(halt_start, rdtsc());
     }
 }
 

@@ -389,7 +389,7 @@ static volatile u32 g_sd_lock;
  * releasing worker saw. */
 static volatile u32 g_arrived;
 static volatile u32 g_go;
-static u64 g_all_arrived_tsc, g_release_tsc, g_release_ticks, g_gate_reply;
+static u64 g_all_arrived_tsc, g_release_ticks, g_gate_reply;
 
 struct rd {
     const u8 *b;
@@ -983,6 +983,21 @@ void user_idle(struct cpu *c)
 
 /* ---------- result ---------- */
 
+/* A vCPU's idle time inside the workload window, with a halt or a CPL3 idle
+ * period still running now (window_part clips it at the last worker's end).
+ * A racy read of another CPU's fields, good to a few us. */
+static u64 window_idle_now(struct cpu *c, u64 now)
+{
+    u64 idle = c->window_idle_tsc;
+    u64 halt_start = c->halt_start_tsc;
+    struct thread *cur = c->cur;
+    if (halt_start)
+        idle += window_part(halt_start, now);
+    else if (cur && cur->is_idle == 1)
+        idle += window_part(cur->run_start, now);
+    return idle;
+}
+
 static char result_buf[1 << 20] __attribute__((section(".noinit")));
 
 static void emit_result(void)
@@ -1055,6 +1070,10 @@ static void emit_result(void)
         out_sp_u64(&o, c->syscalls);
         out_str(&o, "\n");
     }
+    out_str(&o, "window_idle");
+    for (u32 i = 0; i < g_ncpus; i++)
+        out_sp_u64(&o, window_idle_now(&cpus[i], now));
+    out_str(&o, "\n");
     if (g_params.io_ntargets) {
         out_str(&o, "io_irqs");
         for (u32 i = 0; i < g_ncpus; i++)

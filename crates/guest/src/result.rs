@@ -21,6 +21,10 @@
 //! ops C0 ... C13                    # in smplab_workload::program::counter_names::ALL order
 //!                                   # (13 numbers from guests before `io`: io = 0)
 //! cpu ID IPIS_SENT IPIS_RECEIVED HALTS WAKEUPS CONTEXT_SWITCHES IDLE_TSC TICKS SYSCALLS
+//! window_idle T0 T1 ...             # per vCPU, TSC cycles idle inside the workload window
+//!                                   # (release to the last worker's end): halted under
+//!                                   # `hlt`, in the CPL3 idle thread under poll/haltpoll
+//!                                   # (absent from older guests)
 //! io_irqs N0 N1 ...                 # block-device interrupts that found a completion, per
 //!                                   # vCPU (io programs only)
 //! io_spurious N0 N1 ...             # block-device interrupts that found none, per vCPU
@@ -130,6 +134,9 @@ pub struct GuestResult {
     pub io_irqs: Vec<u64>,
     /// Block-device interrupts per vCPU that found none.
     pub io_spurious: Vec<u64>,
+    /// Per vCPU, TSC cycles idle inside the workload window (`None`: a
+    /// guest from before the `window_idle` line).
+    pub window_idle_tsc: Option<Vec<u64>>,
     /// `io` ops that reported latencies (may exceed `io_latency.len()`).
     pub io_samples: u64,
     /// (completion → handler entry, completion → thread running), TSC cycles.
@@ -243,6 +250,7 @@ pub fn parse(bytes: &[u8]) -> Result<GuestResult, ResultError> {
             "ops" => r.ops = nums::<{ counter_names::COUNT }>(n, &rest)?,
             "io_irqs" => r.io_irqs = num_list(n, &rest)?,
             "io_spurious" => r.io_spurious = num_list(n, &rest)?,
+            "window_idle" => r.window_idle_tsc = Some(num_list(n, &rest)?),
             "io_samples" => r.io_samples = nums::<1>(n, &rest)?[0],
             "io_lat" => {
                 let v = nums::<2>(n, &rest)?;
@@ -415,6 +423,12 @@ impl GuestResult {
             )?,
             boot_ns: since_boot(first_start),
             idle_ns_per_vcpu: cpus.iter().map(|c| self.ns(c.idle_tsc)).collect(),
+            window_idle_ns_per_vcpu: self
+                .window_idle_tsc
+                .iter()
+                .flatten()
+                .map(|&t| self.ns(t))
+                .collect(),
             tsc_hz: self.tsc_hz,
             timer_hz: self.timer_hz,
             lapic_hz: self.lapic_hz,
@@ -505,6 +519,32 @@ ops 2 2000 0 0 1 0 1 0 0 0 0 0 0\ncpu 0 1 2 3 4 5 2000 6 7\ncpu 1 2 1 0 1 1 0 0 
         assert_eq!(s.idle_ns_per_vcpu, vec![1000, 0]);
         assert_eq!(s.boot_ns, 1000);
         assert_eq!(r.ops_map()["compute_iters"], 2000);
+    }
+
+    #[test]
+    fn window_idle_is_read_per_vcpu_and_absent_from_older_guests() {
+        let with = SAMPLE.replace("end\n", "window_idle 1000 6000\nend\n");
+        let s = parse(with.as_bytes())
+            .expect("parses")
+            .section()
+            .expect("valid");
+        // 2 GHz.
+        assert_eq!(s.window_idle_ns_per_vcpu, vec![500, 3000]);
+        assert_eq!(
+            s.idle_ns_per_vcpu,
+            vec![1000, 0],
+            "whole-run idle unchanged"
+        );
+        let s = parse(SAMPLE.as_bytes())
+            .expect("parses")
+            .section()
+            .expect("valid");
+        assert!(s.window_idle_ns_per_vcpu.is_empty());
+        let bad = SAMPLE.replace("end\n", "window_idle 1000 x\nend\n");
+        assert!(matches!(
+            parse(bad.as_bytes()),
+            Err(ResultError::Malformed { .. })
+        ));
     }
 
     #[test]

@@ -302,13 +302,15 @@ impl<'a> Results<'a> {
         out
     }
 
-    /// Exits per second during the workload, all reasons but `result_stream`
-    /// (the guest's result written after the workload), medians summed.
+    /// Exits per second during the workload ("exits/s"): the medians of the
+    /// [`COUNTED_EXIT_REASONS`] summed, the reasons every executor that
+    /// counts exits counts the same way. `None` when the point has no exit
+    /// counts at all.
     pub fn workload_exits_per_s(&self, p: &Point) -> Option<f64> {
         let e = self.exits_per_s(p);
         let total: f64 = e
             .iter()
-            .filter(|(k, _)| k.as_str() != RESULT_STREAM)
+            .filter(|(k, _)| is_counted_exit_reason(k))
             .map(|(_, s)| s.median)
             .sum();
         (!e.is_empty()).then_some(total)
@@ -354,24 +356,10 @@ impl<'a> Results<'a> {
             .collect()
     }
 
-    /// Fraction of vCPU time idle: guest idle time (or simulated idle time)
-    /// over `vcpus × wall`.
+    /// Fraction of vCPU time idle inside the workload window, per
+    /// repetition the mean over VMs ([`idle_fraction`]).
     pub fn idle_fraction(&self, p: &Point) -> Option<Summary> {
-        self.per_rep(p, |r| {
-            let wall = r.timing.wall_ns as f64;
-            if wall <= 0.0 {
-                return None;
-            }
-            if let Some(s) = &r.sim {
-                return Some(s.idle_ns as f64 / (s.vcpus.max(1) as f64 * wall));
-            }
-            let g = r.guest.as_ref()?;
-            if g.idle_ns_per_vcpu.is_empty() {
-                return None;
-            }
-            let idle: u64 = g.idle_ns_per_vcpu.iter().sum();
-            Some(idle as f64 / (g.idle_ns_per_vcpu.len() as f64 * wall))
-        })
+        self.per_rep(p, idle_fraction)
     }
 
     /// Fraction of vCPU time spent spinning. Only the simulator knows spin
@@ -509,6 +497,33 @@ pub fn sim_native_s(records: &[RunRecord]) -> Option<f64> {
     (!n.is_empty()).then(|| n.iter().sum::<f64>() / n.len() as f64)
 }
 
+/// Fraction of one run's vCPU time that was idle inside the workload
+/// window: idle time inside the window over `vCPUs × wall`, where idle means
+/// nothing to run and halted (the HLT exit, host halt-polling, blocked, the
+/// wakeup until the vCPU runs guest code again) or polling in the guest's
+/// idle loop. The guest kernel's own scheduling work on the way into and out
+/// of idle is kernel time, not idle time. Measured runs: the guest's
+/// `window_idle_ns_per_vcpu` (None for records without it: their idle
+/// counters span the whole run, boot included, and count that scheduling
+/// work). Simulated runs: `sim.idle_ns` (the causes `exit_hlt`, `halt_poll`,
+/// `idle_halted`, `wake_latency`, `idle_poll`), which covers the workload only.
+/// Definition in docs/lab.md.
+pub fn idle_fraction(r: &RunRecord) -> Option<f64> {
+    let wall = r.timing.wall_ns as f64;
+    if wall <= 0.0 {
+        return None;
+    }
+    if let Some(s) = &r.sim {
+        return Some(s.idle_ns as f64 / (f64::from(s.vcpus.max(1)) * wall));
+    }
+    let g = r.guest.as_ref()?;
+    if g.window_idle_ns_per_vcpu.is_empty() {
+        return None;
+    }
+    let idle: u64 = g.window_idle_ns_per_vcpu.iter().sum();
+    Some(idle as f64 / (g.window_idle_ns_per_vcpu.len() as f64 * wall))
+}
+
 /// Mean wall time over a point's records, seconds.
 pub fn mean_wall_s(records: &[RunRecord]) -> f64 {
     if records.is_empty() {
@@ -529,6 +544,40 @@ const KVM_EXIT_STATS: &[(&str, &str)] = &[
 
 /// The exit reason of the guest's result stream (after the workload).
 pub const RESULT_STREAM: &str = "result_stream";
+
+/// The exit reason of the guest's workload-window port writes (docs/guest-abi.md):
+/// inside the window only its closing "done".
+pub const WINDOW_PORT: &str = "window_port";
+
+/// The exit reasons "exits/s" totals (docs/lab.md): those smplab-vmm with
+/// KVM's stats and the simulator both count, with the same meaning — `hlt`
+/// (HLT), `irq` (a host interrupt, such as the host's timer tick, taking a
+/// vCPU out of guest mode: KVM's `irq_exits`, the simulator's host-tick
+/// model) and the device exits to the VMM (`io_in`, `io_out`, `mmio_read`,
+/// `mmio_write`; the simulator's `io`). Left out: reasons only one side can
+/// count — measured `window_port` (the guest's "done" that closes the
+/// window, one per run), `irq_window`, `nmi_window`, `request_irq` (KVM
+/// interrupt-delivery details the simulator folds into an IPI's cost),
+/// `intr` (the VMM's own signal kicks); simulated `apic_icr` and `apic_eoi`
+/// (no KVM stat counts ICR or EOI writes, and on this PVM host the guest
+/// kernel's writes are emulated, not exits), `ple`, `sdb`, `preemption` (a
+/// host preemption happens at a host interrupt, which `irq` counts),
+/// `timer` (a guest timer waking a halted vCPU, a wakeup KVM does not count
+/// as an exit) — and the `result_stream` written after the workload.
+pub const COUNTED_EXIT_REASONS: &[&str] = &[
+    "hlt",
+    "irq",
+    "io",
+    "io_in",
+    "io_out",
+    "mmio_read",
+    "mmio_write",
+];
+
+/// Whether "exits/s" counts exits of this reason ([`COUNTED_EXIT_REASONS`]).
+pub fn is_counted_exit_reason(reason: &str) -> bool {
+    COUNTED_EXIT_REASONS.contains(&reason)
+}
 
 /// Work done by a point's runs: mean compute-kernel iterations per record,
 /// or 1 when the records do not count them (then speedups compare times).
@@ -639,17 +688,24 @@ pub fn exit_counts(r: &RunRecord) -> BTreeMap<String, u64> {
                 *m.entry(k).or_default() += c;
             }
         }
-        let stream: u64 = v
-            .exit_latency
-            .iter()
-            .filter(|(k, _)| k.starts_with("result/") || k.starts_with("debug_exit/"))
-            .map(|(_, h)| h.count)
-            .sum();
-        if stream > 0 {
-            if let Some(out) = m.get_mut("io_out") {
-                let moved = stream.min(*out);
-                *out -= moved;
-                *m.entry(RESULT_STREAM.into()).or_default() += moved;
+        let count = |prefixes: &[&str]| -> u64 {
+            v.exit_latency
+                .iter()
+                .filter(|(k, _)| prefixes.iter().any(|p| k.starts_with(p)))
+                .map(|(_, h)| h.count)
+                .sum()
+        };
+        let stream = count(&["result/", "debug_exit/"]);
+        // The guest's "done" on the window port closes the window from
+        // inside it: the measurement's own exit, not the workload's.
+        let window = count(&["window/"]);
+        for (n, reason) in [(stream, RESULT_STREAM), (window, WINDOW_PORT)] {
+            if n > 0 {
+                if let Some(out) = m.get_mut("io_out") {
+                    let moved = n.min(*out);
+                    *out -= moved;
+                    *m.entry(reason.into()).or_default() += moved;
+                }
             }
         }
     }
@@ -1029,7 +1085,7 @@ impl Results<'_> {
 pub fn micro_rates(results: &Results, p: &Point) -> BTreeMap<String, f64> {
     let mut out: BTreeMap<String, f64> = BTreeMap::new();
     for (k, s) in results.exits_per_s(p) {
-        if k != RESULT_STREAM {
+        if k != RESULT_STREAM && k != WINDOW_PORT {
             out.insert(format!("exit:{k}"), s.median);
         }
     }
@@ -1492,6 +1548,108 @@ mod tests {
         );
     }
 
+    /// A measured run and a simulated run of the same work, the measured one
+    /// with boot and result-stream exits outside its window and KVM-only
+    /// reasons inside it, the simulated one with simulator-only reasons:
+    /// "exits/s" counts the same reasons over the same span for both.
+    #[test]
+    fn exits_per_s_counts_the_same_reasons_over_the_same_span_for_vm_and_sim() {
+        // Whole run 10 s: boot HLTs and the result stream are in it.
+        let mut vm = vmm_record(10, &[("io_out", 900), ("hlt", 400)], &[1000]);
+        let mut win = vec![BTreeMap::new(), BTreeMap::new()];
+        // Six device exits and the guest's "done" on the window port.
+        win[0].insert("io_out".to_string(), 7u64);
+        win[1].insert("intr".to_string(), 1u64);
+        let mut win_lat = BTreeMap::new();
+        win_lat.insert(
+            "window/fine".to_string(),
+            LatencyHistogram::from_samples(&[3000]),
+        );
+        let mut k0 = BTreeMap::new();
+        k0.insert("halt_exits".to_string(), 30u64);
+        k0.insert("irq_exits".to_string(), 500u64);
+        k0.insert("irq_window_exits".to_string(), 70u64);
+        let mut k1 = BTreeMap::new();
+        k1.insert("halt_exits".to_string(), 10u64);
+        k1.insert("irq_exits".to_string(), 480u64);
+        if let Some(v) = vm.vmm.as_mut() {
+            v.window = Some(smplab_record::vmm::VmmWindow {
+                go_ns: S,
+                done_ns: Some(3 * S),
+                exits_per_vcpu: win,
+                exit_latency: win_lat,
+                kvm_vcpu_stats: vec![k0, k1],
+                ..Default::default()
+            });
+        }
+        vm.timing.wall_ns = 2 * S;
+        let p = vm_point("dedup", 2, 0);
+        let sp = crate::testutil::as_sim(&p, "pvm-here");
+        let mut sim = rec(Executor::Sim, "dedup", 2, 2 * S);
+        let sim_exits: BTreeMap<String, u64> = [
+            ("hlt", 40),
+            ("io", 6),
+            ("irq", 980),
+            ("apic_icr", 300),
+            ("apic_eoi", 300),
+            ("preemption", 50),
+            ("timer", 4),
+        ]
+        .into_iter()
+        .map(|(k, n)| (k.to_string(), n))
+        .collect();
+        sim.sim = Some(SimSection {
+            vcpus: 2,
+            exits: sim_exits,
+            ..Default::default()
+        });
+        let store = Store::from_entries(vec![
+            entry(p.clone(), vec![vm]),
+            entry(sp.clone(), vec![sim]),
+        ]);
+        let r = Results::new(&store);
+        // (40 HLT + 6 I/O + 980 host interrupts) over the 2 s window.
+        let want = (40.0 + 6.0 + 980.0) / 2.0;
+        assert_eq!(r.workload_exits_per_s(&p), Some(want));
+        assert_eq!(r.workload_exits_per_s(&sp), Some(want));
+        // The reasons only one side counts are still reported by reason.
+        assert!(r.exits_per_s(&p).contains_key("irq_window"));
+        assert!(r.exits_per_s(&p).contains_key("window_port"));
+        assert!(r.exits_per_s(&sp).contains_key("apic_icr"));
+        let pred = r.predictions(None);
+        let e = pred
+            .iter()
+            .find(|x| x.metric == "exits/s")
+            .expect("exits/s pair");
+        assert_eq!(e.rel_error(), 0.0);
+    }
+
+    /// Idle fraction: the guest's window idle time, not its whole-run idle
+    /// counters (boot, result stream and the idle context's scheduling work);
+    /// records without window idle have none rather than another meaning.
+    #[test]
+    fn idle_fraction_is_idle_inside_the_window_for_vm_and_sim() {
+        let mut vm = rec(Executor::Vm, "dedup", 2, 2 * S);
+        vm.guest = Some(smplab_record::guest::GuestSection {
+            idle_ns_per_vcpu: vec![3 * S, S],
+            window_idle_ns_per_vcpu: vec![S, 0],
+            ..Default::default()
+        });
+        assert_eq!(idle_fraction(&vm), Some(0.25));
+        let mut old = vm.clone();
+        if let Some(g) = old.guest.as_mut() {
+            g.window_idle_ns_per_vcpu.clear();
+        }
+        assert_eq!(idle_fraction(&old), None);
+        let mut sim = rec(Executor::Sim, "dedup", 2, 2 * S);
+        sim.sim = Some(SimSection {
+            vcpus: 2,
+            idle_ns: S,
+            ..Default::default()
+        });
+        assert_eq!(idle_fraction(&sim), Some(0.25));
+    }
+
     #[test]
     fn exits_per_second_by_reason_and_latency_percentiles() {
         let p = vm_point("dedup", 2, 0);
@@ -1530,8 +1688,13 @@ mod tests {
         v.kvm_vcpu_stats = vec![k0, k1];
         // vCPU 1 also counted 2 HLTs itself: the larger count (5) wins.
         v.exits_per_vcpu[1].insert("hlt".into(), 2);
+        v.exit_latency.insert(
+            "window/global".into(),
+            LatencyHistogram::from_samples(&[300]),
+        );
         let c = exit_counts(&r);
-        assert_eq!(c["io_out"], 10);
+        assert_eq!(c["io_out"], 9);
+        assert_eq!(c["window_port"], 1);
         assert_eq!(c["result_stream"], 320);
         assert_eq!(c["hlt"], 22);
         assert_eq!(c["irq"], 3);

@@ -24,9 +24,17 @@ pub struct GuestSection {
     /// is in `timing.total_ns`).
     #[serde(default)]
     pub boot_ns: u64,
-    /// Per-vCPU idle time in nanoseconds.
+    /// Per-vCPU idle time in nanoseconds over the whole run (boot and the
+    /// result stream included), as the guest's idle context saw it: its
+    /// scheduling work on the way in and out is in it.
     #[serde(default)]
     pub idle_ns_per_vcpu: Vec<u64>,
+    /// Per-vCPU idle time inside the workload window (gate release to the last
+    /// worker's end), nanoseconds: halted (from `hlt` to the instruction after
+    /// it) under `hlt`, in the CPL3 idle thread under `poll`/`haltpoll`. The
+    /// lab's idle fraction (docs/lab.md). Empty from guests before it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub window_idle_ns_per_vcpu: Vec<u64>,
     /// TSC frequency the guest used to convert cycles to time.
     #[serde(default)]
     pub tsc_hz: u64,

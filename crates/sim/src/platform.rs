@@ -192,6 +192,9 @@ pub struct Defaults {
     /// exceeds its least busy one's by this percentage (Linux `sd_init()`:
     /// `imbalance_pct`, 117).
     pub imbalance_pct: u32,
+    /// The host kernel's timer interrupt rate per pCPU (`CONFIG_HZ`): each
+    /// tick that lands on a vCPU in guest mode is an `irq` exit.
+    pub host_tick_hz: u32,
 }
 
 fn no_ple() -> crate::scenario::Ple {

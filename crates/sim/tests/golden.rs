@@ -185,54 +185,58 @@ fn scenarios() -> Vec<(String, Scenario)> {
 /// (results, event counts) hashes, in the order of `scenarios()`, computed
 /// on `main` at 9e4f7cf (after the seed000 and policysim merges), before the
 /// event-loop optimizations of issue 10; the optimized engine gives the same.
+/// Results regenerated once since, for a deliberate model change: the
+/// host-tick `irq` exit count (issue 10, predictions). With that one key
+/// left out of the fingerprint the old hashes still matched, and the event
+/// counts are unchanged.
 const GOLDEN: &[(u64, u64)] = &[
-    (0x7cba80af2294c0e9, 0x8d46284588a9f62e), // random 0
-    (0xa969714181546316, 0x66552537d18acd6e), // random 1
-    (0xffaebb2f9c6decb0, 0xcb14dc2682111959), // random 2
-    (0x29266b5c04c9fcee, 0xe9f69a62e0ee48ba), // random 3
-    (0x94f000107573b262, 0xcfcf2cb370f3bd9e), // random 4
-    (0x81e09af00c122c80, 0xf92ae5031d34cf12), // random 5
-    (0x86204708718d02f0, 0x5f492c017ffc89f3), // random 6
-    (0x57d7dc4222cf60a4, 0x037b7a104daf6369), // random 7
-    (0xc0850185902c8519, 0x71505a7ab800b71f), // random 8
-    (0x38bec002a9a3d9be, 0x50e27523a5dbd5bb), // random 9
-    (0x9b7c6084ecd9ac02, 0xc589c1e0b4b8e73f), // random 10
-    (0x28dda5d37987e185, 0x330bf7774c10abd3), // random 11
-    (0x0096dc49f2527570, 0x3193d82a6369f27e), // random 12
-    (0x090174168fb7945e, 0x8534bbc0a51c079e), // random 13
-    (0x017a133ead20e9df, 0x0d3c60857d772e36), // random 14
-    (0x1a6ebc98215162f2, 0x76e231f568abca90), // random 15
-    (0x0e9fb30989b7e2fb, 0x7e198387a8de79e3), // random 16
-    (0x7fc3600308f503de, 0x1da5ba12f951f80d), // random 17
-    (0x77b6673ce5bdbded, 0x8aa98574a9693505), // random 18
-    (0xc61c46f23715088d, 0x2ef3df40a27c4ba9), // random 19
-    (0x24fe6f3bf3e3e133, 0xd1bccaf3691227a5), // random 20
-    (0x67960e77b064f0c1, 0x891dff3700863242), // random 21
-    (0xe976c1f09282859a, 0x63aaae85f1fa194b), // random 22
-    (0x626a1e211c95cc6f, 0x32e88667d690b347), // random 23
-    (0x89646bd9ee313872, 0x954e37f153f40366), // random 24
-    (0x9c794eab817b3839, 0xed26b1502db538ab), // random 25
-    (0xdcb3a3c30cb0f504, 0x39e61c425cf9d24d), // random 26
-    (0x2cf122f19f3f4b50, 0xb0a1017a718d4c87), // random 27
-    (0xc17e4e1cbd1f6a8f, 0x7c857f4dbfec52d4), // random 28
-    (0xed2404870e94a507, 0xa91546fd5e0c3a2f), // random 29
-    (0xfd541f819dfe1f97, 0x247a5a334430a678), // random 30
-    (0x33dbf5669fc33786, 0x6b4bfa2c265d94ba), // random 31
-    (0xe42483f59beaa07e, 0x598aa5656d313867), // random 32
-    (0x78837ad21fe01724, 0x593872abb3c7ea7a), // random 33
-    (0x21c4704f24fd6551, 0x5cc4076294771efc), // random 34
-    (0xf08daef6c342f827, 0x491fc0360a370eba), // random 35
-    (0x65ea05b78796f3d5, 0x8649aed251a9282d), // random 36
-    (0x6094595cd8a54045, 0x42cf1f69a853c23f), // random 37
-    (0x3b5a2aa448115cc6, 0x682d27cfc1946e7d), // random 38
-    (0x97646fb4146f5e59, 0x5c8a1db1cf6cc26d), // random 39
-    (0xa6a46b670f56a2a4, 0x19a5e8b90fd05164), // bench model
+    (0x8a970b8eb8f002f6, 0x8d46284588a9f62e), // random 0
+    (0x6f6c44505c1a5b71, 0x66552537d18acd6e), // random 1
+    (0xb76d2dc2c432764a, 0xcb14dc2682111959), // random 2
+    (0x9990c67c7b4544b2, 0xe9f69a62e0ee48ba), // random 3
+    (0x41510acbafa69046, 0xcfcf2cb370f3bd9e), // random 4
+    (0xec066caa3d8d494a, 0xf92ae5031d34cf12), // random 5
+    (0x3a6ef4b3170ffd58, 0x5f492c017ffc89f3), // random 6
+    (0xcbedf22f61a28944, 0x037b7a104daf6369), // random 7
+    (0xf5936ae4e8bc04f9, 0x71505a7ab800b71f), // random 8
+    (0x1a8d95b5ca8676da, 0x50e27523a5dbd5bb), // random 9
+    (0x224209aac9dbf66a, 0xc589c1e0b4b8e73f), // random 10
+    (0x7abfc5e7df3227dd, 0x330bf7774c10abd3), // random 11
+    (0x521929c0b5c91980, 0x3193d82a6369f27e), // random 12
+    (0xa4589235d54f23d7, 0x8534bbc0a51c079e), // random 13
+    (0x516b6cd4a7536fa3, 0x0d3c60857d772e36), // random 14
+    (0x4b3e7cdd348ca57a, 0x76e231f568abca90), // random 15
+    (0xcb91bad0e7b1ba93, 0x7e198387a8de79e3), // random 16
+    (0x9372af973a9af32a, 0x1da5ba12f951f80d), // random 17
+    (0x565381515f640e81, 0x8aa98574a9693505), // random 18
+    (0x74500b79c93bff85, 0x2ef3df40a27c4ba9), // random 19
+    (0x7e6b15f511a816ff, 0xd1bccaf3691227a5), // random 20
+    (0xf0979d6a8e8cd411, 0x891dff3700863242), // random 21
+    (0x819604a6151eb570, 0x63aaae85f1fa194b), // random 22
+    (0x75053bd0f0cdc413, 0x32e88667d690b347), // random 23
+    (0x0a61bf3a8a4d5ace, 0x954e37f153f40366), // random 24
+    (0xbe221a8578d25fd9, 0xed26b1502db538ab), // random 25
+    (0x6d44422324a96ff5, 0x39e61c425cf9d24d), // random 26
+    (0x26fa4b880b69e224, 0xb0a1017a718d4c87), // random 27
+    (0xb264dc45e7e5c2af, 0x7c857f4dbfec52d4), // random 28
+    (0xc0369b549a3b996b, 0xa91546fd5e0c3a2f), // random 29
+    (0xb0ee0b93c8a5ed44, 0x247a5a334430a678), // random 30
+    (0xc1451a0583330c92, 0x6b4bfa2c265d94ba), // random 31
+    (0xd0c90e2d6559971a, 0x598aa5656d313867), // random 32
+    (0x1c59ec9fee31304c, 0x593872abb3c7ea7a), // random 33
+    (0xeb281f2a4010ce05, 0x5cc4076294771efc), // random 34
+    (0xf55c1b6fec3516e2, 0x491fc0360a370eba), // random 35
+    (0x51784d92b5a3c0f5, 0x8649aed251a9282d), // random 36
+    (0xfb7f84138fcf45d2, 0x42cf1f69a853c23f), // random 37
+    (0xc001a272f4ef246a, 0x682d27cfc1946e7d), // random 38
+    (0xa406268249330bd4, 0x5c8a1db1cf6cc26d), // random 39
+    (0xc5c7fb0c942c1faf, 0x19a5e8b90fd05164), // bench model
     // The two scenarios with a horizon count one event fewer than main did
     // (326757 and 85649 processed): the event popped past the horizon is not
     // handled, so it is no longer counted.
-    (0xa10d222603c4b14e, 0x668a962768a4502c), // 64 pCPUs, 24 VMs, 30 ms
-    (0x2085aab06ccd0d6a, 0x8eeeaa90286b4925), // 128 pCPUs, 64 VMs x 16, 4 ms
-    (0xe98f8235bfde8fcc, 0xdd65f04a0f0c0607), // dedup poll
+    (0x6b9471426ecc8f58, 0x668a962768a4502c), // 64 pCPUs, 24 VMs, 30 ms
+    (0xf1d0573b21571a99, 0x8eeeaa90286b4925), // 128 pCPUs, 64 VMs x 16, 4 ms
+    (0xe53158e740ead972, 0xdd65f04a0f0c0607), // dedup poll
 ];
 
 #[test]

@@ -86,7 +86,10 @@ pub(crate) mod exit {
     pub const PREEMPT: usize = 5;
     pub const DEVICE: usize = 6;
     pub const TIMER: usize = 7;
-    pub const N: usize = 8;
+    /// Host interrupts (the host's timer tick) taking a vCPU out of guest
+    /// mode: KVM's `irq_exits` (`Sim::host_tick_exits`).
+    pub const IRQ: usize = 8;
+    pub const N: usize = 9;
     /// `apic_eoi` counts the exits of interrupt receipt (EOI write, kick):
     /// none with APICv, which handles them in hardware.
     pub const NAMES: [&str; N] = [
@@ -98,6 +101,7 @@ pub(crate) mod exit {
         "preemption",
         "io",
         "timer",
+        "irq",
     ];
 }
 
@@ -1091,6 +1095,9 @@ impl Sim {
                     for (a, b) in exits.iter_mut().zip(v.exits) {
                         *a += b;
                     }
+                }
+                if vm.costs.virtualized {
+                    exits[exit::IRQ] = self.host_tick_exits(&by_cause);
                 }
                 let sum = |cs: &[usize]| cs.iter().map(|&c| by_cause[c]).sum::<u64>();
                 let spin = sum(&[
