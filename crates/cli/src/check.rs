@@ -40,5 +40,17 @@ pub fn run(args: &CheckArgs) -> i32 {
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     println!("  expected ops: {}", counts.join(" "));
+    if !program.pools.is_empty() {
+        // Drained work is shared at run time: totals above, not per thread.
+        let pools: Vec<String> = program
+            .pools
+            .iter()
+            .map(|q| format!("{}={}", q.name, q.units))
+            .collect();
+        println!(
+            "  pools (units shared by the threads that drain them): {}",
+            pools.join(" ")
+        );
+    }
     exit::OK
 }

@@ -354,6 +354,12 @@ struct counter {
     volatile u64 v;
 } __attribute__((aligned(64)));
 
+/* Units left in a pool; drain claims with a fetch-and-decrement, so it goes
+ * below zero by at most one per thread that found it empty. */
+struct pool {
+    volatile i64 left;
+} __attribute__((aligned(64)));
+
 struct group {
     u32 threads;
     u64 private_bytes;
@@ -373,12 +379,13 @@ struct worker {
     u64 spins, blocks, wakeups;
 } __attribute__((aligned(64)));
 
-static u32 n_spin, n_mutex, n_barrier, n_queue, n_counter, n_buffer, n_group, n_device, total_threads;
+static u32 n_spin, n_mutex, n_barrier, n_queue, n_counter, n_buffer, n_group, n_device, n_pool, total_threads;
 static struct spin *spins;
 static struct mutex *mutexes;
 static struct barrier *barriers;
 static struct queue *queues;
 static struct counter *counters;
+static struct pool *pools;
 static u8 **buffers;
 static u64 *buffer_bytes;
 static struct group *groups;
@@ -449,6 +456,7 @@ static int check_ops(const u8 *b, u64 len, int depth)
         case 0x0a: need = 5; break;
         case 0x0b: case 0x0c: need = 8; break;
         case 0x0e: case 0x0f: need = 12; break;
+        case 0x10: need = 8; break;
         default: return 0;
         }
         if (need > len - i)
@@ -471,6 +479,13 @@ static int check_ops(const u8 *b, u64 len, int depth)
         case 0x0e: {
             u64 bl = ld32(a + 8);
             if (bl > len - i - 12 || !check_ops(a + 12, bl, depth + 1))
+                return 0;
+            i += bl;
+            break;
+        }
+        case 0x10: {
+            u64 bl = ld32(a + 4);
+            if (idx >= n_pool || bl > len - i - 8 || !check_ops(a + 8, bl, depth + 1))
                 return 0;
             i += bl;
             break;
@@ -561,6 +576,19 @@ static void decode_program(const u8 *b, u64 len)
         if (!rd_u(&r, 4, &v) || v > 256 || !rd_take(&r, v * 4, &p))
             die("bad device table in the program encoding", 1);
         n_device = (u32)v;
+    }
+    /* The pool table trails the devices (absent from older encodings). */
+    n_pool = 0;
+    if (r.pos < r.len) {
+        if (!rd_u(&r, 4, &v) || v > 65536)
+            die("bad pool table in the program encoding", 1);
+        n_pool = (u32)v;
+    }
+    pools = alloc(sizeof(struct pool) * (n_pool + 1), 64);
+    for (u32 i = 0; i < n_pool; i++) {
+        if (!rd_u(&r, 8, &v) || v > 0x7fffffffffffffffULL)
+            die("bad pool table in the program encoding", 1);
+        pools[i].left = (i64)v;
     }
     for (u32 g = 0; g < n_group; g++)
         if (!check_ops(groups[g].ops, groups[g].ops_len, 0))
@@ -907,6 +935,15 @@ static void run_ops(struct worker *w, const u8 *b, u64 len)
             io_op(w, ld32(a), ld64(a + 4));
             i += 12;
             break;
+        case 0x10: {
+            struct pool *p = &pools[ld32(a)];
+            u32 bl = ld32(a + 4);
+            /* One lock xadd per claim: the unit is ours if there was one. */
+            while (__atomic_fetch_sub(&p->left, 1, __ATOMIC_ACQ_REL) > 0)
+                run_ops(w, a + 8, bl);
+            i += 8 + bl;
+            break;
+        }
         default:
             return; /* unreachable: check_ops accepted the list */
         }

@@ -236,8 +236,8 @@ fn every_builtin_completes_oversubscribed_under_every_idle_policy() {
     }
 }
 
-/// A program using every op kind, every lock/barrier flavour, sleep and yield
-/// (no built-in profile sleeps or yields).
+/// A program using every op kind, every lock/barrier flavour, sleep, yield
+/// and a drain (no built-in profile sleeps or yields).
 fn every_op_program(threads: u32) -> Program {
     use smplab_workload::program::*;
     use smplab_workload::{BarrierWait, BufferRef, Op, Rmw, SpinKind};
@@ -299,6 +299,16 @@ fn every_op_program(threads: u32) -> Program {
                 count: 20,
                 body: vec![Op::Push(0), Op::Compute { iters: 500 }],
             },
+            Op::Drain {
+                pool: 0,
+                body: vec![
+                    Op::Compute { iters: 700 },
+                    Op::Atomic {
+                        counter: 1,
+                        rmw: Rmw::Add,
+                    },
+                ],
+            },
         ],
     };
     let consumer = Group {
@@ -358,6 +368,10 @@ fn every_op_program(threads: u32) -> Program {
             bytes: 8192,
         }],
         devices: Vec::new(),
+        pools: vec![PoolDef {
+            name: "p".into(),
+            units: 7 * u64::from(threads),
+        }],
         groups: vec![worker, consumer],
     }
 }

@@ -82,6 +82,8 @@ pub(crate) struct Tallies {
     /// Wrapping sum of tokens pushed / popped per queue.
     pub push_sum: Vec<u64>,
     pub pop_sum: Vec<u64>,
+    /// Units claimed from each pool.
+    pub claims: Vec<u64>,
 }
 
 impl Tallies {
@@ -95,6 +97,7 @@ impl Tallies {
             pops: vec![0; s.queues.len()],
             push_sum: vec![0; s.queues.len()],
             pop_sum: vec![0; s.queues.len()],
+            claims: vec![0; s.pools.len()],
         }
     }
 
@@ -112,6 +115,7 @@ impl Tallies {
         sum(&mut self.pops, &o.pops);
         sum(&mut self.push_sum, &o.push_sum);
         sum(&mut self.pop_sum, &o.pop_sum);
+        sum(&mut self.claims, &o.claims);
     }
 }
 
@@ -305,6 +309,17 @@ impl<'a> Worker<'a> {
             }
             Op::Repeat { count, body } => {
                 for _ in 0..*count {
+                    self.run(body)?;
+                    if self.ctx.aborted() {
+                        return Err(Stop::Aborted);
+                    }
+                }
+            }
+            Op::Drain { pool, body } => {
+                let left = &s.pools[*pool as usize].0;
+                // One `lock xadd` per claim: the unit is ours if there was one.
+                while left.fetch_sub(1, Ordering::AcqRel) > 0 {
+                    self.tallies.claims[*pool as usize] += 1;
                     self.run(body)?;
                     if self.ctx.aborted() {
                         return Err(Stop::Aborted);

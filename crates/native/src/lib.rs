@@ -133,6 +133,8 @@ pub struct ThreadReport {
     pub cpu_ns: u64,
     pub stats: Stats,
     pub counts: OpCounts,
+    /// Units this thread claimed from each pool (decided at run time).
+    pub pool_claims: Vec<u64>,
     pub voluntary_switches: u64,
     pub involuntary_switches: u64,
 }
@@ -168,6 +170,10 @@ pub struct Execution {
     pub queue_pop_sums: Vec<u64>,
     /// Tokens left in each queue.
     pub queue_left: Vec<usize>,
+    /// Units claimed from each pool over all threads, and units left
+    /// (0 once drained).
+    pub pool_claims: Vec<u64>,
+    pub pool_left: Vec<u64>,
     pub counter_values: Vec<u64>,
     /// Device-request latencies, when the program ran `io` ops.
     pub io: Option<smplab_record::io::IoSection>,
@@ -563,6 +569,12 @@ fn summarize(shared: &Shared, outs: Vec<ThreadOut>) -> Execution {
         barrier_arrivals: shared.barriers.iter().map(|b| b.arrivals()).collect(),
         barrier_generations: shared.barriers.iter().map(|b| b.generations()).collect(),
         queue_left: shared.queues.iter().map(|q| q.len()).collect(),
+        pool_left: shared
+            .pools
+            .iter()
+            .map(|q| u64::try_from(q.0.load(Ordering::SeqCst)).unwrap_or(0))
+            .collect(),
+        pool_claims: tallies.claims,
         counter_values: shared
             .counters
             .iter()
@@ -671,6 +683,7 @@ fn worker(
             cpu_ns: cpu1.saturating_sub(cpu0),
             stats: w.ctx.stats,
             counts: w.counts,
+            pool_claims: w.tallies.claims.clone(),
             voluntary_switches: vol1.saturating_sub(vol0),
             involuntary_switches: invol1.saturating_sub(invol0),
         },

@@ -6,7 +6,7 @@ use crate::primitives::{Barrier, BoundedQueue, CachePadded, FutexMutex, SpinLock
 use crate::sys::{self, Mapping, PAGE};
 use crate::NativeError;
 use smplab_workload::{BufferRef, Op, Program};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 pub(crate) struct Shared {
@@ -15,6 +15,9 @@ pub(crate) struct Shared {
     pub barriers: Vec<Barrier>,
     pub queues: Vec<BoundedQueue>,
     pub counters: Vec<CachePadded<AtomicU64>>,
+    /// Units left in each pool; `drain` claims with a fetch-and-decrement,
+    /// so it goes below zero by at most one per thread that found it empty.
+    pub pools: Vec<CachePadded<AtomicI64>>,
     pub buffers: Vec<Mapping>,
     /// The devices `io` ops submit to (and their completion slots).
     pub devices: Devices,
@@ -76,6 +79,12 @@ impl Shared {
                 .iter()
                 .map(|_| CachePadded(AtomicU64::new(0)))
                 .collect(),
+            pools: p
+                .pools
+                .iter()
+                // `check` refused units beyond i64::MAX.
+                .map(|q| CachePadded(AtomicI64::new(i64::try_from(q.units).unwrap_or(i64::MAX))))
+                .collect(),
             buffers,
             devices: Devices::new(p),
             shoot,
@@ -134,6 +143,10 @@ fn check(p: &Program) -> Result<(), NativeError> {
                 Op::Push(i) | Op::Pop(i) => ("queue", *i, p.queues.len()),
                 Op::Atomic { counter, .. } => ("counter", *counter, p.counters.len()),
                 Op::Io { device, .. } => ("device", *device, p.devices.len()),
+                Op::Drain { pool, body } => {
+                    walk(p, group, body)?;
+                    ("pool", *pool, p.pools.len())
+                }
                 Op::Touch {
                     buffer: BufferRef::Shared(i),
                     ..
@@ -172,6 +185,14 @@ fn check(p: &Program) -> Result<(), NativeError> {
             d.name
         )));
     }
+    if let Some(q) = p.pools.iter().find(|q| i64::try_from(q.units).is_err()) {
+        return Err(NativeError::BadProgram(format!(
+            "pool `{}` has {} units; at most {} fit",
+            q.name,
+            q.units,
+            i64::MAX
+        )));
+    }
     if let Some(q) = p.queues.iter().find(|q| q.capacity == 0) {
         return Err(NativeError::BadProgram(format!(
             "queue `{}` has capacity 0; it needs at least 1",
@@ -186,7 +207,7 @@ fn max_shootdown_pages(p: &Program) -> usize {
         ops.iter()
             .map(|op| match op {
                 Op::Shootdown { pages } => *pages as usize,
-                Op::Repeat { body, .. } => walk(body),
+                Op::Repeat { body, .. } | Op::Drain { body, .. } => walk(body),
                 _ => 0,
             })
             .max()

@@ -10,7 +10,10 @@
 //! - queues form pipelines (producer group → optional middle stage → consumer
 //!   group, one queue per hop, each hop balanced: threads × iterations equal on
 //!   both sides), so a blocked push implies a consumer that can pop, and a
-//!   blocked pop a producer that can push.
+//!   blocked pop a producer that can push;
+//! - a pipeline stage or worker group may take its items from a pool until it
+//!   is drained instead of a fixed count per thread (pool units = the stage's
+//!   items, so hops stay balanced in total); drain bodies hold no barriers.
 //!
 //! A seed drives the generator (shrinking a seed is meaningless, but failures
 //! print it and are reproducible). Each run has a generous timeout, so a
@@ -19,7 +22,7 @@
 use proptest::prelude::*;
 use smplab_native::{execute, NativeOptions};
 use smplab_workload::program::{
-    BarrierDef, BufferDef, CounterDef, MutexDef, QueueDef, SpinLockDef,
+    BarrierDef, BufferDef, CounterDef, MutexDef, PoolDef, QueueDef, SpinLockDef,
 };
 use smplab_workload::{BarrierWait, BufferRef, Group, Op, Program, Rmw, SpinKind};
 use std::time::Duration;
@@ -80,6 +83,7 @@ impl Gen {
             counters: Vec::new(),
             buffers: Vec::new(),
             devices: Vec::new(),
+            pools: Vec::new(),
             groups: Vec::new(),
         };
         for i in 0..rng.below(3) {
@@ -259,6 +263,22 @@ impl Gen {
         ops
     }
 
+    /// `count` passes of `body` per thread, or (sometimes, when `body` has
+    /// no barrier) `total` passes in all from a new pool that the group's
+    /// threads drain.
+    fn fixed_or_drained(&mut self, count: u64, total: u64, body: Vec<Op>) -> Op {
+        let has_barrier = body.iter().any(|op| matches!(op, Op::Barrier(_)));
+        if has_barrier || !self.rng.coin() {
+            return Op::Repeat { count, body };
+        }
+        let pool = u32::try_from(self.p.pools.len()).unwrap_or(u32::MAX);
+        self.p.pools.push(PoolDef {
+            name: format!("p{pool}"),
+            units: total,
+        });
+        Op::Drain { pool, body }
+    }
+
     fn local_barrier(&mut self, threads: u32) -> Option<u32> {
         if self.rng.below(3) == 0 {
             return None;
@@ -278,10 +298,11 @@ impl Gen {
             let local = self.local_barrier(threads);
             let count = self.rng.range(1, 4);
             let body = self.body(local, Vec::new());
+            let op = self.fixed_or_drained(count, count * u64::from(threads), body);
             self.p.groups.push(Group {
                 name: format!("worker{g}"),
                 threads,
-                ops: vec![Op::Repeat { count, body }],
+                ops: vec![op],
             });
         }
         // A pipeline: producer → (middle →) consumer.
@@ -303,13 +324,11 @@ impl Gen {
                 }
                 let local = self.local_barrier(threads[s]);
                 let body = self.body(local, hop);
+                let op = self.fixed_or_drained(items / u64::from(threads[s]), items, body);
                 self.p.groups.push(Group {
                     name: format!("stage{s}"),
                     threads: threads[s],
-                    ops: vec![Op::Repeat {
-                        count: items / u64::from(threads[s]),
-                        body,
-                    }],
+                    ops: vec![op],
                 });
             }
         }
@@ -377,6 +396,9 @@ proptest! {
         prop_assert_eq!(&ex.queue_pushes, &ex.queue_pops, "every push popped");
         prop_assert_eq!(&ex.queue_push_sums, &ex.queue_pop_sums, "the same tokens");
         prop_assert!(ex.queue_left.iter().all(|&l| l == 0));
+        let units: Vec<u64> = p.pools.iter().map(|q| q.units).collect();
+        prop_assert_eq!(&ex.pool_claims, &units, "every unit claimed once");
+        prop_assert!(ex.pool_left.iter().all(|&l| l == 0));
         for (i, b) in p.barriers.iter().enumerate() {
             prop_assert_eq!(
                 ex.barrier_arrivals[i],
@@ -413,6 +435,10 @@ fn the_generator_covers_every_op_kind() {
                     walk(body, seen);
                     "repeat"
                 }
+                Op::Drain { body, .. } => {
+                    walk(body, seen);
+                    "drain"
+                }
             };
             seen.insert(kind);
         }
@@ -423,5 +449,5 @@ fn the_generator_covers_every_op_kind() {
             walk(&g.ops, &mut seen);
         }
     }
-    assert_eq!(seen.len(), 12, "{seen:?}");
+    assert_eq!(seen.len(), 13, "{seen:?}");
 }

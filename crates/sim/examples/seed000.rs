@@ -1,6 +1,6 @@
 //! Seed 000's figures on `kvm2015`, paper vs model, with the accounting
 //! breakdown of each slowdown (what `diagnose --executor sim` prints).
-//! `cargo run --release -p smplab-sim --example seed000 [scale] [--explain]`
+//! `cargo run --release -p smplab-sim --example seed000 [scale] [--explain] [--idle-poll-ns=N]`
 
 use smplab_sim::{breakdown, simulate, Idle, Platform, Ple, RunRecord, Scenario, VmSpec};
 
@@ -24,9 +24,22 @@ fn apic_exits(r: &RunRecord) -> u64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let scale: f64 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(0.25);
+    let scale: f64 = args
+        .iter()
+        .filter(|a| !a.starts_with("--"))
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(0.25);
     let explain = args.iter().any(|a| a == "--explain");
-    let k = Platform::builtin("kvm2015").expect("builtin");
+    let mut k = Platform::builtin("kvm2015").expect("builtin");
+    // `--idle-poll-ns=N`: the bare-metal idle governor's poll, a timing
+    // perturbation to check how robust the figures are.
+    if let Some(ns) = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--idle-poll-ns="))
+        .and_then(|v| v.parse().ok())
+    {
+        k.native.idle_poll_ns = ns;
+    }
     let single = |name: &str, vcpus: u32, f: &dyn Fn(&mut VmSpec)| {
         // Seed 000 runs as many threads as vCPUs.
         let mut v = vm(name, vcpus, scale, vcpus);
@@ -83,6 +96,11 @@ fn main() {
         slowdown(&a),
         slowdown(&b)
     );
+    if explain {
+        if let Some(t) = breakdown::format_breakdown(&a) {
+            println!("  without APICv:\n{t}");
+        }
+    }
     let exits_cut = 100.0 * (1.0 - apic_exits(&b) as f64 / apic_exits(&a).max(1) as f64);
     let sd_cut = 100.0 * (1.0 - slowdown(&b) / slowdown(&a));
     show(

@@ -65,6 +65,18 @@ pub enum Ins {
     LoopEnd {
         begin: u32,
     },
+    /// Claim one unit of pool `pool` (an atomic RMW on the VM's pool
+    /// counter): run the body after it if there was one, else jump past
+    /// `end`, the index of its `DrainEnd`. Runs only at the simulated time
+    /// the thread reaches it, never fused behind earlier work.
+    DrainClaim {
+        pool: u32,
+        end: u32,
+    },
+    /// End of a drain body: back to the claim at `begin`.
+    DrainEnd {
+        begin: u32,
+    },
     /// Thread finished.
     Exit,
 }
@@ -165,6 +177,24 @@ fn emit(
                 });
                 out[begin] = Ins::LoopBegin {
                     count: *count,
+                    end: u32::try_from(end).unwrap_or(u32::MAX),
+                };
+                continue;
+            }
+            Op::Drain { pool, body } => {
+                // No loop-stack entry: the pool, not a counter, ends it.
+                let begin = out.len();
+                out.push(Ins::DrainClaim {
+                    pool: *pool,
+                    end: 0,
+                });
+                emit(body, p, out, level, depth, footprint);
+                let end = out.len();
+                out.push(Ins::DrainEnd {
+                    begin: u32::try_from(begin).unwrap_or(u32::MAX),
+                });
+                out[begin] = Ins::DrainClaim {
+                    pool: *pool,
                     end: u32::try_from(end).unwrap_or(u32::MAX),
                 };
                 continue;

@@ -188,7 +188,9 @@ fn scenarios() -> Vec<(String, Scenario)> {
 /// Results regenerated once since, for a deliberate model change: the
 /// host-tick `irq` exit count (issue 10, predictions). With that one key
 /// left out of the fingerprint the old hashes still matched, and the event
-/// counts are unchanged.
+/// counts are unchanged. Regenerated again for the dedup profile's drained
+/// stages (pools, branch `drain`): on their own they changed the 8 scenarios
+/// that run dedup and left the other 36 bit-identical.
 const GOLDEN: &[(u64, u64)] = &[
     (0x8a970b8eb8f002f6, 0x8d46284588a9f62e), // random 0
     (0x6f6c44505c1a5b71, 0x66552537d18acd6e), // random 1
@@ -199,7 +201,7 @@ const GOLDEN: &[(u64, u64)] = &[
     (0x3a6ef4b3170ffd58, 0x5f492c017ffc89f3), // random 6
     (0xcbedf22f61a28944, 0x037b7a104daf6369), // random 7
     (0xf5936ae4e8bc04f9, 0x71505a7ab800b71f), // random 8
-    (0x1a8d95b5ca8676da, 0x50e27523a5dbd5bb), // random 9
+    (0x39b6f2cd3689fe7d, 0x0d403318307b8d87), // random 9
     (0x224209aac9dbf66a, 0xc589c1e0b4b8e73f), // random 10
     (0x7abfc5e7df3227dd, 0x330bf7774c10abd3), // random 11
     (0x521929c0b5c91980, 0x3193d82a6369f27e), // random 12
@@ -212,12 +214,12 @@ const GOLDEN: &[(u64, u64)] = &[
     (0x74500b79c93bff85, 0x2ef3df40a27c4ba9), // random 19
     (0x7e6b15f511a816ff, 0xd1bccaf3691227a5), // random 20
     (0xf0979d6a8e8cd411, 0x891dff3700863242), // random 21
-    (0x819604a6151eb570, 0x63aaae85f1fa194b), // random 22
+    (0xd6a843976fbef280, 0x8b7f0ff4506533d8), // random 22
     (0x75053bd0f0cdc413, 0x32e88667d690b347), // random 23
     (0x0a61bf3a8a4d5ace, 0x954e37f153f40366), // random 24
     (0xbe221a8578d25fd9, 0xed26b1502db538ab), // random 25
-    (0x6d44422324a96ff5, 0x39e61c425cf9d24d), // random 26
-    (0x26fa4b880b69e224, 0xb0a1017a718d4c87), // random 27
+    (0xec2afe33bbd3b3d8, 0x17ce20f46d98a786), // random 26
+    (0xddab42c60b6cf60e, 0x40c9e0103ec7e964), // random 27
     (0xb264dc45e7e5c2af, 0x7c857f4dbfec52d4), // random 28
     (0xc0369b549a3b996b, 0xa91546fd5e0c3a2f), // random 29
     (0xb0ee0b93c8a5ed44, 0x247a5a334430a678), // random 30
@@ -230,13 +232,13 @@ const GOLDEN: &[(u64, u64)] = &[
     (0xfb7f84138fcf45d2, 0x42cf1f69a853c23f), // random 37
     (0xc001a272f4ef246a, 0x682d27cfc1946e7d), // random 38
     (0xa406268249330bd4, 0x5c8a1db1cf6cc26d), // random 39
-    (0xc5c7fb0c942c1faf, 0x19a5e8b90fd05164), // bench model
+    (0xe0d4d2ffb48f23e8, 0x488dd54d40976913), // bench model
     // The two scenarios with a horizon count one event fewer than main did
     // (326757 and 85649 processed): the event popped past the horizon is not
     // handled, so it is no longer counted.
-    (0x6b9471426ecc8f58, 0x668a962768a4502c), // 64 pCPUs, 24 VMs, 30 ms
-    (0xf1d0573b21571a99, 0x8eeeaa90286b4925), // 128 pCPUs, 64 VMs x 16, 4 ms
-    (0xe53158e740ead972, 0xdd65f04a0f0c0607), // dedup poll
+    (0xfd9f24b8acf66e80, 0x24bbe42db704a055), // 64 pCPUs, 24 VMs, 30 ms
+    (0xd027d5d7d1312992, 0x45977125c61b4581), // 128 pCPUs, 64 VMs x 16, 4 ms
+    (0x85190011f3a08655, 0x350ce33704c3fe17), // dedup poll
 ];
 
 #[test]

@@ -24,6 +24,7 @@ pub mod opcode {
     pub const SHOOTDOWN: u8 = 0x0d;
     pub const REPEAT: u8 = 0x0e;
     pub const IO: u8 = 0x0f;
+    pub const DRAIN: u8 = 0x10;
 }
 
 /// Buffer index meaning "the thread's private buffer".
@@ -151,6 +152,14 @@ fn ops(w: &mut W, ops: &[Op]) {
                 w.u32(u32::try_from(inner.0.len()).unwrap_or(u32::MAX));
                 w.0.extend_from_slice(&inner.0);
             }
+            Op::Drain { pool, body } => {
+                let mut inner = W(Vec::new());
+                self::ops(&mut inner, body);
+                w.u8(DRAIN);
+                w.u32(*pool);
+                w.u32(u32::try_from(inner.0.len()).unwrap_or(u32::MAX));
+                w.0.extend_from_slice(&inner.0);
+            }
         }
     }
 }
@@ -206,6 +215,11 @@ pub fn encode(p: &Program) -> Vec<u8> {
     w.u32(u32::try_from(p.devices.len()).unwrap_or(u32::MAX));
     for d in &p.devices {
         w.u32(d.queue_depth);
+    }
+    // The pool table trails the devices, for the same reason.
+    w.u32(u32::try_from(p.pools.len()).unwrap_or(u32::MAX));
+    for pool in &p.pools {
+        w.u64(pool.units);
     }
     w.0
 }
@@ -313,6 +327,12 @@ fn decode_ops(b: &[u8]) -> Result<Vec<Op>, DecodeError> {
                 let body = decode_ops(r.take(len)?)?;
                 Op::Repeat { count, body }
             }
+            DRAIN => {
+                let pool = r.u32()?;
+                let len = r.u32()? as usize;
+                let body = decode_ops(r.take(len)?)?;
+                Op::Drain { pool, body }
+            }
             other => return Err(DecodeError::BadOpcode(other, at)),
         };
         out.push(op);
@@ -332,6 +352,22 @@ pub fn decode_groups(bytes: &[u8]) -> Result<Vec<(u32, u64, Vec<Op>)>, DecodeErr
 pub fn decode_groups_and_devices(
     bytes: &[u8],
 ) -> Result<(Vec<(u32, u64, Vec<Op>)>, Vec<u32>), DecodeError> {
+    decode_tables(bytes).map(|t| (t.groups, t.devices))
+}
+
+/// The parts of an encoding executors run from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    /// `(threads, private_bytes, ops)` per group.
+    pub groups: Vec<(u32, u64, Vec<Op>)>,
+    /// Each device's queue depth.
+    pub devices: Vec<u32>,
+    /// Each pool's units.
+    pub pools: Vec<u64>,
+}
+
+/// Decode groups, devices and pools.
+pub fn decode_tables(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     let mut r = R { b: bytes, pos: 0 };
     if r.take(4)? != MAGIC || r.u16()? != VERSION {
         return Err(DecodeError::BadHeader);
@@ -378,5 +414,12 @@ pub fn decode_groups_and_devices(
     let devices = (0..r.u32()?)
         .map(|_| r.u32())
         .collect::<Result<Vec<u32>, _>>()?;
-    Ok((groups, devices))
+    let pools = (0..r.u32()?)
+        .map(|_| r.u64())
+        .collect::<Result<Vec<u64>, _>>()?;
+    Ok(Decoded {
+        groups,
+        devices,
+        pools,
+    })
 }

@@ -53,6 +53,15 @@ pub struct DeviceDef {
     pub queue_depth: u32,
 }
 
+/// A shared pool of work units, taken one at a time by `Op::Drain`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolDef {
+    pub name: String,
+    /// Units in the pool when the run starts; at most `i64::MAX` (executors
+    /// claim with a signed fetch-and-decrement).
+    pub units: u64,
+}
+
 /// Which buffer a touch walks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum BufferRef {
@@ -104,6 +113,16 @@ pub enum Op {
         count: u64,
         body: Vec<Op>,
     },
+    /// Claim one unit of pool `pool` (index into `Program::pools`) with an
+    /// atomic fetch-and-decrement and run `body` for it; repeat until a claim
+    /// finds the pool empty. How many units each thread runs is decided at
+    /// run time; the total over all threads is the pool's `units`. Validation
+    /// keeps drains at the top level of a group's op list, one drain per pool,
+    /// and no barriers in the body.
+    Drain {
+        pool: u32,
+        body: Vec<Op>,
+    },
 }
 
 /// A group of identical threads.
@@ -131,6 +150,7 @@ pub struct Program {
     pub counters: Vec<CounterDef>,
     pub buffers: Vec<BufferDef>,
     pub devices: Vec<DeviceDef>,
+    pub pools: Vec<PoolDef>,
     pub groups: Vec<Group>,
 }
 
@@ -207,15 +227,34 @@ impl OpCounts {
                     self.add_op(inner, times.saturating_mul(*count));
                 }
             }
+            // Run-time distribution: not part of any one thread's fixed
+            // counts (see `of_drained`).
+            Op::Drain { .. } => {}
         }
     }
 
-    /// Counts of one thread running `ops` once.
-    pub fn of_ops(ops: &[Op]) -> Self {
+    /// Counts of one thread running `ops` once, *without* the bodies of
+    /// drains: how many units of a pool one thread takes is decided at run
+    /// time, so only this part is fixed per thread. `Program::group_counts`
+    /// and `Program::expected_counts` give the totals, drains included.
+    pub fn fixed_per_thread(ops: &[Op]) -> Self {
         let mut c = OpCounts::default();
         for op in ops {
             c.add_op(op, 1);
         }
+        c
+    }
+
+    /// Counts of the drain bodies in `ops`, each run once per unit of its
+    /// pool: a total over all the threads that run `ops`, not per thread.
+    pub fn of_drained(ops: &[Op], pools: &[PoolDef]) -> Self {
+        let mut c = OpCounts::default();
+        visit_drains(ops, &mut |pool, body| {
+            let units = pools.get(pool as usize).map_or(0, |p| p.units);
+            for op in body {
+                c.add_op(op, units);
+            }
+        });
         c
     }
 
@@ -241,6 +280,20 @@ impl OpCounts {
     }
 }
 
+/// Call `f(pool, body)` for every drain in `ops`, at any depth.
+fn visit_drains(ops: &[Op], f: &mut dyn FnMut(u32, &[Op])) {
+    for op in ops {
+        match op {
+            Op::Repeat { body, .. } => visit_drains(body, f),
+            Op::Drain { pool, body } => {
+                f(*pool, body);
+                visit_drains(body, f);
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Number of accesses a touch makes.
 pub fn touch_steps(bytes: u64, stride: u64) -> u64 {
     bytes.div_ceil(stride.max(1))
@@ -252,13 +305,67 @@ impl Program {
         self.groups.iter().map(|g| g.threads).sum()
     }
 
+    /// The per-operation counts of all of group `group`'s threads together:
+    /// each thread's fixed counts times its threads, plus each pool it drains
+    /// times the drain's body. Per-thread counts are not fixed when the group
+    /// drains a pool (the threads share its units at run time).
+    pub fn group_counts(&self, group: usize) -> OpCounts {
+        let Some(g) = self.groups.get(group) else {
+            return OpCounts::default();
+        };
+        let mut c = OpCounts::fixed_per_thread(&g.ops).scaled(u64::from(g.threads));
+        c.add(&OpCounts::of_drained(&g.ops, &self.pools));
+        c
+    }
+
     /// The per-operation counts any correct executor must report.
     pub fn expected_counts(&self) -> BTreeMap<String, u64> {
         let mut total = OpCounts::default();
-        for g in &self.groups {
-            total.add(&OpCounts::of_ops(&g.ops).scaled(g.threads as u64));
+        for gi in 0..self.groups.len() {
+            total.add(&self.group_counts(gi));
         }
         total.to_map()
+    }
+
+    /// Visit every op of the program (loop bodies included) with how many
+    /// times it runs in the whole run, over all threads: `f(group, op, times)`.
+    /// Ops inside a drain run once per unit of its pool in all, whichever
+    /// threads claim them. Loops are visited too (with the times they start).
+    pub fn visit_totals(&self, mut f: impl FnMut(usize, &Op, u64)) {
+        fn walk(
+            p: &Program,
+            gi: usize,
+            ops: &[Op],
+            times: u64,
+            f: &mut dyn FnMut(usize, &Op, u64),
+        ) {
+            for op in ops {
+                f(gi, op, times);
+                match op {
+                    Op::Repeat { count, body } => {
+                        walk(p, gi, body, times.saturating_mul(*count), f)
+                    }
+                    Op::Drain { pool, body } => {
+                        let units = p.pools.get(*pool as usize).map_or(0, |q| q.units);
+                        walk(p, gi, body, units, f)
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (gi, g) in self.groups.iter().enumerate() {
+            walk(self, gi, &g.ops, u64::from(g.threads), &mut f);
+        }
+    }
+
+    /// Whether any group drains a pool (per-thread op counts then vary from
+    /// run to run; totals do not).
+    pub fn uses_drain(&self) -> bool {
+        self.groups.iter().any(|g| {
+            let mut any = false;
+            visit_drains(&g.ops, &mut |_, _| any = true);
+            any
+        })
     }
 
     /// Whether any thread runs an `io` op (executors without a device model
@@ -267,7 +374,7 @@ impl Program {
         fn walk(ops: &[Op]) -> bool {
             ops.iter().any(|op| match op {
                 Op::Io { .. } => true,
-                Op::Repeat { body, .. } => walk(body),
+                Op::Repeat { body, .. } | Op::Drain { body, .. } => walk(body),
                 _ => false,
             })
         }
@@ -284,7 +391,7 @@ impl Program {
                         bytes,
                         ..
                     } => *bytes,
-                    Op::Repeat { body, .. } => walk(body),
+                    Op::Repeat { body, .. } | Op::Drain { body, .. } => walk(body),
                     _ => 0,
                 })
                 .max()

@@ -35,6 +35,9 @@ pub struct WorkloadSpec {
     /// Block-like devices that `io` ops submit requests to.
     #[serde(default)]
     pub devices: BTreeMap<String, Spanned<DeviceSpec>>,
+    /// Shared pools of work units that `drain` ops take from until empty.
+    #[serde(default)]
+    pub pools: BTreeMap<String, Spanned<PoolSpec>>,
     #[serde(default)]
     pub groups: Vec<Spanned<GroupSpec>>,
 }
@@ -129,6 +132,13 @@ pub struct DeviceSpec {
     pub queue_depth: Option<Count>,
 }
 
+/// A pool of `count` units of work, shared by the threads that drain it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSpec {
+    pub count: Spanned<Count>,
+}
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupSpec {
@@ -188,6 +198,15 @@ pub struct RepeatSpec {
     pub ops: Vec<Spanned<OpSpec>>,
 }
 
+/// Take units from a pool one at a time, running `ops` for each, until the
+/// pool is empty.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainSpec {
+    pub pool: Spanned<String>,
+    pub ops: Vec<Spanned<OpSpec>>,
+}
+
 /// One operation, written as a one-key inline table: `{ compute = 1000 }`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -211,6 +230,8 @@ pub enum OpSpec {
     /// Synchronous device I/O.
     Io(IoSpec),
     Repeat(RepeatSpec),
+    /// Dynamic work distribution: claim units of a pool until it is empty.
+    Drain(DrainSpec),
 }
 
 /// Names of the operations, for error messages and docs.
@@ -230,4 +251,5 @@ pub const OP_NAMES: &[&str] = &[
     "shootdown",
     "io",
     "repeat",
+    "drain",
 ];

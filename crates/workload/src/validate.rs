@@ -9,8 +9,8 @@ use serde_spanned::Spanned;
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use smplab_record::diag::SourceText;
 pub use smplab_record::diag::{Diagnostic, Diagnostics};
+use smplab_record::diag::{Position, SourceText};
 
 /// Errors from loading a workload.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +74,8 @@ pub fn instantiate(
         env: Env { n, s: scale },
         spec,
         diags: Diagnostics::default(),
+        group: String::new(),
+        drained_at: vec![None; spec.pools.len()],
     };
     let program = cx.build();
     if cx.diags.is_empty() {
@@ -87,6 +89,21 @@ struct Cx<'a> {
     env: Env,
     spec: &'a WorkloadSpec,
     diags: Diagnostics,
+    /// The group whose ops are being built, for messages.
+    group: String,
+    /// Per pool: the group and span of the drain that takes from it.
+    drained_at: Vec<Option<(String, Range<usize>)>>,
+}
+
+/// Where an op list sits, for the rules on where a drain may be.
+#[derive(Clone, Copy, PartialEq)]
+enum Nest {
+    /// A group's own op list.
+    Top,
+    /// Inside a repeat body.
+    Repeat,
+    /// Inside a drain body.
+    Drain,
 }
 
 /// Which table a name lives in, for "is a mutex, not a spin lock" hints.
@@ -99,6 +116,7 @@ enum Kind {
     Counter,
     Buffer,
     Device,
+    Pool,
 }
 
 impl Kind {
@@ -111,6 +129,7 @@ impl Kind {
             Kind::Counter => "counter",
             Kind::Buffer => "buffer",
             Kind::Device => "device",
+            Kind::Pool => "pool",
         }
     }
     fn table(self) -> &'static str {
@@ -122,6 +141,7 @@ impl Kind {
             Kind::Counter => "counters",
             Kind::Buffer => "buffers",
             Kind::Device => "devices",
+            Kind::Pool => "pools",
         }
     }
 }
@@ -162,6 +182,7 @@ impl Cx<'_> {
             Kind::Counter => s.counters.contains_key(name),
             Kind::Buffer => s.buffers.contains_key(name),
             Kind::Device => s.devices.contains_key(name),
+            Kind::Pool => s.pools.contains_key(name),
         };
         if has(kind) {
             return Some(kind);
@@ -174,6 +195,7 @@ impl Cx<'_> {
             Kind::Counter,
             Kind::Buffer,
             Kind::Device,
+            Kind::Pool,
         ]
         .into_iter()
         .find(|&k| has(k))
@@ -189,6 +211,7 @@ impl Cx<'_> {
             Kind::Counter => index_of(&s.counters, name.get_ref()),
             Kind::Buffer => index_of(&s.buffers, name.get_ref()),
             Kind::Device => index_of(&s.devices, name.get_ref()),
+            Kind::Pool => index_of(&s.pools, name.get_ref()),
         };
         if let Some(i) = found {
             return i;
@@ -298,6 +321,7 @@ impl Cx<'_> {
                 queue_depth,
             });
         }
+        let pools = self.pools();
         if spec.groups.is_empty() {
             self.diags.push(self.loc.at(
                 0,
@@ -317,7 +341,8 @@ impl Cx<'_> {
                     ),
                 ));
             }
-            let ops = self.ops(&gs.ops, &buffers);
+            self.group = gs.name.clone();
+            let ops = self.ops(&gs.ops, &buffers, Nest::Top);
             self.check_locks(&gs.name, &gs.ops);
             groups.push(Group {
                 name: gs.name.clone(),
@@ -325,6 +350,7 @@ impl Cx<'_> {
                 ops,
             });
         }
+        self.check_pools_drained();
         Program {
             name: spec.name.clone(),
             description: spec.description.clone(),
@@ -338,15 +364,103 @@ impl Cx<'_> {
             counters,
             buffers,
             devices,
+            pools,
             groups,
         }
     }
 
-    fn ops(&mut self, ops: &[Spanned<OpSpec>], buffers: &[BufferDef]) -> Vec<Op> {
-        ops.iter().map(|op| self.op(op, buffers)).collect()
+    /// The pool table: every count a whole number of units that a signed
+    /// 64-bit fetch-and-decrement can hold.
+    fn pools(&mut self) -> Vec<PoolDef> {
+        let mut pools = Vec::new();
+        for (name, p) in &self.spec.pools {
+            let c = &p.get_ref().count;
+            let units = self.count(c.get_ref(), c.span(), "pool count");
+            if i64::try_from(units).is_err() {
+                self.diags.push(self.loc.span(
+                    c.span(),
+                    format!("pool `{name}` has {units} units; at most {} fit", i64::MAX),
+                ));
+            }
+            pools.push(PoolDef {
+                name: name.clone(),
+                units,
+            });
+        }
+        pools
     }
 
-    fn op(&mut self, op: &Spanned<OpSpec>, buffers: &[BufferDef]) -> Op {
+    /// Every pool is drained somewhere (its units are work the run must do).
+    fn check_pools_drained(&mut self) {
+        for (i, (name, p)) in self.spec.pools.iter().enumerate() {
+            if self.drained_at.get(i).is_some_and(|d| d.is_none()) {
+                self.diags.push(self.loc.span(
+                    p.span(),
+                    format!(
+                        "pool `{name}` is never drained; add a `{{ drain = {{ pool = \"{name}\", ops = [...] }} }}` to a group or remove the pool"
+                    ),
+                ));
+            }
+        }
+    }
+
+    /// A drain: at the top level of a group's op list, the only drain of its
+    /// pool, no barrier in its body (checked in `check_lock_scope`).
+    fn drain(
+        &mut self,
+        d: &DrainSpec,
+        span: Range<usize>,
+        buffers: &[BufferDef],
+        nest: Nest,
+    ) -> Op {
+        let pool = self.resolve(&d.pool, Kind::Pool);
+        let name = d.pool.get_ref();
+        match nest {
+            Nest::Top => {}
+            Nest::Repeat => self.diags.push(self.loc.span(
+                span.clone(),
+                format!(
+                    "drain of pool `{name}` inside a repeat: the first pass empties the pool and later passes find nothing; put the drain at the top level of group `{}`'s ops",
+                    self.group
+                ),
+            )),
+            Nest::Drain => self.diags.push(self.loc.span(
+                span.clone(),
+                format!(
+                    "drain of pool `{name}` inside another drain: a drain's body is the work of one unit and must be fixed; put the drain at the top level of group `{}`'s ops",
+                    self.group
+                ),
+            )),
+        }
+        if self.spec.pools.contains_key(name) {
+            match self.drained_at.get(pool as usize).cloned() {
+                Some(Some((group, first))) => {
+                    let first = Position::of(self.loc.text, first.start);
+                    self.diags.push(self.loc.span(
+                        span.clone(),
+                        format!(
+                            "pool `{name}` is already drained by group `{group}` at line {}, column {}: a pool is drained in one place, so each unit's work is one known body; declare another pool",
+                            first.line, first.col
+                        ),
+                    ));
+                }
+                Some(None) => {
+                    self.drained_at[pool as usize] = Some((self.group.clone(), span.clone()))
+                }
+                None => {}
+            }
+        }
+        Op::Drain {
+            pool,
+            body: self.ops(&d.ops, buffers, Nest::Drain),
+        }
+    }
+
+    fn ops(&mut self, ops: &[Spanned<OpSpec>], buffers: &[BufferDef], nest: Nest) -> Vec<Op> {
+        ops.iter().map(|op| self.op(op, buffers, nest)).collect()
+    }
+
+    fn op(&mut self, op: &Spanned<OpSpec>, buffers: &[BufferDef], nest: Nest) -> Op {
         let span = op.span();
         match op.get_ref() {
             OpSpec::Compute(c) => Op::Compute {
@@ -436,8 +550,18 @@ impl Cx<'_> {
             }
             OpSpec::Repeat(r) => Op::Repeat {
                 count: self.count(r.count.get_ref(), r.count.span(), "repeat count"),
-                body: self.ops(&r.ops, buffers),
+                // A repeat inside a drain is still inside the drain.
+                body: self.ops(
+                    &r.ops,
+                    buffers,
+                    if nest == Nest::Drain {
+                        Nest::Drain
+                    } else {
+                        Nest::Repeat
+                    },
+                ),
             },
+            OpSpec::Drain(d) => self.drain(d, span, buffers, nest),
         }
     }
 
@@ -445,7 +569,7 @@ impl Cx<'_> {
     /// own scope), never taken twice by one thread, never released unheld.
     fn check_locks(&mut self, group: &str, ops: &[Spanned<OpSpec>]) {
         let mut held: Vec<(String, bool, Range<usize>)> = Vec::new();
-        self.check_lock_scope(group, ops, &mut held, &[]);
+        self.check_lock_scope(group, ops, &mut held, &[], false);
         for (name, spin, span) in held {
             self.diags.push(self.loc.span(
                 span,
@@ -458,13 +582,15 @@ impl Cx<'_> {
     }
 
     /// `held`: locks taken in this op list; `outer`: locks held by enclosing
-    /// op lists (a repeat body runs with them held).
+    /// op lists (a repeat or drain body runs with them held); `in_drain`:
+    /// this list is (inside) a drain body, where barriers are refused.
     fn check_lock_scope(
         &mut self,
         group: &str,
         ops: &[Spanned<OpSpec>],
         held: &mut Vec<(String, bool, Range<usize>)>,
         outer: &[String],
+        in_drain: bool,
     ) {
         for op in ops {
             let (name, spin, acquire) = match op.get_ref() {
@@ -473,6 +599,15 @@ impl Cx<'_> {
                 OpSpec::Lock(n) => (n, false, true),
                 OpSpec::Unlock(n) => (n, false, false),
                 OpSpec::Barrier(n) | OpSpec::Push(n) | OpSpec::Pop(n) => {
+                    if in_drain && matches!(op.get_ref(), OpSpec::Barrier(_)) {
+                        self.diags.push(self.loc.span(
+                            n.span(),
+                            format!(
+                                "group `{group}` waits at barrier `{}` inside a drain: how often each thread gets there depends on how many units it claims, so generations cannot be known to fill; move the barrier out of the drain",
+                                n.get_ref()
+                            ),
+                        ));
+                    }
                     // Waiting for other threads while holding a lock deadlocks as
                     // soon as one of them needs that lock before it gets here.
                     let holding = held.iter().map(|h| &h.0).chain(outer).next();
@@ -492,19 +627,24 @@ impl Cx<'_> {
                     }
                     continue;
                 }
-                OpSpec::Repeat(r) => {
+                OpSpec::Repeat(RepeatSpec { ops: body, .. })
+                | OpSpec::Drain(DrainSpec { ops: body, .. }) => {
+                    let (what, drain) = match op.get_ref() {
+                        OpSpec::Drain(_) => ("drain", true),
+                        _ => ("repeat", in_drain),
+                    };
                     let mut inner = Vec::new();
                     let enclosing: Vec<String> = outer
                         .iter()
                         .cloned()
                         .chain(held.iter().map(|h| h.0.clone()))
                         .collect();
-                    self.check_lock_scope(group, &r.ops, &mut inner, &enclosing);
+                    self.check_lock_scope(group, body, &mut inner, &enclosing, drain);
                     for (name, spin, span) in inner {
                         self.diags.push(self.loc.span(
                             span,
                             format!(
-                                "{} `{name}` is taken inside a repeat body but not released in it",
+                                "{} `{name}` is taken inside a {what} body but not released in it",
                                 if spin { "spin lock" } else { "mutex" }
                             ),
                         ));
@@ -537,7 +677,7 @@ impl Cx<'_> {
                         "group `{group}` releases `{}` without holding it{}",
                         name.get_ref(),
                         if held_outside {
-                            " in this op list (it was taken outside the repeat)"
+                            " in this op list (it was taken outside the loop)"
                         } else {
                             ""
                         }
@@ -556,13 +696,10 @@ impl Cx<'_> {
         let mut arrivals = vec![0u64; nb];
         // Most times one thread reaches each barrier.
         let mut per_thread_max = vec![0u64; nb];
-        let mut pushes = vec![0u64; nq];
-        let mut pops = vec![0u64; nq];
         for g in &program.groups {
+            // Per thread: barriers are never inside drains, so fixed.
             let mut b = vec![0u64; nb];
-            let mut pu = vec![0u64; nq];
-            let mut po = vec![0u64; nq];
-            tally(&g.ops, 1, &mut b, &mut pu, &mut po);
+            tally_barriers(&g.ops, 1, &mut b);
             for i in 0..nb {
                 if b[i] > 0 {
                     per_thread_max[i] = per_thread_max[i].max(b[i]);
@@ -570,11 +707,15 @@ impl Cx<'_> {
                     arrivals[i] = arrivals[i].saturating_add(b[i].saturating_mul(g.threads as u64));
                 }
             }
-            for i in 0..nq {
-                pushes[i] = pushes[i].saturating_add(pu[i].saturating_mul(g.threads as u64));
-                pops[i] = pops[i].saturating_add(po[i].saturating_mul(g.threads as u64));
-            }
         }
+        // Totals over the run: a drain's body runs once per unit in all.
+        let mut pushes = vec![0u64; nq];
+        let mut pops = vec![0u64; nq];
+        program.visit_totals(|_, op, times| match op {
+            Op::Push(i) => pushes[*i as usize] = pushes[*i as usize].saturating_add(times),
+            Op::Pop(i) => pops[*i as usize] = pops[*i as usize].saturating_add(times),
+            _ => {}
+        });
         for (i, (name, spec)) in self.spec.barriers.iter().enumerate() {
             let parties = program.barriers[i].parties as u64;
             if parties == 0 || arrivals[i] == 0 {
@@ -625,13 +766,12 @@ impl Cx<'_> {
     }
 }
 
-fn tally(ops: &[Op], times: u64, b: &mut [u64], pu: &mut [u64], po: &mut [u64]) {
+/// How often one thread reaches each barrier.
+fn tally_barriers(ops: &[Op], times: u64, b: &mut [u64]) {
     for op in ops {
         match op {
             Op::Barrier(i) => b[*i as usize] = b[*i as usize].saturating_add(times),
-            Op::Push(i) => pu[*i as usize] = pu[*i as usize].saturating_add(times),
-            Op::Pop(i) => po[*i as usize] = po[*i as usize].saturating_add(times),
-            Op::Repeat { count, body } => tally(body, times.saturating_mul(*count), b, pu, po),
+            Op::Repeat { count, body } => tally_barriers(body, times.saturating_mul(*count), b),
             _ => {}
         }
     }

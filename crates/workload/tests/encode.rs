@@ -55,3 +55,26 @@ fn devices_and_io_ops_round_trip() {
     assert_eq!(groups[0].2, p.groups[0].ops);
     assert_eq!(devices, vec![4, 1], "disk then log, in name order");
 }
+
+#[test]
+fn pools_and_drain_ops_round_trip() {
+    let text = "name = \"t\"\n[pools.a]\ncount = \"3*n\"\n[pools.b]\ncount = 7\n[[groups]]\nname = \"g\"\nthreads = \"n\"\nops = [\n  { drain = { pool = \"b\", ops = [ { compute = 2 }, { repeat = { count = 2, ops = [ { yield = 1 } ] } } ] } },\n  { drain = { pool = \"a\", ops = [] } },\n]\n";
+    let p = Source::from_text("t.toml", text)
+        .unwrap()
+        .instantiate(Some(2), 1.0)
+        .unwrap();
+    let bytes = encode(&p);
+    let d = smplab_workload::encode::decode_tables(&bytes).unwrap();
+    assert_eq!(d.pools, vec![6, 7], "a then b, in name order");
+    assert_eq!(d.groups[0].2, p.groups[0].ops);
+    assert!(matches!(
+        d.groups[0].2[0],
+        smplab_workload::Op::Drain { pool: 1, .. }
+    ));
+    for cut in 0..bytes.len() {
+        assert!(
+            smplab_workload::encode::decode_tables(&bytes[..cut]).is_err(),
+            "a cut at {cut} is an error"
+        );
+    }
+}

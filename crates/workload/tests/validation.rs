@@ -309,3 +309,173 @@ fn io_ops_resolve_devices_and_check_their_values() {
     let e = errors(&bad_depth_key);
     assert!(e[0].starts_with("w.toml:3:1"), "{e:?}");
 }
+
+// ---- pools and drains ----
+
+/// A pool drained by `n` workers that pass each unit on to one consumer.
+fn drain_text(pool_count: &str, consumer_pops: &str) -> String {
+    format!(
+        "{HEAD}[pools.items]\ncount = \"{pool_count}\"\n[queues.q]\ncapacity = 4\n\
+[[groups]]\nname = \"worker\"\nthreads = \"n\"\nops = [\n  {{ compute = 1 }},\n  {{ drain = {{ pool = \"items\", ops = [\n    {{ compute = 5 }},\n    {{ push = \"q\" }},\n  ] }} }},\n]\n\
+[[groups]]\nname = \"sink\"\nthreads = 1\nops = [ {{ repeat = {{ count = \"{consumer_pops}\", ops = [ {{ pop = \"q\" }} ] }} }} ]\n"
+    )
+}
+
+#[test]
+fn drain_counts_are_totals_per_pool_not_per_thread() {
+    let p = Source::from_text("w.toml", &drain_text("10*n", "10*n"))
+        .unwrap()
+        .instantiate(Some(3), 1.0)
+        .unwrap();
+    assert_eq!(p.pools.len(), 1);
+    assert_eq!(p.pools[0].units, 30);
+    let c = p.expected_counts();
+    // 3 workers × 1 fixed compute + 30 units × 1 compute; the sink's 30 pops.
+    assert_eq!(c["compute"], 33);
+    assert_eq!(c["compute_iters"], 3 + 30 * 5);
+    assert_eq!(c["push"], 30);
+    assert_eq!(c["pop"], 30);
+    // Per thread only the part outside the drain is fixed.
+    let fixed = smplab_workload::program::OpCounts::fixed_per_thread(&p.groups[0].ops).to_map();
+    assert_eq!((fixed["compute"], fixed["push"]), (1, 0));
+    assert_eq!(p.group_counts(0).to_map()["push"], 30);
+    assert!(p.uses_drain());
+    let mut pushes = 0;
+    p.visit_totals(|_, op, times| {
+        if matches!(op, smplab_workload::Op::Push(_)) {
+            pushes += times;
+        }
+    });
+    assert_eq!(pushes, 30);
+}
+
+#[test]
+fn drained_pushes_must_balance_in_total() {
+    let e = errors_n(&drain_text("10*n", "10*n+1"), 2);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with("w.toml:4:1:") && e[0].contains("20 pushes against 21 pops"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn drain_of_an_undeclared_or_wrong_kind_of_pool() {
+    let text = format!(
+        "{HEAD}[queues.q]\ncapacity = 1\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [\n  {{ drain = {{ pool = \"nope\", ops = [ {{ compute = 1 }} ] }} }},\n  {{ drain = {{ pool = \"q\", ops = [] }} }},\n]\n"
+    );
+    let e = errors(&text);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].starts_with("w.toml:8:22:")
+            && e[0].contains("undefined pool `nope`; declare it under [pools.nope]"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].starts_with("w.toml:9:22:") && e[1].contains("`q` is a queue, not a pool"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn bad_pool_counts_and_tables() {
+    let group =
+        "[[groups]]\nname = \"g\"\nthreads = 1\nops = [ { drain = { pool = \"p\", ops = [] } } ]\n";
+    let e = errors(&format!("{HEAD}[pools.p]\ncount = \"n-5\"\n{group}"));
+    assert!(
+        e.len() == 1
+            && e[0].starts_with("w.toml:3:9:")
+            && e[0].contains("pool count: expression `n-5` is -3, not a count"),
+        "{e:?}"
+    );
+    let e = errors(&format!(
+        "{HEAD}[pools.p]\ncount = \"10000000000000000000\"\n{group}"
+    ));
+    assert!(
+        e.len() == 1
+            && e[0].starts_with("w.toml:3:9:")
+            && e[0].contains(
+                "pool `p` has 10000000000000000000 units; at most 9223372036854775807 fit"
+            ),
+        "{e:?}"
+    );
+    let e = errors(&format!("{HEAD}[pools.p]\nunits = 3\n{group}"));
+    assert!(
+        e.len() == 1 && e[0].starts_with("w.toml:3:1:") && e[0].contains("unknown field `units`"),
+        "{e:?}"
+    );
+    let e = errors(&format!("{HEAD}[pools.p]\n{group}"));
+    assert!(
+        e.len() == 1 && e[0].contains("missing field `count`"),
+        "{e:?}"
+    );
+    let e = errors(&format!("{HEAD}[pools.p]\ncount = 3\n[[groups]]\nname = \"g\"\nthreads = 1\nops = [ {{ drain = {{ ops = [] }} }} ]\n"));
+    assert!(
+        e.len() == 1 && e[0].starts_with("w.toml:7:") && e[0].contains("missing field `pool`"),
+        "{e:?}"
+    );
+    // A pool of zero units is valid: its drain claims nothing.
+    assert!(errors(&format!("{HEAD}[pools.p]\ncount = 0\n{group}")).is_empty());
+}
+
+#[test]
+fn pools_are_drained_exactly_once_at_the_top_level() {
+    let text = format!(
+        "{HEAD}[pools.p]\ncount = 8\n[pools.unused]\ncount = 1\n\
+[[groups]]\nname = \"a\"\nthreads = 2\nops = [\n  {{ drain = {{ pool = \"p\", ops = [ {{ compute = 1 }} ] }} }},\n  {{ repeat = {{ count = 2, ops = [ {{ drain = {{ pool = \"p\", ops = [] }} }} ] }} }},\n]\n\
+[[groups]]\nname = \"b\"\nthreads = 1\nops = [\n  {{ drain = {{ pool = \"p\", ops = [ {{ drain = {{ pool = \"p\", ops = [] }} }} ] }} }},\n]\n"
+    );
+    let e = errors(&text);
+    let has = |at: &str, what: &str| e.iter().any(|l| l.starts_with(at) && l.contains(what));
+    assert!(
+        has("w.toml:4:1:", "pool `unused` is never drained"),
+        "{e:?}"
+    );
+    assert!(
+        has(
+            "w.toml:11:35:",
+            "drain of pool `p` inside a repeat: the first pass empties the pool"
+        ),
+        "{e:?}"
+    );
+    assert!(
+        has(
+            "w.toml:11:35:",
+            "pool `p` is already drained by group `a` at line 10, column 3"
+        ),
+        "{e:?}"
+    );
+    assert!(
+        has("w.toml:17:35:", "drain of pool `p` inside another drain"),
+        "{e:?}"
+    );
+    assert!(has("w.toml:17:3:", "already drained by group `a`"), "{e:?}");
+}
+
+#[test]
+fn drain_bodies_have_no_barriers_and_release_their_locks() {
+    let text = format!(
+        "{HEAD}[pools.p]\ncount = 8\n[barriers.b]\nparties = 2\n[mutexes.m]\n\
+[[groups]]\nname = \"g\"\nthreads = 2\nops = [\n  {{ drain = {{ pool = \"p\", ops = [\n    {{ barrier = \"b\" }},\n    {{ lock = \"m\" }},\n  ] }} }},\n]\n"
+    );
+    let e = errors(&text);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e.iter()
+            .any(|l| l.starts_with("w.toml:12:17:")
+                && l.contains("waits at barrier `b` inside a drain")),
+        "{e:?}"
+    );
+    assert!(
+        e.iter().any(|l| l.starts_with("w.toml:13:14:")
+            && l.contains("mutex `m` is taken inside a drain body but not released in it")),
+        "{e:?}"
+    );
+    // A barrier in a repeat inside a drain is inside the drain too.
+    let text = format!(
+        "{HEAD}[pools.p]\ncount = 8\n[barriers.b]\nparties = 2\n\
+[[groups]]\nname = \"g\"\nthreads = 2\nops = [ {{ drain = {{ pool = \"p\", ops = [ {{ repeat = {{ count = 1, ops = [ {{ barrier = \"b\" }} ] }} }} ] }} }} ]\n"
+    );
+    let e = errors(&text);
+    assert!(e.len() == 1 && e[0].contains("inside a drain"), "{e:?}");
+}

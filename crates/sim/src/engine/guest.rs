@@ -268,6 +268,25 @@ impl Sim {
                             th.pc += 1;
                         }
                     }
+                    Ins::DrainClaim { pool, end } => {
+                        if acc > 0 {
+                            // Claim when the thread gets here: after the
+                            // work fused ahead of it, not at its start (a
+                            // thread would otherwise hold the next unit
+                            // while it works on this one).
+                            break ins;
+                        }
+                        // Charged like an `atomic` op: one locked RMW.
+                        acc += self.platform.cpu.atomic_ns;
+                        match self.vms[vm].pools.get_mut(pool as usize) {
+                            Some(left) if *left > 0 => {
+                                *left -= 1;
+                                th.pc += 1;
+                            }
+                            _ => th.pc = end + 1,
+                        }
+                    }
+                    Ins::DrainEnd { begin } => th.pc = begin,
                     Ins::LoopEnd { begin } => {
                         let again = match th.loops.last_mut() {
                             Some(top) => {

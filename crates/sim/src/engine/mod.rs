@@ -307,6 +307,8 @@ pub(crate) struct Vm {
     pub mutexes: Vec<MutexSt>,
     pub barriers: Vec<BarrierSt>,
     pub queues: Vec<QueueSt>,
+    /// Units left in each pool of the program (`drain` ops).
+    pub pools: Vec<u64>,
     pub ops: [u64; crate::code::counter::N],
     pub spin_iters: f64,
     pub blocks: u64,
@@ -799,6 +801,7 @@ impl Sim {
                     poppers: VecDeque::new(),
                 })
                 .collect(),
+            pools: prog.pools.iter().map(|q| q.units).collect(),
             ops: [0; crate::code::counter::N],
             spin_iters: 0.0,
             blocks: 0,

@@ -148,21 +148,14 @@ pub fn run_native(program: &Program) -> RunRecord {
 /// Per-kind counts of the model, read off the program's queue names.
 pub fn model_queue_ops(program: &Program, prefix_of: impl Fn(&str) -> bool) -> (u64, u64) {
     use smplab_workload::Op;
-    fn walk(ops: &[Op], times: u64, qs: &[bool], push: &mut u64, pop: &mut u64) {
-        for op in ops {
-            match op {
-                Op::Push(q) if qs[*q as usize] => *push += times,
-                Op::Pop(q) if qs[*q as usize] => *pop += times,
-                Op::Repeat { count, body } => walk(body, times * count, qs, push, pop),
-                _ => {}
-            }
-        }
-    }
     let qs: Vec<bool> = program.queues.iter().map(|q| prefix_of(&q.name)).collect();
     let (mut push, mut pop) = (0, 0);
-    for g in &program.groups {
-        walk(&g.ops, g.threads as u64, &qs, &mut push, &mut pop);
-    }
+    // Totals over the run (a drain's body runs once per unit of its pool).
+    program.visit_totals(|_, op, times| match op {
+        Op::Push(q) if qs[*q as usize] => push += times,
+        Op::Pop(q) if qs[*q as usize] => pop += times,
+        _ => {}
+    });
     (push, pop)
 }
 
