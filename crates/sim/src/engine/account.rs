@@ -33,39 +33,85 @@ pub(crate) enum Acct {
     Away(u8),
 }
 
+/// Pending costs by cause, with one bit per cause that may be non-zero:
+/// charging visits only the pending causes (one to three of 17, usually)
+/// instead of testing every cause, and moving parts adds only those.
+/// Private to this module, so every write goes through [`Parts::add`],
+/// which keeps the bits a superset of the non-zero parts.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Parts {
+    ns: [u64; CARRIED],
+    live: u32,
+}
+
+impl Parts {
+    #[inline]
+    fn add(&mut self, c: usize, ns: u64) {
+        self.ns[c] += ns;
+        self.live |= 1 << c;
+    }
+
+    /// Add every part of `o` (a zero part changes nothing, so only the
+    /// bits of `o` are visited).
+    #[inline]
+    fn add_all(&mut self, o: &Parts) {
+        let mut live = o.live;
+        while live != 0 {
+            let c = live.trailing_zeros() as usize;
+            self.ns[c] += o.ns[c];
+            live &= live - 1;
+        }
+        self.live |= o.live;
+    }
+
+    fn is_zero(&self) -> bool {
+        self.ns.iter().all(|&x| x == 0)
+    }
+}
+
+/// Accounting arrays of a vCPU, kept apart from `Vcpu` so the hot state
+/// stays compact. Its time by cause is summed per VM (`Sim::vm_by_cause`):
+/// nothing reads it per vCPU, and one array per VM stays in cache.
+#[derive(Clone, Default)]
+pub(crate) struct VcpuAcct {
+    /// Pending overhead by cause; sums to `Vcpu::overhead_left` plus what is
+    /// left of a current `Act::Overhead`.
+    ovh: Parts,
+}
+
+/// Accounting arrays of a thread.
+#[derive(Clone, Default)]
+pub(crate) struct ThreadAcct {
+    /// `Thread::carry` by cause.
+    kcarry: Parts,
+    /// Carried costs by cause at the start of the current segment, not yet charged.
+    seg_k: Parts,
+}
+
 /// Charge `d` ns against the pending costs `parts` in cause order; what
 /// exceeds them goes to `rest`. Calls `f(cause, ns)` per non-empty part.
 /// Returns true when `parts` are all zero afterwards.
 #[inline]
-fn consume(
-    parts: &mut [u64; CARRIED],
-    mut d: u64,
-    rest: usize,
-    mut f: impl FnMut(usize, u64),
-) -> bool {
-    // Usually nothing is pending: one branch-free test instead of a branch
-    // per cause.
-    if parts.iter().fold(0, |a, &p| a | p) == 0 {
-        if d > 0 {
-            f(rest, d);
-        }
-        return true;
-    }
-    for (c, p) in parts.iter_mut().enumerate() {
-        if d == 0 {
-            return false;
-        }
+fn consume(parts: &mut Parts, mut d: u64, rest: usize, mut f: impl FnMut(usize, u64)) -> bool {
+    let mut live = parts.live;
+    while live != 0 && d > 0 {
+        let c = live.trailing_zeros() as usize;
+        let p = &mut parts.ns[c];
         if *p > 0 {
             let x = (*p).min(d);
             *p -= x;
             d -= x;
             f(c, x);
         }
+        if *p == 0 {
+            live &= live - 1;
+        }
     }
+    parts.live = live;
     if d > 0 {
         f(rest, d);
     }
-    true
+    live == 0
 }
 
 impl Sim {
@@ -136,14 +182,56 @@ impl Sim {
     #[inline]
     pub(super) fn add_overhead(&mut self, v: u32, c: usize, ns: u64) {
         self.vcpus[v as usize].overhead_left += ns;
-        self.vacct[v as usize].ovh[c] += ns;
+        self.vacct[v as usize].ovh.add(c, ns);
+    }
+
+    /// Add `ns` of cause `c` to the vCPU's overhead by cause only: the
+    /// caller adds the time itself (to `Vcpu::overhead_left` or to the end
+    /// of a current `Act::Overhead`).
+    #[inline]
+    pub(super) fn add_overhead_part(&mut self, v: u32, c: usize, ns: u64) {
+        self.vacct[v as usize].ovh.add(c, ns);
+    }
+
+    /// The vCPU's pending overhead of cause `c`.
+    #[inline]
+    pub(super) fn pending_overhead(&self, v: u32, c: usize) -> u64 {
+        self.vacct[v as usize].ovh.ns[c]
     }
 
     /// Add a small cost `ns` of cause `c` to the thread's next segment.
     #[inline]
     pub(super) fn add_carry(&mut self, t: u32, c: usize, ns: u64) {
         self.threads[t as usize].carry += ns;
-        self.tacct[t as usize].kcarry[c] += ns;
+        self.tacct[t as usize].kcarry.add(c, ns);
+    }
+
+    /// The thread's carried costs become the current segment's (by cause;
+    /// `Thread::carry` and `Thread::seg_left` are the caller's).
+    #[inline]
+    pub(super) fn carry_into_segment(&mut self, t: u32) {
+        let ta = &mut self.tacct[t as usize];
+        let parts = std::mem::take(&mut ta.kcarry);
+        ta.seg_k.add_all(&parts);
+    }
+
+    /// No carried cost by cause (`Thread::carry` is their sum).
+    pub(super) fn carry_is_zero(&self, t: u32) -> bool {
+        self.tacct[t as usize].kcarry.is_zero()
+    }
+
+    /// The vCPU's pending overhead by cause moves to thread `t`: into its
+    /// current segment's carried costs (`segment`) or its next segment's.
+    #[inline]
+    pub(super) fn overhead_into_thread(&mut self, v: u32, t: u32, segment: bool) {
+        let parts = std::mem::take(&mut self.vacct[v as usize].ovh);
+        let ta = &mut self.tacct[t as usize];
+        let into = if segment {
+            &mut ta.seg_k
+        } else {
+            &mut ta.kcarry
+        };
+        into.add_all(&parts);
     }
 
     /// The VM finished: charge its vCPUs up to now and stop charging them.

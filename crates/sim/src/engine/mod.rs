@@ -73,8 +73,8 @@ pub(crate) enum Act {
     HaltPoll,
 }
 
-use crate::breakdown::{self as cause, CARRIED};
-pub(crate) use account::Acct;
+use crate::breakdown::{self as cause};
+pub(crate) use account::{Acct, ThreadAcct, VcpuAcct};
 
 /// Exit reasons counted per vCPU; names are the record's keys.
 pub(crate) mod exit {
@@ -327,25 +327,6 @@ pub(crate) struct Vm {
     pub acct_closed: bool,
 }
 
-/// Accounting arrays of a vCPU, kept apart from `Vcpu` so the hot state
-/// stays compact. Its time by cause is summed per VM (`Sim::vm_by_cause`):
-/// nothing reads it per vCPU, and one array per VM stays in cache.
-#[derive(Clone)]
-pub(crate) struct VcpuAcct {
-    /// Pending overhead by cause; sums to `Vcpu::overhead_left` plus what is
-    /// left of a current `Act::Overhead`.
-    pub ovh: [u64; CARRIED],
-}
-
-/// Accounting arrays of a thread.
-#[derive(Clone, Default)]
-pub(crate) struct ThreadAcct {
-    /// `Thread::carry` by cause.
-    pub kcarry: [u64; CARRIED],
-    /// Carried costs by cause at the start of the current segment, not yet charged.
-    pub seg_k: [u64; CARRIED],
-}
-
 pub(crate) struct Sim {
     pub now: u64,
     /// Exact accounting, per vCPU, thread and pCPU (see `account.rs`).
@@ -375,6 +356,9 @@ pub(crate) struct Sim {
     pub idle_bits: Vec<u64>,
     /// One bit per pCPU: run queue not empty.
     pub busy_rq_bits: Vec<u64>,
+    /// One bit per vCPU: guest run queue (`Vcpu::rq`) not empty. An idle
+    /// vCPU looking for a thread to steal visits only these siblings.
+    pub vcpu_rq_bits: Vec<u64>,
     pub domains: u32,
     pub per_llc: u32,
     pub rng: u64,
@@ -492,6 +476,7 @@ impl Sim {
             vms: Vec::new(),
             idle_bits: vec![0; words],
             busy_rq_bits: vec![0; words],
+            vcpu_rq_bits: Vec::new(),
             domains,
             per_llc,
             rng: s.seed ^ 0x9E37_79B9_7F4A_7C15,
@@ -687,7 +672,7 @@ impl Sim {
             {
                 rq.push_back(t);
             }
-            self.vacct.push(VcpuAcct { ovh: [0; CARRIED] });
+            self.vacct.push(VcpuAcct::default());
             self.vruntime.push(0);
             self.vcpus.push(Vcpu {
                 vm: k,
@@ -732,8 +717,10 @@ impl Sim {
             .devices
             .filter(|d| d.exits_per_ms > 0.0 && virtualized)
             .map(|d| crate::units_from_f64(1e6 / d.exits_per_ms));
+        self.vcpu_rq_bits.resize(self.vcpus.len().div_ceil(64), 0);
         for v in first_vcpu..first_vcpu + spec.vcpus {
             self.vcpus[v as usize].next_device_in = dev_period.unwrap_or(u64::MAX);
+            self.vcpu_rq_bit(v);
         }
         let vm_io = io::VmIo::new(spec, first_thread, virtualized, self.pcpus.len());
         self.io_active.push(vm_io.has_devices());
