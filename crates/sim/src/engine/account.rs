@@ -51,17 +51,18 @@ impl Parts {
         self.live |= 1 << c;
     }
 
-    /// Add every part of `o` (a zero part changes nothing, so only the
-    /// bits of `o` are visited).
+    /// Move every part into `into`, leaving these all zero. Only the live
+    /// bits are visited (a zero part changes nothing), in place: no copy of
+    /// the whole array.
     #[inline]
-    fn add_all(&mut self, o: &Parts) {
-        let mut live = o.live;
+    fn drain_into(&mut self, into: &mut Parts) {
+        let mut live = self.live;
         while live != 0 {
             let c = live.trailing_zeros() as usize;
-            self.ns[c] += o.ns[c];
+            into.ns[c] += std::mem::take(&mut self.ns[c]);
             live &= live - 1;
         }
-        self.live |= o.live;
+        into.live |= std::mem::take(&mut self.live);
     }
 
     fn is_zero(&self) -> bool {
@@ -130,14 +131,23 @@ impl Sim {
     }
 
     /// Charge the interval since the last accounting move (state unchanged).
+    /// Inlined: most calls find nothing to charge (a second move at the
+    /// same instant) and return before the call to `charge_interval`.
+    #[inline]
     pub(super) fn charge_acct(&mut self, v: u32) {
         let now = self.now;
         let vc = &mut self.vcpus[v as usize];
         let d = now - vc.acct_since;
-        vc.acct_since = now;
-        if d == 0 {
-            return;
+        if d != 0 {
+            vc.acct_since = now;
+            self.charge_interval(v, d);
         }
+    }
+
+    /// Charge `d` ns (> 0) of vCPU `v`'s current accounting state.
+    #[inline(never)]
+    fn charge_interval(&mut self, v: u32, d: u64) {
+        let vc = &self.vcpus[v as usize];
         let vm = vc.vm as usize;
         let counted = !self.vms[vm].acct_closed;
         let p = vc.acct_pcpu;
@@ -211,8 +221,7 @@ impl Sim {
     #[inline]
     pub(super) fn carry_into_segment(&mut self, t: u32) {
         let ta = &mut self.tacct[t as usize];
-        let parts = std::mem::take(&mut ta.kcarry);
-        ta.seg_k.add_all(&parts);
+        ta.kcarry.drain_into(&mut ta.seg_k);
     }
 
     /// No carried cost by cause (`Thread::carry` is their sum).
@@ -224,14 +233,13 @@ impl Sim {
     /// current segment's carried costs (`segment`) or its next segment's.
     #[inline]
     pub(super) fn overhead_into_thread(&mut self, v: u32, t: u32, segment: bool) {
-        let parts = std::mem::take(&mut self.vacct[v as usize].ovh);
         let ta = &mut self.tacct[t as usize];
         let into = if segment {
             &mut ta.seg_k
         } else {
             &mut ta.kcarry
         };
-        into.add_all(&parts);
+        self.vacct[v as usize].ovh.drain_into(into);
     }
 
     /// The VM finished: charge its vCPUs up to now and stop charging them.
