@@ -4,11 +4,11 @@
 //! it to another state charges the interval since the last move. Two states
 //! are composite, because the model pays several costs in one activity:
 //!
-//! - `Overhead`: the vCPU pays its pending costs (`Vcpu::ovh`, by cause,
+//! - `Overhead`: the vCPU pays its pending costs (`VcpuAcct::ovh`, by cause,
 //!   whose sum is the activity's length); elapsed time consumes them in cause
 //!   order, so an interrupted overhead keeps exactly what is left.
 //! - `Segment`: the thread runs a fused segment; its first part is the
-//!   carried costs folded into it (`Thread::seg_k`, by cause), the rest is
+//!   carried costs folded into it (`ThreadAcct::seg_k`, by cause), the rest is
 //!   user work.
 //!
 //! Intervals in an on-pCPU state are charged to that pCPU as well; a pCPU's
@@ -23,7 +23,7 @@ use crate::breakdown::{self as cause, CARRIED};
 pub(crate) enum Acct {
     /// Not charged (before start, after the VM finished).
     Off,
-    /// On a pCPU, paying `Vcpu::ovh`.
+    /// On a pCPU, paying `VcpuAcct::ovh`.
     Overhead,
     /// On a pCPU, running a segment of its current thread.
     Segment,
