@@ -36,7 +36,7 @@ pub(crate) enum Acct {
 /// Pending costs by cause, with one bit per cause that may be non-zero:
 /// charging visits only the pending causes (one to three of 17, usually)
 /// instead of testing every cause, and moving parts adds only those.
-/// Private to this module, so every write goes through [`Parts::add`],
+/// Private to this module, so every write goes through `Parts::add`,
 /// which keeps the bits a superset of the non-zero parts. The bits come
 /// first (`repr(C)`), in the cache line of the first causes (`USER_SYNC`,
 /// the most common carried cost): a charge touches one or two lines of the
