@@ -134,20 +134,15 @@ impl Sim {
         self.charge_acct(v);
         let vc = &mut self.vcpus[v as usize];
         let d = std::mem::take(&mut vc.overhead_left);
-        let parts = std::mem::take(&mut self.vacct[v as usize].ovh);
         let th = &mut self.threads[t as usize];
-        let ta = &mut self.tacct[t as usize];
-        let into = if th.seg_left > 0 {
+        let segment = th.seg_left > 0;
+        if segment {
             th.seg_left += d;
             th.seg_k_live = true;
-            &mut ta.seg_k
         } else {
             th.carry += d;
-            &mut ta.kcarry
-        };
-        for (a, b) in into.iter_mut().zip(parts) {
-            *a += b;
         }
+        self.overhead_into_thread(v, t, segment);
         true
     }
 
@@ -156,6 +151,7 @@ impl Sim {
         let t = match self.vcpus[v as usize].rq.pop_front() {
             Some(t) => {
                 self.queued_dec(v);
+                self.vcpu_rq_bit(v);
                 t
             }
             None => {
@@ -170,14 +166,18 @@ impl Sim {
                 let mut best_len = 0;
                 // Like Linux's idle balance, only pull from a vCPU that is
                 // busy running something else (a halted vCPU's queued thread
-                // is about to run there).
-                for u in first..first + n {
-                    let uc = &self.vcpus[u as usize];
+                // is about to run there). Siblings with an empty queue could
+                // never be picked: visit only those with queued threads, in
+                // index order (the first of the longest queues wins).
+                let mut u = first;
+                while let Some(w) = super::host::next_bit(&self.vcpu_rq_bits, u, first + n) {
+                    let uc = &self.vcpus[w as usize];
                     let l = uc.rq.len();
-                    if u != v && uc.cur != NONE && l > best_len {
-                        best = u;
+                    if w != v && uc.cur != NONE && l > best_len {
+                        best = w;
                         best_len = l;
                     }
+                    u = w + 1;
                 }
                 if best == NONE {
                     return false;
@@ -185,6 +185,7 @@ impl Sim {
                 match self.vcpus[best as usize].rq.pop_back() {
                     Some(t) => {
                         self.queued_dec(best);
+                        self.vcpu_rq_bit(best);
                         t
                     }
                     None => return false,
@@ -225,16 +226,12 @@ impl Sim {
             self.charge_acct(v);
             let th = &mut self.threads[t as usize];
             let mut acc = std::mem::take(&mut th.carry);
-            let ta = &mut self.tacct[t as usize];
             if acc > 0 {
                 th.seg_k_live = true;
-                let parts = std::mem::take(&mut ta.kcarry);
-                for (a, b) in ta.seg_k.iter_mut().zip(parts) {
-                    *a += b;
-                }
+                self.carry_into_segment(t);
             } else {
                 // `carry` is the sum of `kcarry`: nothing to move.
-                debug_assert!(ta.kcarry.iter().all(|&x| x == 0));
+                debug_assert!(self.carry_is_zero(t));
             }
             let vm = self.threads[t as usize].vm as usize;
             let ins = loop {
@@ -413,6 +410,7 @@ impl Sim {
         vc.rq.push_back(t);
         vc.cur = NONE;
         self.vms[vm as usize].queued_threads += 1;
+        self.vcpu_rq_bit(v);
         self.add_overhead(v, cause::KERNEL_SCHED, cs);
         self.resume(v);
     }
@@ -543,6 +541,7 @@ impl Sim {
         self.vcpus[target as usize].rq.push_back(t);
         let vm = self.vcpus[target as usize].vm;
         self.vms[vm as usize].queued_threads += 1;
+        self.vcpu_rq_bit(target);
         if let Sender::Paid(w) = sender {
             if self.threads[w as usize].vcpu == target && self.vcpus[target as usize].cur == w {
                 return;
@@ -555,6 +554,18 @@ impl Sim {
             if vc.host == HostState::Running && matches!(vc.act, Act::Segment | Act::Spin) {
                 self.reschedule(target);
             }
+        }
+    }
+
+    /// Bring vCPU `v`'s bit in `Sim::vcpu_rq_bits` up to date after its
+    /// run queue changed.
+    #[inline]
+    pub(super) fn vcpu_rq_bit(&mut self, v: u32) {
+        let (w, b) = ((v / 64) as usize, v % 64);
+        if self.vcpus[v as usize].rq.is_empty() {
+            self.vcpu_rq_bits[w] &= !(1 << b);
+        } else {
+            self.vcpu_rq_bits[w] |= 1 << b;
         }
     }
 
@@ -644,9 +655,9 @@ impl Sim {
         let now = self.now;
         let vc = &mut self.vcpus[v as usize];
         vc.act = Act::Overhead;
-        self.vacct[v as usize].ovh[c] += ns;
         vc.act_end = now + ns + std::mem::take(&mut vc.overhead_left);
         let at = vc.act_end;
+        self.add_overhead_part(v, c, ns);
         self.set_acct(v, Acct::Overhead);
         self.schedule_step(v, at);
     }
@@ -847,6 +858,7 @@ impl Sim {
         vc.rq.push_back(t);
         vc.cur = NONE;
         self.vms[vm].queued_threads += 1;
+        self.vcpu_rq_bit(v);
         self.add_overhead(v, cause::KERNEL_SCHED, cs);
         Flow::Again
     }

@@ -62,21 +62,8 @@ impl Sim {
 
     /// First set bit of `bits` in `lo..hi`, searching from `from` and wrapping.
     fn find_bit(bits: &[u64], lo: u32, hi: u32, from: u32) -> Option<u32> {
-        let scan = |a: u32, b: u32| -> Option<u32> {
-            let mut i = a;
-            while i < b {
-                let w = bits[(i / 64) as usize] >> (i % 64);
-                if w == 0 {
-                    i = (i / 64 + 1) * 64;
-                    continue;
-                }
-                let c = i + w.trailing_zeros();
-                return (c < b).then_some(c);
-            }
-            None
-        };
         let from = from.clamp(lo, hi.saturating_sub(1));
-        scan(from, hi).or_else(|| scan(lo, from))
+        next_bit(bits, from, hi).or_else(|| next_bit(bits, lo, from))
     }
 
     /// A vCPU that was halted (or parked) becomes runnable.
@@ -263,7 +250,7 @@ impl Sim {
         // before the work while real execution overlaps it, so charging a
         // full refill per dispatch would stall for ever any vCPU whose refill
         // exceeds the host slice (found by the fuzz test).
-        let pending_refill = self.vacct[v as usize].ovh[cause::CACHE_REFILL];
+        let pending_refill = self.pending_overhead(v, cause::CACHE_REFILL);
         let warm = if pending_refill > 0 {
             0
         } else {
@@ -276,7 +263,7 @@ impl Sim {
         // faster than it runs them off and never runs again (fuzz seeds
         // 11-14 at 1500 cases).
         let switch = if self.pcpus[p as usize].last_vcpu == v
-            || self.vacct[v as usize].ovh[cause::HOST_SWITCH] > 0
+            || self.pending_overhead(v, cause::HOST_SWITCH) > 0
         {
             0
         } else {
@@ -300,9 +287,8 @@ impl Sim {
         vc.act = Act::Off;
         vc.ple_shift = 0;
         vc.overhead_left += switch + warm;
-        let ovh = &mut self.vacct[v as usize].ovh;
-        ovh[cause::HOST_SWITCH] += switch;
-        ovh[cause::CACHE_REFILL] += warm;
+        self.add_overhead_part(v, cause::HOST_SWITCH, switch);
+        self.add_overhead_part(v, cause::CACHE_REFILL, warm);
         let pc = &mut self.pcpus[p as usize];
         pc.cur = v;
         pc.last_vcpu = v;
@@ -518,4 +504,20 @@ impl Sim {
         }
         !uc.rq.is_empty() || cur.is_some_and(|t| t.state == super::TState::Running)
     }
+}
+
+/// First set bit of `bits` in `a..b`.
+#[inline]
+pub(super) fn next_bit(bits: &[u64], a: u32, b: u32) -> Option<u32> {
+    let mut i = a;
+    while i < b {
+        let w = bits[(i / 64) as usize] >> (i % 64);
+        if w == 0 {
+            i = (i / 64 + 1) * 64;
+            continue;
+        }
+        let c = i + w.trailing_zeros();
+        return (c < b).then_some(c);
+    }
+    None
 }

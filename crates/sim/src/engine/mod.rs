@@ -73,8 +73,8 @@ pub(crate) enum Act {
     HaltPoll,
 }
 
-use crate::breakdown::{self as cause, CARRIED};
-pub(crate) use account::Acct;
+use crate::breakdown::{self as cause};
+pub(crate) use account::{Acct, ThreadAcct, VcpuAcct};
 
 /// Exit reasons counted per vCPU; names are the record's keys.
 pub(crate) mod exit {
@@ -105,58 +105,68 @@ pub(crate) mod exit {
     ];
 }
 
+/// Hot fields first (`repr(C)`): the event loop reads or writes the first
+/// two cache lines on almost every event of the vCPU (activity, step
+/// generation, accounting, current thread, run queue); spin, PLE and SDB
+/// state, load tracking, placement and the exit counters follow. Without
+/// `repr(C)` the compiler orders fields by alignment, which scattered the
+/// hot 32-bit fields after the exit counters, five cache lines in. Aligned
+/// to a cache line, the hot part spans three lines (with the spin fields).
+#[repr(C, align(64))]
 pub(crate) struct Vcpu {
-    pub vm: u32,
-    pub index: u32,
-    pub host: HostState,
-    pub pcpu: u32,
-    pub last_pcpu: u32,
-    pub act: Act,
-    /// Generation: bumped whenever the pending Step event becomes stale.
-    pub gen: u32,
     /// Time of the pending Step event of the current generation (u64::MAX:
     /// none), so rescheduling to the same instant pushes nothing.
     pub step_at: u64,
     pub act_end: u64,
     pub seg_start: u64,
     pub overhead_left: u64,
-    /// What is left of an interrupted shootdown handler (0: none).
-    pub handler_left: u64,
-    /// Current thread or NONE.
-    pub cur: u32,
-    /// Guest run queue of ready threads.
-    pub rq: VecDeque<u32>,
-    /// Initiator threads of shootdowns whose handler must run here.
-    pub irqs: VecDeque<u32>,
+    pub acct_since: u64,
+    /// Running time left until the next device exit.
+    pub next_device_in: u64,
     /// End of the current thread's guest time slice.
     pub slice_end: u64,
-    pub spin_since: u64,
-    pub spin_iter_ns: f64,
-    pub ple_at: u64,
-    /// PLE window growth (KVM grows the window when a PLE exit finds nobody to yield to).
-    pub ple_shift: u32,
-    pub sdb_at: u64,
-    pub acct: Acct,
-    pub acct_since: u64,
+    /// Generation: bumped whenever the pending Step event becomes stale.
+    pub gen: u32,
+    /// Current thread or NONE.
+    pub cur: u32,
+    pub vm: u32,
+    pub pcpu: u32,
     /// pCPU charged along with the current accounting state (NONE: off-pCPU).
     pub acct_pcpu: u32,
     /// Thread whose segment the current `Acct::Segment` state charges.
     pub acct_thread: u32,
+    pub host: HostState,
+    pub act: Act,
+    pub acct: Acct,
+    pub wake_pending: bool,
     /// The vCPU is being preempted by its own PLE/SDB yield.
     pub yielded: bool,
-    pub exits: [u64; exit::N],
+    /// Guest run queue of ready threads.
+    pub rq: VecDeque<u32>,
+    /// Initiator threads of shootdowns whose handler must run here.
+    pub irqs: VecDeque<u32>,
+    pub spin_since: u64,
+    pub spin_iter_ns: f64,
+    pub ple_at: u64,
+    pub sdb_at: u64,
+    /// What is left of an interrupted shootdown handler (0: none).
+    pub handler_left: u64,
+    /// PLE window growth (KVM grows the window when a PLE exit finds nobody to yield to).
+    pub ple_shift: u32,
+    pub last_pcpu: u32,
     /// Allowed pCPUs: `lo .. hi`.
     pub lo: u32,
     pub hi: u32,
-    /// Running time left until the next device exit.
-    pub next_device_in: u64,
-    pub wake_pending: bool,
     /// The pCPU whose `min_vr` `vruntime` is measured against (NONE: none yet).
     pub vr_pcpu: u32,
+    pub index: u32,
     /// PELT-like runnable average (0..1) as of `load_at` (load balancing).
     pub load_avg: f64,
     pub load_at: u64,
+    pub exits: [u64; exit::N],
 }
+
+const _: () = assert!(std::mem::offset_of!(Vcpu, handler_left) + 8 <= 192);
 
 pub(crate) struct Pcpu {
     pub cur: u32,
@@ -333,25 +343,6 @@ pub(crate) struct Vm {
     pub acct_closed: bool,
 }
 
-/// Accounting arrays of a vCPU, kept apart from `Vcpu` so the hot state
-/// stays compact. Its time by cause is summed per VM (`Sim::vm_by_cause`):
-/// nothing reads it per vCPU, and one array per VM stays in cache.
-#[derive(Clone)]
-pub(crate) struct VcpuAcct {
-    /// Pending overhead by cause; sums to `Vcpu::overhead_left` plus what is
-    /// left of a current `Act::Overhead`.
-    pub ovh: [u64; CARRIED],
-}
-
-/// Accounting arrays of a thread.
-#[derive(Clone, Default)]
-pub(crate) struct ThreadAcct {
-    /// `Thread::carry` by cause.
-    pub kcarry: [u64; CARRIED],
-    /// Carried costs by cause at the start of the current segment, not yet charged.
-    pub seg_k: [u64; CARRIED],
-}
-
 pub(crate) struct Sim {
     pub now: u64,
     /// Exact accounting, per vCPU, thread and pCPU (see `account.rs`).
@@ -381,6 +372,9 @@ pub(crate) struct Sim {
     pub idle_bits: Vec<u64>,
     /// One bit per pCPU: run queue not empty.
     pub busy_rq_bits: Vec<u64>,
+    /// One bit per vCPU: guest run queue (`Vcpu::rq`) not empty. An idle
+    /// vCPU looking for a thread to steal visits only these siblings.
+    pub vcpu_rq_bits: Vec<u64>,
     pub domains: u32,
     pub per_llc: u32,
     pub rng: u64,
@@ -498,6 +492,7 @@ impl Sim {
             vms: Vec::new(),
             idle_bits: vec![0; words],
             busy_rq_bits: vec![0; words],
+            vcpu_rq_bits: Vec::new(),
             domains,
             per_llc,
             rng: s.seed ^ 0x9E37_79B9_7F4A_7C15,
@@ -693,7 +688,7 @@ impl Sim {
             {
                 rq.push_back(t);
             }
-            self.vacct.push(VcpuAcct { ovh: [0; CARRIED] });
+            self.vacct.push(VcpuAcct::default());
             self.vruntime.push(0);
             self.vcpus.push(Vcpu {
                 vm: k,
@@ -738,8 +733,10 @@ impl Sim {
             .devices
             .filter(|d| d.exits_per_ms > 0.0 && virtualized)
             .map(|d| crate::units_from_f64(1e6 / d.exits_per_ms));
+        self.vcpu_rq_bits.resize(self.vcpus.len().div_ceil(64), 0);
         for v in first_vcpu..first_vcpu + spec.vcpus {
             self.vcpus[v as usize].next_device_in = dev_period.unwrap_or(u64::MAX);
+            self.vcpu_rq_bit(v);
         }
         let vm_io = io::VmIo::new(spec, first_thread, virtualized, self.pcpus.len());
         self.io_active.push(vm_io.has_devices());

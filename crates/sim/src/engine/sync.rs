@@ -68,8 +68,7 @@ impl Sim {
                     th.spin_locks_held += 1;
                     th.state = TState::Running;
                     th.wait = Wait::None;
-                    th.carry += lt;
-                    self.tacct[t as usize].kcarry[cause::CACHE_LINE_TRANSFER] += lt;
+                    self.add_carry(t, cause::CACHE_LINE_TRANSFER, lt);
                     return Flow::Continue;
                 }
             }
@@ -85,8 +84,7 @@ impl Sim {
                     th.wait = Wait::None;
                     th.retry = false;
                     th.pc += 1;
-                    th.carry += lt;
-                    self.tacct[t as usize].kcarry[cause::CACHE_LINE_TRANSFER] += lt;
+                    self.add_carry(t, cause::CACHE_LINE_TRANSFER, lt);
                     return Flow::Continue;
                 }
             }
@@ -170,8 +168,7 @@ impl Sim {
             l.holder = t;
             let th = &mut self.threads[t as usize];
             th.spin_locks_held += 1;
-            th.carry += self.platform.cpu.atomic_ns;
-            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.atomic_ns;
+            self.add_carry(t, cause::USER_SYNC, self.platform.cpu.atomic_ns);
             return Flow::Continue;
         }
         l.waiters.push(t);
@@ -185,10 +182,9 @@ impl Sim {
     pub(super) fn spin_unlock(&mut self, v: u32, t: u32, i: u32) -> Flow {
         let vm = self.threads[t as usize].vm as usize;
         let lt = self.platform.cpu.line_transfer_ns;
+        self.add_carry(t, cause::USER_SYNC, self.platform.cpu.atomic_ns);
         let th = &mut self.threads[t as usize];
         th.pc += 1;
-        th.carry += self.platform.cpu.atomic_ns;
-        self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.atomic_ns;
         th.spin_locks_held = th.spin_locks_held.saturating_sub(1);
         let held = th.spin_locks_held;
         let l = &self.vms[vm].spin_locks[i as usize];
@@ -228,8 +224,7 @@ impl Sim {
             let th = &mut self.threads[t as usize];
             th.retry = false;
             th.pc += 1;
-            th.carry += self.platform.cpu.sync_op_ns;
-            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
+            self.add_carry(t, cause::USER_SYNC, self.platform.cpu.sync_op_ns);
             return Flow::Continue;
         }
         if !retry && m.spin_limit > 0 {
@@ -252,8 +247,7 @@ impl Sim {
         let lt = self.platform.cpu.line_transfer_ns;
         let th = &mut self.threads[t as usize];
         th.pc += 1;
-        th.carry += self.platform.cpu.sync_op_ns;
-        self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
+        self.add_carry(t, cause::USER_SYNC, self.platform.cpu.sync_op_ns);
         let m = &self.vms[vm].mutexes[i as usize];
         let spinner = m
             .spinners
@@ -285,8 +279,7 @@ impl Sim {
         let atomic = self.platform.cpu.atomic_ns;
         let th = &mut self.threads[t as usize];
         th.pc += 1;
-        th.carry += atomic;
-        self.tacct[t as usize].kcarry[cause::USER_SYNC] += atomic;
+        self.add_carry(t, cause::USER_SYNC, atomic);
         let b = &mut self.vms[vm].barriers[i as usize];
         b.arrived += 1;
         if b.arrived >= b.parties {
@@ -339,8 +332,7 @@ impl Sim {
             let th = &mut self.threads[t as usize];
             th.retry = false;
             th.pc += 1;
-            th.carry += self.platform.cpu.sync_op_ns;
-            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
+            self.add_carry(t, cause::USER_SYNC, self.platform.cpu.sync_op_ns);
             if let Some(w) = popper {
                 self.wake_thread(w, Some(t));
             }
@@ -363,8 +355,7 @@ impl Sim {
             let th = &mut self.threads[t as usize];
             th.retry = false;
             th.pc += 1;
-            th.carry += self.platform.cpu.sync_op_ns;
-            self.tacct[t as usize].kcarry[cause::USER_SYNC] += self.platform.cpu.sync_op_ns;
+            self.add_carry(t, cause::USER_SYNC, self.platform.cpu.sync_op_ns);
             if let Some(w) = pusher {
                 self.wake_thread(w, Some(t));
             }
