@@ -21,7 +21,6 @@ u32 boot_start_info;
 volatile u64 g_last_spawn_tsc;
 volatile u64 g_done_tsc;
 volatile u64 g_release_tsc;
-
 volatile u64 g_done_ticks;
 
 static volatile u32 g_nthreads;

@@ -151,7 +151,6 @@ impl Sim {
         let t = match self.vcpus[v as usize].rq.pop_front() {
             Some(t) => {
                 self.queued_dec(v);
-                self.vcpu_rq_bit(v);
                 t
             }
             None => {
@@ -185,7 +184,6 @@ impl Sim {
                 match self.vcpus[best as usize].rq.pop_back() {
                     Some(t) => {
                         self.queued_dec(best);
-                        self.vcpu_rq_bit(best);
                         t
                     }
                     None => return false,
@@ -409,8 +407,7 @@ impl Sim {
         let vc = &mut self.vcpus[v as usize];
         vc.rq.push_back(t);
         vc.cur = NONE;
-        self.vms[vm as usize].queued_threads += 1;
-        self.vcpu_rq_bit(v);
+        self.queued_inc(v);
         self.add_overhead(v, cause::KERNEL_SCHED, cs);
         self.resume(v);
     }
@@ -539,9 +536,7 @@ impl Sim {
         let was_idle = self.vcpu_idle(target);
         let rq_was_empty = self.vcpus[target as usize].rq.is_empty();
         self.vcpus[target as usize].rq.push_back(t);
-        let vm = self.vcpus[target as usize].vm;
-        self.vms[vm as usize].queued_threads += 1;
-        self.vcpu_rq_bit(target);
+        self.queued_inc(target);
         if let Sender::Paid(w) = sender {
             if self.threads[w as usize].vcpu == target && self.vcpus[target as usize].cur == w {
                 return;
@@ -569,11 +564,21 @@ impl Sim {
         }
     }
 
+    /// A thread joined vCPU `v`'s run queue: the VM's count of queued
+    /// threads and the vCPU's bit follow.
+    #[inline]
+    fn queued_inc(&mut self, v: u32) {
+        let vm = self.vcpus[v as usize].vm;
+        self.vms[vm as usize].queued_threads += 1;
+        self.vcpu_rq_bit(v);
+    }
+
     /// A thread left vCPU `v`'s run queue.
     #[inline]
     fn queued_dec(&mut self, v: u32) {
         let vm = self.vcpus[v as usize].vm;
         self.vms[vm as usize].queued_threads -= 1;
+        self.vcpu_rq_bit(v);
     }
 
     fn vcpu_idle(&self, v: u32) -> bool {
@@ -857,8 +862,7 @@ impl Sim {
         let vc = &mut self.vcpus[v as usize];
         vc.rq.push_back(t);
         vc.cur = NONE;
-        self.vms[vm].queued_threads += 1;
-        self.vcpu_rq_bit(v);
+        self.queued_inc(v);
         self.add_overhead(v, cause::KERNEL_SCHED, cs);
         Flow::Again
     }
