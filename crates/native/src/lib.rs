@@ -8,6 +8,7 @@
 
 mod device;
 mod exec;
+mod gate;
 mod limits;
 pub mod primitives;
 mod shared;
@@ -424,10 +425,11 @@ fn run_threads(
         }
         sys::futex_wait(&shared.ready, r, Some(POLL));
     }
+    // The window's gap from `threads_ready_ns` to `start_ns` is the time the
+    // threads took to settle on their own CPUs (gate.rs).
     let ready_ns = sys::monotonic_ns();
+    shared.gate.settle_and_open();
     let released_ns = sys::monotonic_ns();
-    shared.gate.store(1, Ordering::SeqCst);
-    sys::futex_wake(&shared.gate, u32::MAX);
     let opened = Instant::now();
 
     // Wait for the end, enforcing the timeout and driving any abort.
@@ -641,11 +643,9 @@ fn worker(
     };
     guard.report_ready();
     let private = private?;
-    // The start gate: block until the controller opens it, so all threads
-    // begin together and none burns a CPU the others need to get ready.
-    while shared.gate.load(Ordering::SeqCst) == 0 {
-        sys::futex_wait(&shared.gate, 0, None);
-    }
+    // The start gate: all threads begin together, each on its own CPU when
+    // there are enough (gate.rs).
+    shared.gate.wait(usize::try_from(tid).unwrap_or(usize::MAX));
     if shared.abort.load(Ordering::SeqCst) {
         return None;
     }

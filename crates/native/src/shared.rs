@@ -2,8 +2,9 @@
 //! the shootdown mapping, and the start gate / finish / abort machinery.
 
 use crate::device::Devices;
+use crate::gate::StartGate;
 use crate::primitives::{Barrier, BoundedQueue, CachePadded, FutexMutex, SpinLock};
-use crate::sys::{self, Mapping, PAGE};
+use crate::sys::{Mapping, PAGE};
 use crate::NativeError;
 use smplab_workload::{BufferRef, Op, Program};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -27,8 +28,8 @@ pub(crate) struct Shared {
     /// Read by every thread once per loop iteration: its own cache line, so
     /// the writes to `ready`/`finished` never invalidate it.
     pub abort: CachePadded<AtomicBool>,
-    /// 0 while closed, 1 once every thread may start.
-    pub gate: AtomicU32,
+    /// Where every thread waits, ready, for the others (`gate.rs`).
+    pub gate: StartGate,
     /// Threads that reached the gate or gave up before it.
     pub ready: AtomicU32,
     /// Threads that are done (finished, failed, aborted or panicked).
@@ -89,7 +90,7 @@ impl Shared {
             devices: Devices::new(p),
             shoot,
             abort: CachePadded(AtomicBool::new(false)),
-            gate: AtomicU32::new(0),
+            gate: StartGate::new(p.threads().len(), StartGate::usable_cpus()),
             ready: AtomicU32::new(0),
             finished: AtomicU32::new(0),
             failure: Mutex::new(None),
@@ -115,8 +116,7 @@ impl Shared {
     /// Called repeatedly while aborting: a thread that checked the flag just
     /// before it was set and then went to sleep is caught by the next round.
     pub fn wake_everyone(&self) {
-        self.gate.store(1, Ordering::SeqCst);
-        sys::futex_wake(&self.gate, u32::MAX);
+        self.gate.open();
         for m in &self.mutexes {
             m.wake_all();
         }

@@ -40,8 +40,10 @@ pub struct WorkloadWindow {
     pub clock: WindowClock,
     /// Every workload thread existed and waited at the start gate.
     pub threads_ready_ns: u64,
-    /// The start gate opened (native: the controller's wake; smplab-vmm: its
-    /// "go" to the guest; QEMU: the guest's own release).
+    /// The start gate opened (native: the controller opened it once the
+    /// spinning threads ran on their own CPUs, or at once when they outnumber
+    /// the CPUs; smplab-vmm: its "go" to the guest; QEMU: the guest's own
+    /// release).
     pub start_ns: u64,
     /// The last workload thread ended (smplab-vmm: the guest's "done").
     pub end_ns: u64,
