@@ -239,16 +239,43 @@ pub fn prediction_table(
     }
     let preds = results.predictions(None);
     if !preds.is_empty() {
-        out.push_str("HELD-OUT: the demo's sweeps (built-in profiles, 2 vCPUs, 1 and 2 VMs), median |relative error|:\n");
-        for (m, s) in crate::metrics::prediction_error_by_metric(&preds) {
-            out.push_str(&format!(
-                "  {m:<18} {:>6.0}%  ({} pairs)\n",
-                s.median * 100.0,
-                s.n
-            ));
+        out.push_str("HELD-OUT: the demo's sweeps (built-in profiles, 2 vCPUs, 1 and 2 VMs), median |relative error|\n(a fraction's median |absolute error| beside it, in percentage points):\n");
+        for (m, e) in crate::metrics::prediction_error_by_metric(&preds) {
+            out.push_str(&prediction_error_line(&m, &e));
         }
     }
     (!out.is_empty()).then_some(out)
+}
+
+/// One metric's line of the prediction table: the median |relative error|
+/// over the pairs that have one, the pairs left out because their measured
+/// value is 0 (relative error undefined), and for a fraction the median
+/// |absolute error| over every pair in percentage points.
+fn prediction_error_line(metric: &str, e: &crate::metrics::PredictionErrors) -> String {
+    let rel = e.rel.map_or_else(
+        || "     —".to_string(),
+        |s| format!("{:>6.0}%", s.median * 100.0),
+    );
+    let counted = e.rel.map_or(0, |s| s.n);
+    let mut line = format!("  {metric:<18} {rel}  ({counted} pairs");
+    if e.rel_undefined > 0 {
+        line.push_str(&format!(
+            "; {} measured 0, no relative error",
+            e.rel_undefined
+        ));
+    }
+    line.push(')');
+    if crate::metrics::is_fraction_metric(metric) {
+        if let Some(a) = e.abs {
+            line.push_str(&format!(
+                "   |absolute error| {:.1} pp ({} pairs)",
+                a.median * 100.0,
+                a.n
+            ));
+        }
+    }
+    line.push('\n');
+    line
 }
 
 pub fn run(args: &DemoOptions) -> i32 {
@@ -554,6 +581,35 @@ pub fn has_report(dir: &Path) -> bool {
 mod tests {
     use super::*;
     use crate::runner::fake::FakeRunner;
+
+    /// The idle line keeps the relative median, says how many pairs had
+    /// none (measured 0) and gives the absolute error in points beside it.
+    #[test]
+    fn the_prediction_line_counts_measured_zeros_and_gives_points_for_fractions() {
+        let p = |metric: &str, measured: f64, predicted: f64| crate::metrics::Prediction {
+            label: "x".into(),
+            metric: metric.into(),
+            measured,
+            predicted,
+        };
+        let by = crate::metrics::prediction_error_by_metric(&[
+            p("idle fraction", 0.0, 0.000002),
+            p("idle fraction", 0.1, 0.15),
+            p("idle fraction", 0.2, 0.26),
+            p("slowdown", 2.0, 3.0),
+        ]);
+        let idle = prediction_error_line("idle fraction", &by["idle fraction"]);
+        assert!(
+            idle.contains("40%  (2 pairs; 1 measured 0, no relative error)"),
+            "{idle}"
+        );
+        assert!(idle.contains("|absolute error| 5.0 pp (3 pairs)"), "{idle}");
+        let slow = prediction_error_line("slowdown", &by["slowdown"]);
+        assert!(
+            slow.contains("50%  (1 pairs)") && !slow.contains("pp"),
+            "{slow}"
+        );
+    }
 
     #[test]
     fn without_kvm_or_qemu_it_runs_what_it_can_and_says_what_it_skipped() {

@@ -1184,17 +1184,52 @@ pub fn correlate_with_slowdown(results: &Results, executor: Executor) -> Vec<Cor
     out
 }
 
-/// Per metric: median absolute relative error of predictions.
-pub fn prediction_error_by_metric(preds: &[Prediction]) -> BTreeMap<String, Summary> {
-    let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+/// The prediction errors of one metric.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PredictionErrors {
+    /// Pairs of this metric.
+    pub pairs: usize,
+    /// |relative error| over the pairs that have one; None when none has.
+    pub rel: Option<Summary>,
+    /// Pairs whose measured value is 0, so their relative error is
+    /// undefined (NaN): left out of `rel`, counted here, never dropped
+    /// silently. Their absolute error is in `abs`.
+    pub rel_undefined: usize,
+    /// |predicted − measured| over every pair with finite values, in the
+    /// metric's unit (a fraction for idle fraction: × 100 = percentage
+    /// points). For quantities near 0 this is the telling one: 0.0009
+    /// measured against 0.000005 predicted is −99% but 0.09 points.
+    pub abs: Option<Summary>,
+}
+
+/// Per metric: the median |relative error| of predictions and the median
+/// |absolute error| beside it, with the pairs whose relative error is
+/// undefined counted.
+pub fn prediction_error_by_metric(preds: &[Prediction]) -> BTreeMap<String, PredictionErrors> {
+    let mut by: BTreeMap<String, (Vec<f64>, Vec<f64>, usize)> = BTreeMap::new();
     for p in preds {
-        by.entry(p.metric.clone())
-            .or_default()
-            .push(p.rel_error().abs());
+        let (rel, abs, n) = by.entry(p.metric.clone()).or_default();
+        *n += 1;
+        rel.push(p.rel_error().abs());
+        abs.push(p.abs_error().abs());
     }
     by.into_iter()
-        .filter_map(|(k, v)| Some((k, Summary::of(&v)?)))
+        .map(|(k, (rel, abs, pairs))| {
+            let e = PredictionErrors {
+                pairs,
+                rel_undefined: rel.iter().filter(|x| !x.is_finite()).count(),
+                rel: Summary::of(&rel),
+                abs: Summary::of(&abs),
+            };
+            (k, e)
+        })
         .collect()
+}
+
+/// Whether a metric is a fraction (0-1), whose absolute error reads as
+/// percentage points.
+pub fn is_fraction_metric(metric: &str) -> bool {
+    metric == "idle fraction"
 }
 
 #[cfg(test)]

@@ -76,6 +76,14 @@ pub struct KernelCosts {
     pub yield_ns: u64,
     /// One shootdown handler (flush + ack) on a target CPU.
     pub shootdown_handler_ns: u64,
+    /// An idle CPU switching to a thread woken for it: the idle loop's pick,
+    /// the switch from the idle context and the return from the thread's
+    /// blocking call (plus the wake interrupt's entry and EOI when it was
+    /// halted). Paid by the woken thread's CPU before the thread runs, so it
+    /// is kernel time there, not idle. 0 (the default, and bare metal,
+    /// where it is a microsecond or two) folds it into nothing.
+    #[serde(default)]
+    pub switch_in_ns: u64,
 }
 
 /// Costs natively (no VMM): the reference run.
@@ -217,6 +225,7 @@ impl Platform {
                 wake_ns: self.cpu.wake_ns,
                 yield_ns: self.cpu.yield_ns,
                 shootdown_handler_ns: self.cpu.shootdown_handler_ns,
+                switch_in_ns: 0,
             },
         }
     }

@@ -1,5 +1,6 @@
 //! The least-squares fit: platform parameters that make the simulator
-//! reproduce the micro-runs' measured wall times.
+//! reproduce the micro-runs' measured wall times and, where a VM micro-run
+//! idles, its measured idle fraction.
 //!
 //! The model is the simulator itself, so what is fitted is what predicts:
 //! for parameters θ, each micro-run's simulated VM wall time and its
@@ -12,6 +13,15 @@
 //! keeps a parameter the micro-runs cannot see at its profile value instead
 //! of letting it wander; its column norm in the Jacobian says how well the
 //! data determine it (reported as `sensitivity`).
+//!
+//! Why idle fractions too: every micro-run that wakes a halted or polling
+//! waiter has the waker's wake (`vm_kernel.wake_ns`) and the waiter's
+//! switch back from idle (`vm_kernel.switch_in_ns`) on its critical path
+//! in turn, so wall times see only their sum. They differ in where the time
+//! goes: during the wake the waiter's vCPU is idle, during the switch-in it
+//! works. The guest measures its vCPUs' halted (or polling) time, so a VM
+//! micro-run's idle fraction separates the two (docs/sim.md, "Switch-in
+//! from idle").
 
 use smplab_sim::platform::KernelCosts;
 use smplab_sim::{Idle, Platform, Scenario, SimError, VmSpec};
@@ -43,6 +53,7 @@ pub const PARAMS: &[Param] = &[
     param("native.idle_wake_ns", 50.0, 1e6),
     param("vm_kernel.context_switch_ns", 100.0, 5e7),
     param("vm_kernel.wake_ns", 100.0, 5e7),
+    param("vm_kernel.switch_in_ns", 100.0, 5e7),
     param("vm_kernel.shootdown_handler_ns", 100.0, 5e7),
     param("vmm.ipi_send_ns", 100.0, 5e7),
     param("vmm.ipi_receive_ns", 100.0, 5e7),
@@ -71,6 +82,7 @@ pub fn get(p: &Platform, field: &str) -> Option<f64> {
         "native.idle_wake_ns" => p.native.idle_wake_ns as f64,
         "vm_kernel.context_switch_ns" => k.context_switch_ns as f64,
         "vm_kernel.wake_ns" => k.wake_ns as f64,
+        "vm_kernel.switch_in_ns" => k.switch_in_ns as f64,
         "vm_kernel.shootdown_handler_ns" => k.shootdown_handler_ns as f64,
         "vmm.ipi_send_ns" => p.vmm.ipi_send_ns as f64,
         "vmm.ipi_receive_ns" => p.vmm.ipi_receive_ns as f64,
@@ -96,6 +108,7 @@ pub fn set(p: &mut Platform, field: &str, v: f64) -> bool {
         "native.idle_wake_ns" => p.native.idle_wake_ns = ns,
         "vm_kernel.context_switch_ns" => kernel_mut(p).context_switch_ns = ns,
         "vm_kernel.wake_ns" => kernel_mut(p).wake_ns = ns,
+        "vm_kernel.switch_in_ns" => kernel_mut(p).switch_in_ns = ns,
         "vm_kernel.shootdown_handler_ns" => kernel_mut(p).shootdown_handler_ns = ns,
         "vmm.ipi_send_ns" => p.vmm.ipi_send_ns = ns,
         "vmm.ipi_receive_ns" => p.vmm.ipi_receive_ns = ns,
@@ -118,6 +131,20 @@ pub struct SimCase {
 
 /// Simulated `(VM wall, bare-metal wall)` of a case, in ns.
 pub fn simulate(p: &Platform, c: &SimCase) -> Result<(f64, f64), SimError> {
+    simulate_with_idle(p, c).map(|s| (s.vm_ns, s.native_ns))
+}
+
+/// What the fit compares of one simulated micro-run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Simulated {
+    pub vm_ns: f64,
+    pub native_ns: f64,
+    /// The VM's idle fraction (`crate::metrics::idle_fraction`).
+    pub vm_idle: f64,
+}
+
+/// Simulated VM and bare-metal wall times and the VM's idle fraction.
+pub fn simulate_with_idle(p: &Platform, c: &SimCase) -> Result<Simulated, SimError> {
     let idle = Idle::from_setting(c.idle, p.defaults.halt_poll_ns)?;
     let mut vm = VmSpec::new(c.program.clone(), c.info.clone(), c.vcpus);
     vm.idle = idle;
@@ -133,7 +160,26 @@ pub fn simulate(p: &Platform, c: &SimCase) -> Result<(f64, f64), SimError> {
         .as_ref()
         .and_then(|s| s.native_wall_ns)
         .ok_or_else(|| SimError::Scenario("the simulation has no bare-metal reference".into()))?;
-    Ok((rec.timing.wall_ns as f64, native as f64))
+    Ok(Simulated {
+        vm_ns: rec.timing.wall_ns as f64,
+        native_ns: native as f64,
+        vm_idle: crate::metrics::idle_fraction(rec).unwrap_or(0.0),
+    })
+}
+
+/// Smallest measured idle fraction the fit compares: below it the idle
+/// time is a few halts at the run's start and end, not the block/wake
+/// traffic, and its log ratio would be noise.
+pub const IDLE_ROW_MIN: f64 = 0.02;
+
+/// Floor of a simulated idle fraction in the log ratio (a simulation with
+/// no idle at all is then off by ln(measured / IDLE_FLOOR), not infinitely).
+const IDLE_FLOOR: f64 = 1e-4;
+
+/// The measured idle fraction a VM observation is fitted to, if any.
+fn idle_row(o: &Observation) -> Option<f64> {
+    o.vm_idle
+        .filter(|m| *m >= IDLE_ROW_MIN && o.vm_ns.is_some_and(|v| v > 0.0))
 }
 
 /// A micro-run's measured wall times (medians over repetitions, ns).
@@ -143,6 +189,9 @@ pub struct Observation {
     pub case: SimCase,
     pub vm_ns: Option<f64>,
     pub native_ns: Option<f64>,
+    /// The VM run's measured idle fraction (median over repetitions), fitted
+    /// when at least [`IDLE_ROW_MIN`].
+    pub vm_idle: Option<f64>,
 }
 
 /// One residual of the fit.
@@ -150,7 +199,8 @@ pub struct Observation {
 pub struct Residual {
     /// Micro-run name.
     pub name: String,
-    /// `vm` or `native`.
+    /// `vm`, `native` or `vm idle` (then the two values below are idle
+    /// fractions, not ns).
     pub executor: &'static str,
     pub measured_ns: f64,
     pub fitted_ns: f64,
@@ -183,9 +233,6 @@ pub struct Fit {
 /// Sensitivity below which a field is reported as weakly determined.
 pub const WEAK: f64 = 0.05;
 
-/// Simulated `(VM wall, bare-metal wall)` of one micro-run, ns.
-type WallPair = (f64, f64);
-
 /// Residual vector of θ (log ratios, then prior rows), and the simulated
 /// pairs, or an error from the simulator.
 fn residuals(
@@ -195,7 +242,7 @@ fn residuals(
     theta0: &[f64],
     obs: &[Observation],
     sims: &mut u64,
-) -> Result<(Vec<f64>, Vec<WallPair>), SimError> {
+) -> Result<(Vec<f64>, Vec<Simulated>), SimError> {
     let mut p = base.clone();
     for (q, &t) in params.iter().zip(theta) {
         set(&mut p, q.field, t.exp());
@@ -203,13 +250,16 @@ fn residuals(
     let mut r = Vec::new();
     let mut pairs = Vec::new();
     for o in obs {
-        let (vm, native) = simulate(&p, &o.case)?;
+        let sim = simulate_with_idle(&p, &o.case)?;
         *sims += 1;
-        pairs.push((vm, native));
-        for (m, s) in [(o.vm_ns, vm), (o.native_ns, native)] {
+        pairs.push(sim);
+        for (m, s) in [(o.vm_ns, sim.vm_ns), (o.native_ns, sim.native_ns)] {
             if let Some(m) = m.filter(|m| *m > 0.0) {
                 r.push((s.max(1.0) / m).ln());
             }
+        }
+        if let Some(m) = idle_row(o) {
+            r.push((sim.vm_idle.max(IDLE_FLOOR) / m).ln());
         }
     }
     for (t, t0) in theta.iter().zip(theta0) {
@@ -416,8 +466,11 @@ pub fn fit(
     }
     let (_, pairs) = residuals(base, params, &theta, &theta0, obs, &mut sims)?;
     let mut res = Vec::new();
-    for (o, (vm, native)) in obs.iter().zip(pairs) {
-        for (executor, m, s) in [("vm", o.vm_ns, vm), ("native", o.native_ns, native)] {
+    for (o, sim) in obs.iter().zip(pairs) {
+        for (executor, m, s) in [
+            ("vm", o.vm_ns, sim.vm_ns),
+            ("native", o.native_ns, sim.native_ns),
+        ] {
             if let Some(m) = m.filter(|m| *m > 0.0) {
                 res.push(Residual {
                     name: o.name.clone(),
@@ -427,6 +480,15 @@ pub fn fit(
                     weight: cauchy_weight((s.max(1.0) / m).ln()).powi(2),
                 });
             }
+        }
+        if let Some(m) = idle_row(o) {
+            res.push(Residual {
+                name: o.name.clone(),
+                executor: "vm idle",
+                measured_ns: m,
+                fitted_ns: sim.vm_idle,
+                weight: cauchy_weight((sim.vm_idle.max(IDLE_FLOOR) / m).ln()).powi(2),
+            });
         }
     }
     let values = params

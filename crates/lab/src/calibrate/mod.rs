@@ -146,6 +146,9 @@ pub fn observations(
             },
             vm_ns: vm,
             native_ns: native,
+            vm_idle: results
+                .idle_fraction(&micro::point(dir, m, true, scale))
+                .map(|s| s.median),
         });
     }
     Ok(obs)
@@ -193,12 +196,21 @@ pub fn record_fit(cal: &mut Calibration, f: &fit::Fit, n_obs: usize) {
         });
     }
     for r in &f.residuals {
+        let (measured, fitted) = if r.executor == "vm idle" {
+            (
+                format!("{:.3}", r.measured_ns),
+                format!("{:.3}", r.fitted_ns),
+            )
+        } else {
+            (
+                format!("{:.2} ms", r.measured_ns / 1e6),
+                format!("{:.2} ms", r.fitted_ns / 1e6),
+            )
+        };
         cal.info.push((
             format!("residual {} {}", r.name, r.executor),
             format!(
-                "measured {:.2} ms, fitted {:.2} ms ({:+.1}%), weight {:.2}",
-                r.measured_ns / 1e6,
-                r.fitted_ns / 1e6,
+                "measured {measured}, fitted {fitted} ({:+.1}%), weight {:.2}",
                 r.rel() * 100.0,
                 r.weight
             ),
@@ -622,12 +634,13 @@ mod tests {
                     pcpus: m.vcpus,
                     idle: m.idle,
                 };
-                let (vm, native) = fit::simulate(truth, &case).unwrap();
+                let sim = fit::simulate_with_idle(truth, &case).unwrap();
                 fit::Observation {
                     name: m.name.into(),
                     case,
-                    vm_ns: Some(vm),
-                    native_ns: m.native.then_some(native),
+                    vm_ns: Some(sim.vm_ns),
+                    native_ns: m.native.then_some(sim.native_ns),
+                    vm_idle: Some(sim.vm_idle),
                 }
             })
             .collect()

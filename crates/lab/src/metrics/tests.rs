@@ -682,6 +682,51 @@ fn predictions_pair_sim_with_measurement() {
     assert!((slow.predicted - 0.5).abs() < 1e-12);
     assert!((slow.rel_error() + 0.5).abs() < 1e-12);
     let by = prediction_error_by_metric(&preds);
-    assert!((by["slowdown"].median - 0.5).abs() < 1e-12);
+    let slow = by["slowdown"].rel.unwrap();
+    assert!((slow.median - 0.5).abs() < 1e-12);
     assert!(r.predictions(Some("other")).is_empty());
+}
+
+fn pred(metric: &str, measured: f64, predicted: f64) -> Prediction {
+    Prediction {
+        label: format!("{metric} {measured}"),
+        metric: metric.into(),
+        measured,
+        predicted,
+    }
+}
+
+/// A measured 0 has no relative error: the pair is counted apart, not in
+/// the relative median (nor dropped), and its absolute error is kept.
+#[test]
+fn prediction_errors_count_pairs_without_a_relative_error() {
+    let preds = [
+        pred("idle fraction", 0.0, 0.000002),
+        pred("idle fraction", 0.0009, 0.000005),
+        pred("idle fraction", 0.2, 0.3),
+    ];
+    let by = prediction_error_by_metric(&preds);
+    let e = by["idle fraction"];
+    assert_eq!(e.pairs, 3);
+    assert_eq!(e.rel_undefined, 1);
+    let rel = e.rel.unwrap();
+    assert_eq!(rel.n, 2);
+    // |−0.9944| and 0.5: the median of the two.
+    assert!((rel.median - (0.000895 / 0.0009 + 0.5) / 2.0).abs() < 1e-9);
+    let abs = e.abs.unwrap();
+    assert_eq!(abs.n, 3);
+    // |absolute errors| 0.000002, 0.000895, 0.1: median 0.000895 (0.09 pp).
+    assert!((abs.median - 0.000895).abs() < 1e-12);
+    assert!(is_fraction_metric("idle fraction"));
+    assert!(!is_fraction_metric("slowdown"));
+}
+
+/// Only measured zeros: no relative summary at all, every pair counted.
+#[test]
+fn prediction_errors_with_only_measured_zeros_have_no_relative_median() {
+    let by = prediction_error_by_metric(&[pred("idle fraction", 0.0, 0.01)]);
+    let e = by["idle fraction"];
+    assert_eq!((e.pairs, e.rel_undefined), (1, 1));
+    assert!(e.rel.is_none());
+    assert!((e.abs.unwrap().median - 0.01).abs() < 1e-12);
 }

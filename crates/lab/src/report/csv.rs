@@ -189,7 +189,9 @@ pub fn exits_csv(results: &Results) -> String {
     out
 }
 
-/// `predictions.csv`: simulator predictions beside measurements.
+/// `predictions.csv`: simulator predictions beside measurements, with the
+/// relative error (`NaN` when the measured value is 0) and the absolute
+/// error `predicted − measured` in the metric's unit.
 pub fn predictions_csv(results: &Results) -> String {
     let mut out = csv_row(
         &[
@@ -198,6 +200,7 @@ pub fn predictions_csv(results: &Results) -> String {
             "measured",
             "predicted",
             "rel_error",
+            "abs_error",
         ]
         .map(String::from),
     );
@@ -208,6 +211,7 @@ pub fn predictions_csv(results: &Results) -> String {
             p.measured.to_string(),
             p.predicted.to_string(),
             p.rel_error().to_string(),
+            p.abs_error().to_string(),
         ]));
     }
     out

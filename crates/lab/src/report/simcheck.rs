@@ -4,7 +4,7 @@
 
 use super::data::{colour, executor_legend, pct_ci, slowdown_ci, wall_ci, weighted_speedup_ci};
 use super::{Ctx, Page};
-use crate::metrics::{prediction_error_by_metric, Results};
+use crate::metrics::{is_fraction_metric, prediction_error_by_metric, Results};
 use crate::point::Point;
 use crate::stats::MedianCi;
 use crate::svg::{self, esc, fmt_num, ScatterPoint};
@@ -88,15 +88,25 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
             &pts,
         ));
     }
-    h.push_str("</div><table><tr><th>metric</th><th>pairs</th><th>median |relative error|</th><th>largest</th></tr>");
-    for (m, s) in prediction_error_by_metric(preds) {
+    h.push_str("</div><table><tr><th>metric</th><th>pairs</th><th>median |relative error|</th><th>largest</th><th>measured 0 (no relative error)</th><th>median |absolute error|</th></tr>");
+    for (m, e) in prediction_error_by_metric(preds) {
+        let (rel, largest) = e.rel.map_or((String::from("—"), String::from("—")), |s| {
+            (
+                format!("{:.1}%", s.median * 100.0),
+                format!("{:.1}%", s.max * 100.0),
+            )
+        });
+        let abs = match e.abs {
+            Some(a) if is_fraction_metric(&m) => format!("{:.1} pp", a.median * 100.0),
+            Some(a) => fmt_num(a.median),
+            None => String::from("—"),
+        };
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td>{:.1}%</td><td>{:.1}%</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{rel}</td><td>{largest}</td><td>{}</td><td>{abs}</td></tr>",
             esc(&m),
-            s.n,
-            s.median * 100.0,
-            s.max * 100.0
+            e.pairs,
+            e.rel_undefined
         );
     }
     h.push_str("</table><details><summary>Every pair</summary><div class=\"scroll\"><table><tr><th>configuration</th><th>metric</th><th>measured</th><th>predicted</th><th>error</th><th>predicted inside the measured interval?</th></tr>");

@@ -601,14 +601,24 @@ impl Sim {
     }
 
     /// Tell idle vCPU `u` it has work: a flag if it polls, an IPI if halted.
+    ///
+    /// Whichever way it idled, the vCPU then switches from its idle context
+    /// to the woken thread and returns from the thread's blocking call
+    /// (`kernel.switch_in_ns`, cause `kernel_sched`): kernel work on the
+    /// woken vCPU, not idle. A block straight to a queued thread pays only
+    /// its own switch (`block_current`). Before, the switch-in was free, so
+    /// the calibration read it as the waker's `wake_ns`, during which the
+    /// waiter's vCPU counted as idle (docs/sim.md, "Switch-in from idle").
     fn kick(&mut self, u: u32, sender: Sender) {
         let vm = self.vcpus[u as usize].vm as usize;
         let costs = self.vms[vm].costs;
+        let switch_in = costs.kernel.switch_in_ns;
         let vc = &self.vcpus[u as usize];
         match vc.host {
             HostState::Running => match vc.act {
                 Act::IdlePoll => {
                     self.interrupt_act(u);
+                    self.switch_in(u, switch_in);
                     self.defer(u, cause::WAKE_LATENCY, costs.poll_notice);
                 }
                 Act::Halting | Act::HaltPoll => {
@@ -617,12 +627,22 @@ impl Sim {
                         self.vcpus[u as usize].exits[exit::IPI_RECEIVE] += 1;
                     }
                     self.interrupt_act(u);
+                    self.switch_in(u, switch_in);
                     self.defer(u, cause::WAKE_LATENCY, costs.halt_poll_wake);
                 }
+                // Still switching away from the thread that blocked: it
+                // picks the woken thread in that same switch.
                 _ => {}
             },
-            HostState::Queued | HostState::Parked => {}
+            HostState::Queued | HostState::Parked => {
+                // Preempted in its idle loop, not in the switch away from
+                // a blocked thread (that one is still pending).
+                if self.pending_overhead(u, cause::KERNEL_SCHED) == 0 {
+                    self.switch_in(u, switch_in);
+                }
+            }
             HostState::Halted => {
+                self.switch_in(u, switch_in);
                 if costs.virtualized {
                     if sender == Sender::Timer {
                         self.vcpus[u as usize].exits[exit::TIMER] += 1;
@@ -638,6 +658,14 @@ impl Sim {
                 // costs only the C-state exit latency.
                 self.start_wake(u, costs.wake_latency);
             }
+        }
+    }
+
+    /// Idle vCPU `u` owes the switch to the thread woken for it (none when
+    /// the platform has no switch-in cost: nothing changes then).
+    fn switch_in(&mut self, u: u32, ns: u64) {
+        if ns > 0 {
+            self.add_overhead(u, cause::KERNEL_SCHED, ns);
         }
     }
 
