@@ -34,10 +34,15 @@
 //! most about wake / switch (the compute must cover the block), so no
 //! micro-run sees it more strongly than that. Its price: a polling vCPU never
 //! gives its core back, so under other load on the host's two cores its turns
-//! stretch (the robust fit then discounts it), and the guest's way back from
-//! its polling idle loop (a system call and a switch) is charged by the
-//! simulator as `vmm.poll_notice_ns` (0.1 µs), so on real runs that cost is
-//! read as part of the wake.
+//! stretch (the robust fit then discounts it).
+//!
+//! Every wake of an idle waiter is followed by the waiter's way back from
+//! idle (a switch and the return from its blocking call,
+//! `vm_kernel.switch_in_ns`), so the wall times above see wake + switch-in
+//! only as a sum. The guest's idle time tells them apart (during the wake
+//! the waiter is idle, during its switch-in it works): the fit also
+//! compares each VM micro-run's measured idle fraction when it is at least
+//! 2% (`pingpong`, `relay`, `relay-poll`; `fit.rs`).
 //!
 //! No micro-run holds a blocking mutex across its compute: whether the woken
 //! waiter or the unlocker gets the mutex next is a race decided by the wake
