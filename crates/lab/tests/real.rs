@@ -268,12 +268,21 @@ fn calibrate_fits_real_micro_runs_and_checks_held_out_points() {
     let rep = measure(&RealRunner::default(), &mut store, 0.2, 1, false).expect("calibrate");
     let fit = rep.fit.as_ref().expect("a fit");
     // Every micro-run was measured on every executor it runs on, and has a
-    // finite residual.
+    // finite residual; idle-fraction rows only for the micro-runs whose idle
+    // time is block/wake traffic.
     let expected: usize = micro::MICROS
         .iter()
         .map(|m| 1 + usize::from(m.native))
         .sum();
-    assert_eq!(fit.residuals.len(), expected, "{:?}", fit.residuals);
+    let walls = fit.residuals.iter().filter(|r| r.executor != "vm idle");
+    assert_eq!(walls.count(), expected, "{:?}", fit.residuals);
+    assert!(fit
+        .residuals
+        .iter()
+        .filter(|r| r.executor == "vm idle")
+        .all(|r| micro::MICROS
+            .iter()
+            .any(|m| m.idle_fitted && m.name == r.name)));
     assert!(fit.residuals.iter().all(|r| r.rel().is_finite()));
     assert!(fit.values.iter().all(|v| v.1.is_finite() && v.1 > 0.0));
     // The held-out set was run and predicted.

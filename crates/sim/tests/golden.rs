@@ -192,7 +192,7 @@ fn scenarios() -> Vec<(String, Scenario)> {
 /// stages (pools, branch `drain`): on their own they changed the 8 scenarios
 /// that run dedup and left the other 36 bit-identical.
 const GOLDEN: &[(u64, u64)] = &[
-(0x8a970b8eb8f002f6, 0x8d46284588a9f62e), // random 0
+    (0x8a970b8eb8f002f6, 0x8d46284588a9f62e), // random 0
     (0x3de589ea7c758400, 0x66552537d18acd6e), // random 1
     (0xb76d2dc2c432764a, 0xcb14dc2682111959), // random 2
     (0x9990c67c7b4544b2, 0xe9f69a62e0ee48ba), // random 3

@@ -146,9 +146,13 @@ pub fn observations(
             },
             vm_ns: vm,
             native_ns: native,
-            vm_idle: results
-                .idle_fraction(&micro::point(dir, m, true, scale))
-                .map(|s| s.median),
+            vm_idle: if m.idle_fitted {
+                results
+                    .idle_fraction(&micro::point(dir, m, true, scale))
+                    .map(|s| s.median)
+            } else {
+                None
+            },
         });
     }
     Ok(obs)
@@ -640,7 +644,7 @@ mod tests {
                     case,
                     vm_ns: Some(sim.vm_ns),
                     native_ns: m.native.then_some(sim.native_ns),
-                    vm_idle: Some(sim.vm_idle),
+                    vm_idle: m.idle_fitted.then_some(sim.vm_idle),
                 }
             })
             .collect()
