@@ -395,3 +395,39 @@ fn host_ticks_exit_only_from_guest_mode() {
         5 + (kernel_ns * 250 + 500_000_000) / 1_000_000_000
     );
 }
+
+/// An idle vCPU given a woken thread first switches to it
+/// (`[vm_kernel] switch_in_ns`): kernel work on the woken vCPU, after its
+/// wakeup, never on the waker.
+#[test]
+fn an_idle_vcpu_pays_the_switch_in_to_the_woken_thread() {
+    let with_switch_in = |ns: u64, idle: Idle| {
+        let text = UNIT.to_string()
+            + &format!("[vm_kernel]\ncontext_switch_ns = 200\nwake_ns = 50\nyield_ns = 10\nshootdown_handler_ns = 300\nswitch_in_ns = {ns}\n");
+        let p = Platform::from_text("unit-switch-in", &text).unwrap();
+        let mut v = vm(BARRIER, 2);
+        v.idle = idle;
+        run(&Scenario::new(p, 2, vec![v]))
+    };
+    // Halted: as blocking_barrier_wakes_a_halted_vcpu_by_ipi (S+8850), and
+    // fast's vCPU then owes the switch-in (3000) beside the IPI injection
+    // (1000) once its host thread is woken: S+11850.
+    let none = with_switch_in(0, Idle::Hlt);
+    let some = with_switch_in(3000, Idle::Hlt);
+    assert_eq!(none.timing.wall_ns, S + 8850);
+    assert_eq!(some.timing.wall_ns, S + 11850);
+    let (n, s) = (none.sim.unwrap(), some.sim.unwrap());
+    assert_eq!(
+        s.vcpu_time_ns["kernel_sched"],
+        n.vcpu_time_ns["kernel_sched"] + 3000
+    );
+    // The waker's wake work is unchanged (the woken vCPU pays).
+    assert_eq!(
+        s.vcpu_time_ns["kernel_futex"],
+        n.vcpu_time_ns["kernel_futex"]
+    );
+    // Polling: the flag store is noticed after 10 ns, then the switch-in:
+    // fast ends at S+3050+10+3000.
+    let poll = with_switch_in(3000, Idle::Poll);
+    assert_eq!(poll.timing.wall_ns, S + 6060);
+}
