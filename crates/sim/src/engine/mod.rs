@@ -372,6 +372,11 @@ pub(crate) struct Sim {
     pub idle_bits: Vec<u64>,
     /// One bit per pCPU: run queue not empty.
     pub busy_rq_bits: Vec<u64>,
+    /// Per pCPU: queued vCPUs plus one if one runs (`Sim::note_pcpu_load`
+    /// keeps it with `Pcpu::rq` and `Pcpu::cur`). Wake balancing compares
+    /// the pCPUs of a domain: one compact array instead of two cache lines
+    /// of `Pcpu` each.
+    pub pcpu_load: Vec<u32>,
     /// One bit per vCPU: guest run queue (`Vcpu::rq`) not empty. An idle
     /// vCPU looking for a thread to steal visits only these siblings.
     pub vcpu_rq_bits: Vec<u64>,
@@ -492,6 +497,7 @@ impl Sim {
             vms: Vec::new(),
             idle_bits: vec![0; words],
             busy_rq_bits: vec![0; words],
+            pcpu_load: vec![0; s.pcpus as usize],
             vcpu_rq_bits: Vec::new(),
             domains,
             per_llc,
