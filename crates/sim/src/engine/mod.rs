@@ -23,6 +23,7 @@ mod guest;
 mod host;
 mod io;
 mod policy_host;
+mod prefetch;
 mod sync;
 pub(crate) mod tune;
 mod vmm;
@@ -901,6 +902,9 @@ impl Sim {
             }
             debug_assert!(ev.time >= self.now);
             self.now = ev.time;
+            if let Some(next) = self.q.peek_current() {
+                self.prefetch_for(next.kind);
+            }
             self.handle(ev.kind);
         }
         let end = stopped_at.unwrap_or(self.now);
