@@ -195,7 +195,6 @@ impl Sim {
         vc.cur = t;
         vc.slice_end = self.now + slice;
         self.threads[t as usize].vcpu = v;
-        self.note_vcpu_busy(v);
         true
     }
 
@@ -211,7 +210,6 @@ impl Sim {
             },
             _ => {
                 self.vcpus[v as usize].cur = NONE;
-                self.note_vcpu_busy(v);
                 return Flow::Again;
             }
         }
@@ -470,7 +468,6 @@ impl Sim {
         self.vms[vm].cs_voluntary += 1;
         let cs = self.vms[vm].costs.kernel.context_switch_ns;
         self.vcpus[v as usize].cur = NONE;
-        self.note_vcpu_busy(v);
         self.add_overhead(v, cause::KERNEL_SCHED, cs);
         Flow::Again
     }
@@ -565,20 +562,6 @@ impl Sim {
         } else {
             self.vcpu_rq_bits[w] |= 1 << b;
         }
-        self.note_vcpu_busy(v);
-    }
-
-    /// Bring vCPU `v`'s bit in `Sim::vcpu_busy_bits` up to date after its
-    /// current thread or run queue changed.
-    #[inline]
-    pub(super) fn note_vcpu_busy(&mut self, v: u32) {
-        let (w, b) = ((v / 64) as usize, v % 64);
-        let vc = &self.vcpus[v as usize];
-        if vc.cur == NONE && vc.rq.is_empty() {
-            self.vcpu_busy_bits[w] &= !(1 << b);
-        } else {
-            self.vcpu_busy_bits[w] |= 1 << b;
-        }
     }
 
     /// A thread joined vCPU `v`'s run queue: the VM's count of queued
@@ -598,16 +581,9 @@ impl Sim {
         self.vcpu_rq_bit(v);
     }
 
-    /// No current or queued thread (from the compact bits: this runs over
-    /// a VM's vCPUs on every wakeup).
-    #[inline]
     fn vcpu_idle(&self, v: u32) -> bool {
-        let idle = self.vcpu_busy_bits[(v / 64) as usize] & (1 << (v % 64)) == 0;
-        debug_assert_eq!(idle, {
-            let vc = &self.vcpus[v as usize];
-            vc.cur == NONE && vc.rq.is_empty()
-        });
-        idle
+        let vc = &self.vcpus[v as usize];
+        vc.cur == NONE && vc.rq.is_empty()
     }
 
     fn wake_target(&self, t: u32) -> u32 {
@@ -905,7 +881,6 @@ impl Sim {
             self.vm_finished(u32::try_from(vm).unwrap_or(u32::MAX));
         }
         self.vcpus[v as usize].cur = NONE;
-        self.note_vcpu_busy(v);
         Flow::Again
     }
 

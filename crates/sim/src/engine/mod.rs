@@ -383,10 +383,6 @@ pub(crate) struct Sim {
     /// One bit per vCPU: guest run queue (`Vcpu::rq`) not empty. An idle
     /// vCPU looking for a thread to steal visits only these siblings.
     pub vcpu_rq_bits: Vec<u64>,
-    /// One bit per vCPU: not idle in the guest (a current thread or a
-    /// queued one; `Sim::note_vcpu_busy`). Waking a thread looks for an
-    /// idle vCPU of its VM in these bits instead of in each `Vcpu`.
-    pub vcpu_busy_bits: Vec<u64>,
     pub domains: u32,
     pub per_llc: u32,
     pub rng: u64,
@@ -506,7 +502,6 @@ impl Sim {
             busy_rq_bits: vec![0; words],
             pcpu_load: vec![0; s.pcpus as usize],
             vcpu_rq_bits: Vec::new(),
-            vcpu_busy_bits: Vec::new(),
             domains,
             per_llc,
             rng: s.seed ^ 0x9E37_79B9_7F4A_7C15,
@@ -749,7 +744,6 @@ impl Sim {
             .filter(|d| d.exits_per_ms > 0.0 && virtualized)
             .map(|d| crate::units_from_f64(1e6 / d.exits_per_ms));
         self.vcpu_rq_bits.resize(self.vcpus.len().div_ceil(64), 0);
-        self.vcpu_busy_bits.resize(self.vcpus.len().div_ceil(64), 0);
         for v in first_vcpu..first_vcpu + spec.vcpus {
             self.vcpus[v as usize].next_device_in = dev_period.unwrap_or(u64::MAX);
             self.vcpu_rq_bit(v);
@@ -880,6 +874,7 @@ impl Sim {
         self.start();
         self.tune_start();
         let horizon = horizon.unwrap_or(u64::MAX);
+        let prefetch = self.prefetch_pays();
         let mut stopped_at = None;
         while self.vms_done < u32::try_from(self.vms.len()).unwrap_or(u32::MAX) {
             let Some(ev) = self.q.pop() else {
@@ -910,8 +905,10 @@ impl Sim {
             }
             debug_assert!(ev.time >= self.now);
             self.now = ev.time;
-            if let Some(next) = self.q.peek_current() {
-                self.prefetch_for(next.kind);
+            if prefetch {
+                if let Some(next) = self.q.peek_current() {
+                    self.prefetch_for(next.kind);
+                }
             }
             self.handle(ev.kind);
         }

@@ -26,7 +26,20 @@ fn prefetch_line(p: *const u8) {
     let _ = p;
 }
 
+/// vCPU state beyond which prefetching pays: twice the L1 data cache of
+/// current x86 cores (32-48 KiB). Below it the vCPUs stay cached and the
+/// prefetch is pure overhead (about 25 instructions per event, +4% on the
+/// 32-vCPU bench model); at the 1024-pCPU scale point (4096 vCPUs, 1.3 MB)
+/// it saved 5% of CPU time (median of 12 interleaved runs, 14% on the
+/// minimum).
+const PREFETCH_MIN_VCPU_BYTES: usize = 96 << 10;
+
 impl Sim {
+    /// Whether the event loop should prefetch (see `PREFETCH_MIN_VCPU_BYTES`).
+    pub(super) fn prefetch_pays(&self) -> bool {
+        self.vcpus.len() * std::mem::size_of::<super::Vcpu>() > PREFETCH_MIN_VCPU_BYTES
+    }
+
     /// Prefetch what handling `kind` reads first: the vCPU's first two
     /// cache lines (generation, activity, accounting state), the pCPU, or
     /// the thread.
