@@ -335,15 +335,13 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
             outln!(
                 "[1/4] calibrating the simulator to this host: micro-runs, least-squares fit, held-out check"
             );
-            match crate::calibrate::measure(
-                runner,
-                &mut store,
-                cal_scale,
-                args.reps.min(3),
-                args.progress,
-            ) {
+            // Repeated like the sweeps (at least 6 runs, until ±5%, at most
+            // --reps): the fit and the held-out check are only as certain
+            // as the medians they compare.
+            match crate::calibrate::measure(runner, &mut store, cal_scale, &reps, args.progress) {
                 Ok(rep) => {
                     out!("{}", crate::calibrate::table(&rep.cal));
+                    wide.extend(rep.wide);
                     match crate::calibrate::write_profile(&rep.cal, &calibrated) {
                         Ok(()) => platform = calibrated.display().to_string(),
                         Err(e) => notes.push(format!(
