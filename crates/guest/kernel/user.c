@@ -377,6 +377,8 @@ struct worker {
     u64 start, end;
     u64 ops_count[NOPS];
     u64 spins, blocks, wakeups;
+    /* Advanced while waiting at the start gate (settle_waiters). */
+    volatile u64 gate_beats;
 } __attribute__((aligned(64)));
 
 static u32 n_spin, n_mutex, n_barrier, n_queue, n_counter, n_buffer, n_group, n_device, n_pool, total_threads;
@@ -958,16 +960,59 @@ static u64 ticks_now(void)
     return t;
 }
 
+/* Settling, as the native executor's gate does (crates/native/src/gate.rs):
+ * with a vCPU for every worker, the releaser opens the gate only once every
+ * waiter has run in SETTLE_SAMPLES consecutive samples of SETTLE_SAMPLE_US,
+ * i.e. each vCPU thread runs on its own host CPU, not stacked on one by the
+ * host's placement of threads that just started; at most SETTLE_LIMIT_US. */
+#define SETTLE_SAMPLE_US 200
+#define SETTLE_SAMPLES 3
+#define SETTLE_LIMIT_US 50000
+static u64 g_beats_seen[MAX_THREADS];
+/* What settle_waiters did: TSC cycles it took, and 0 skipped (more workers
+ * than vCPUs), 1 settled, 2 gave up at the limit. */
+static u64 g_settle_tsc, g_settle_outcome;
+
+static void settle_waiters(const struct worker *self)
+{
+    if (total_threads < 2 || total_threads > g_ncpus || tsc_hz < 1000000)
+        return;
+    u64 per_us = tsc_hz / 1000000;
+    u64 began = rdtsc();
+    u64 end = began + per_us * SETTLE_LIMIT_US;
+    for (u32 i = 0; i < total_threads; i++)
+        g_beats_seen[i] = workers[i].gate_beats;
+    u32 runs = 0;
+    while (runs < SETTLE_SAMPLES && rdtsc() < end) {
+        u64 t0 = rdtsc();
+        while (rdtsc() - t0 < per_us * SETTLE_SAMPLE_US)
+            cpu_relax();
+        u32 all_ran = 1;
+        for (u32 i = 0; i < total_threads; i++) {
+            if (&workers[i] == self)
+                continue;
+            u64 b = workers[i].gate_beats;
+            if (b == g_beats_seen[i])
+                all_ran = 0;
+            g_beats_seen[i] = b;
+        }
+        runs = all_ran ? runs + 1 : 0;
+    }
+    g_settle_tsc = rdtsc() - began;
+    g_settle_outcome = runs >= SETTLE_SAMPLES ? 1 : 2;
+}
+
 /* The start gate, at CPL3 where waiting costs nothing on PVM hosts: every
  * worker exists and waits here before any starts, as native threads wait at
- * theirs. The last to arrive tells the VMM "ready", waits for its "go" (the
- * host's gate across VMs), and releases everyone with one store. A waiter
- * that sees queued threads yields now and then so they can arrive even on a
- * tickless guest with more threads than vCPUs. */
-static void start_gate(void)
+ * theirs. The last to arrive lets the waiters settle, tells the VMM "ready",
+ * waits for its "go" (the host's gate across VMs), and releases everyone
+ * with one store. A waiter that sees queued threads yields now and then so
+ * they can arrive even on a tickless guest with more threads than vCPUs. */
+static void start_gate(struct worker *w)
 {
     if (__atomic_add_fetch(&g_arrived, 1, __ATOMIC_SEQ_CST) == total_threads) {
         g_all_arrived_tsc = rdtsc();
+        settle_waiters(w);
         g_gate_reply = (u32)sys0(SYS_GATE);
         g_release_ticks = ticks_now();
         g_release_tsc = rdtsc();
@@ -977,14 +1022,17 @@ static void start_gate(void)
     u64 spins = 0;
     while (!__atomic_load_n(&g_go, __ATOMIC_ACQUIRE)) {
         cpu_relax();
-        if (g_queued && (++spins & 0x3fff) == 0)
+        ++spins;
+        if ((spins & 63) == 0)
+            w->gate_beats++;
+        if (g_queued && (spins & 0x3fff) == 0)
             sys0(SYS_YIELD);
     }
 }
 
 static void __attribute__((noreturn)) worker_main(struct worker *w)
 {
-    start_gate();
+    start_gate(w);
     w->start = rdtsc();
     run_ops(w, w->ops, w->ops_len);
     w->end = rdtsc();
@@ -1062,6 +1110,9 @@ static void emit_result(void)
     out_sp_u64(&o, g_done_tsc);
     out_sp_u64(&o, g_done_ticks);
     out_sp_u64(&o, g_gate_reply);
+    out_str(&o, "\nsettle");
+    out_sp_u64(&o, g_settle_tsc);
+    out_sp_u64(&o, g_settle_outcome);
     out_str(&o, "\n");
     for (u32 i = 0; i < total_threads; i++) {
         struct worker *w = &workers[i];

@@ -487,7 +487,10 @@ pub fn run_vm(
             .as_ref()
             .map(|b| (b.requests, b.device_latency.clone())),
     );
-    if let Some(window) = host_window(&run.section) {
+    if let Some(mut window) = host_window(&run.section) {
+        // The guest settles its waiters before "ready", so the host's window
+        // starts after it; the guest measured it.
+        window.settle = parsed.settle();
         rec.timing.window = Some(window);
     }
     rec.timing.total_ns = Some(u64::try_from(run.wall.as_nanos()).unwrap_or(u64::MAX));
@@ -506,6 +509,7 @@ fn host_window(section: &smplab_record::vmm::VmmSection) -> Option<smplab_record
         start_ns: w.go_ns,
         end_ns: w.done_ns?,
         start_gate: w.start_gate,
+        settle: None,
     })
 }
 

@@ -17,6 +17,10 @@
 //!                                   # release; TSC and ticks when the last worker
 //!                                   # ended; the window port's answer (0x21204f47
 //!                                   # "GO !" from smplab-vmm, 4294967295 = no such port)
+//! settle TSC OUTCOME                # the releaser watching the waiters settle on their own
+//!                                   # vCPUs before "ready": cycles, 0 skipped (more workers
+//!                                   # than vCPUs), 1 settled, 2 gave up (absent from older
+//!                                   # guests)
 //! thread GROUP INDEX START_TSC END_TSC CPU_TSC SPINS BLOCKS WAKEUPS CSW_VOL CSW_INVOL
 //! ops C0 ... C13                    # in smplab_workload::program::counter_names::ALL order
 //!                                   # (13 numbers from guests before `io`: io = 0)
@@ -37,6 +41,7 @@
 
 use smplab_record::guest::{GuestSection, GuestVcpuCounters};
 use smplab_record::io::IoSection;
+use smplab_record::window::{Settle, SettleOutcome};
 use smplab_record::LatencyHistogram;
 use smplab_record::{RunRecord, ThreadTiming};
 use smplab_workload::program::counter_names;
@@ -134,6 +139,8 @@ pub struct GuestResult {
     pub io_irqs: Vec<u64>,
     /// Block-device interrupts per vCPU that found none.
     pub io_spurious: Vec<u64>,
+    /// The settling before the gate opened (`None`: an older guest).
+    pub settle: Option<(u64, SettleOutcome)>,
     /// Per vCPU, TSC cycles idle inside the workload window (`None`: a
     /// guest from before the `window_idle` line).
     pub window_idle_tsc: Option<Vec<u64>>,
@@ -251,6 +258,21 @@ pub fn parse(bytes: &[u8]) -> Result<GuestResult, ResultError> {
             "io_irqs" => r.io_irqs = num_list(n, &rest)?,
             "io_spurious" => r.io_spurious = num_list(n, &rest)?,
             "window_idle" => r.window_idle_tsc = Some(num_list(n, &rest)?),
+            "settle" => {
+                let v = nums::<2>(n, &rest)?;
+                let outcome = match v[1] {
+                    0 => SettleOutcome::Skipped,
+                    1 => SettleOutcome::Settled,
+                    2 => SettleOutcome::Unsettled,
+                    o => {
+                        return Err(ResultError::Malformed {
+                            line: n,
+                            reason: format!("settle outcome {o} (want 0, 1 or 2)"),
+                        })
+                    }
+                };
+                r.settle = Some((v[0], outcome));
+            }
             "io_samples" => r.io_samples = nums::<1>(n, &rest)?[0],
             "io_lat" => {
                 let v = nums::<2>(n, &rest)?;
@@ -356,6 +378,14 @@ impl GuestResult {
         self.ns(end.saturating_sub(start))
     }
 
+    /// The settling before the gate opened, in ns.
+    pub fn settle(&self) -> Option<Settle> {
+        self.settle.map(|(tsc, outcome)| Settle {
+            outcome,
+            ns: self.ns(tsc),
+        })
+    }
+
     /// The workload window on the guest's TSC clock (ns since the TSC was 0):
     /// all workers existed, the gate released them, the last one ended.
     pub fn tsc_window(&self) -> Option<smplab_record::WorkloadWindow> {
@@ -367,6 +397,7 @@ impl GuestResult {
             start_ns: self.ns(g.release_tsc),
             end_ns: self.ns(end),
             start_gate: None,
+            settle: self.settle(),
         })
     }
 
@@ -519,6 +550,28 @@ ops 2 2000 0 0 1 0 1 0 0 0 0 0 0\ncpu 0 1 2 3 4 5 2000 6 7\ncpu 1 2 1 0 1 1 0 0 
         assert_eq!(s.idle_ns_per_vcpu, vec![1000, 0]);
         assert_eq!(s.boot_ns, 1000);
         assert_eq!(r.ops_map()["compute_iters"], 2000);
+    }
+
+    #[test]
+    fn the_settle_line_is_read_and_absent_from_older_guests() {
+        let with = SAMPLE.replace("end\n", "settle 2000000 1\nend\n");
+        let r = parse(with.as_bytes()).expect("parses");
+        // 2 GHz.
+        assert_eq!(
+            r.settle(),
+            Some(Settle {
+                outcome: SettleOutcome::Settled,
+                ns: 1_000_000
+            })
+        );
+        assert_eq!(parse(SAMPLE.as_bytes()).expect("parses").settle(), None);
+        for bad in ["settle 5 3", "settle 5", "settle x 1"] {
+            let text = SAMPLE.replace("end\n", &format!("{bad}\nend\n"));
+            assert!(
+                matches!(parse(text.as_bytes()), Err(ResultError::Malformed { .. })),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -487,6 +487,29 @@ fn the_workload_window_opens_after_every_thread_exists() {
     assert_eq!(vw.kvm_vcpu_stats.len(), 2);
 }
 
+/// With a vCPU per worker, the releasing worker watches the others settle
+/// (each vCPU running on its own host CPU) before "ready": three 200 µs
+/// samples at least, or the 50 ms limit. With more workers than vCPUs it
+/// does not try.
+#[test]
+fn the_guest_lets_its_waiters_settle_when_each_has_a_vcpu() {
+    use smplab_record::window::SettleOutcome;
+    if !kvm_usable() {
+        return;
+    }
+    let settle = |threads: u32| {
+        let p = program("blackscholes", threads, 0.02);
+        let r = vm(&p, &opts(2, IdlePolicy::Hlt));
+        r.timing.window.expect("window").settle.expect("settle")
+    };
+    let s = settle(2);
+    assert_ne!(s.outcome, SettleOutcome::Skipped, "{s:?}");
+    assert!(s.ns >= 600_000, "{s:?}");
+    let s = settle(3);
+    assert_eq!(s.outcome, SettleOutcome::Skipped, "{s:?}");
+    assert_eq!(s.ns, 0);
+}
+
 #[test]
 fn vms_sharing_a_start_gate_are_released_together() {
     if !kvm_usable() {

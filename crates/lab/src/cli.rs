@@ -122,8 +122,11 @@ pub struct CalibrateArgs {
     /// Where to write the profile.
     #[arg(long, default_value = "lab-results/calibrated.toml")]
     pub out: PathBuf,
-    /// Repetitions of every probe.
-    #[arg(long, default_value_t = 3)]
+    /// Most repetitions of a micro-run or held-out configuration: each runs
+    /// at least 6 times (or this many if fewer) and is repeated until the
+    /// 95% interval of its median wall time is within ±5% of the median, or
+    /// this many runs.
+    #[arg(long, default_value_t = crate::demo::DEFAULT_MAX_REPS)]
     pub reps: u32,
     /// Workload scale of the micro-runs (the held-out runs use half of it).
     #[arg(long, default_value_t = 1.0)]
@@ -543,7 +546,7 @@ pub fn calibrate(args: &CalibrateArgs) -> i32 {
         &RealRunner::default(),
         &mut store,
         args.scale,
-        args.reps,
+        &crate::sweep::Repetitions::adaptive(args.reps),
         !args.quiet,
     ) {
         Ok(r) => r,

@@ -337,6 +337,9 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
     };
     let mut failed = 0;
     let mut wide = Vec::new();
+    // The calibration's wide configurations, listed after the sweeps' (whose
+    // differences the summary table reports).
+    let mut calibration_wide = Vec::new();
 
     // 1. Calibrate the simulator to this host, so its 2-vCPU predictions can
     //    be set beside the measurements.
@@ -362,15 +365,13 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
             outln!(
                 "[1/4] calibrating the simulator to this host: micro-runs, least-squares fit, held-out check"
             );
-            match crate::calibrate::measure(
-                runner,
-                &mut store,
-                cal_scale,
-                args.reps.min(3),
-                args.progress,
-            ) {
+            // Repeated like the sweeps (at least 6 runs, until ±5%, at most
+            // --reps): the fit and the held-out check are only as certain
+            // as the medians they compare.
+            match crate::calibrate::measure(runner, &mut store, cal_scale, &reps, args.progress) {
                 Ok(rep) => {
                     out!("{}", crate::calibrate::table(&rep.cal));
+                    calibration_wide = rep.wide;
                     match crate::calibrate::write_profile(&rep.cal, &calibrated) {
                         Ok(()) => platform = calibrated.display().to_string(),
                         Err(e) => notes.push(format!(
@@ -499,9 +500,11 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
         outln!();
         out!("{t}");
     }
+    let of_calibration = calibration_wide.len();
+    wide.append(&mut calibration_wide);
     if !wide.is_empty() {
         outln!(
-            "\n{} configurations reached {} repetitions without a 95% interval within ±5% of the median (the host is noisy; their differences are less certain):",
+            "\n{} configurations ({of_calibration} of them the calibration's) reached {} repetitions without a 95% interval within ±5% of the median (the host is noisy; their differences are less certain):",
             wide.len(),
             reps.max
         );
@@ -513,7 +516,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
             );
         }
         notes.push(format!(
-            "{} configurations reached {} repetitions without a 95% interval within ±5% of the median.",
+            "{} configurations ({of_calibration} of them the calibration's) reached {} repetitions without a 95% interval within ±5% of the median.",
             wide.len(),
             reps.max
         ));

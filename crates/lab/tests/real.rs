@@ -265,7 +265,14 @@ fn calibrate_fits_real_micro_runs_and_checks_held_out_points() {
     let mut store = Store::open(&dir.join("results.jsonl")).expect("store");
     // Small and once: this checks the path, not the figures (those are the
     // calibrate command's and the demo's to report).
-    let rep = measure(&RealRunner::default(), &mut store, 0.2, 1, false).expect("calibrate");
+    let rep = measure(
+        &RealRunner::default(),
+        &mut store,
+        0.2,
+        &smplab_lab::sweep::Repetitions::fixed(1),
+        false,
+    )
+    .expect("calibrate");
     let fit = rep.fit.as_ref().expect("a fit");
     // Every micro-run was measured on every executor it runs on, and has a
     // finite residual; idle-fraction rows only for the micro-runs whose idle

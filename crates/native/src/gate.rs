@@ -18,6 +18,7 @@
 
 use crate::primitives::CachePadded;
 use crate::sys;
+use smplab_record::window::SettleOutcome;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -52,6 +53,16 @@ pub(crate) enum Opening {
     Settled,
     /// The settle limit passed first.
     Unsettled,
+}
+
+impl From<Opening> for SettleOutcome {
+    fn from(o: Opening) -> Self {
+        match o {
+            Opening::Blocking => SettleOutcome::Skipped,
+            Opening::Settled => SettleOutcome::Settled,
+            Opening::Unsettled => SettleOutcome::Unsettled,
+        }
+    }
 }
 
 impl StartGate {

@@ -18,6 +18,7 @@ use exec::{Stop, Tallies, Worker};
 pub use limits::{thread_limit, ThreadLimit};
 use primitives::{Ctx, Stats};
 use shared::Shared;
+use smplab_record::window::Settle;
 use smplab_record::{
     exit, Executor, RunRecord, ThreadTiming, WindowClock, WorkloadInfo, WorkloadWindow,
 };
@@ -428,7 +429,7 @@ fn run_threads(
     // The window's gap from `threads_ready_ns` to `start_ns` is the time the
     // threads took to settle on their own CPUs (gate.rs).
     let ready_ns = sys::monotonic_ns();
-    shared.gate.settle_and_open();
+    let opening = shared.gate.settle_and_open();
     let released_ns = sys::monotonic_ns();
     let opened = Instant::now();
 
@@ -496,6 +497,10 @@ fn run_threads(
     ex.window.threads_ready_ns = ready_ns;
     ex.window.start_ns = released_ns;
     ex.window.end_ns = ex.window.end_ns.max(released_ns);
+    ex.window.settle = Some(Settle {
+        outcome: opening.into(),
+        ns: released_ns.saturating_sub(ready_ns),
+    });
     Ok(ex)
 }
 
@@ -560,6 +565,7 @@ fn summarize(shared: &Shared, outs: Vec<ThreadOut>) -> Execution {
             start_ns: 0,
             end_ns,
             start_gate: None,
+            settle: None,
         },
         threads,
         counts,

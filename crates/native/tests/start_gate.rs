@@ -5,6 +5,7 @@
 //! its work exactly once.
 
 use smplab_native::{execute, NativeOptions};
+use smplab_record::window::SettleOutcome;
 use smplab_workload::{Program, Source};
 use std::time::Duration;
 
@@ -39,13 +40,16 @@ fn threads_that_fit_the_cpus_settle_before_the_gate_opens() {
     let ex = execute(&p, &opts()).expect("runs");
     assert_eq!(ex.counts.to_map(), p.expected_counts());
     let w = ex.window;
-    let settle = w.start_ns - w.threads_ready_ns;
+    let gap = w.start_ns - w.threads_ready_ns;
     assert!(
-        settle >= 600_000,
-        "{n} threads on {} CPUs: the gate opened {settle} ns after they were ready, before three samples",
+        gap >= 600_000,
+        "{n} threads on {} CPUs: the gate opened {gap} ns after they were ready, before three samples",
         cpus()
     );
     assert!(w.end_ns > w.start_ns);
+    let s = w.settle.expect("settle recorded");
+    assert_ne!(s.outcome, SettleOutcome::Skipped, "{s:?}");
+    assert_eq!(s.ns, gap);
 }
 
 #[test]
@@ -55,4 +59,6 @@ fn more_threads_than_cpus_block_at_the_gate_and_all_run() {
     let ex = execute(&p, &opts()).expect("runs");
     assert_eq!(ex.counts.to_map(), p.expected_counts());
     assert_eq!(ex.threads.len(), n as usize);
+    let s = ex.window.settle.expect("settle recorded");
+    assert_eq!(s.outcome, SettleOutcome::Skipped, "{s:?}");
 }

@@ -49,6 +49,18 @@ impl RunRecord {
             let _ = write!(s, " (whole run {})", fmt_ns(total));
         }
         let _ = writeln!(s, ", thread CPU {}", fmt_ns(cpu));
+        let settle = self.timing.window.as_ref().and_then(|w| w.settle);
+        if let Some(crate::window::Settle {
+            outcome: crate::window::SettleOutcome::Unsettled,
+            ns,
+        }) = settle
+        {
+            let _ = writeln!(
+                s,
+                "  note: the threads were not all running on their own CPUs after {} at the start gate (a busy host?); they started anyway",
+                fmt_ns(ns)
+            );
+        }
         let c = &self.counters;
         let ops: Vec<String> = c
             .ops

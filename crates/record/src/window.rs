@@ -50,6 +50,10 @@ pub struct WorkloadWindow {
     /// The host-side start gate shared with other runs, if there was one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_gate: Option<StartGateRecord>,
+    /// How the threads settled on their own CPUs before the gate opened
+    /// (absent from records older than settling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settle: Option<Settle>,
 }
 
 impl WorkloadWindow {
@@ -57,6 +61,29 @@ impl WorkloadWindow {
     pub fn len_ns(&self) -> u64 {
         self.end_ns.saturating_sub(self.start_ns)
     }
+}
+
+/// How an executor let the workload's threads settle, each running on its
+/// own CPU, before it opened its start gate (native: crates/native/src/gate.rs;
+/// the smplab guest: `settle_waiters` in crates/guest/kernel/user.c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settle {
+    pub outcome: SettleOutcome,
+    /// Time spent watching the waiting threads, ns (0 when skipped).
+    pub ns: u64,
+}
+
+/// Whether the threads settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SettleOutcome {
+    /// More threads than CPUs (vCPUs): they cannot all run at once, so the
+    /// gate opened as soon as all were ready.
+    Skipped,
+    /// Every waiting thread ran in three consecutive 200 µs samples.
+    Settled,
+    /// The 50 ms limit passed first (a loaded host).
+    Unsettled,
 }
 
 /// How a host-side start gate shared by K runs opened.
@@ -146,6 +173,7 @@ mod tests {
             start_ns,
             end_ns,
             start_gate: None,
+            settle: None,
         }
     }
 

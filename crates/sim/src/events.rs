@@ -252,6 +252,17 @@ impl Queue {
         });
     }
 
+    /// The next event of the current bucket as things stand (events pushed
+    /// before it is popped may come first): a hint for prefetching.
+    #[inline]
+    pub fn peek_current(&self) -> Option<&Event> {
+        if self.cur_sorted {
+            self.current.last()
+        } else {
+            None
+        }
+    }
+
     /// Move far events that now fall inside the calendar window.
     fn pull_far(&mut self) {
         while let Some(e) = self.far.peek() {

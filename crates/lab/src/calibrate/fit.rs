@@ -22,7 +22,11 @@
 //! works. The guest measures its vCPUs' halted (or polling) time, so a VM
 //! micro-run's idle fraction separates the two (docs/sim.md, "Switch-in
 //! from idle").
+//!
+//! Each log ratio is scaled by its measurement's [`certainty`]: a median
+//! whose 95% interval is wide counts less (docs/sim.md, "Calibration").
 
+use crate::stats::MedianCi;
 use smplab_sim::platform::KernelCosts;
 use smplab_sim::{Idle, Platform, Scenario, SimError, VmSpec};
 use smplab_workload::Program;
@@ -182,16 +186,43 @@ fn idle_row(o: &Observation) -> Option<f64> {
         .filter(|m| *m >= IDLE_ROW_MIN && o.vm_ns.is_some_and(|v| v > 0.0))
 }
 
-/// A micro-run's measured wall times (medians over repetitions, ns).
+/// A micro-run's measured wall times (medians over repetitions, ns), with
+/// the 95% intervals of those medians (None: unknown, full weight).
 #[derive(Debug, Clone)]
 pub struct Observation {
     pub name: String,
     pub case: SimCase,
     pub vm_ns: Option<f64>,
     pub native_ns: Option<f64>,
+    pub vm_ci: Option<MedianCi>,
+    pub native_ci: Option<MedianCi>,
     /// The VM run's measured idle fraction (median over repetitions), fitted
     /// when at least [`IDLE_ROW_MIN`].
     pub vm_idle: Option<f64>,
+}
+
+/// The factor a log-ratio residual is scaled by for the certainty of its
+/// measured median, in (0, 1].
+///
+/// Why: the robust loss below takes a residual's scale to be
+/// [`ROBUST_SCALE`], how far the model misses a run it explains. A measured
+/// median with standard error σ (in log units, as the residuals are) adds
+/// its own independent error, so that residual's scale is √(c² + σ²);
+/// dividing it by that and multiplying by c (so a certain measurement keeps
+/// weight 1) is weighted least squares with the measurement's variance added
+/// to the model's. σ comes from the 95% interval of the median, about ±1.96
+/// standard errors (the sample median is asymptotically normal):
+/// σ = ln(hi / lo) / (2 · 1.96). An interval at the ±5% target gives 0.996,
+/// ±25% about 0.92, a median uncertain by a factor of 3 about 0.73: the
+/// model's misfit, not the host's noise, dominates until a measurement is
+/// very wide. Below 6 runs the interval is the range (coverage under 95%),
+/// which understates σ; the calibration runs at least 6.
+pub fn certainty(ci: Option<&MedianCi>) -> f64 {
+    let Some(c) = ci.filter(|c| c.lo > 0.0 && c.hi.is_finite()) else {
+        return 1.0;
+    };
+    let sigma = (c.hi / c.lo).ln() / (2.0 * 1.96);
+    ROBUST_SCALE / (ROBUST_SCALE.powi(2) + sigma.powi(2)).sqrt()
 }
 
 /// One residual of the fit.
@@ -205,8 +236,11 @@ pub struct Residual {
     pub measured_ns: f64,
     pub fitted_ns: f64,
     /// Its weight in the robust fit's last iteration (1: full; small: the
-    /// model could not explain the run, so it was discounted).
+    /// model could not explain the run, or its median is uncertain, so it
+    /// was discounted): the square of [`certainty`] times the robust weight.
     pub weight: f64,
+    /// [`certainty`] of the measured median.
+    pub certainty: f64,
 }
 
 impl Residual {
@@ -253,9 +287,12 @@ fn residuals(
         let sim = simulate_with_idle(&p, &o.case)?;
         *sims += 1;
         pairs.push(sim);
-        for (m, s) in [(o.vm_ns, sim.vm_ns), (o.native_ns, sim.native_ns)] {
+        for (m, s, ci) in [
+            (o.vm_ns, sim.vm_ns, o.vm_ci),
+            (o.native_ns, sim.native_ns, o.native_ci),
+        ] {
             if let Some(m) = m.filter(|m| *m > 0.0) {
-                r.push((s.max(1.0) / m).ln());
+                r.push(certainty(ci.as_ref()) * (s.max(1.0) / m).ln());
             }
         }
         if let Some(m) = idle_row(o) {
@@ -467,17 +504,19 @@ pub fn fit(
     let (_, pairs) = residuals(base, params, &theta, &theta0, obs, &mut sims)?;
     let mut res = Vec::new();
     for (o, sim) in obs.iter().zip(pairs) {
-        for (executor, m, s) in [
-            ("vm", o.vm_ns, sim.vm_ns),
-            ("native", o.native_ns, sim.native_ns),
+        for (executor, m, s, ci) in [
+            ("vm", o.vm_ns, sim.vm_ns, o.vm_ci),
+            ("native", o.native_ns, sim.native_ns, o.native_ci),
         ] {
             if let Some(m) = m.filter(|m| *m > 0.0) {
+                let u = certainty(ci.as_ref());
                 res.push(Residual {
                     name: o.name.clone(),
                     executor,
                     measured_ns: m,
                     fitted_ns: s,
-                    weight: cauchy_weight((s.max(1.0) / m).ln()).powi(2),
+                    weight: (u * cauchy_weight(u * (s.max(1.0) / m).ln())).powi(2),
+                    certainty: u,
                 });
             }
         }
@@ -488,6 +527,8 @@ pub fn fit(
                 measured_ns: m,
                 fitted_ns: sim.vm_idle,
                 weight: cauchy_weight((sim.vm_idle.max(IDLE_FLOOR) / m).ln()).powi(2),
+                // Idle rows are not scaled by an interval (none is kept).
+                certainty: 1.0,
             });
         }
     }
@@ -528,6 +569,28 @@ mod tests {
         assert_ne!(p.kernel(true), p.kernel(false));
         assert!(!set(&mut p, "nosuch.field", 1.0));
         assert!(get(&p, "nosuch.field").is_none());
+    }
+
+    #[test]
+    fn certainty_falls_with_the_width_of_the_interval() {
+        let ci = |lo: f64, hi: f64| MedianCi {
+            median: 1.0,
+            lo,
+            hi,
+            n: 8,
+            coverage: 0.99,
+        };
+        assert_eq!(certainty(None), 1.0);
+        assert_eq!(certainty(Some(&ci(1.0, 1.0))), 1.0);
+        let at_target = certainty(Some(&ci(0.95, 1.05)));
+        let quarter = certainty(Some(&ci(0.75, 1.25)));
+        let factor_three = certainty(Some(&ci(0.5, 1.5)));
+        assert!(at_target > 0.99 && at_target < 1.0, "{at_target}");
+        assert!(quarter < at_target && factor_three < quarter);
+        // σ = ln 3 / 3.92 = 0.280 against the robust scale 0.3.
+        assert!((factor_three - 0.3 / (0.09f64 + 0.280_26f64.powi(2)).sqrt()).abs() < 1e-3);
+        // No positive lower end: nothing to take a log of, full weight.
+        assert_eq!(certainty(Some(&ci(0.0, 2.0))), 1.0);
     }
 
     #[test]

@@ -244,17 +244,14 @@ pub fn point(store_dir: &Path, m: &Micro, vm: bool, scale: f64) -> Point {
     p
 }
 
-/// Every micro-run point, `reps` repetitions each, interleaved.
-pub fn points(store_dir: &Path, scale: f64, reps: u32) -> Vec<Point> {
+/// Every micro-run configuration once (repetition 0): the calibration
+/// repeats them with [`crate::sweep::run_repeated`].
+pub fn points(store_dir: &Path, scale: f64) -> Vec<Point> {
     let mut out = Vec::new();
-    for rep in 0..reps {
-        for m in MICROS {
-            for vm in [true, false] {
-                if vm || m.native {
-                    let mut p = point(store_dir, m, vm, scale);
-                    p.rep = rep;
-                    out.push(p);
-                }
+    for m in MICROS {
+        for vm in [true, false] {
+            if vm || m.native {
+                out.push(point(store_dir, m, vm, scale));
             }
         }
     }
@@ -288,9 +285,9 @@ mod tests {
             let pt = point(&dir, m, true, 0.5);
             assert_eq!(pt.config.vcpus(), Some(m.vcpus));
         }
-        let all = points(&dir, 0.5, 2);
+        let all = points(&dir, 0.5);
         let native = MICROS.iter().filter(|m| m.native).count();
-        assert_eq!(all.len(), 2 * (MICROS.len() + native));
+        assert_eq!(all.len(), MICROS.len() + native);
         // Distinct configurations have distinct keys.
         let mut keys: Vec<String> = all.iter().map(|p| p.key()).collect();
         keys.sort();

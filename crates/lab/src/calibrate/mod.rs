@@ -3,18 +3,22 @@
 //!
 //! 1. **Micro-runs** ([`micro`]): small programs, each dominated by one or
 //!    two kinds of cost (compute, buffer walks, block + wake, halting and its
-//!    wakeup IPI, shootdowns), run natively and in smplab-vmm.
+//!    wakeup IPI, shootdowns), run natively and in smplab-vmm. They and the
+//!    held-out runs are repeated by the project's rule
+//!    ([`crate::sweep::run_repeated`]): at least 6 times, until the 95%
+//!    interval of the median wall time is within ±5% of it or the maximum.
 //! 2. **Fit** ([`fit`]): the guest kernel path costs (separately for bare
 //!    metal, `cpu.*`, and in a VM, `vm_kernel.*`), IPI and wakeup costs and
 //!    the CPU speed are fitted by least squares so that the simulator
-//!    reproduces the micro-runs' wall times; the residual of every micro-run
-//!    is reported.
+//!    reproduces the micro-runs' wall times, each weighted by how certain its
+//!    median is; the residual of every micro-run is reported.
 //! 3. **Direct measurements**: the user-space exit round trip from
 //!    smplab-vmm's port-read loop guest (slope of wall time over reads), and
 //!    the host's `kvm.halt_poll_ns`.
 //! 4. **Held-out check** ([`heldout`]): built-in profiles, some at a vCPU
 //!    count no micro-run uses, predicted with the written profile and run for
-//!    real; per-point and median errors of wall time and slowdown.
+//!    real; per-point and median errors of wall time and slowdown, with each
+//!    point's measured intervals and the medians over the narrow points too.
 //!
 //! The written profile is pvm-here with the fitted and measured fields
 //! replaced; its header comment and description say which, and when.
@@ -65,6 +69,8 @@ pub enum CalibrateError {
 }
 
 use crate::metrics::Results;
+use crate::stats::MedianCi;
+use crate::sweep::{Repetitions, SweepSummary};
 use smplab_record::RunRecord;
 use smplab_sim::Platform;
 use std::collections::BTreeMap;
@@ -104,6 +110,11 @@ pub struct Report {
     pub heldout: Vec<heldout::Row>,
     /// Held-out configurations that could not be compared, with why.
     pub heldout_problems: Vec<String>,
+    /// Micro-run and held-out configurations that reached the maximum of
+    /// repetitions without a narrow interval: `(label, wall-time interval)`.
+    pub wide: Vec<(String, MedianCi)>,
+    /// The most repetitions a configuration had.
+    pub max_reps: u32,
 }
 
 /// Host cores the real runs share (the simulator's pCPUs for them).
@@ -114,7 +125,8 @@ pub fn host_cores() -> u32 {
         .unwrap_or(1)
 }
 
-/// Measured micro-runs as fit observations (medians over repetitions).
+/// Measured micro-runs as fit observations (medians over repetitions, with
+/// their intervals).
 pub fn observations(
     results: &Results,
     dir: &Path,
@@ -122,9 +134,9 @@ pub fn observations(
 ) -> Result<Vec<fit::Observation>, CalibrateError> {
     let mut obs = Vec::new();
     for m in micro::MICROS {
-        let vm = heldout::median_wall(results, &micro::point(dir, m, true, scale));
+        let vm = heldout::measured_wall(results, &micro::point(dir, m, true, scale));
         let native = if m.native {
-            heldout::median_wall(results, &micro::point(dir, m, false, scale))
+            heldout::measured_wall(results, &micro::point(dir, m, false, scale))
         } else {
             None
         };
@@ -144,8 +156,10 @@ pub fn observations(
                 pcpus: m.vcpus,
                 idle: m.idle,
             },
-            vm_ns: vm,
-            native_ns: native,
+            vm_ns: vm.map(|v| v.0),
+            native_ns: native.map(|v| v.0),
+            vm_ci: vm.map(|v| v.1),
+            native_ci: native.map(|v| v.1),
             vm_idle: if m.idle_fitted {
                 results
                     .idle_fraction(&micro::point(dir, m, true, scale))
@@ -214,9 +228,10 @@ pub fn record_fit(cal: &mut Calibration, f: &fit::Fit, n_obs: usize) {
         cal.info.push((
             format!("residual {} {}", r.name, r.executor),
             format!(
-                "measured {measured}, fitted {fitted} ({:+.1}%), weight {:.2}",
+                "measured {measured}, fitted {fitted} ({:+.1}%), weight {:.2} (certainty {:.2})",
                 r.rel() * 100.0,
-                r.weight
+                r.weight,
+                r.certainty
             ),
         ));
     }
@@ -229,15 +244,58 @@ pub fn profile(cal: &Calibration) -> Result<Platform, CalibrateError> {
     Platform::from_text("calibrated", &text).map_err(CalibrateError::InvalidProfile)
 }
 
+/// The configurations a calibration runs: every micro-run, then every
+/// held-out configuration, once each (repetition 0). `scale` sizes the
+/// micro-runs, the held-out runs use [`heldout::SCALE_FACTOR`] of it.
+pub fn probe_points(dir: &Path, scale: f64) -> Vec<crate::point::Point> {
+    let mut pts = micro::points(dir, scale);
+    pts.extend(heldout::points(scale * heldout::SCALE_FACTOR));
+    pts
+}
+
+/// Run the micro-runs and the held-out set as `reps` says, resuming from
+/// what `store` has. [`crate::sweep::run_repeated`] goes round-robin (every
+/// configuration still repeating runs its repetition r before any runs
+/// r + 1), so slow drifts of the host's load (other work on its cores) hit
+/// the fitted and the checked runs alike; a configuration whose interval is
+/// narrow stops, the others go on to the maximum.
+pub fn run_probes(
+    runner: &dyn crate::runner::Runner,
+    store: &mut crate::store::Store,
+    dir: &Path,
+    scale: f64,
+    reps: &Repetitions,
+    progress: bool,
+) -> Result<SweepSummary, CalibrateError> {
+    let mut swept = crate::sweep::run_repeated(
+        &probe_points(dir, scale),
+        store,
+        runner,
+        &crate::sweep::SweepOptions {
+            retry_failed: true,
+            progress,
+        },
+        reps,
+    )?;
+    // Short labels for lists beside the demo's sweeps: the micro-runs'
+    // workloads are program paths, and a held-out configuration reads like
+    // a sweep's.
+    let programs = format!("{}/", micro::program_dir(dir).display());
+    for (label, _) in &mut swept.wide {
+        *label = format!("calibration: {}", label.replace(&programs, ""));
+    }
+    Ok(swept)
+}
+
 /// Run the micro-runs and the held-out set on this host, fit, and check.
 /// Runs go into `store` (resumable); the micro-run programs are written
 /// beside it. `scale` sizes the micro-runs (the held-out runs use
-/// [`heldout::SCALE_FACTOR`] of it).
+/// [`heldout::SCALE_FACTOR`] of it); `reps` says how often each runs.
 pub fn measure(
     runner: &dyn crate::runner::Runner,
     store: &mut crate::store::Store,
     scale: f64,
-    reps: u32,
+    reps: &Repetitions,
     progress: bool,
 ) -> Result<Report, CalibrateError> {
     let dir = store
@@ -250,21 +308,7 @@ pub fn measure(
     })?;
     let host = smplab_record::host::KvmFacts::detect();
     let hscale = scale * heldout::SCALE_FACTOR;
-    let mut pts = micro::points(&dir, scale, reps);
-    pts.extend(heldout::points(hscale, reps));
-    // Repetition-major: every micro-run and held-out run of one repetition
-    // runs before the next, so slow drifts of the host's load (other work
-    // on its cores) hit the fitted and the checked runs alike.
-    pts.sort_by_key(|p| p.rep);
-    crate::sweep::run_points(
-        &pts,
-        store,
-        runner,
-        &crate::sweep::SweepOptions {
-            retry_failed: true,
-            progress,
-        },
-    )?;
+    let swept = run_probes(runner, store, &dir, scale, reps, progress)?;
     let results = Results::new(store);
     let obs = observations(&results, &dir, scale)?;
     if obs.is_empty() {
@@ -295,7 +339,9 @@ pub fn measure(
         let recs: Vec<&RunRecord> = es.iter().flat_map(|e| e.records.iter()).collect();
         cal.info.extend(kvm_halt_info(&recs));
     }
-    measure_exit(&mut cal, reps);
+    // The exit probe's slope is over every run of both lengths: as many
+    // rounds as every configuration above gets at least.
+    measure_exit(&mut cal, reps.min);
     if let Some(w) = host.halt_poll_ns {
         cal.estimates.push(Estimate {
             field: "defaults.halt_poll_ns",
@@ -314,6 +360,8 @@ pub fn measure(
         fit: Some(f),
         heldout: rows,
         heldout_problems: problems,
+        wide: swept.wide,
+        max_reps: reps.max,
     })
 }
 
@@ -402,6 +450,8 @@ pub fn fitted_rows(
                 predicted_wall_ns: pvm,
                 measured_slowdown: vm / native,
                 predicted_slowdown: pvm / pnative,
+                vm_ci: o.vm_ci,
+                native_ci: o.native_ci,
             })
         })
         .collect()
@@ -419,6 +469,26 @@ pub fn report_text(r: &Report) -> String {
     }
     for p in &r.heldout_problems {
         s.push_str(&format!("  held-out {p}\n"));
+    }
+    s.push_str(&wide_text(&r.wide, r.max_reps));
+    s
+}
+
+/// The configurations that stayed wide, one line each, or nothing.
+pub fn wide_text(wide: &[(String, MedianCi)], max_reps: u32) -> String {
+    if wide.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(
+        "\n{} calibration configurations reached {max_reps} repetitions without a 95% interval within ±5% of the median (their fit weight is lower, their held-out errors less certain):\n",
+        wide.len()
+    );
+    for (label, ci) in wide {
+        s.push_str(&format!(
+            "  {label}: ±{:.1}% over {} runs\n",
+            ci.rel_half_width() * 100.0,
+            ci.n
+        ));
     }
     s
 }
@@ -617,246 +687,4 @@ pub fn write_profile(cal: &Calibration, out: &std::path::Path) -> Result<(), Cal
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::{Entry, Status, Store};
-    use crate::testutil::rec;
-    use smplab_record::Executor;
-
-    const MS: u64 = 1_000_000;
-
-    /// The simulated micro-runs of `truth` as observations.
-    fn synthetic(truth: &Platform, scale: f64) -> Vec<fit::Observation> {
-        micro::MICROS
-            .iter()
-            .map(|m| {
-                let (program, info) = micro::program(m, scale).unwrap();
-                let case = fit::SimCase {
-                    program,
-                    info,
-                    vcpus: m.vcpus,
-                    pcpus: m.vcpus,
-                    idle: m.idle,
-                };
-                let sim = fit::simulate_with_idle(truth, &case).unwrap();
-                fit::Observation {
-                    name: m.name.into(),
-                    case,
-                    vm_ns: Some(sim.vm_ns),
-                    native_ns: m.native.then_some(sim.native_ns),
-                    vm_idle: m.idle_fitted.then_some(sim.vm_idle),
-                }
-            })
-            .collect()
-    }
-
-    /// Costs off by factors up to 2 in either direction.
-    const PERTURBED: &[(&str, f64)] = &[
-        ("cpu.compute_ns_per_iter", 1.3),
-        ("cpu.context_switch_ns", 1.5),
-        ("vm_kernel.context_switch_ns", 1.6),
-        ("vm_kernel.shootdown_handler_ns", 0.5),
-        ("vmm.hlt_wake_ns", 0.6),
-        ("vmm.ipi_receive_ns", 1.8),
-    ];
-
-    #[test]
-    fn the_fit_recovers_known_parameters_from_simulated_micro_runs() {
-        check_fit_recovers(PERTURBED);
-    }
-
-    /// The same with the VM's wake cost also perturbed (×0.7). `relay-poll`
-    /// puts the wake on the critical path without the halted-vCPU wakeup
-    /// that `relay` adds to it and without the block that `pingpong` adds,
-    /// so the three separate them (micro.rs). The wake's sensitivity is
-    /// bounded by wake / switch per micro-run, so it stays near 0.3: 0.327
-    /// here, 0.30-0.36 from -32% to +30% of relay-poll's compute and ±25% of
-    /// pingpong's, short of 0.3 only at the corner -32%/+25% (0.299;
-    /// docs/sim.md, "Calibration").
-    #[test]
-    fn the_fit_recovers_the_vm_wake_cost_too() {
-        let mut with_wake = PERTURBED.to_vec();
-        with_wake.push(("vm_kernel.wake_ns", 0.7));
-        check_fit_recovers(&with_wake);
-    }
-
-    fn check_fit_recovers(perturbed: &[(&str, f64)]) {
-        let base = Platform::builtin("pvm-here").unwrap();
-        let mut truth = base.clone();
-        for &(field, factor) in perturbed {
-            let v = fit::get(&base, field).unwrap();
-            assert!(fit::set(&mut truth, field, v * factor));
-        }
-        let obs = synthetic(&truth, 0.3);
-        let f = fit::fit(&base, fit::PARAMS, &obs, 30).unwrap();
-        let worst = f
-            .residuals
-            .iter()
-            .map(|r| r.rel().abs())
-            .fold(0.0, f64::max);
-        assert!(worst < 0.03, "residuals {:#?}", f.residuals);
-        // Well-determined fields come back within 15%.
-        for &(field, value, sens) in &f.values {
-            let want = fit::get(&truth, field).unwrap();
-            if sens >= 0.3 {
-                assert!(
-                    ((value - want) / want).abs() < 0.15,
-                    "{field}: fitted {value}, true {want} (sensitivity {sens})"
-                );
-            }
-        }
-        let strong: Vec<&str> = f
-            .values
-            .iter()
-            .filter(|v| v.2 >= 0.3)
-            .map(|v| v.0)
-            .collect();
-        for must in [
-            "cpu.compute_ns_per_iter",
-            "vm_kernel.context_switch_ns",
-            "vm_kernel.wake_ns",
-            "vm_kernel.shootdown_handler_ns",
-        ] {
-            assert!(
-                strong.contains(&must),
-                "{must} not determined: {:?}",
-                f.values
-            );
-        }
-        // The relay micro-run puts the halted-vCPU wakeup on the critical
-        // path: the fit sees it (if weakly: it is ~5% of a round).
-        let hlt = f.values.iter().find(|v| v.0 == "vmm.hlt_wake_ns").unwrap();
-        assert!(hlt.2 > fit::WEAK, "{hlt:?}");
-        // And the profile it makes parses, with the fitted values.
-        let mut cal = Calibration::default();
-        record_fit(&mut cal, &f, obs.len());
-        let p = profile(&cal).unwrap();
-        let k = p.kernel(true);
-        assert!(k.shootdown_handler_ns < base.kernel(true).shootdown_handler_ns);
-        assert_ne!(p.kernel(true), p.kernel(false));
-        assert!(cal.info.iter().any(|(k, _)| k == "residual pingpong vm"));
-        assert!(table(&cal).contains("least-squares fit"));
-    }
-
-    #[test]
-    fn held_out_rows_compare_stored_runs_with_predictions() {
-        let scale = 0.05;
-        let platform = Platform::builtin("pvm-here").unwrap();
-        let mut es = Vec::new();
-        for &(w, n) in heldout::HELDOUT.iter().take(2) {
-            for (vm, ms) in [(true, 30), (false, 10)] {
-                let p = heldout::point(w, n, vm, scale);
-                let e = if vm { Executor::Vm } else { Executor::Native };
-                es.push(Entry::new(p, Status::Ok, 0.0, vec![rec(e, w, n, ms * MS)]));
-            }
-        }
-        let store = Store::from_entries(es);
-        let (rows, problems) = heldout::evaluate(&Results::new(&store), &platform, scale, 2);
-        assert_eq!(rows.len(), 2, "{problems:?}");
-        assert_eq!(problems.len(), heldout::HELDOUT.len() - 2);
-        for r in &rows {
-            assert!((r.measured_slowdown - 3.0).abs() < 1e-9);
-            assert!(r.predicted_wall_ns > 0.0 && r.predicted_slowdown > 0.0);
-        }
-        let (w, s) = heldout::medians(&rows).unwrap();
-        assert!(w.is_finite() && s.is_finite());
-        let t = heldout::table("held-out", &rows);
-        assert!(
-            t.contains("median |error|") && t.contains("dedup 2 vCPUs"),
-            "{t}"
-        );
-    }
-
-    #[test]
-    fn kvm_halt_statistics_are_summarized() {
-        let mut r = rec(Executor::Vm, "ocean_ncp", 2, MS);
-        let mut k = BTreeMap::new();
-        k.insert("halt_attempted_poll".to_string(), 10u64);
-        k.insert("halt_successful_poll".to_string(), 4u64);
-        k.insert("halt_poll_success_ns".to_string(), 20_000u64);
-        k.insert("halt_wait_ns".to_string(), 600_000u64);
-        k.insert("halt_wakeup".to_string(), 6u64);
-        r.vmm = Some(smplab_record::vmm::VmmSection {
-            kvm_vcpu_stats: vec![k],
-            ..Default::default()
-        });
-        let info = kvm_halt_info(&[&r]);
-        assert!(
-            info[0].1.contains("4 of 10")
-                && info[0].1.contains("40%")
-                && info[0].1.contains("5.0 µs"),
-            "{info:?}"
-        );
-        assert!(info[1].1.contains("100.0 µs"), "{info:?}");
-        assert!(kvm_halt_info(&[]).is_empty());
-    }
-
-    #[test]
-    fn slope_of_the_exit_loop() {
-        // 9.5 µs per read plus 30 ms of set-up.
-        let s = slope(&[(2000, 30 * MS + 19 * MS), (20000, 30 * MS + 190 * MS)]).unwrap();
-        assert!((s - 9500.0).abs() < 1e-6);
-        assert!(slope(&[(5, 5)]).is_none());
-    }
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_date(0), "1970-01-01");
-        assert_eq!(civil_date(20_416), "2025-11-24");
-        assert_eq!(civil_date(11_016), "2000-02-29");
-        assert_eq!(today().len(), 10);
-    }
-
-    #[test]
-    fn profile_fields_are_replaced_and_typed() {
-        let base = "name = \"pvm-here\"\ndescription = \"x\"\n[vmm]\nexit_ns = 100\nuser_exit_ns = 200\n[cpu]\ncompute_ns_per_iter = 0.3\n";
-        let cal = Calibration {
-            estimates: vec![
-                Estimate {
-                    field: "vmm.user_exit_ns",
-                    value: 9512.4,
-                    spread: None,
-                    how: String::new(),
-                },
-                Estimate {
-                    field: "cpu.compute_ns_per_iter",
-                    value: 0.29,
-                    spread: None,
-                    how: String::new(),
-                },
-            ],
-            unmeasured: vec![],
-            info: vec![],
-        };
-        let out = apply_to_profile(base, "calibrated", &cal).unwrap();
-        let t: toml::Table = out.parse().unwrap();
-        assert_eq!(t["name"].as_str(), Some("calibrated"));
-        assert_eq!(t["vmm"]["user_exit_ns"].as_integer(), Some(9512));
-        assert_eq!(t["vmm"]["exit_ns"].as_integer(), Some(100));
-        assert_eq!(t["cpu"]["compute_ns_per_iter"].as_float(), Some(0.29));
-        assert!(t["description"]
-            .as_str()
-            .unwrap()
-            .contains("vmm.user_exit_ns"));
-        // The APICv costs are not measured: kept, and the comment says so.
-        assert!(out.starts_with("# Written by `smplab calibrate`"), "{out}");
-        assert!(
-            out.contains("#   vmm.ipi_receive_apicv_ns: this host has no APICv"),
-            "{out}"
-        );
-        let bad = Calibration {
-            estimates: vec![Estimate {
-                field: "nosuch.x",
-                value: 1.0,
-                spread: None,
-                how: String::new(),
-            }],
-            unmeasured: vec![],
-            info: vec![],
-        };
-        assert!(matches!(
-            apply_to_profile(base, "c", &bad),
-            Err(CalibrateError::NoSection { .. })
-        ));
-    }
-}
+mod tests;

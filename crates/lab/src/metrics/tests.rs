@@ -191,6 +191,7 @@ fn windowed(mut r: RunRecord, start_ms: u64, end_ms: u64) -> RunRecord {
         start_ns: start_ms * ms,
         end_ns: end_ms * ms,
         start_gate: None,
+        settle: None,
     });
     r
 }

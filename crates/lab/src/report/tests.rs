@@ -544,6 +544,7 @@ fn runs_whose_vms_did_not_overlap_are_counted_as_excluded() {
             start_ns: start_ms * 1_000_000,
             end_ns: end_ms * 1_000_000,
             start_gate: None,
+            settle: None,
         });
         r
     };

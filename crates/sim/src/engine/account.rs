@@ -153,7 +153,7 @@ impl Sim {
     fn charge_interval(&mut self, v: u32, d: u64) {
         let vc = &self.vcpus[v as usize];
         let vm = vc.vm as usize;
-        let counted = !self.vms[vm].acct_closed;
+        let counted = !vc.acct_closed;
         let p = vc.acct_pcpu;
         let on_pcpu = p != NONE;
         if on_pcpu {
@@ -254,8 +254,8 @@ impl Sim {
         );
         for u in first..first + n {
             self.charge_acct(u);
+            self.vcpus[u as usize].acct_closed = true;
         }
-        self.vms[vm as usize].acct_closed = true;
     }
 
     /// Mark pCPU `p` idle or busy for the accounting of its idle time.

@@ -23,6 +23,7 @@ mod guest;
 mod host;
 mod io;
 mod policy_host;
+mod prefetch;
 mod sync;
 pub(crate) mod tune;
 mod vmm;
@@ -141,6 +142,10 @@ pub(crate) struct Vcpu {
     pub wake_pending: bool,
     /// The vCPU is being preempted by its own PLE/SDB yield.
     pub yielded: bool,
+    /// Its VM finished and its accounting is closed (nothing more is
+    /// charged to the VM): here rather than in `Vm`, whose cache line
+    /// charging would otherwise read for every interval.
+    pub acct_closed: bool,
     /// Guest run queue of ready threads.
     pub rq: VecDeque<u32>,
     /// Initiator threads of shootdowns whose handler must run here.
@@ -339,8 +344,6 @@ pub(crate) struct Vm {
     pub device_sync_acc: f64,
     pub device_bypass_acc: f64,
     pub device_wait_ns: u64,
-    /// The VM finished and its vCPUs' accounting is closed.
-    pub acct_closed: bool,
 }
 
 pub(crate) struct Sim {
@@ -372,6 +375,11 @@ pub(crate) struct Sim {
     pub idle_bits: Vec<u64>,
     /// One bit per pCPU: run queue not empty.
     pub busy_rq_bits: Vec<u64>,
+    /// Per pCPU: queued vCPUs plus one if one runs (`Sim::note_pcpu_load`
+    /// keeps it with `Pcpu::rq` and `Pcpu::cur`). Wake balancing compares
+    /// the pCPUs of a domain: one compact array instead of two cache lines
+    /// of `Pcpu` each.
+    pub pcpu_load: Vec<u32>,
     /// One bit per vCPU: guest run queue (`Vcpu::rq`) not empty. An idle
     /// vCPU looking for a thread to steal visits only these siblings.
     pub vcpu_rq_bits: Vec<u64>,
@@ -492,6 +500,7 @@ impl Sim {
             vms: Vec::new(),
             idle_bits: vec![0; words],
             busy_rq_bits: vec![0; words],
+            pcpu_load: vec![0; s.pcpus as usize],
             vcpu_rq_bits: Vec::new(),
             domains,
             per_llc,
@@ -717,6 +726,7 @@ impl Sim {
                 acct_pcpu: NONE,
                 acct_thread: NONE,
                 yielded: false,
+                acct_closed: false,
                 exits: [0; exit::N],
                 lo,
                 hi,
@@ -818,7 +828,6 @@ impl Sim {
             device_sync_acc: 0.0,
             device_bypass_acc: 0.0,
             device_wait_ns: 0,
-            acct_closed: false,
         });
         Ok(())
     }
@@ -865,6 +874,7 @@ impl Sim {
         self.start();
         self.tune_start();
         let horizon = horizon.unwrap_or(u64::MAX);
+        let prefetch = self.prefetch_pays();
         let mut stopped_at = None;
         while self.vms_done < u32::try_from(self.vms.len()).unwrap_or(u32::MAX) {
             let Some(ev) = self.q.pop() else {
@@ -895,6 +905,11 @@ impl Sim {
             }
             debug_assert!(ev.time >= self.now);
             self.now = ev.time;
+            if prefetch {
+                if let Some(next) = self.q.peek_current() {
+                    self.prefetch_for(next.kind);
+                }
+            }
             self.handle(ev.kind);
         }
         let end = stopped_at.unwrap_or(self.now);

@@ -256,10 +256,8 @@ impl Sim {
             let p = vc.pcpu as usize;
             if let Some(pos) = self.pcpus[p].rq.iter().position(|&x| x == u) {
                 self.pcpus[p].rq.remove(pos);
-                let (w, b) = (p / 64, p % 64);
-                if self.pcpus[p].rq.is_empty() {
-                    self.busy_rq_bits[w] &= !(1 << b);
-                }
+                // The busy bit and load of the pCPU (p < pCPUs < 2^32).
+                self.set_bit_busy_rq(u32::try_from(p).unwrap_or(u32::MAX));
                 self.make_ready(u);
             }
         }
