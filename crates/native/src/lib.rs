@@ -318,7 +318,12 @@ pub fn execute(program: &Program, opts: &NativeOptions) -> Result<Execution, Nat
         check_pin(&opts.io_thread_cpus)?;
     }
     check_threads(program)?;
-    let shared = Arc::new(Shared::new(program)?);
+    // Threads pinned to a CPU list can run at once only on its distinct CPUs.
+    let cpus = match &opts.pin {
+        Some(pin) => pin.iter().collect::<std::collections::BTreeSet<_>>().len(),
+        None => gate::StartGate::usable_cpus(),
+    };
+    let shared = Arc::new(Shared::new(program, cpus)?);
     let completion = if program.uses_io() {
         Some(spawn_completion_thread(&shared, &opts.io_thread_cpus)?)
     } else {

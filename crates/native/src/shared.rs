@@ -39,7 +39,8 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(p: &Program) -> Result<Self, NativeError> {
+    /// The state of one run of `p` whose threads can use `cpus` CPUs.
+    pub fn new(p: &Program, cpus: usize) -> Result<Self, NativeError> {
         check(p)?;
         let mut buffers = Vec::with_capacity(p.buffers.len());
         for b in &p.buffers {
@@ -90,7 +91,7 @@ impl Shared {
             devices: Devices::new(p),
             shoot,
             abort: CachePadded(AtomicBool::new(false)),
-            gate: StartGate::new(p.threads().len(), StartGate::usable_cpus()),
+            gate: StartGate::new(p.threads().len(), cpus),
             ready: AtomicU32::new(0),
             finished: AtomicU32::new(0),
             failure: Mutex::new(None),

@@ -62,3 +62,18 @@ fn more_threads_than_cpus_block_at_the_gate_and_all_run() {
     let s = ex.window.settle.expect("settle recorded");
     assert_eq!(s.outcome, SettleOutcome::Skipped, "{s:?}");
 }
+
+#[test]
+fn threads_pinned_to_fewer_cpus_than_threads_block_at_the_gate() {
+    // Two threads on one CPU can never run at once: settling would only
+    // burn the 50 ms limit and steal the CPU from the one still setting up.
+    let p = compute(2);
+    let o = NativeOptions {
+        pin: Some(vec![0]),
+        ..opts()
+    };
+    let ex = execute(&p, &o).expect("runs");
+    assert_eq!(ex.counts.to_map(), p.expected_counts());
+    let s = ex.window.settle.expect("settle recorded");
+    assert_eq!(s.outcome, SettleOutcome::Skipped, "{s:?}");
+}
