@@ -7,8 +7,8 @@
 //! from the controller's CPU, and Linux's wakeup placement often put two
 //! threads on one CPU; the balancer moved one a few milliseconds later, which
 //! is a large part of a run of tens of milliseconds. Measured on the 2-CPU
-//! development host: unpinned 2-thread blackscholes 30.0–38.2 ms (a quarter of
-//! runs 15–27% slow) against 29.7–30.5 ms pinned; streamcluster's two threads
+//! development host: unpinned 2-thread blackscholes 30.0–38.2 ms (three of
+//! eight runs 15–27% slow) against 29.7–30.5 ms pinned; streamcluster's two threads
 //! sometimes shared one CPU for the whole run (26.7 ms against 11.9 ms). The
 //! guest kernel's gate spins too (`start_gate` in crates/guest/kernel/user.c),
 //! so both executors now start with their threads running, not waking.
@@ -134,7 +134,8 @@ impl StartGate {
         let began = Instant::now();
         let mut watch = Settling::default();
         let mut before = self.heartbeats();
-        while began.elapsed() < SETTLE_LIMIT {
+        // An abort opens the gate early: stop watching then.
+        while began.elapsed() < SETTLE_LIMIT && !self.is_open() {
             // Sleep, so the controller takes no CPU a waiter needs.
             std::thread::sleep(SAMPLE);
             let now = self.heartbeats();
