@@ -38,9 +38,8 @@ const SPINS_PER_BEAT: u32 = 64;
 pub(crate) struct StartGate {
     /// 0 while closed, 1 once every thread may start.
     open: AtomicU32,
-    /// Waiters spin (a CPU per thread) instead of blocking.
-    spin: bool,
-    /// Each spinning waiter's heartbeat, on its own cache line.
+    /// Each spinning waiter's heartbeat, on its own cache line; empty when
+    /// waiters block (more threads than CPUs).
     beats: Vec<CachePadded<AtomicU64>>,
 }
 
@@ -69,11 +68,9 @@ impl StartGate {
     /// A gate for `threads` threads on a host that lets this process use
     /// `cpus` CPUs.
     pub fn new(threads: usize, cpus: usize) -> StartGate {
-        let spin = threads <= cpus;
         StartGate {
             open: AtomicU32::new(0),
-            spin,
-            beats: if spin {
+            beats: if threads <= cpus {
                 (0..threads)
                     .map(|_| CachePadded(AtomicU64::new(0)))
                     .collect()
@@ -101,7 +98,7 @@ impl StartGate {
 
     /// Wait, as thread `tid`, until the gate opens.
     pub fn wait(&self, tid: usize) {
-        match self.beats.get(tid).filter(|_| self.spin) {
+        match self.beats.get(tid) {
             Some(beat) => {
                 while !self.is_open() {
                     for _ in 0..SPINS_PER_BEAT {
@@ -121,7 +118,7 @@ impl StartGate {
     /// As the controller, once every thread is ready: wait until the
     /// spinning waiters have settled (or the limit passes), then open.
     pub fn settle_and_open(&self) -> Opening {
-        let opening = if self.spin {
+        let opening = if !self.beats.is_empty() {
             self.settle()
         } else {
             Opening::Blocking

@@ -556,12 +556,8 @@ impl Sim {
     /// run queue changed.
     #[inline]
     pub(super) fn vcpu_rq_bit(&mut self, v: u32) {
-        let (w, b) = ((v / 64) as usize, v % 64);
-        if self.vcpus[v as usize].rq.is_empty() {
-            self.vcpu_rq_bits[w] &= !(1 << b);
-        } else {
-            self.vcpu_rq_bits[w] |= 1 << b;
-        }
+        let queued = !self.vcpus[v as usize].rq.is_empty();
+        super::host::assign_bit(&mut self.vcpu_rq_bits, v, queued);
     }
 
     /// A thread joined vCPU `v`'s run queue: the VM's count of queued

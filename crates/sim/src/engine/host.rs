@@ -42,23 +42,14 @@ impl Sim {
     #[inline]
     pub(super) fn set_bit_idle(&mut self, p: u32, idle: bool) {
         self.pcpu_idle_acct(p, idle);
-        let (w, b) = ((p / 64) as usize, p % 64);
-        if idle {
-            self.idle_bits[w] |= 1 << b;
-        } else {
-            self.idle_bits[w] &= !(1 << b);
-        }
+        assign_bit(&mut self.idle_bits, p, idle);
     }
 
     /// After a change of `p`'s run queue: its busy bit and its load.
     #[inline]
     pub(super) fn set_bit_busy_rq(&mut self, p: u32) {
-        let (w, b) = ((p / 64) as usize, p % 64);
-        if self.pcpus[p as usize].rq.is_empty() {
-            self.busy_rq_bits[w] &= !(1 << b);
-        } else {
-            self.busy_rq_bits[w] |= 1 << b;
-        }
+        let busy = !self.pcpus[p as usize].rq.is_empty();
+        assign_bit(&mut self.busy_rq_bits, p, busy);
         self.note_pcpu_load(p);
     }
 
@@ -540,4 +531,15 @@ pub(super) fn next_bit(bits: &[u64], a: u32, b: u32) -> Option<u32> {
         return (c < b).then_some(c);
     }
     None
+}
+
+/// Set (`on`) or clear bit `i` of the bitmap `bits`.
+#[inline]
+pub(super) fn assign_bit(bits: &mut [u64], i: u32, on: bool) {
+    let (w, b) = ((i / 64) as usize, i % 64);
+    if on {
+        bits[w] |= 1 << b;
+    } else {
+        bits[w] &= !(1 << b);
+    }
 }
