@@ -101,7 +101,7 @@ pub const DESCRIPTIONS: [&str; N] = [
     "block-to-wake latency of an idle (halted or polling) vCPU or core",
     "waiting for serialized device emulation",
     "cache refill after a placement change",
-    "cache-line transfer on a lock or barrier hand-off",
+    "cache-line transfer on a lock or barrier hand-off, or of lines a co-writer wrote",
     "host: vCPU switch on the pCPU",
     "guest user work",
     "spin waste: user spin locks",

@@ -154,6 +154,12 @@ pub struct CacheCosts {
     /// Shared-buffer accesses cost this much more when every sharing partner runs
     /// in another LLC domain (scaled by the fraction that does).
     pub remote_share_factor: f64,
+    /// A write walk's access of a line another core wrote since (fetched
+    /// modified from that core's cache, then owned): the walk's effective
+    /// cost per such line, its misses overlapped as an out-of-order core
+    /// overlaps them, so less than `cpu.line_transfer_ns`, a hand-off's
+    /// full latency (docs/sim.md, "Shared writes").
+    pub shared_write_ns_per_line: f64,
 }
 
 /// The Spin Detection Buffer (seed 002 §3).
@@ -294,6 +300,10 @@ impl Platform {
                 self.cache.refill_remote_ns_per_line,
             ),
             ("cache.remote_share_factor", self.cache.remote_share_factor),
+            (
+                "cache.shared_write_ns_per_line",
+                self.cache.shared_write_ns_per_line,
+            ),
         ];
         if let Some((name, _)) = floats.iter().find(|(_, v)| !(*v >= 0.0 && v.is_finite())) {
             return Err(bad(&format!("{name} must be a finite number >= 0")));

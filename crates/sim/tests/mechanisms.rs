@@ -50,6 +50,7 @@ refill_llc_ns_per_line = 0.0
 refill_remote_ns_per_line = 0.0
 private_bytes = 65536
 remote_share_factor = 0.0
+shared_write_ns_per_line = 0.0
 [sdb]
 detect_ns = 900
 false_positive_rate = 0.0
@@ -430,4 +431,91 @@ fn an_idle_vcpu_pays_the_switch_in_to_the_woken_thread() {
     // fast ends at S+3050+10+3000.
     let poll = with_switch_in(3000, Idle::Poll);
     assert_eq!(poll.timing.wall_ns, S + 6060);
+}
+
+/// The unit platform with a 10 ns charge per line a co-writer wrote.
+fn shared_write_platform() -> Platform {
+    Platform::from_text(
+        "unit-sw",
+        &UNIT.replace(
+            "shared_write_ns_per_line = 0.0",
+            "shared_write_ns_per_line = 10.0",
+        ),
+    )
+    .unwrap()
+}
+
+/// `threads` threads, each walking 4 KiB of `buffer` (64 lines, one
+/// access per line: 64 ns) 1000 times; `buffer` is a TOML touch target
+/// (`"b"` shared, omitted for private) and `write` says whether it writes.
+fn walks(threads: u32, shared: bool, write: bool) -> String {
+    let target = if shared { "buffer = \"b\", " } else { "" };
+    format!(
+        "name = \"walks\"\n[buffers.b]\nbytes = 4096\n[[groups]]\nname = \"g\"\nthreads = {threads}\nops = [ {{ repeat = {{ count = 1000, ops = [ {{ touch = {{ {target}bytes = 4096, stride = 64, write = {write} }} }} ] }} }} ]\n"
+    )
+}
+
+/// Bare-metal wall and `cache_line_transfer` time of a walk program on as
+/// many cores as threads.
+fn native_walks(threads: u32, shared: bool, write: bool) -> (u64, u64) {
+    let s = Scenario::new(
+        shared_write_platform(),
+        threads,
+        vec![vm(&walks(threads, shared, write), threads)],
+    );
+    let sim = run(&s).sim.unwrap();
+    (
+        sim.native_wall_ns.unwrap(),
+        sim.native_time_ns
+            .get("cache_line_transfer")
+            .copied()
+            .unwrap_or(0),
+    )
+}
+
+#[test]
+fn shared_writes_pay_line_transfers_while_a_co_writer_runs() {
+    // One walk: 64 accesses at 1 ns; with a co-writer running, its 64 lines
+    // cost 10 ns more each: 704 ns. Segments holding such walks are cut at
+    // 20 µs: uncharged, 313 walks (20,032 ns); charged, 29 walks (20,416).
+    //
+    // Two threads, one shared buffer, both writing, two cores. Core 0
+    // dispatches thread 0 first and fuses its first segment before core 1
+    // runs thread 1: 313 walks uncharged, to 20,032. Thread 1 (fused with
+    // thread 0 running) pays for every walk; so does thread 0 from its
+    // second segment on: it ends at 20,032 + 687 × 704 = 503,680. By then
+    // thread 1 has run 24 segments of 29 (to 489,984) and is in its 25th
+    // (fused with thread 0 running, charged) to 510,400: 725 walks. Its last
+    // 275 walks are fused alone, uncharged: 275 × 64 = 17,600, so the wall
+    // is 528,000 and the transfers (687 + 725) × 640 = 903,680.
+    assert_eq!(native_walks(2, true, true), (528_000, 903_680));
+    // Private buffers, or a shared buffer only read: no transfers, each
+    // thread 1000 × 64 ns on its own core.
+    assert_eq!(native_walks(2, false, true), (64_000, 0));
+    assert_eq!(native_walks(2, true, false), (64_000, 0));
+    // One writer alone never pays.
+    assert_eq!(native_walks(1, true, true), (64_000, 0));
+    // In a VM the same: the two vCPUs run their writers on two pCPUs.
+    let s = Scenario::new(
+        shared_write_platform(),
+        2,
+        vec![vm(&walks(2, true, true), 2)],
+    );
+    let r = run(&s);
+    let t = r.sim.unwrap().vcpu_time_ns["cache_line_transfer"];
+    assert!((1000 * 640..=2000 * 640).contains(&t), "{t}");
+    // Two writers time-sharing one vCPU share its core's cache: no charge.
+    let s = Scenario::new(
+        shared_write_platform(),
+        1,
+        vec![vm(&walks(2, true, true), 1)],
+    );
+    let sim = run(&s).sim.unwrap();
+    assert_eq!(
+        sim.vcpu_time_ns
+            .get("cache_line_transfer")
+            .copied()
+            .unwrap_or(0),
+        0
+    );
 }

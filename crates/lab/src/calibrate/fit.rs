@@ -50,6 +50,7 @@ const fn param(field: &'static str, lo: f64, hi: f64) -> Param {
 pub const PARAMS: &[Param] = &[
     param("cpu.compute_ns_per_iter", 0.05, 50.0),
     param("cpu.touch_ns_per_access", 0.01, 100.0),
+    param("cache.shared_write_ns_per_line", 0.1, 1000.0),
     param("cpu.context_switch_ns", 50.0, 1e6),
     param("cpu.wake_ns", 50.0, 1e6),
     param("cpu.shootdown_handler_ns", 50.0, 1e6),
@@ -79,6 +80,7 @@ pub fn get(p: &Platform, field: &str) -> Option<f64> {
     let v = match field {
         "cpu.compute_ns_per_iter" => p.cpu.compute_ns_per_iter,
         "cpu.touch_ns_per_access" => p.cpu.touch_ns_per_access,
+        "cache.shared_write_ns_per_line" => p.cache.shared_write_ns_per_line,
         "cpu.context_switch_ns" => p.cpu.context_switch_ns as f64,
         "cpu.wake_ns" => p.cpu.wake_ns as f64,
         "cpu.shootdown_handler_ns" => p.cpu.shootdown_handler_ns as f64,
@@ -105,6 +107,7 @@ pub fn set(p: &mut Platform, field: &str, v: f64) -> bool {
     match field {
         "cpu.compute_ns_per_iter" => p.cpu.compute_ns_per_iter = v,
         "cpu.touch_ns_per_access" => p.cpu.touch_ns_per_access = v,
+        "cache.shared_write_ns_per_line" => p.cache.shared_write_ns_per_line = v,
         "cpu.context_switch_ns" => p.cpu.context_switch_ns = ns,
         "cpu.wake_ns" => p.cpu.wake_ns = ns,
         "cpu.shootdown_handler_ns" => p.cpu.shootdown_handler_ns = ns,

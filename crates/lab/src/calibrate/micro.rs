@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `compute` | 2 / 2 | the compute kernel (`cpu.compute_ns_per_iter`), on both cores as the held-out runs use them |
 //! | `touch` | 2 / 2 | buffer walks (`cpu.touch_ns_per_access`) |
+//! | `sharedwrite` | 2 / 2 | both threads write the same 64 lines of a shared buffer between ~1.1 µs of compute: the lines the other core wrote since (`cache.shared_write_ns_per_line`; `compute` and `touch` are its no-sharing baseline) |
 //! | `pingpong` | 2 / 2 | block + wake at a blocking barrier (`context_switch_ns`, `wake_ns`; ~6 µs of compute between meetings, so little else) |
 //! | `relay` | 2 / 2 | two threads take turns computing ~0.5 ms through two queues, each blocked (its vCPU halted past the host's 200 µs halt-poll window) while the other computes: the IPI and wakeup of a halted vCPU on the critical path (`vmm.hlt_wake_ns`, `ipi_*`, `native.idle_wake_ns`) |
 //! | `relay-poll` | 2 / 2 | the same turns, ~0.25 ms each, on a guest that polls when idle: the wake (`vm_kernel.wake_ns`) on the critical path without the halted vCPU's IPI and wakeup, and the waiter's block off it |
@@ -101,6 +102,17 @@ threads = "n"
 ops = [ { repeat = { count = "2000*s", ops = [ { touch = { bytes = 262144, stride = 64 } } ] } } ]
 "#;
 
+const SHARED_WRITE: &str = r#"name = "micro-sharedwrite"
+description = "calibration micro-run: threads write the same 64 lines of a shared buffer, with compute between walks"
+default_threads = 2
+[buffers.lines]
+bytes = 4096
+[[groups]]
+name = "w"
+threads = "n"
+ops = [ { repeat = { count = "10000*s", ops = [ { touch = { buffer = "lines", bytes = 4096, stride = 64 } }, { compute = 1000 } ] } } ]
+"#;
+
 const PINGPONG: &str = r#"name = "micro-pingpong"
 description = "calibration micro-run: two threads meet at a blocking barrier"
 default_threads = 2
@@ -180,6 +192,15 @@ const fn micro(
 pub const MICROS: &[Micro] = &[
     micro("compute", COMPUTE, 2, 2, IdlePolicy::Hlt, true, false),
     micro("touch", TOUCH, 2, 2, IdlePolicy::Hlt, true, false),
+    micro(
+        "sharedwrite",
+        SHARED_WRITE,
+        2,
+        2,
+        IdlePolicy::Hlt,
+        true,
+        false,
+    ),
     micro("pingpong", PINGPONG, 2, 2, IdlePolicy::Hlt, true, true),
     micro("relay", WAIT, 2, 2, IdlePolicy::Hlt, true, true),
     micro("relay-poll", RELAY_POLL, 2, 2, IdlePolicy::Poll, true, true),

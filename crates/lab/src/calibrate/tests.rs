@@ -39,6 +39,7 @@ fn synthetic(truth: &Platform, scale: f64) -> Vec<fit::Observation> {
 /// Costs off by factors up to 2 in either direction.
 const PERTURBED: &[(&str, f64)] = &[
     ("cpu.compute_ns_per_iter", 1.3),
+    ("cache.shared_write_ns_per_line", 1.7),
     ("cpu.context_switch_ns", 1.5),
     ("vm_kernel.context_switch_ns", 1.6),
     ("vm_kernel.shootdown_handler_ns", 0.5),
@@ -99,6 +100,7 @@ fn check_fit_recovers(perturbed: &[(&str, f64)]) {
         .collect();
     for must in [
         "cpu.compute_ns_per_iter",
+        "cache.shared_write_ns_per_line",
         "vm_kernel.context_switch_ns",
         "vm_kernel.wake_ns",
         "vm_kernel.shootdown_handler_ns",

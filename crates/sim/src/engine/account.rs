@@ -228,6 +228,17 @@ impl Sim {
         ta.kcarry.drain_into(&mut ta.seg_k);
     }
 
+    /// The line transfers of the shared write walks fused into the segment
+    /// being started (`guest.rs`): part of its time, charged to
+    /// `cache_line_transfer` like the carried costs before its user work.
+    #[inline]
+    pub(super) fn transfers_into_segment(&mut self, t: u32, ns: u64) {
+        self.tacct[t as usize]
+            .seg_k
+            .add(cause::CACHE_LINE_TRANSFER, ns);
+        self.threads[t as usize].seg_k_live = true;
+    }
+
     /// No carried cost by cause (`Thread::carry` is their sum).
     pub(super) fn carry_is_zero(&self, t: u32) -> bool {
         self.tacct[t as usize].kcarry.is_zero()

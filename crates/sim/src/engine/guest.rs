@@ -16,7 +16,7 @@
 
 use super::{exit, Acct, Act, HostState, Sim, TState, Wait, NONE};
 use crate::breakdown as cause;
-use crate::code::{counter, Ins};
+use crate::code::{counter, Ins, NO_SLOT};
 use crate::events::Kind;
 use crate::scenario::Idle;
 
@@ -31,6 +31,14 @@ enum Sender {
 /// Fused segments are cut at this length so that the remote-sharing factor of
 /// shared touches follows placement changes.
 const FUSE_MAX_NS: u64 = 500_000;
+
+/// A fused segment holding a write walk of a shared buffer is cut at this
+/// length: its line-transfer charge is decided when it is fused (by whether
+/// a co-writer runs then, `cache.rs`), so a co-writer that starts or stops
+/// running changes the charge within this much of the walker's work. Short
+/// against a barrier-to-barrier step of such programs (canneal at 2 threads:
+/// ~0.3 ms), long against one iteration of their loops (~1 µs).
+const SHARED_WRITE_FUSE_MAX_NS: u64 = 20_000;
 
 /// What the interpreter (or a sync op) did with the thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,8 +199,8 @@ impl Sim {
             }
         };
         let slice = self.platform.cpu.guest_slice_ns;
+        self.set_cur(v, t);
         let vc = &mut self.vcpus[v as usize];
-        vc.cur = t;
         vc.slice_end = self.now + slice;
         self.threads[t as usize].vcpu = v;
         true
@@ -209,7 +217,7 @@ impl Sim {
                 f => return f,
             },
             _ => {
-                self.vcpus[v as usize].cur = NONE;
+                self.set_cur(v, NONE);
                 return Flow::Again;
             }
         }
@@ -232,6 +240,9 @@ impl Sim {
                 debug_assert!(self.carry_is_zero(t));
             }
             let vm = self.threads[t as usize].vm as usize;
+            // Line transfers of shared write walks, charged by cause below.
+            let mut transfers = 0u64;
+            let mut fuse_max = FUSE_MAX_NS;
             let ins = loop {
                 let ins = self.ins(t);
                 let th = &mut self.threads[t as usize];
@@ -243,12 +254,22 @@ impl Sim {
                         acc += ns;
                         th.pc += 1;
                     }
-                    Ins::Touch { ns, bytes, shared } => {
+                    Ins::Touch {
+                        ns,
+                        bytes,
+                        shared,
+                        slot,
+                        transfer_ns,
+                    } => {
                         th.pc += 1;
                         let ops = &mut self.vms[vm].ops;
                         ops[counter::TOUCH] += 1;
                         ops[counter::TOUCH_BYTES] += bytes;
                         acc += if shared { self.shared_cost(v, ns) } else { ns };
+                        if slot != NO_SLOT {
+                            transfers += self.shared_write_cost(vm, slot, transfer_ns);
+                            fuse_max = SHARED_WRITE_FUSE_MAX_NS;
+                        }
                     }
                     Ins::Atomic => {
                         self.vms[vm].ops[counter::ATOMIC] += 1;
@@ -299,10 +320,14 @@ impl Sim {
                     }
                     other => break other,
                 }
-                if acc >= FUSE_MAX_NS {
+                if acc + transfers >= fuse_max {
                     break Ins::Exit;
                 }
             };
+            if transfers > 0 {
+                self.transfers_into_segment(t, transfers);
+                acc += transfers;
+            }
             if acc > 0 {
                 // Spend the fused work first; the op at `pc` runs afterwards.
                 self.threads[t as usize].seg_left = acc;
@@ -404,9 +429,8 @@ impl Sim {
         let vm = self.vcpus[v as usize].vm;
         self.vms[vm as usize].cs_involuntary += 1;
         let cs = self.vms[vm as usize].costs.kernel.context_switch_ns;
-        let vc = &mut self.vcpus[v as usize];
-        vc.rq.push_back(t);
-        vc.cur = NONE;
+        self.vcpus[v as usize].rq.push_back(t);
+        self.set_cur(v, NONE);
         self.queued_inc(v);
         self.add_overhead(v, cause::KERNEL_SCHED, cs);
         self.resume(v);
@@ -467,7 +491,7 @@ impl Sim {
         }
         self.vms[vm].cs_voluntary += 1;
         let cs = self.vms[vm].costs.kernel.context_switch_ns;
-        self.vcpus[v as usize].cur = NONE;
+        self.set_cur(v, NONE);
         self.add_overhead(v, cause::KERNEL_SCHED, cs);
         Flow::Again
     }
@@ -883,9 +907,8 @@ impl Sim {
         }
         self.vms[vm].cs_voluntary += 1;
         let cs = self.vms[vm].costs.kernel.context_switch_ns;
-        let vc = &mut self.vcpus[v as usize];
-        vc.rq.push_back(t);
-        vc.cur = NONE;
+        self.vcpus[v as usize].rq.push_back(t);
+        self.set_cur(v, NONE);
         self.queued_inc(v);
         self.add_overhead(v, cause::KERNEL_SCHED, cs);
         Flow::Again
@@ -904,7 +927,7 @@ impl Sim {
             self.close_vm_acct(u32::try_from(vm).unwrap_or(u32::MAX));
             self.vm_finished(u32::try_from(vm).unwrap_or(u32::MAX));
         }
-        self.vcpus[v as usize].cur = NONE;
+        self.set_cur(v, NONE);
         Flow::Again
     }
 

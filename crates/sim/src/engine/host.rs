@@ -289,6 +289,7 @@ impl Sim {
         vmr.running += 1;
         vmr.running_per_domain[domain as usize] += 1;
         vmr.warmup_ns += warm;
+        self.note_writer(self.vcpus[v as usize].cur, true);
         let vc = &mut self.vcpus[v as usize];
         vc.host = HostState::Running;
         vc.pcpu = p;
@@ -331,6 +332,7 @@ impl Sim {
         let vmr = &mut self.vms[vm as usize];
         vmr.running -= 1;
         vmr.running_per_domain[domain as usize] -= 1;
+        self.note_writer(self.vcpus[v as usize].cur, false);
         // Sample the minimum while `v` still counts as running here.
         self.update_min_vr(p);
         self.vruntime[v as usize] += self.now - self.pcpus[p as usize].dispatched_at;

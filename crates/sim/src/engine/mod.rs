@@ -253,6 +253,9 @@ pub(crate) struct Thread {
     /// Private-cache lines of private and of shared data this thread needs warm.
     pub private_lines: u64,
     pub shared_lines: u64,
+    /// Write slots of the shared buffers this thread's group writes
+    /// (`code::GroupCode::write_mask`).
+    pub write_mask: u64,
 }
 
 pub(crate) struct SpinLockSt {
@@ -337,6 +340,9 @@ pub(crate) struct Vm {
     /// vCPU skip scanning its siblings when there is nothing to steal).
     pub queued_threads: u32,
     pub running_per_domain: Vec<u32>,
+    /// Per write slot (`code.rs`): running vCPUs whose current thread
+    /// writes that shared buffer (`cache.rs`, `Sim::note_writer`).
+    pub writers_running: Vec<u32>,
     pub ipis: u64,
     pub migrations: u64,
     pub warmup_ns: u64,
@@ -666,6 +672,7 @@ impl Sim {
                 cpu_ns: 0,
                 private_lines: gc.private_bytes.min(cap) / line,
                 shared_lines: gc.shared_bytes.min(cap.saturating_sub(gc.private_bytes)) / line,
+                write_mask: gc.write_mask,
             });
         }
         let len = phi - plo;
@@ -821,6 +828,7 @@ impl Sim {
             // Every thread starts in a vCPU run queue (above).
             queued_threads: n_threads,
             running_per_domain: vec![0; self.domains as usize],
+            writers_running: vec![0; crate::code::write_slots(&code)],
             ipis: 0,
             migrations: 0,
             warmup_ns: 0,
