@@ -405,106 +405,138 @@ fn scan(
     Ok(())
 }
 
-/// Fit `params` of `base` to the observations. `max_iter` bounds the
-/// Levenberg–Marquardt steps.
-pub fn fit(
-    base: &Platform,
-    params: &[Param],
-    obs: &[Observation],
-    max_iter: u32,
-) -> Result<Fit, SimError> {
-    let np = params.len();
-    let mut sims = 0u64;
+/// Step of the finite differences in ln θ: large enough to step over the
+/// simulator's discreteness (whole events), small enough to be local.
+const H: f64 = 0.05;
+
+/// The starting point `ln θ₀` (each field's profile value, clamped to its
+/// bounds) and the bounds in ln θ.
+fn start(base: &Platform, params: &[Param]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let theta0: Vec<f64> = params
         .iter()
         .map(|q| get(base, q.field).unwrap_or(q.lo).clamp(q.lo, q.hi).ln())
         .collect();
     let (lo, hi): (Vec<f64>, Vec<f64>) = params.iter().map(|q| (q.lo.ln(), q.hi.ln())).unzip();
-    let mut theta = theta0.clone();
-    scan(
-        base,
-        params,
-        &mut theta,
-        &theta0,
-        (&lo, &hi),
-        obs,
-        &mut sims,
-    )?;
-    let (mut r, _) = residuals(base, params, &theta, &theta0, obs, &mut sims)?;
-    let data_rows = r.len() - np;
-    let mut w = vec![1.0; r.len()];
-    let mut mu = 1e-2;
-    let mut iterations = 0;
-    let mut sensitivity = vec![0.0; np];
-    // Step of the finite differences in ln θ: large enough to step over
-    // the simulator's discreteness (whole events), small enough to be local.
-    const H: f64 = 0.05;
-    for _ in 0..max_iter {
-        iterations += 1;
-        let m = r.len();
-        // Iteratively reweighted: Cauchy weights from the current residuals.
-        for i in 0..data_rows {
-            w[i] = cauchy_weight(r[i]);
+    (theta0, lo, hi)
+}
+
+/// What is fitted: the fields, the profile they start from (`ln θ₀`) and
+/// the observations.
+struct Problem<'a> {
+    base: &'a Platform,
+    params: &'a [Param],
+    theta0: &'a [f64],
+    obs: &'a [Observation],
+}
+
+impl Problem<'_> {
+    /// [`residuals`] at `theta`.
+    fn residuals(
+        &self,
+        theta: &[f64],
+        sims: &mut u64,
+    ) -> Result<(Vec<f64>, Vec<Simulated>), SimError> {
+        residuals(self.base, self.params, theta, self.theta0, self.obs, sims)
+    }
+}
+
+/// The residuals' weighted Jacobian at `theta` by forward differences
+/// (row-major, rows × parameters), one residual evaluation per parameter.
+fn jacobian(
+    pb: &Problem,
+    theta: &[f64],
+    (r, w): (&[f64], &[f64]),
+    sims: &mut u64,
+) -> Result<Vec<f64>, SimError> {
+    let (m, np) = (r.len(), pb.params.len());
+    let mut jac = vec![0.0; m * np];
+    for j in 0..np {
+        let mut t = theta.to_vec();
+        t[j] += H;
+        let (rj, _) = pb.residuals(&t, sims)?;
+        for i in 0..m {
+            jac[i * np + j] = w[i] * (rj[i] - r[i]) / H;
         }
-        let c = weighted_cost(&r, &w);
-        let mut jac = vec![0.0; m * np];
-        for j in 0..np {
-            let mut t = theta.clone();
-            t[j] += H;
-            let (rj, _) = residuals(base, params, &t, &theta0, obs, &mut sims)?;
-            for i in 0..m {
-                jac[i * np + j] = w[i] * (rj[i] - r[i]) / H;
-            }
-        }
-        for (j, s) in sensitivity.iter_mut().enumerate() {
-            *s = (0..data_rows)
+    }
+    Ok(jac)
+}
+
+/// How well the data determine each field: the norm of its Jacobian
+/// column over the data rows (the prior rows left out).
+fn sensitivities(jac: &[f64], np: usize, data_rows: usize) -> Vec<f64> {
+    (0..np)
+        .map(|j| {
+            (0..data_rows)
                 .map(|i| jac[i * np + j].powi(2))
                 .sum::<f64>()
-                .sqrt();
-        }
-        let mut jtj = vec![0.0; np * np];
-        let mut jtr = vec![0.0; np];
-        for i in 0..m {
-            for a in 0..np {
-                jtr[a] += jac[i * np + a] * w[i] * r[i];
-                for b in 0..np {
-                    jtj[a * np + b] += jac[i * np + a] * jac[i * np + b];
-                }
+                .sqrt()
+        })
+        .collect()
+}
+
+/// The Gauss–Newton normal equations `JᵀJ` and `Jᵀ(w·r)`.
+fn normal_equations(jac: &[f64], np: usize, r: &[f64], w: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let mut jtj = vec![0.0; np * np];
+    let mut jtr = vec![0.0; np];
+    for i in 0..r.len() {
+        for a in 0..np {
+            jtr[a] += jac[i * np + a] * w[i] * r[i];
+            for b in 0..np {
+                jtj[a * np + b] += jac[i * np + a] * jac[i * np + b];
             }
-        }
-        let mut improved = false;
-        for _ in 0..8 {
-            let mut a = jtj.clone();
-            for d in 0..np {
-                a[d * np + d] += mu * (jtj[d * np + d] + 1e-9);
-            }
-            let Some(step) = solve(a, jtr.iter().map(|v| -v).collect()) else {
-                mu *= 10.0;
-                continue;
-            };
-            let t: Vec<f64> = (0..np)
-                .map(|k| (theta[k] + step[k].clamp(-2.0, 2.0)).clamp(lo[k], hi[k]))
-                .collect();
-            let (rt, _) = residuals(base, params, &t, &theta0, obs, &mut sims)?;
-            let ct = weighted_cost(&rt, &w);
-            if ct < c {
-                improved = (c - ct) > 1e-6 * c.max(1e-12);
-                theta = t;
-                r = rt;
-                mu = (mu / 3.0).max(1e-6);
-                break;
-            }
-            mu *= 4.0;
-        }
-        if !improved {
-            break;
         }
     }
-    let mut platform = base.clone();
-    for (q, &t) in params.iter().zip(&theta) {
-        set(&mut platform, q.field, t.exp());
+    (jtj, jtr)
+}
+
+/// The state of the Levenberg–Marquardt search.
+struct Search {
+    theta: Vec<f64>,
+    r: Vec<f64>,
+    /// Damping.
+    mu: f64,
+}
+
+/// One damped step: up to 8 tries with growing damping until the weighted
+/// cost falls below `c`. True when it fell by more than a negligible amount
+/// (the search goes on); the state keeps the step taken, if any.
+fn damped_step(
+    pb: &Problem,
+    s: &mut Search,
+    (lo, hi): (&[f64], &[f64]),
+    (jtj, jtr, w, c): (&[f64], &[f64], &[f64], f64),
+    sims: &mut u64,
+) -> Result<bool, SimError> {
+    let np = pb.params.len();
+    for _ in 0..8 {
+        let mut a = jtj.to_vec();
+        for d in 0..np {
+            a[d * np + d] += s.mu * (jtj[d * np + d] + 1e-9);
+        }
+        let Some(step) = solve(a, jtr.iter().map(|v| -v).collect()) else {
+            s.mu *= 10.0;
+            continue;
+        };
+        let t: Vec<f64> = (0..np)
+            .map(|k| (s.theta[k] + step[k].clamp(-2.0, 2.0)).clamp(lo[k], hi[k]))
+            .collect();
+        let (rt, _) = pb.residuals(&t, sims)?;
+        let ct = weighted_cost(&rt, w);
+        if ct < c {
+            let improved = (c - ct) > 1e-6 * c.max(1e-12);
+            s.theta = t;
+            s.r = rt;
+            s.mu = (s.mu / 3.0).max(1e-6);
+            return Ok(improved);
+        }
+        s.mu *= 4.0;
     }
-    let (_, pairs) = residuals(base, params, &theta, &theta0, obs, &mut sims)?;
+    Ok(false)
+}
+
+/// The reported residuals of the fitted simulations `pairs`, each with its
+/// weight in the robust fit.
+fn report_residuals(obs: &[Observation], pairs: Vec<Simulated>) -> Vec<Residual> {
     let mut res = Vec::new();
     for (o, sim) in obs.iter().zip(pairs) {
         for (executor, m, s, ci) in [
@@ -535,6 +567,65 @@ pub fn fit(
             });
         }
     }
+    res
+}
+
+/// Fit `params` of `base` to the observations. `max_iter` bounds the
+/// Levenberg–Marquardt steps: a coarse [`scan`], then iteratively
+/// reweighted (Cauchy) damped Gauss–Newton steps until one no longer lowers
+/// the cost.
+pub fn fit(
+    base: &Platform,
+    params: &[Param],
+    obs: &[Observation],
+    max_iter: u32,
+) -> Result<Fit, SimError> {
+    let np = params.len();
+    let mut sims = 0u64;
+    let (theta0, lo, hi) = start(base, params);
+    let mut theta = theta0.clone();
+    scan(
+        base,
+        params,
+        &mut theta,
+        &theta0,
+        (&lo, &hi),
+        obs,
+        &mut sims,
+    )?;
+    let pb = Problem {
+        base,
+        params,
+        theta0: &theta0,
+        obs,
+    };
+    let (r, _) = pb.residuals(&theta, &mut sims)?;
+    let data_rows = r.len() - np;
+    let mut w = vec![1.0; r.len()];
+    let mut s = Search { theta, r, mu: 1e-2 };
+    let mut iterations = 0;
+    let mut sensitivity = vec![0.0; np];
+    for _ in 0..max_iter {
+        iterations += 1;
+        // Iteratively reweighted: Cauchy weights from the current residuals.
+        for (wi, ri) in w.iter_mut().zip(&s.r).take(data_rows) {
+            *wi = cauchy_weight(*ri);
+        }
+        let c = weighted_cost(&s.r, &w);
+        let jac = jacobian(&pb, &s.theta, (&s.r, &w), &mut sims)?;
+        sensitivity = sensitivities(&jac, np, data_rows);
+        let (jtj, jtr) = normal_equations(&jac, np, &s.r, &w);
+        let improved = damped_step(&pb, &mut s, (&lo, &hi), (&jtj, &jtr, &w, c), &mut sims)?;
+        if !improved {
+            break;
+        }
+    }
+    let mut platform = base.clone();
+    for (q, &t) in params.iter().zip(&s.theta) {
+        set(&mut platform, q.field, t.exp());
+    }
+    let (_, pairs) = pb.residuals(&s.theta, &mut sims)?;
+    let residuals = report_residuals(obs, pairs);
     let values = params
         .iter()
         .zip(&sensitivity)
@@ -543,7 +634,7 @@ pub fn fit(
     Ok(Fit {
         platform,
         values,
-        residuals: res,
+        residuals,
         iterations,
         simulations: sims,
     })
