@@ -335,7 +335,7 @@ fn seed000_q_apicv_cuts_apic_exits_by_52pct() {
 }
 
 #[test]
-#[ignore = "not reached: sim 64.2% vs paper 47% (slowdown 10.4% without APICv, 3.7% with; 61-66% over scales 0.25-1 and bare-metal idle polls 0-40 us): the model's 4-vCPU slowdown is almost only APIC-exit cost, which APICv halves, less the reference's own IPI costs that APICv cannot cut; it lacks the VM costs APICv does not touch (the same gap as ocean_ncp's 8% with PLE off); docs/sim.md, Seed 000 quantitatively"]
+#[ignore = "not reached: sim 63.2% vs paper 47% (slowdown 11.0% without APICv, 4.0% with; 64.2%, 10.4% and 3.7% before shared-write line transfers; 61-66% over scales 0.25-1 and bare-metal idle polls 0-40 us): the model's 4-vCPU slowdown is almost only APIC-exit cost, which APICv halves, less the reference's own IPI costs that APICv cannot cut; it lacks the VM costs APICv does not touch (the same gap as ocean_ncp's 8% with PLE off); docs/sim.md, Seed 000 quantitatively"]
 fn seed000_q_apicv_cuts_dedup_slowdown_by_47pct() {
     let cut = 100.0 * (1.0 - slowdown(&dedup4(true)) / slowdown(&dedup4(false)));
     within_25pct("APICv cut of dedup slowdown, %", cut, 47.0);
