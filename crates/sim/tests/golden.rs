@@ -192,8 +192,8 @@ fn scenarios() -> Vec<(String, Scenario)> {
 /// stages (pools, branch `drain`): on their own they changed the 8 scenarios
 /// that run dedup and left the other 36 bit-identical.
 const GOLDEN: &[(u64, u64)] = &[
-    (0x8a970b8eb8f002f6, 0x8d46284588a9f62e), // random 0
-    (0x3de589ea7c758400, 0x66552537d18acd6e), // random 1
+    (0x553d0ef4fd9e3f1a, 0x8d46284588a9f62e), // random 0
+    (0xe4518b61abf6fa21, 0x66552537d18acd6e), // random 1
     (0xb76d2dc2c432764a, 0xcb14dc2682111959), // random 2
     (0x9990c67c7b4544b2, 0xe9f69a62e0ee48ba), // random 3
     (0x41510acbafa69046, 0xcfcf2cb370f3bd9e), // random 4
@@ -201,9 +201,9 @@ const GOLDEN: &[(u64, u64)] = &[
     (0xe056e7a74195504f, 0x5f492c017ffc89f3), // random 6
     (0xcbedf22f61a28944, 0x037b7a104daf6369), // random 7
     (0xf5936ae4e8bc04f9, 0x71505a7ab800b71f), // random 8
-    (0x39b6f2cd3689fe7d, 0x0d403318307b8d87), // random 9
+    (0x7eceb773d6d18b96, 0x0d403318307b8d87), // random 9
     (0x224209aac9dbf66a, 0xc589c1e0b4b8e73f), // random 10
-    (0x7abfc5e7df3227dd, 0x330bf7774c10abd3), // random 11
+    (0x52eedb984ec30478, 0x330bf7774c10abd3), // random 11
     (0xdacff5d977a12619, 0x33ce66f63077bc36), // random 12
     (0x314d91af4e32fb54, 0x4c6388dc34396083), // random 13
     (0x65d8923b8c8b8c41, 0x573dd13b0d35f279), // random 14
@@ -212,14 +212,14 @@ const GOLDEN: &[(u64, u64)] = &[
     (0x9372af973a9af32a, 0x1da5ba12f951f80d), // random 17
     (0x565381515f640e81, 0x8aa98574a9693505), // random 18
     (0x74500b79c93bff85, 0x2ef3df40a27c4ba9), // random 19
-    (0x7e6b15f511a816ff, 0xd1bccaf3691227a5), // random 20
+    (0x2049c3a847d82651, 0xd1bccaf3691227a5), // random 20
     (0xf0979d6a8e8cd411, 0x891dff3700863242), // random 21
-    (0x4081595d42cb8fcc, 0x93228823c6087f11), // random 22
+    (0xb29f13c3b427ea1f, 0x93228823c6087f11), // random 22
     (0x75053bd0f0cdc413, 0x32e88667d690b347), // random 23
-    (0x0a61bf3a8a4d5ace, 0x954e37f153f40366), // random 24
+    (0x06ce664683714e42, 0x954e37f153f40366), // random 24
     (0xbe221a8578d25fd9, 0xed26b1502db538ab), // random 25
     (0xec2afe33bbd3b3d8, 0x17ce20f46d98a786), // random 26
-    (0xddab42c60b6cf60e, 0x40c9e0103ec7e964), // random 27
+    (0xde41f79d3ba0c345, 0x40c9e0103ec7e964), // random 27
     (0xe54137fd5c435ab8, 0x0e597ac9cb9999ef), // random 28
     (0xc0369b549a3b996b, 0xa91546fd5e0c3a2f), // random 29
     (0xb0ee0b93c8a5ed44, 0x247a5a334430a678), // random 30
@@ -228,17 +228,17 @@ const GOLDEN: &[(u64, u64)] = &[
     (0x1c59ec9fee31304c, 0x593872abb3c7ea7a), // random 33
     (0xeb281f2a4010ce05, 0x5cc4076294771efc), // random 34
     (0xf55c1b6fec3516e2, 0x491fc0360a370eba), // random 35
-    (0x51784d92b5a3c0f5, 0x8649aed251a9282d), // random 36
-    (0x956cd1f29c318d7f, 0x7abc2a593f567aa7), // random 37
+    (0xb1955df663dc51e9, 0x8649aed251a9282d), // random 36
+    (0x5ba60cdb041b470a, 0x7abc2a593f567aa7), // random 37
     (0xc001a272f4ef246a, 0x682d27cfc1946e7d), // random 38
     (0xa406268249330bd4, 0x5c8a1db1cf6cc26d), // random 39
-    (0xe0d4d2ffb48f23e8, 0x488dd54d40976913), // bench model
+    (0xeba3613c586ba994, 0x488dd54d40976913), // bench model
     // The two scenarios with a horizon count one event fewer than main did
     // (326757 and 85649 processed): the event popped past the horizon is not
     // handled, so it is no longer counted.
-    (0xfd9f24b8acf66e80, 0x24bbe42db704a055), // 64 pCPUs, 24 VMs, 30 ms
-    (0xd027d5d7d1312992, 0x45977125c61b4581), // 128 pCPUs, 64 VMs x 16, 4 ms
-    (0x85190011f3a08655, 0x350ce33704c3fe17), // dedup poll
+    (0x5486fac92c7ead3e, 0x24bbe42db704a055), // 64 pCPUs, 24 VMs, 30 ms
+    (0x97f7d391bc65b701, 0x45977125c61b4581), // 128 pCPUs, 64 VMs x 16, 4 ms
+    (0x8340deb9f2423bae, 0x350ce33704c3fe17), // dedup poll
 ];
 
 #[test]
