@@ -397,6 +397,49 @@ fn host_ticks_exit_only_from_guest_mode() {
     );
 }
 
+/// A shootdown IPI to a vCPU running user work: without APICv, KVM kicks
+/// its pCPU with a host IPI, an external-interrupt exit it counts as
+/// `irq_exits`, whether the guest kernel runs in guest mode or emulated
+/// (the receiver is in user mode either way). With APICv the posted
+/// interrupt needs no exit; a halted receiver is woken, not kicked.
+#[test]
+fn an_ipi_to_a_vcpu_in_guest_mode_is_a_kick_exit() {
+    // 1 ms of compute on the receiver and ~2 µs on the initiator: ticks
+    // round to 0 (1 ms × 250/s = 0.25), so `irq` counts kicks only.
+    let w = r#"
+name = "kick"
+[[groups]]
+name = "busy"
+threads = 1
+ops = [ { compute = 1000000 } ]
+[[groups]]
+name = "shoot"
+threads = 1
+ops = [ { compute = 1000 }, { shootdown = 1 } ]
+"#;
+    let irq = |emulated: bool, apicv: bool| {
+        let text = UNIT.to_string()
+            + if emulated {
+                "[vm_kernel]\ncontext_switch_ns = 200\nwake_ns = 50\nyield_ns = 10\nshootdown_handler_ns = 300\n"
+            } else {
+                ""
+            };
+        let p = Platform::from_text("unit-kick", &text).unwrap();
+        let mut v = vm(w, 2);
+        v.apicv = apicv;
+        let r = run(&Scenario::new(p, 2, vec![v]));
+        let sim = r.sim.unwrap();
+        assert_eq!(sim.exits["apic_icr"], 1, "one IPI sent");
+        sim.exits["irq"]
+    };
+    assert_eq!(irq(false, false), 1);
+    assert_eq!(irq(true, false), 1);
+    assert_eq!(irq(false, true), 0);
+    // The halted receiver of `shootdown_waits_for_the_halted_vcpu`: no kick.
+    let r = run(&Scenario::new(platform(), 2, vec![vm(SHOOT, 2)]));
+    assert_eq!(r.sim.unwrap().exits["irq"], 0);
+}
+
 /// An idle vCPU given a woken thread first switches to it
 /// (`[vm_kernel] switch_in_ns`): kernel work on the woken vCPU, after its
 /// wakeup, never on the waker.

@@ -72,6 +72,20 @@ impl Parts {
     fn is_zero(&self) -> bool {
         self.ns.iter().all(|&x| x == 0)
     }
+
+    /// The cause being paid now: charging consumes the parts in cause
+    /// order, so the first non-zero one (`None` when all are zero).
+    fn current(&self) -> Option<usize> {
+        let mut live = self.live;
+        while live != 0 {
+            let c = live.trailing_zeros() as usize;
+            if self.ns[c] > 0 {
+                return Some(c);
+            }
+            live &= live - 1;
+        }
+        None
+    }
 }
 
 /// Accounting arrays of a vCPU, kept apart from `Vcpu` so the hot state
@@ -187,6 +201,33 @@ impl Sim {
                     add(cause::USER, d);
                 } else if consume(&mut self.tacct[t as usize].seg_k, d, cause::USER, add) {
                     self.threads[t as usize].seg_k_live = false;
+                }
+            }
+        }
+    }
+
+    /// The cause vCPU `v`'s time is charged to at this instant (after
+    /// charging the interval up to now); `None` off a pCPU or when nothing
+    /// is pending (the rest of a segment is user work, of an overhead
+    /// unattributed).
+    pub(super) fn current_cause(&mut self, v: u32) -> Option<usize> {
+        self.charge_acct(v);
+        let vc = &self.vcpus[v as usize];
+        match vc.acct {
+            Acct::Off | Acct::Away(_) => None,
+            Acct::On(c) => Some(c as usize),
+            Acct::Overhead => self.vacct[v as usize].ovh.current(),
+            Acct::Segment => {
+                let t = vc.acct_thread;
+                if t == NONE || !self.threads[t as usize].seg_k_live {
+                    Some(cause::USER)
+                } else {
+                    Some(
+                        self.tacct[t as usize]
+                            .seg_k
+                            .current()
+                            .unwrap_or(cause::USER),
+                    )
                 }
             }
         }

@@ -805,9 +805,12 @@ impl Sim {
         vc.irqs.push_back(from);
         if costs.virtualized && !costs.apicv {
             vc.exits[exit::IPI_RECEIVE] += 1;
+            if vc.host == HostState::Running {
+                self.count_kick_exit(u);
+            }
         }
-        match vc.host {
-            HostState::Running => match vc.act {
+        match self.vcpus[u as usize].host {
+            HostState::Running => match self.vcpus[u as usize].act {
                 Act::Handler => {}
                 Act::Halting | Act::HaltPoll => {
                     self.interrupt_act(u);

@@ -87,8 +87,9 @@ pub(crate) mod exit {
     pub const PREEMPT: usize = 5;
     pub const DEVICE: usize = 6;
     pub const TIMER: usize = 7;
-    /// Host interrupts (the host's timer tick) taking a vCPU out of guest
-    /// mode: KVM's `irq_exits` (`Sim::host_tick_exits`).
+    /// Host interrupts taking a vCPU out of guest mode, KVM's `irq_exits`:
+    /// the host's timer tick (`Sim::host_tick_exits`) and the kick IPI that
+    /// delivers a virtual interrupt (`Sim::count_kick_exit`).
     pub const IRQ: usize = 8;
     pub const N: usize = 9;
     /// `apic_eoi` counts the exits of interrupt receipt (EOI write, kick):
@@ -1120,7 +1121,7 @@ impl Sim {
                     }
                 }
                 if vm.costs.virtualized {
-                    exits[exit::IRQ] = self.host_tick_exits(&by_cause);
+                    exits[exit::IRQ] += self.host_tick_exits(&by_cause);
                 }
                 let sum = |cs: &[usize]| cs.iter().map(|&c| by_cause[c]).sum::<u64>();
                 let spin = sum(&[

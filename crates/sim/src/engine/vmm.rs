@@ -37,25 +37,47 @@ const GUEST_KERNEL: [usize; 7] = [
 ];
 
 impl Sim {
-    /// Host-interrupt exits of one VM (`irq`): the host's timer interrupt
-    /// fires on each pCPU `defaults.host_tick_hz` times a second (the host
-    /// kernel's `CONFIG_HZ`; Linux keeps the tick on a busy CPU), and each
-    /// that lands while a vCPU runs in guest mode takes it out (KVM counts
-    /// an `irq_exits`). Counted as the expected number over the VM's
-    /// guest-mode time `by_cause`, rounded. Its time (a few µs per tick, under
-    /// 0.3% of the vCPU's time at 250 Hz) is already in the per-operation
-    /// costs that calibration measures, as it is in native runs, so it is
-    /// not charged again. On this PVM host the rate agrees with KVM's
-    /// `irq_exits` (docs/sim.md, "Exits").
+    /// Host timer-tick exits of one VM (part of `irq`): the host's timer
+    /// interrupt fires on each pCPU `defaults.host_tick_hz` times a second
+    /// (the host kernel's `CONFIG_HZ`; Linux keeps the tick on a busy CPU),
+    /// and each that lands while a vCPU runs in guest mode takes it out
+    /// (KVM counts an `irq_exits`). Counted as the expected number over the
+    /// VM's guest-mode time `by_cause`, rounded. Its time (a few µs per
+    /// tick, under 0.3% of the vCPU's time at 250 Hz) is already in the
+    /// per-operation costs that calibration measures, as it is in native
+    /// runs, so it is not charged again. On this PVM host the rate agrees
+    /// with KVM's `irq_exits` (docs/sim.md, "Exits").
     pub(super) fn host_tick_exits(&self, by_cause: &[u64; cause::N]) -> u64 {
-        let kernel_in_guest_mode = self.platform.vm_kernel.is_none();
-        let guest_ns: u64 = GUEST_MODE
-            .iter()
-            .chain(GUEST_KERNEL.iter().filter(|_| kernel_in_guest_mode))
-            .map(|&c| by_cause[c])
+        let guest_ns: u64 = (0..cause::N)
+            .filter(|&c| self.in_guest_mode(c))
+            .map(|c| by_cause[c])
             .sum();
         let hz = u128::from(self.platform.defaults.host_tick_hz);
         u64::try_from((u128::from(guest_ns) * hz + 500_000_000) / 1_000_000_000).unwrap_or(u64::MAX)
+    }
+
+    /// Whether a vCPU whose time goes to cause `c` is in guest mode, where
+    /// a host interrupt (a tick, or the kick IPI that delivers a virtual
+    /// interrupt) forces an exit. Guest kernel work is guest mode with
+    /// hardware-assisted virtualization, and in the host's emulator on a
+    /// platform with `[vm_kernel]` costs (PVM here).
+    pub(super) fn in_guest_mode(&self, c: usize) -> bool {
+        GUEST_MODE.contains(&c) || (self.platform.vm_kernel.is_none() && GUEST_KERNEL.contains(&c))
+    }
+
+    /// A virtual interrupt (IPI or device completion) is posted to running
+    /// vCPU `u` without APICv: if `u` is in guest mode, KVM kicks its pCPU
+    /// with a host IPI (`kvm_vcpu_kick` sends one only to a vCPU in
+    /// `IN_GUEST_MODE`), whose external-interrupt exit KVM counts as an
+    /// `irq_exits`. The kick's time is part of `ipi_receive_ns` (the
+    /// `apic_eoi` cause), so nothing more is charged. Outside guest mode
+    /// (an exit, emulated guest kernel work, halt-polling) the interrupt is
+    /// picked up at the next entry without one. With APICv, posted
+    /// interrupts reach a running vCPU without an exit.
+    pub(super) fn count_kick_exit(&mut self, u: u32) {
+        if self.current_cause(u).is_some_and(|c| self.in_guest_mode(c)) {
+            self.vcpus[u as usize].exits[exit::IRQ] += 1;
+        }
     }
 
     /// PLE fired: exit, then yield the pCPU if someone can use it. With nobody
