@@ -22,7 +22,9 @@
 //!   and at every dispatch and departure; the walk reads it when its segment
 //!   is fused, and segments holding such walks are cut short
 //!   (`guest.rs`, `SHARED_WRITE_FUSE_MAX_NS`) so the charge follows
-//!   co-writers that start or stop.
+//!   co-writers that start or stop; only for the VM's
+//!   `Vm::contended_slots` (two writer threads, two vCPUs), the others
+//!   never pay.
 
 use super::{HostState, Sim, NONE};
 

@@ -266,7 +266,7 @@ impl Sim {
                         ops[counter::TOUCH] += 1;
                         ops[counter::TOUCH_BYTES] += bytes;
                         acc += if shared { self.shared_cost(v, ns) } else { ns };
-                        if slot != NO_SLOT {
+                        if slot != NO_SLOT && self.vms[vm].contended_slots >> slot & 1 != 0 {
                             transfers += self.shared_write_cost(vm, slot, transfer_ns);
                             fuse_max = SHARED_WRITE_FUSE_MAX_NS;
                         }

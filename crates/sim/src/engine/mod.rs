@@ -344,6 +344,10 @@ pub(crate) struct Vm {
     /// Per write slot (`code.rs`): running vCPUs whose current thread
     /// writes that shared buffer (`cache.rs`, `Sim::note_writer`).
     pub writers_running: Vec<u32>,
+    /// Write slots that can have two writers running at once (at least two
+    /// writer threads and two vCPUs): only their walks can pay transfers,
+    /// and only their segments are cut short (`guest.rs`).
+    pub contended_slots: u64,
     pub ipis: u64,
     pub migrations: u64,
     pub warmup_ns: u64,
@@ -830,6 +834,7 @@ impl Sim {
             queued_threads: n_threads,
             running_per_domain: vec![0; self.domains as usize],
             writers_running: vec![0; crate::code::write_slots(&code)],
+            contended_slots: contended_slots(&code, prog, spec.vcpus),
             ipis: 0,
             migrations: 0,
             warmup_ns: 0,
@@ -1189,4 +1194,20 @@ impl Sim {
             end_ns: end,
         }
     }
+}
+
+/// Write slots of a program that at least two of its threads write, on a
+/// VM of at least two vCPUs (`Vm::contended_slots`).
+fn contended_slots(code: &[GroupCode], prog: &smplab_workload::Program, vcpus: u32) -> u64 {
+    if vcpus < 2 {
+        return 0;
+    }
+    let mut once = 0u64;
+    let mut twice = 0u64;
+    for (g, _) in prog.threads() {
+        let m = code[g].write_mask;
+        twice |= once & m;
+        once |= m;
+    }
+    twice
 }
