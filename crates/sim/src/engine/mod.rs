@@ -907,7 +907,7 @@ impl Sim {
             self.now = ev.time;
             if prefetch {
                 if let Some(next) = self.q.peek_current() {
-                    self.prefetch_for(next.kind);
+                    self.prefetch_for(next);
                 }
             }
             self.handle(ev.kind);
