@@ -7,6 +7,7 @@ use super::data::{colour, executor_legend, executor_name, noise_badge, pct_ci, s
 use super::findings::{credits, diag_slowdown_ci, Credit};
 use super::{Ctx, Page};
 use crate::diagnose::{factor_colour, Attribution, Plan, INTERACTION, REMAINDER};
+use crate::metrics::Results;
 use crate::stats::MedianCi;
 use crate::svg::{self, esc, IntervalRow, ScatterPoint, StackRow};
 use smplab_record::Executor;
@@ -29,23 +30,31 @@ fn one(ctx: &Ctx, plan: &Plan, a: &Attribution, h: &mut String) {
             String::new()
         }
     );
-    let base = diag_slowdown_ci(r, a, &plan.baseline);
-    let cs = credits(r, plan, a);
-    attribution_table(ctx, plan, a, base, &cs, h);
-    attribution_charts(ctx, plan, a, base, &cs, h);
+    let shown = Shown {
+        r,
+        plan,
+        a,
+        base: diag_slowdown_ci(r, a, &plan.baseline),
+        cs: credits(r, plan, a),
+    };
+    attribution_table(&shown, h);
+    attribution_charts(&shown, h);
+}
+
+/// A diagnosis as the report shows it: its plan and attribution, the
+/// baseline's slowdown interval and the factors' credits.
+struct Shown<'a> {
+    r: &'a Results<'a>,
+    plan: &'a Plan,
+    a: &'a Attribution,
+    base: Option<MedianCi>,
+    cs: Vec<Credit>,
 }
 
 /// The attribution as a table: the baseline, each factor's credit with its
 /// noise badge, the interaction and the remainder, with what they mean.
-fn attribution_table(
-    ctx: &Ctx,
-    plan: &Plan,
-    a: &Attribution,
-    base: Option<MedianCi>,
-    cs: &[Credit],
-    h: &mut String,
-) {
-    let r = ctx.results;
+fn attribution_table(shown: &Shown, h: &mut String) {
+    let (r, plan, a, base, cs) = (shown.r, shown.plan, shown.a, shown.base, &shown.cs);
     let _ = write!(
         h,
         "<p>Baseline (HLT idle, as written, floating vCPUs, global device lock{}): slowdown {} against native {:.2} ms. Each factor is removed on its own; its credit is the baseline slowdown minus the slowdown without it.</p>",
@@ -102,15 +111,8 @@ fn attribution_table(
 
 /// Fig. 3: each configuration's slowdown with its interval, and the baseline
 /// slowdown split into credits (one colour per factor in every diagnosis).
-fn attribution_charts(
-    ctx: &Ctx,
-    plan: &Plan,
-    a: &Attribution,
-    base: Option<MedianCi>,
-    cs: &[Credit],
-    h: &mut String,
-) {
-    let r = ctx.results;
+fn attribution_charts(shown: &Shown, h: &mut String) {
+    let (r, plan, a, base, cs) = (shown.r, shown.plan, shown.a, shown.base, &shown.cs);
     // Fig. 3: each configuration's slowdown with its interval.
     let colour = colour(a.executor);
     let mut rows = Vec::new();
