@@ -138,6 +138,16 @@ impl Frame {
         );
     }
 
+    /// A tick label under the X axis at pixel `x`, reading `v`.
+    fn x_tick_label(&self, s: &mut String, x: f64, v: f64) {
+        let _ = write!(
+            s,
+            "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"middle\">{v}</text>",
+            y = self.top + self.ph() + 14.0,
+            v = fmt_num(v)
+        );
+    }
+
     /// Y axis from `lo` to `hi` with gridlines and a label.
     fn y_axis(&self, s: &mut String, lo: f64, hi: f64, label: &str, log: bool) {
         let ticks = 5;

@@ -68,13 +68,7 @@ pub fn line_chart(title: &str, xlabel: &str, ylabel: &str, lines: &[Line]) -> St
     xt.sort_by(f64::total_cmp);
     xt.dedup();
     for x in xt {
-        let _ = write!(
-            s,
-            "<text x=\"{px:.1}\" y=\"{ty:.1}\" text-anchor=\"middle\">{v}</text>",
-            px = x_of(x),
-            ty = axis_y + 14.0,
-            v = fmt_num(x)
-        );
+        f.x_tick_label(&mut s, x_of(x), x);
     }
     f.x_axis_line(&mut s, xlabel);
     for l in lines {

@@ -46,13 +46,7 @@ pub fn xy_scatter(
     let axis_y = f.top + f.ph();
     for i in 0..=5 {
         let v = xlo + (xhi - xlo) * i as f64 / 5.0;
-        let _ = write!(
-            s,
-            "<text x=\"{x:.1}\" y=\"{y:.1}\" text-anchor=\"middle\">{v}</text>",
-            x = x_of(v),
-            y = axis_y + 14.0,
-            v = fmt_num(v)
-        );
+        f.x_tick_label(&mut s, x_of(v), v);
     }
     f.x_axis_line(&mut s, xlabel);
     if diagonal {
