@@ -8,21 +8,27 @@
 //! point, starts every vCPU with INIT/SIPI, and runs the workload's threads at
 //! CPL3, where even a PVM (nested, emulated-CPL0) host runs them natively. See
 //! docs/guest.md for the design and docs/guest-abi.md for the boot contract.
+//!
+//! This module owns what both VMMs share: the run options, the errors, the
+//! checks before a run, the guest command line and the record's common part;
+//! `vm` runs the guest on smplab-vmm, `qemu` under QEMU.
 
+mod qemu;
 pub mod result;
+mod vm;
 
 use smplab_record::config::IrqAffinity;
 use smplab_record::{exit, Executor, RunRecord, WorkloadInfo};
-use smplab_vmm::{ConsoleSink, Irqchip, KernelImage, Placement, SyncMode, VmConfig, VmmError};
+use smplab_vmm::{Irqchip, SyncMode, VmmError};
 use smplab_workload::Program;
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use qemu::{qemu_args, run_qemu};
 pub use result::{GuestResult, ResultError};
 /// The start gate K VMs share (`VmRunOptions::start_gate`).
 pub use smplab_vmm::StartGate;
+pub use vm::run_vm;
 
 /// The guest kernel: an ELF64 x86-64 image with a PVH entry point.
 pub const GUEST_ELF: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/smplab-guest.elf"));
@@ -351,16 +357,6 @@ pub fn check_pin(pin: &[usize]) -> Result<(), GuestError> {
 /// CPUs a `libc::cpu_set_t` can hold (CPU_SETSIZE).
 const CPU_SET_BITS: usize = 8 * std::mem::size_of::<libc::cpu_set_t>();
 
-fn kernel_bytes(opts: &VmRunOptions) -> Result<Vec<u8>, GuestError> {
-    match &opts.kernel {
-        None => Ok(GUEST_ELF.to_vec()),
-        Some(p) => std::fs::read(p).map_err(|source| GuestError::Io {
-            what: format!("reading kernel {}", p.display()),
-            source,
-        }),
-    }
-}
-
 /// Map a guest exit status (port 0x501) to success or an error.
 fn check_exit(code: u32, console: &[u8], watchdog_ms: u64) -> Result<(), GuestError> {
     let console = String::from_utf8_lossy(console).into_owned();
@@ -408,328 +404,10 @@ fn running_kept(opts: &VmRunOptions) -> bool {
         .is_some_and(|h| h.scheduler.policy().is_user_level())
 }
 
-/// Run `program` in the smplab guest on smplab-vmm.
-pub fn run_vm(
-    program: &Program,
-    info: WorkloadInfo,
-    opts: &VmRunOptions,
-) -> Result<RunRecord, GuestError> {
-    let mem = check(program, opts)?;
-    let mut cfg = VmConfig::new(match &opts.kernel {
-        None => KernelImage::Bytes(GUEST_ELF.to_vec()),
-        Some(p) => KernelImage::Path(p.clone()),
-    });
-    cfg.cmdline = cmdline(program, opts, false);
-    cfg.modules = vec![smplab_workload::encode::encode(program)];
-    cfg.vcpus = opts.vcpus;
-    cfg.mem_bytes = mem;
-    cfg.sync = opts.sync;
-    cfg.irqchip = opts.irqchip;
-    cfg.vmm_halt_poll = opts.vmm_halt_poll;
-    cfg.placement = match &opts.pin {
-        Some(cpus) if !cpus.is_empty() => Placement::Pinned(cpus.clone()),
-        _ => Placement::Floating,
-    };
-    cfg.io_cpu = opts.io_cpu;
-    cfg.timeout = Some(opts.timeout);
-    cfg.start_gate = opts.start_gate.clone();
-    cfg.host = opts.host.clone();
-    cfg.irq_route = opts.irq_route.clone();
-    if let (Some(host), IrqAffinity::Running) = (&opts.host, &opts.irq_affinity) {
-        // The guest boots with every vCPU in turn (`io_irq`); the scheduler
-        // points the routing page at the running ones once memory exists.
-        host.scheduler
-            .set_irq_affinity(host.vm, &IrqAffinity::Running)
-            .map_err(|_| GuestError::IrqAffinityUnsupported(IrqAffinity::Running))?;
-    }
-    cfg.block = program
-        .uses_io()
-        .then(|| smplab_vmm::devices::block::BlockConfig {
-            queue_depths: program.devices.iter().map(|d| d.queue_depth).collect(),
-            thread_cpus: opts.io_thread_cpus.clone(),
-        });
-    cfg.console = if opts.show_console {
-        ConsoleSink::Stdout
-    } else {
-        ConsoleSink::Capture
-    };
-    let run = smplab_vmm::run_vm(&cfg)?;
-    let watchdog_ms = u64::try_from(opts.timeout.as_millis()).unwrap_or(u64::MAX) * 9 / 10;
-    check_exit(run.exit_code, &run.console, watchdog_ms)?;
-    let parsed = result::parse(&run.result).map_err(|e| {
-        GuestError::BadResult(e, String::from_utf8_lossy(&run.console).into_owned())
-    })?;
-    let mut rec = base_record(Executor::Vm, info, program, opts, mem);
-    rec.set_config("sync", opts.sync.as_str());
-    if opts.irqchip != Irqchip::Kernel {
-        rec.set_config("irqchip", opts.irqchip.as_str());
-        rec.set_config(
-            "vmm_halt_poll_ns",
-            u64::try_from(opts.vmm_halt_poll.as_nanos()).unwrap_or(u64::MAX),
-        );
-    }
-    if let Some(io) = opts.io_cpu {
-        rec.set_config("io_cpu", io);
-    }
-    if program.uses_io() {
-        rec.set_config("irq_affinity", opts.irq_affinity.to_string());
-        rec.set_config(
-            "io_thread_cpus",
-            smplab_record::config::IoThreadCpus(opts.io_thread_cpus.clone()).to_string(),
-        );
-    }
-    let console = || String::from_utf8_lossy(&run.console).into_owned();
-    parsed
-        .fill(&mut rec, program)
-        .map_err(|e| GuestError::BadResult(e, console()))?;
-    rec.io = parsed.io_section(
-        run.block
-            .as_ref()
-            .map(|b| (b.requests, b.device_latency.clone())),
-    );
-    if let Some(mut window) = host_window(&run.section) {
-        // The guest settles its waiters before "ready", so the host's window
-        // starts after it; the guest measured it.
-        window.settle = parsed.settle();
-        rec.timing.window = Some(window);
-    }
-    rec.timing.total_ns = Some(u64::try_from(run.wall.as_nanos()).unwrap_or(u64::MAX));
-    rec.vmm = Some(run.section);
-    Ok(rec)
-}
-
-/// The workload window as smplab-vmm saw it on the host clock: the guest's
-/// "ready", the VMM's "go", the guest's "done" (absent if the run stopped
-/// before "done").
-fn host_window(section: &smplab_record::vmm::VmmSection) -> Option<smplab_record::WorkloadWindow> {
-    let w = section.window.as_ref()?;
-    Some(smplab_record::WorkloadWindow {
-        clock: smplab_record::WindowClock::HostMonotonic,
-        threads_ready_ns: w.ready_ns,
-        start_ns: w.go_ns,
-        end_ns: w.done_ns?,
-        start_gate: w.start_gate,
-        settle: None,
-    })
-}
-
-/// Whether `binary` can be run (a path, or a name found on PATH).
-fn find_binary(binary: &std::path::Path) -> Option<PathBuf> {
-    if binary.components().count() > 1 {
-        return binary.is_file().then(|| binary.to_path_buf());
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(binary))
-            .find(|p| p.is_file())
-    })
-}
-
-/// The QEMU command line (without the binary) for a run.
-pub fn qemu_args(
-    kernel: &std::path::Path,
-    program_file: &std::path::Path,
-    cmdline: &str,
-    opts: &VmRunOptions,
-    mem: u64,
-) -> Vec<String> {
-    let mib = mem.div_ceil(1 << 20);
-    vec![
-        "-accel".into(),
-        "kvm".into(),
-        "-cpu".into(),
-        "max,-arch-capabilities".into(),
-        "-M".into(),
-        "q35".into(),
-        "-m".into(),
-        format!("{mib}M"),
-        "-smp".into(),
-        opts.vcpus.to_string(),
-        "-nodefaults".into(),
-        "-display".into(),
-        "none".into(),
-        "-monitor".into(),
-        "none".into(),
-        "-serial".into(),
-        "stdio".into(),
-        "-no-reboot".into(),
-        "-kernel".into(),
-        kernel.display().to_string(),
-        "-append".into(),
-        cmdline.into(),
-        "-initrd".into(),
-        program_file.display().to_string(),
-        "-device".into(),
-        "isa-debug-exit,iobase=0x501,iosize=2".into(),
-    ]
-}
-
-/// Run `program` in the smplab guest under QEMU with KVM, the VMM a user would
-/// otherwise pick. The result comes back framed on the serial console.
-// Casts: a Unix exit status is 0..=255, so it is non-negative.
-#[allow(clippy::cast_sign_loss)]
-pub fn run_qemu(
-    program: &Program,
-    info: WorkloadInfo,
-    opts: &VmRunOptions,
-) -> Result<RunRecord, GuestError> {
-    if opts.irqchip != Irqchip::Kernel {
-        return Err(GuestError::QemuUserIrqchip);
-    }
-    if program.uses_io() {
-        return Err(GuestError::IoUnsupported);
-    }
-    let mem = check(program, opts)?;
-    let wanted = opts
-        .qemu_binary
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("qemu-system-x86_64"));
-    let binary = find_binary(&wanted).ok_or_else(|| GuestError::QemuMissing {
-        binary: wanted.display().to_string(),
-    })?;
-    let dir = TempDir::new()?;
-    let kernel_path = dir.0.join("smplab-guest.elf");
-    let program_path = dir.0.join("program.bin");
-    let io = |what: &str| {
-        let what = what.to_string();
-        move |source| GuestError::Io { what, source }
-    };
-    std::fs::write(&kernel_path, kernel_bytes(opts)?).map_err(io("writing the kernel image"))?;
-    std::fs::write(&program_path, smplab_workload::encode::encode(program))
-        .map_err(io("writing the program"))?;
-    let cmdline = cmdline(program, opts, true);
-    let mut cmd = Command::new(&binary);
-    cmd.args(qemu_args(&kernel_path, &program_path, &cmdline, opts, mem))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(cpus) = opts.pin.clone().filter(|c| !c.is_empty()) {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: the closure runs in the forked child before exec and only calls
-        // async-signal-safe libc functions (CPU_ZERO/CPU_SET are plain bit
-        // operations, sched_setaffinity is a system call) on a local set.
-        unsafe {
-            cmd.pre_exec(move || {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_ZERO(&mut set);
-                // check_pin (in check) kept every CPU below CPU_SET_BITS.
-                for &c in cpus.iter().filter(|&&c| c < CPU_SET_BITS) {
-                    libc::CPU_SET(c, &mut set);
-                }
-                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-    let started = Instant::now();
-    let mut child = cmd.spawn().map_err(io("starting QEMU"))?;
-    // Drain stdout/stderr on threads so a chatty guest cannot block QEMU.
-    let mut out = child.stdout.take();
-    let mut err = child.stderr.take();
-    let out_t = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        if let Some(o) = out.as_mut() {
-            let _ = o.read_to_end(&mut v);
-        }
-        v
-    });
-    let err_t = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        if let Some(e) = err.as_mut() {
-            let _ = e.read_to_end(&mut v);
-        }
-        v
-    });
-    let status = loop {
-        match child.try_wait().map_err(io("waiting for QEMU"))? {
-            Some(s) => break s,
-            None if started.elapsed() > opts.timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                let console = out_t.join().unwrap_or_default();
-                return Err(GuestError::QemuTimeout {
-                    seconds: opts.timeout.as_secs_f64(),
-                    console: String::from_utf8_lossy(&console).into_owned(),
-                });
-            }
-            None => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
-    let wall = started.elapsed();
-    let stdout = out_t.join().unwrap_or_default();
-    let stderr = String::from_utf8_lossy(&err_t.join().unwrap_or_default()).into_owned();
-    // isa-debug-exit: QEMU exits with (value << 1) | 1.
-    let code = match status.code() {
-        Some(c) if c & 1 == 1 => (c as u32) >> 1,
-        _ => {
-            return Err(GuestError::QemuFailed {
-                status: status.to_string(),
-                stderr,
-            })
-        }
-    };
-    let (record_bytes, console) = match result::split_serial(&stdout) {
-        Ok(split) => split,
-        Err(e) => {
-            check_exit(
-                code,
-                &stdout,
-                u64::try_from(opts.timeout.as_millis()).unwrap_or(u64::MAX) * 9 / 10,
-            )?;
-            return Err(GuestError::BadResult(
-                e,
-                String::from_utf8_lossy(&stdout).into_owned(),
-            ));
-        }
-    };
-    if opts.show_console {
-        print!("{}", String::from_utf8_lossy(&console));
-    }
-    check_exit(
-        code,
-        &console,
-        u64::try_from(opts.timeout.as_millis()).unwrap_or(u64::MAX) * 9 / 10,
-    )?;
-    let parsed = result::parse(&record_bytes)
-        .map_err(|e| GuestError::BadResult(e, String::from_utf8_lossy(&console).into_owned()))?;
-    let mut rec = base_record(Executor::Qemu, info, program, opts, mem);
-    rec.set_config("qemu", binary.display().to_string());
-    parsed
-        .fill(&mut rec, program)
-        .map_err(|e| GuestError::BadResult(e, String::from_utf8_lossy(&console).into_owned()))?;
-    rec.timing.total_ns = Some(u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX));
-    Ok(rec)
-}
-
-/// A private temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Result<Self, GuestError> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!("smplab-qemu-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|source| GuestError::Io {
-            what: format!("creating {}", dir.display()),
-            source,
-        })?;
-        Ok(TempDir(dir))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qemu::find_binary;
 
     #[test]
     fn io_programs_are_refused_by_qemu_and_with_sim_only_affinity() {

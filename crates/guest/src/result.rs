@@ -216,89 +216,11 @@ pub fn parse(bytes: &[u8]) -> Result<GuestResult, ResultError> {
         let mut words = line.split_whitespace();
         let Some(key) = words.next() else { continue };
         let rest: Vec<&str> = words.collect();
-        match key {
-            "tsc_hz" => r.tsc_hz = nums::<1>(n, &rest)?[0],
-            "cpus" => r.cpus = narrow(n, nums::<1>(n, &rest)?[0])?,
-            "idle" => r.idle = rest.join(" "),
-            "timer_hz" => r.timer_hz = narrow(n, nums::<1>(n, &rest)?[0])?,
-            "lapic_hz" => r.lapic_hz = nums::<1>(n, &rest)?[0],
-            "boot_tsc" => r.boot_tsc = nums::<1>(n, &rest)?[0],
-            "gate" => {
-                let v = nums::<7>(n, &rest)?;
-                r.gate = Some(GuestGate {
-                    last_spawn_tsc: v[0],
-                    all_arrived_tsc: v[1],
-                    release_tsc: v[2],
-                    release_ticks: v[3],
-                    done_tsc: v[4],
-                    done_ticks: v[5],
-                    vmm_reply: v[6],
-                });
-            }
-            "thread" => {
-                let v = nums::<10>(n, &rest)?;
-                r.threads.push(GuestThread {
-                    group: narrow(n, v[0])?,
-                    index: narrow(n, v[1])?,
-                    start_tsc: v[2],
-                    end_tsc: v[3],
-                    cpu_tsc: v[4],
-                    spins: v[5],
-                    blocks: v[6],
-                    wakeups: v[7],
-                    csw_voluntary: v[8],
-                    csw_involuntary: v[9],
-                });
-            }
-            "ops" if rest.len() == 13 => {
-                // A guest from before `io`: the 14th counter is 0.
-                r.ops[..13].copy_from_slice(&nums::<13>(n, &rest)?);
-            }
-            "ops" => r.ops = nums::<{ counter_names::COUNT }>(n, &rest)?,
-            "io_irqs" => r.io_irqs = num_list(n, &rest)?,
-            "io_spurious" => r.io_spurious = num_list(n, &rest)?,
-            "window_idle" => r.window_idle_tsc = Some(num_list(n, &rest)?),
-            "settle" => {
-                let v = nums::<2>(n, &rest)?;
-                let outcome = match v[1] {
-                    0 => SettleOutcome::Skipped,
-                    1 => SettleOutcome::Settled,
-                    2 => SettleOutcome::Unsettled,
-                    o => {
-                        return Err(ResultError::Malformed {
-                            line: n,
-                            reason: format!("settle outcome {o} (want 0, 1 or 2)"),
-                        })
-                    }
-                };
-                r.settle = Some((v[0], outcome));
-            }
-            "io_samples" => r.io_samples = nums::<1>(n, &rest)?[0],
-            "io_lat" => {
-                let v = nums::<2>(n, &rest)?;
-                r.io_latency.push((v[0], v[1]));
-            }
-            "cpu" => {
-                let v = nums::<9>(n, &rest)?;
-                r.vcpus.push(GuestCpu {
-                    id: narrow(n, v[0])?,
-                    ipis_sent: v[1],
-                    ipis_received: v[2],
-                    halts: v[3],
-                    wakeups: v[4],
-                    context_switches: v[5],
-                    idle_tsc: v[6],
-                    ticks: v[7],
-                    syscalls: v[8],
-                });
-            }
-            "end" => {
-                ended = true;
-                break;
-            }
-            // Unknown keys are skipped so a newer guest can add lines.
-            _ => {}
+        if key == "end" {
+            ended = true;
+            break;
         }
+        read_line(&mut r, n, key, &rest)?;
     }
     if !ended {
         return Err(ResultError::Truncated);
@@ -310,6 +232,91 @@ pub fn parse(bytes: &[u8]) -> Result<GuestResult, ResultError> {
         });
     }
     Ok(r)
+}
+
+/// Read one line of the record, `key` and its words `rest`, into `r`; `n`
+/// is its line number for messages.
+fn read_line(r: &mut GuestResult, n: usize, key: &str, rest: &[&str]) -> Result<(), ResultError> {
+    match key {
+        "tsc_hz" => r.tsc_hz = nums::<1>(n, rest)?[0],
+        "cpus" => r.cpus = narrow(n, nums::<1>(n, rest)?[0])?,
+        "idle" => r.idle = rest.join(" "),
+        "timer_hz" => r.timer_hz = narrow(n, nums::<1>(n, rest)?[0])?,
+        "lapic_hz" => r.lapic_hz = nums::<1>(n, rest)?[0],
+        "boot_tsc" => r.boot_tsc = nums::<1>(n, rest)?[0],
+        "gate" => {
+            let v = nums::<7>(n, rest)?;
+            r.gate = Some(GuestGate {
+                last_spawn_tsc: v[0],
+                all_arrived_tsc: v[1],
+                release_tsc: v[2],
+                release_ticks: v[3],
+                done_tsc: v[4],
+                done_ticks: v[5],
+                vmm_reply: v[6],
+            });
+        }
+        "thread" => {
+            let v = nums::<10>(n, rest)?;
+            r.threads.push(GuestThread {
+                group: narrow(n, v[0])?,
+                index: narrow(n, v[1])?,
+                start_tsc: v[2],
+                end_tsc: v[3],
+                cpu_tsc: v[4],
+                spins: v[5],
+                blocks: v[6],
+                wakeups: v[7],
+                csw_voluntary: v[8],
+                csw_involuntary: v[9],
+            });
+        }
+        "ops" if rest.len() == 13 => {
+            // A guest from before `io`: the 14th counter is 0.
+            r.ops[..13].copy_from_slice(&nums::<13>(n, rest)?);
+        }
+        "ops" => r.ops = nums::<{ counter_names::COUNT }>(n, rest)?,
+        "io_irqs" => r.io_irqs = num_list(n, rest)?,
+        "io_spurious" => r.io_spurious = num_list(n, rest)?,
+        "window_idle" => r.window_idle_tsc = Some(num_list(n, rest)?),
+        "settle" => {
+            let v = nums::<2>(n, rest)?;
+            let outcome = match v[1] {
+                0 => SettleOutcome::Skipped,
+                1 => SettleOutcome::Settled,
+                2 => SettleOutcome::Unsettled,
+                o => {
+                    return Err(ResultError::Malformed {
+                        line: n,
+                        reason: format!("settle outcome {o} (want 0, 1 or 2)"),
+                    })
+                }
+            };
+            r.settle = Some((v[0], outcome));
+        }
+        "io_samples" => r.io_samples = nums::<1>(n, rest)?[0],
+        "io_lat" => {
+            let v = nums::<2>(n, rest)?;
+            r.io_latency.push((v[0], v[1]));
+        }
+        "cpu" => {
+            let v = nums::<9>(n, rest)?;
+            r.vcpus.push(GuestCpu {
+                id: narrow(n, v[0])?,
+                ipis_sent: v[1],
+                ipis_received: v[2],
+                halts: v[3],
+                wakeups: v[4],
+                context_switches: v[5],
+                idle_tsc: v[6],
+                ticks: v[7],
+                syscalls: v[8],
+            });
+        }
+        // Unknown keys are skipped so a newer guest can add lines.
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Sum guest-supplied numbers, refusing a total that overflows: no real run

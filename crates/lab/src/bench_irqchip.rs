@@ -267,6 +267,36 @@ fn fmt_summary(s: &Summary) -> String {
     format!("{:.3} ±{:.0}%", s.median * 1e3, s.rel_spread() * 100.0)
 }
 
+/// A user-space interrupt controller's time per work against the in-kernel
+/// one's at the same sync mode and vCPUs: the ratio of the medians `t` and
+/// the kernel's, with the range of the per-repetition ratios of `times`;
+/// `-` for the in-kernel controller itself or without its runs.
+fn vs_kernel(runs: &WorkloadRuns, key: &Key, times: &[f64], t: &Summary) -> String {
+    (key.irqchip != Irqchip::Kernel)
+        .then(|| {
+            let kernel = runs.vm.get(&Key {
+                irqchip: Irqchip::Kernel,
+                ..*key
+            })?;
+            let kt = Summary::of(&kernel.iter().map(time_per_work).collect::<Vec<_>>())?;
+            // Ratio of medians, with the range of per-repetition ratios.
+            let ratios: Vec<f64> = times
+                .iter()
+                .zip(kernel.iter().map(time_per_work))
+                .map(|(u, k)| u / k)
+                .collect();
+            let r = Summary::of(&ratios)?;
+            Some(format!(
+                "{:.2}x [{:.2}-{:.2}]",
+                t.median / kt.median,
+                r.min,
+                r.max
+            ))
+        })
+        .flatten()
+        .unwrap_or_else(|| "-".into())
+}
+
 fn table(name: &str, runs: &WorkloadRuns, host_cpus: u32) -> String {
     let mut out = format!(
         "\n== {name} (native P = {})\n",
@@ -317,29 +347,7 @@ fn table(name: &str, runs: &WorkloadRuns, host_cpus: u32) -> String {
                 .projected(f64::from(key.vcpus)),
             )
         });
-        let vs_kernel = (key.irqchip != Irqchip::Kernel)
-            .then(|| {
-                let kernel = runs.vm.get(&Key {
-                    irqchip: Irqchip::Kernel,
-                    ..*key
-                })?;
-                let kt = Summary::of(&kernel.iter().map(time_per_work).collect::<Vec<_>>())?;
-                // Ratio of medians, with the range of per-repetition ratios.
-                let ratios: Vec<f64> = times
-                    .iter()
-                    .zip(kernel.iter().map(time_per_work))
-                    .map(|(u, k)| u / k)
-                    .collect();
-                let r = Summary::of(&ratios)?;
-                Some(format!(
-                    "{:.2}x [{:.2}-{:.2}]",
-                    t.median / kt.median,
-                    r.min,
-                    r.max
-                ))
-            })
-            .flatten()
-            .unwrap_or_else(|| "-".into());
+        let vs_kernel = vs_kernel(runs, key, &times, &t);
         let over = if key.vcpus > host_cpus { "*" } else { "" };
         out.push_str(&format!(
             "{:<8} {:<9} {:>4}{:1}  {:>18} {:>20} {:>8} {:>8} {:>7} {:>7} {:>7}  {}\n",

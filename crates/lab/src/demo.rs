@@ -11,6 +11,7 @@ use crate::point::Point;
 use crate::report::{write_report, ReportOptions};
 use crate::runner::Runner;
 use crate::spec::ExperimentSpec;
+use crate::stats::MedianCi;
 use crate::store::{Status, Store};
 use crate::sweep::{run_repeated, Repetitions, SweepOptions};
 use smplab_record::exit::{self, report_error};
@@ -187,12 +188,19 @@ pub fn summary_table(results: &Results, scale: f64) -> String {
             ws(with_vms(sim16, 4)),
         ]);
     }
-    // Columns as wide as their widest cell: intervals of large slowdowns are long.
+    let mut out = aligned(&rows);
+    out.push_str("Slowdown vs native: median [95% interval] over repetitions (sim: vs its own native model);\n~ within the noise of native, † fewer than 6 repetitions (the range). WS: weighted speedup, 1 = one VM's throughput.\n");
+    out
+}
+
+/// Rows as text columns, the first left-aligned and the others right-aligned,
+/// each as wide as its widest cell: intervals of large slowdowns are long.
+fn aligned(rows: &[[String; 8]]) -> String {
     let widths: Vec<usize> = (0..8)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
-    for r in &rows {
+    for r in rows {
         let mut line = format!("{:<w$}", r[0], w = widths[0]);
         for c in 1..8 {
             let pad = widths[c].saturating_sub(r[c].chars().count());
@@ -201,7 +209,6 @@ pub fn summary_table(results: &Results, scale: f64) -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    out.push_str("Slowdown vs native: median [95% interval] over repetitions (sim: vs its own native model);\n~ within the noise of native, † fewer than 6 repetitions (the range). WS: weighted speedup, 1 = one VM's throughput.\n");
     out
 }
 
@@ -285,208 +292,29 @@ pub fn run(args: &DemoOptions) -> i32 {
 /// The demo with any runner (tests use a fake one). Calibration needs the
 /// real VM executor and runs only when `runner` offers both vm and sim.
 pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
-    if !(args.scale.is_finite() && args.scale > 0.0) || args.reps == 0 {
-        report_error("--scale must be positive and --reps at least 1");
-        return exit::BAD_INPUT;
+    match demo_steps(runner, args) {
+        Ok(status) | Err(Stopped(status)) => status,
     }
-    let reps = Repetitions::adaptive(args.reps);
-    let out = &args.out;
-    let store_path = out.join("results.jsonl");
-    if args.fresh {
-        let _ = std::fs::remove_file(&store_path);
-    }
-    let mut store = match Store::open(&store_path) {
-        Ok(s) => s,
-        Err(e) => {
-            report_error(&e);
-            return exit::RUN_FAILED;
-        }
-    };
-    let mut notes = Vec::new();
-    let mut can = |e: Executor, what: &str| match runner.availability(e) {
-        Ok(()) => true,
-        Err(why) => {
-            notes.push(format!("Skipped {what}: {why}."));
-            false
-        }
-    };
-    let vm = can(Executor::Vm, "smplab-vmm runs and the calibration");
-    let qemu = can(Executor::Qemu, "QEMU runs");
-    let sim = can(Executor::Sim, "simulator runs");
-    outln!(
-        "smplab demo: {} profiles × native{}{}{}, {}–{} repetitions (until ±5%), scale {} → {}",
-        WORKLOADS.len(),
-        if vm { ", smplab-vmm" } else { "" },
-        if qemu { ", QEMU" } else { "" },
-        if sim {
-            ", simulator (2 and 16 vCPUs)"
-        } else {
-            ""
-        },
-        reps.min,
-        reps.max,
-        args.scale,
-        out.display()
-    );
-    for n in &notes {
-        outln!("  {n}");
-    }
-    let opts = SweepOptions {
-        retry_failed: false,
-        progress: args.progress,
-    };
-    let mut failed = 0;
-    let mut wide = Vec::new();
-    // The calibration's wide configurations, listed after the sweeps' (whose
-    // differences the summary table reports).
-    let mut calibration_wide = Vec::new();
+}
 
+/// A step that stopped the demo: its exit status, the error already reported.
+struct Stopped(i32);
+
+/// The demo's steps in order: open the store and say what runs here, then
+/// (1) calibrate, (2) sweep, (3) diagnose, (4) summarise and write the report.
+fn demo_steps(runner: &dyn Runner, args: &DemoOptions) -> Result<i32, Stopped> {
+    let mut demo = Demo::open(runner, args)?;
+    demo.announce();
     // 1. Calibrate the simulator to this host, so its 2-vCPU predictions can
     //    be set beside the measurements.
-    let calibrated = out.join("calibrated.toml");
-    let cal_scale = args.scale.min(CALIBRATION_SCALE);
-    let mut calibration = None;
-    let mut platform = "pvm-here".to_string();
-    if vm && sim {
-        if calibrated.exists() && !args.fresh {
-            outln!("[1/4] calibration: reusing {}", calibrated.display());
-            platform = calibrated.display().to_string();
-            // The fitted fields are in the profile; its header says how.
-            let mut cal = crate::calibrate::Calibration::default();
-            cal.unmeasured.push((
-                "fitted fields".into(),
-                format!(
-                    "fitted when {} was written; see that file",
-                    calibrated.display()
-                ),
-            ));
-            calibration = Some(cal);
-        } else {
-            outln!(
-                "[1/4] calibrating the simulator to this host: micro-runs, least-squares fit, held-out check"
-            );
-            // Repeated like the sweeps (at least 6 runs, until ±5%, at most
-            // --reps): the fit and the held-out check are only as certain
-            // as the medians they compare.
-            match crate::calibrate::measure(runner, &mut store, cal_scale, &reps, args.progress) {
-                Ok(rep) => {
-                    out!("{}", crate::calibrate::table(&rep.cal));
-                    calibration_wide = rep.wide;
-                    match crate::calibrate::write_profile(&rep.cal, &calibrated) {
-                        Ok(()) => platform = calibrated.display().to_string(),
-                        Err(e) => notes.push(format!(
-                            "Calibration not written ({e}); the simulator used pvm-here."
-                        )),
-                    }
-                    calibration = Some(rep.cal);
-                }
-                Err(e) => {
-                    report_error(&e);
-                    return exit::RUN_FAILED;
-                }
-            }
-        }
-    } else {
-        outln!("[1/4] calibration skipped (needs KVM and the simulator)");
-    }
-
+    let mut cal = demo.calibrate()?;
     // 2. The sweeps.
-    outln!("[2/4] sweeps: native, smplab-vmm, QEMU, simulator");
-    let (mut points, mut qemu_points) = (Vec::new(), Vec::new());
-    for (file, text) in specs(args.reps, args.scale, &platform) {
-        let _ = std::fs::create_dir_all(out);
-        let _ = std::fs::write(out.join(file), &text);
-        match ExperimentSpec::from_text(file, &text) {
-            Ok(s) => {
-                for p in s.points {
-                    match p.executor() {
-                        Executor::Vm if vm => points.push(p),
-                        Executor::Sim if sim => points.push(p),
-                        Executor::Native => points.push(p),
-                        // One QEMU run per configuration: its firmware takes
-                        // seconds to start.
-                        Executor::Qemu if qemu => qemu_points.push(p),
-                        _ => {}
-                    }
-                }
-            }
-            Err(e) => {
-                report_error(format!("internal error: demo spec {file}: {e}"));
-                return exit::INTERNAL;
-            }
-        }
-    }
-    let swept = run_repeated(&points, &mut store, runner, &opts, &reps).and_then(|a| {
-        let b = run_repeated(
-            &qemu_points,
-            &mut store,
-            runner,
-            &opts,
-            &Repetitions::fixed(1),
-        )?;
-        Ok([a, b])
-    });
-    match swept {
-        Ok([a, b]) => {
-            failed += a.failed;
-            wide.extend(a.wide);
-            // One QEMU run never has an interval: not a finding worth listing.
-            failed += b.failed;
-        }
-        Err(e) => {
-            report_error(&e);
-            return exit::RUN_FAILED;
-        }
-    }
-
+    demo.sweeps(&cal.platform)?;
     // 3. Diagnosis of one profile, measured and simulated.
-    outln!("[3/4] diagnosing {DIAGNOSED}: one factor removed at a time");
-    let mut plans = Vec::new();
-    // Longer runs for the measured diagnosis when the demo is small: its
-    // credits are differences of wall times, and scheduling noise on a shared
-    // host is per run, not per unit of work.
-    let diag_scale = (args.scale * 5.0).min(1.0).max(args.scale);
-    if vm {
-        plans.push(Plan::new(diagnose::baseline(
-            Executor::Vm,
-            DIAGNOSED,
-            2,
-            diag_scale,
-            "",
-        )));
-    }
-    if sim {
-        plans.push(Plan::new(diagnose::baseline(
-            Executor::Sim,
-            DIAGNOSED,
-            16,
-            args.scale,
-            "pvm-here",
-        )));
-    }
-    for plan in &plans {
-        // Every configuration of the plan (native included) interleaved,
-        // repeated until its interval is narrow: credits are only given
-        // outside the noise.
-        let mut pts = plan.points(1);
-        for p in &mut pts {
-            p.timeout_s = 120;
-        }
-        match run_repeated(&pts, &mut store, runner, &opts, &reps) {
-            Ok(s) => {
-                failed += s.failed;
-                wide.extend(s.wide);
-            }
-            Err(e) => {
-                report_error(&e);
-                return exit::RUN_FAILED;
-            }
-        }
-    }
-
+    let plans = demo.diagnoses()?;
     // 4. Summary and report.
     outln!("[4/4] report");
-    let results = Results::new(&store);
+    let results = Results::new(&demo.store);
     outln!();
     let summary = summary_table(&results, args.scale);
     out!("{summary}");
@@ -496,17 +324,292 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
             out!("{}", diagnose::table(&a));
         }
     }
-    if let Some(t) = prediction_table(&results, &store, cal_scale, &platform) {
+    if let Some(t) = prediction_table(&results, &demo.store, cal.scale, &cal.platform) {
         outln!();
         out!("{t}");
     }
-    let of_calibration = calibration_wide.len();
-    wide.append(&mut calibration_wide);
-    if !wide.is_empty() {
+    demo.list_wide(&mut cal.wide);
+    let problems = list_failed(&demo.store);
+    demo.write_report(cal.calibration)?;
+    for n in &demo.notes {
+        outln!("note: {n}");
+    }
+    Ok(if demo.failed > 0 || problems > 0 {
+        exit::PARTIAL
+    } else {
+        exit::OK
+    })
+}
+
+/// What the demo's steps share: the store they fill, how they repeat points,
+/// which executors run here, and what they found on the way.
+struct Demo<'a> {
+    runner: &'a dyn Runner,
+    args: &'a DemoOptions,
+    store_path: PathBuf,
+    store: Store,
+    reps: Repetitions,
+    opts: SweepOptions,
+    vm: bool,
+    qemu: bool,
+    sim: bool,
+    /// Skipped parts and caveats, printed and put in the report.
+    notes: Vec<String>,
+    /// Points that failed in the sweeps and diagnoses.
+    failed: usize,
+    /// The sweeps' and diagnoses' configurations that reached the most
+    /// repetitions without a ±5% interval.
+    wide: Vec<(String, MedianCi)>,
+}
+
+/// The calibration step's outcome: the platform the simulator runs on.
+struct Calibrated {
+    /// What the report says about the calibration; None when skipped.
+    calibration: Option<crate::calibrate::Calibration>,
+    /// The calibrated profile's path, or `pvm-here` without one.
+    platform: String,
+    /// The calibration's largest scale.
+    scale: f64,
+    /// The calibration's configurations that reached the most repetitions
+    /// without a ±5% interval.
+    wide: Vec<(String, MedianCi)>,
+}
+
+impl<'a> Demo<'a> {
+    /// Check the options, open (or, fresh, restart) the store and find out
+    /// which executors run here.
+    fn open(runner: &'a dyn Runner, args: &'a DemoOptions) -> Result<Self, Stopped> {
+        if !(args.scale.is_finite() && args.scale > 0.0) || args.reps == 0 {
+            report_error("--scale must be positive and --reps at least 1");
+            return Err(Stopped(exit::BAD_INPUT));
+        }
+        let store_path = args.out.join("results.jsonl");
+        if args.fresh {
+            let _ = std::fs::remove_file(&store_path);
+        }
+        let store = Store::open(&store_path).map_err(|e| {
+            report_error(&e);
+            Stopped(exit::RUN_FAILED)
+        })?;
+        let mut notes = Vec::new();
+        let mut can = |e: Executor, what: &str| match runner.availability(e) {
+            Ok(()) => true,
+            Err(why) => {
+                notes.push(format!("Skipped {what}: {why}."));
+                false
+            }
+        };
+        let vm = can(Executor::Vm, "smplab-vmm runs and the calibration");
+        let qemu = can(Executor::Qemu, "QEMU runs");
+        let sim = can(Executor::Sim, "simulator runs");
+        Ok(Demo {
+            runner,
+            args,
+            store_path,
+            store,
+            reps: Repetitions::adaptive(args.reps),
+            opts: SweepOptions {
+                retry_failed: false,
+                progress: args.progress,
+            },
+            vm,
+            qemu,
+            sim,
+            notes,
+            failed: 0,
+            wide: Vec::new(),
+        })
+    }
+
+    /// Say what the demo runs and what it skips.
+    fn announce(&self) {
+        outln!(
+            "smplab demo: {} profiles × native{}{}{}, {}–{} repetitions (until ±5%), scale {} → {}",
+            WORKLOADS.len(),
+            if self.vm { ", smplab-vmm" } else { "" },
+            if self.qemu { ", QEMU" } else { "" },
+            if self.sim {
+                ", simulator (2 and 16 vCPUs)"
+            } else {
+                ""
+            },
+            self.reps.min,
+            self.reps.max,
+            self.args.scale,
+            self.args.out.display()
+        );
+        for n in &self.notes {
+            outln!("  {n}");
+        }
+    }
+
+    /// Step 1: calibrate the simulator to this host (or reuse the profile an
+    /// earlier demo wrote); without KVM and the simulator, `pvm-here`.
+    fn calibrate(&mut self) -> Result<Calibrated, Stopped> {
+        let args = self.args;
+        let calibrated = args.out.join("calibrated.toml");
+        let mut cal = Calibrated {
+            calibration: None,
+            platform: "pvm-here".to_string(),
+            scale: args.scale.min(CALIBRATION_SCALE),
+            wide: Vec::new(),
+        };
+        if !(self.vm && self.sim) {
+            outln!("[1/4] calibration skipped (needs KVM and the simulator)");
+            return Ok(cal);
+        }
+        if calibrated.exists() && !args.fresh {
+            outln!("[1/4] calibration: reusing {}", calibrated.display());
+            cal.platform = calibrated.display().to_string();
+            // The fitted fields are in the profile; its header says how.
+            let mut reused = crate::calibrate::Calibration::default();
+            reused.unmeasured.push((
+                "fitted fields".into(),
+                format!(
+                    "fitted when {} was written; see that file",
+                    calibrated.display()
+                ),
+            ));
+            cal.calibration = Some(reused);
+            return Ok(cal);
+        }
+        outln!(
+            "[1/4] calibrating the simulator to this host: micro-runs, least-squares fit, held-out check"
+        );
+        // Repeated like the sweeps (at least 6 runs, until ±5%, at most
+        // --reps): the fit and the held-out check are only as certain
+        // as the medians they compare.
+        let rep = crate::calibrate::measure(
+            self.runner,
+            &mut self.store,
+            cal.scale,
+            &self.reps,
+            args.progress,
+        )
+        .map_err(|e| {
+            report_error(&e);
+            Stopped(exit::RUN_FAILED)
+        })?;
+        out!("{}", crate::calibrate::table(&rep.cal));
+        cal.wide = rep.wide;
+        match crate::calibrate::write_profile(&rep.cal, &calibrated) {
+            Ok(()) => cal.platform = calibrated.display().to_string(),
+            Err(e) => self.notes.push(format!(
+                "Calibration not written ({e}); the simulator used pvm-here."
+            )),
+        }
+        cal.calibration = Some(rep.cal);
+        Ok(cal)
+    }
+
+    /// Step 2: write the demo's specs and run their points on the executors
+    /// available here, simulator points on `platform`.
+    fn sweeps(&mut self, platform: &str) -> Result<(), Stopped> {
+        outln!("[2/4] sweeps: native, smplab-vmm, QEMU, simulator");
+        let out = &self.args.out;
+        let (mut points, mut qemu_points) = (Vec::new(), Vec::new());
+        for (file, text) in specs(self.args.reps, self.args.scale, platform) {
+            let _ = std::fs::create_dir_all(out);
+            let _ = std::fs::write(out.join(file), &text);
+            let spec = ExperimentSpec::from_text(file, &text).map_err(|e| {
+                report_error(format!("internal error: demo spec {file}: {e}"));
+                Stopped(exit::INTERNAL)
+            })?;
+            for p in spec.points {
+                match p.executor() {
+                    Executor::Vm if self.vm => points.push(p),
+                    Executor::Sim if self.sim => points.push(p),
+                    Executor::Native => points.push(p),
+                    // One QEMU run per configuration: its firmware takes
+                    // seconds to start.
+                    Executor::Qemu if self.qemu => qemu_points.push(p),
+                    _ => {}
+                }
+            }
+        }
+        let (store, runner, opts) = (&mut self.store, self.runner, &self.opts);
+        let swept = run_repeated(&points, store, runner, opts, &self.reps).and_then(|a| {
+            let b = run_repeated(&qemu_points, store, runner, opts, &Repetitions::fixed(1))?;
+            Ok([a, b])
+        });
+        match swept {
+            Ok([a, b]) => {
+                self.failed += a.failed;
+                self.wide.extend(a.wide);
+                // One QEMU run never has an interval: not a finding worth listing.
+                self.failed += b.failed;
+                Ok(())
+            }
+            Err(e) => {
+                report_error(&e);
+                Err(Stopped(exit::RUN_FAILED))
+            }
+        }
+    }
+
+    /// Step 3: diagnose [`DIAGNOSED`] in smplab-vmm and in the simulator,
+    /// each plan's configurations repeated until their intervals are narrow.
+    fn diagnoses(&mut self) -> Result<Vec<Plan>, Stopped> {
+        outln!("[3/4] diagnosing {DIAGNOSED}: one factor removed at a time");
+        let scale = self.args.scale;
+        let mut plans = Vec::new();
+        // Longer runs for the measured diagnosis when the demo is small: its
+        // credits are differences of wall times, and scheduling noise on a shared
+        // host is per run, not per unit of work.
+        let diag_scale = (scale * 5.0).min(1.0).max(scale);
+        if self.vm {
+            plans.push(Plan::new(diagnose::baseline(
+                Executor::Vm,
+                DIAGNOSED,
+                2,
+                diag_scale,
+                "",
+            )));
+        }
+        if self.sim {
+            plans.push(Plan::new(diagnose::baseline(
+                Executor::Sim,
+                DIAGNOSED,
+                16,
+                scale,
+                "pvm-here",
+            )));
+        }
+        for plan in &plans {
+            // Every configuration of the plan (native included) interleaved,
+            // repeated until its interval is narrow: credits are only given
+            // outside the noise.
+            let mut pts = plan.points(1);
+            for p in &mut pts {
+                p.timeout_s = 120;
+            }
+            match run_repeated(&pts, &mut self.store, self.runner, &self.opts, &self.reps) {
+                Ok(s) => {
+                    self.failed += s.failed;
+                    self.wide.extend(s.wide);
+                }
+                Err(e) => {
+                    report_error(&e);
+                    return Err(Stopped(exit::RUN_FAILED));
+                }
+            }
+        }
+        Ok(plans)
+    }
+
+    /// List the configurations (the calibration's, `calibration_wide`, last)
+    /// that reached the most repetitions without a ±5% interval, with a note.
+    fn list_wide(&mut self, calibration_wide: &mut Vec<(String, MedianCi)>) {
+        let of_calibration = calibration_wide.len();
+        let wide = &mut self.wide;
+        wide.append(calibration_wide);
+        if wide.is_empty() {
+            return;
+        }
         outln!(
             "\n{} configurations ({of_calibration} of them the calibration's) reached {} repetitions without a 95% interval within ±5% of the median (the host is noisy; their differences are less certain):",
             wide.len(),
-            reps.max
+            self.reps.max
         );
         for (label, ci) in wide.iter().take(10) {
             outln!(
@@ -515,12 +618,51 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
                 ci.n
             );
         }
-        notes.push(format!(
+        self.notes.push(format!(
             "{} configurations ({of_calibration} of them the calibration's) reached {} repetitions without a 95% interval within ±5% of the median.",
             wide.len(),
-            reps.max
+            self.reps.max
         ));
     }
+
+    /// Write the report (with the notes and the calibration) and say where
+    /// it and the store are.
+    fn write_report(
+        &self,
+        calibration: Option<crate::calibrate::Calibration>,
+    ) -> Result<(), Stopped> {
+        let out = &self.args.out;
+        let report_dir = out.join("report");
+        match write_report(
+            &self.store,
+            &report_dir,
+            &ReportOptions {
+                title: "smplab demo".into(),
+                notes: self.notes.clone(),
+                sections: vec![],
+                calibration,
+            },
+        ) {
+            Ok(f) => {
+                outln!("\nreport: {}", f.html.display());
+                outln!(
+                    "store:  {}   (rerun `smplab demo` to resume; specs: {})",
+                    self.store_path.display(),
+                    out.join("demo-*.toml").display()
+                );
+                Ok(())
+            }
+            Err(e) => {
+                report_error(&e);
+                Err(Stopped(exit::RUN_FAILED))
+            }
+        }
+    }
+}
+
+/// List the store's failed points (the first five, one line each); how many
+/// there are.
+fn list_failed(store: &Store) -> usize {
     let problems: Vec<_> = store
         .latest()
         .into_iter()
@@ -541,38 +683,7 @@ pub fn run_with(runner: &dyn Runner, args: &DemoOptions) -> i32 {
             }
         }
     }
-    let report_dir = out.join("report");
-    match write_report(
-        &store,
-        &report_dir,
-        &ReportOptions {
-            title: "smplab demo".into(),
-            notes: notes.clone(),
-            sections: vec![],
-            calibration,
-        },
-    ) {
-        Ok(f) => {
-            outln!("\nreport: {}", f.html.display());
-            outln!(
-                "store:  {}   (rerun `smplab demo` to resume; specs: {})",
-                store_path.display(),
-                out.join("demo-*.toml").display()
-            );
-        }
-        Err(e) => {
-            report_error(&e);
-            return exit::RUN_FAILED;
-        }
-    }
-    for n in &notes {
-        outln!("note: {n}");
-    }
-    if failed > 0 || !problems.is_empty() {
-        exit::PARTIAL
-    } else {
-        exit::OK
-    }
+    problems.len()
 }
 
 /// Whether `dir` holds a finished demo (used by tests).

@@ -437,40 +437,7 @@ fn try_submit(
             before.in_flight.len()
         );
     }
-    let first_sim = todo
-        .iter()
-        .position(|&i| spec.points[i].executor() == Executor::Sim);
-    let sim_batch = match (args.batch, first_sim) {
-        (Some(b), _) => b as usize,
-        (None, None) => 1,
-        (None, Some(pos)) => {
-            let (cost, how) = match stored_sim_cost(store) {
-                Some((c, n)) => (c, format!("median of {n} stored simulator results")),
-                None => {
-                    // Measure one point here; its result is kept like any other.
-                    let first = todo.remove(pos);
-                    run_points(
-                        &spec.points[first..=first],
-                        store,
-                        runner,
-                        &SweepOptions::default(),
-                    )?;
-                    let secs = store
-                        .latest()
-                        .into_iter()
-                        .find(|e| e.key == spec.points[first].key())
-                        .map_or(0.0, |e| e.host_seconds);
-                    (secs, "one point measured here".to_string())
-                }
-            };
-            let b = batch_size(cost, args.task_seconds);
-            outln!(
-                "simulator points take ~{cost:.3} s each ({how}): {b} per task for ~{:.0} s tasks",
-                args.task_seconds
-            );
-            b
-        }
-    };
+    let sim_batch = sim_batch_size(spec, store, runner, args, &mut todo)?;
     if todo.is_empty() {
         outln!(
             "{}: nothing to submit ({} done, {} queued or running)",
@@ -538,6 +505,52 @@ fn try_submit(
     }
     outln!("follow with: smplab lab status {}", spec_path.display());
     Ok(())
+}
+
+/// Simulator points per array task: `--batch`, or as many as fill a task of
+/// `--task-seconds` at the stored simulator results' median cost (without
+/// any, one point of `todo` is run here to measure it, and taken off `todo`).
+fn sim_batch_size(
+    spec: &ExperimentSpec,
+    store: &mut Store,
+    runner: &dyn Runner,
+    args: &SlurmArgs,
+    todo: &mut Vec<usize>,
+) -> Result<usize, SlurmError> {
+    let first_sim = todo
+        .iter()
+        .position(|&i| spec.points[i].executor() == Executor::Sim);
+    Ok(match (args.batch, first_sim) {
+        (Some(b), _) => b as usize,
+        (None, None) => 1,
+        (None, Some(pos)) => {
+            let (cost, how) = match stored_sim_cost(store) {
+                Some((c, n)) => (c, format!("median of {n} stored simulator results")),
+                None => {
+                    // Measure one point here; its result is kept like any other.
+                    let first = todo.remove(pos);
+                    run_points(
+                        &spec.points[first..=first],
+                        store,
+                        runner,
+                        &SweepOptions::default(),
+                    )?;
+                    let secs = store
+                        .latest()
+                        .into_iter()
+                        .find(|e| e.key == spec.points[first].key())
+                        .map_or(0.0, |e| e.host_seconds);
+                    (secs, "one point measured here".to_string())
+                }
+            };
+            let b = batch_size(cost, args.task_seconds);
+            outln!(
+                "simulator points take ~{cost:.3} s each ({how}): {b} per task for ~{:.0} s tasks",
+                args.task_seconds
+            );
+            b
+        }
+    })
 }
 
 /// `smplab lab run-point`: run the given points of a spec into their

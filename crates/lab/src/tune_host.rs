@@ -161,6 +161,25 @@ fn spec_for(
     })
 }
 
+/// One host run's throughput (VM runs per second, summed over its VMs), or
+/// why it failed: the first failed VM's first error line.
+fn throughput(spec: &HostSpec) -> Result<f64, String> {
+    match run_host(spec, None, false) {
+        Ok(run) if run.all_ok() => Ok(run.walls_s().iter().flatten().map(|s| 1.0 / s).sum()),
+        Ok(run) => Err(run
+            .records
+            .iter()
+            .find_map(|o| match o {
+                crate::host::run::VmOutcome::Failed { error, .. } => {
+                    Some(error.lines().next().unwrap_or("").to_string())
+                }
+                crate::host::run::VmOutcome::Ok(_) => None,
+            })
+            .unwrap_or_default()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 pub fn host_matrix(a: &HostMatrixArgs) -> i32 {
     let cpus = match smplab_record::cpus::parse_cpu_list(&a.cpus) {
         Ok(c) if !c.is_empty() => c,
@@ -217,26 +236,12 @@ pub fn host_matrix(a: &HostMatrixArgs) -> i32 {
                     continue;
                 }
             };
-            match run_host(&spec, None, false) {
-                Ok(run) if run.all_ok() => {
-                    let t: f64 = run.walls_s().iter().flatten().map(|s| 1.0 / s).sum();
+            match throughput(&spec) {
+                Ok(t) => {
                     eprintln!("{label}: {t:.2} VM runs/s");
                     cell.throughput.push(t);
                 }
-                Ok(run) => {
-                    let why = run
-                        .records
-                        .iter()
-                        .find_map(|o| match o {
-                            crate::host::run::VmOutcome::Failed { error, .. } => {
-                                Some(error.lines().next().unwrap_or("").to_string())
-                            }
-                            crate::host::run::VmOutcome::Ok(_) => None,
-                        })
-                        .unwrap_or_default();
-                    failures.push((label, why));
-                }
-                Err(e) => failures.push((label, e.to_string())),
+                Err(why) => failures.push((label, why)),
             }
         }
     }

@@ -253,43 +253,13 @@ pub fn bench(args: &BenchArgs) -> i32 {
                 }
                 cell.weighted_speedup.push(ws);
                 cell.vs_linux.push(ws / linux_ws);
-                let h = &shared.host;
-                cell.spins_detected.push(h.spin_detection.spins_detected);
-                cell.spin_detection.push(h.spin_detection.clone());
-                cell.samples.push(h.spin_detection.samples);
-                cell.yields.push(h.vms.iter().map(|v| v.yields).sum());
-                cell.preemptions
-                    .push(h.vms.iter().map(|v| v.preemptions).sum());
-                #[allow(clippy::cast_precision_loss)] // ms
-                cell.steal_ms
-                    .push(h.vms.iter().map(|v| v.steal_ns).sum::<u64>() as f64 / 1e6);
-                cell.guest_spin_iterations.push(
-                    shared
-                        .records
-                        .iter()
-                        .filter_map(|o| o.record())
-                        .map(|r| r.counters.spin_iterations)
-                        .sum(),
-                );
+                record_host_figures(cell, &shared);
                 eprintln!(
                     "{profile} rep {rep} {policy}: alone {alone:.3} s, shared {walls:.3?} s, weighted speedup {ws:.2}"
                 );
             }
         }
-        for (policy, cell) in policies.iter().zip(row.iter_mut()) {
-            if let Ok(spec) = spec_for(profile, args, *policy, &cpus) {
-                match sim_prediction(
-                    &spec.vms[0],
-                    *policy,
-                    cpus.len(),
-                    spec.timeout,
-                    &args.platform,
-                ) {
-                    Ok(ws) => cell.sim_weighted_speedup = Some(ws),
-                    Err(e) => cell.sim_error = Some(e),
-                }
-            }
-        }
+        add_sim_predictions(&mut row, &policies, profile, args, &cpus);
         cells.extend(row);
     }
     print_table(&cells);
@@ -304,6 +274,53 @@ pub fn bench(args: &BenchArgs) -> i32 {
         exit::PARTIAL
     } else {
         exit::OK
+    }
+}
+
+/// The host scheduler's and the guests' figures of one shared run: spins
+/// detected, samples, yields, preemptions, steal and guest spin iterations.
+fn record_host_figures(cell: &mut Cell, shared: &HostRun) {
+    let h = &shared.host;
+    cell.spins_detected.push(h.spin_detection.spins_detected);
+    cell.spin_detection.push(h.spin_detection.clone());
+    cell.samples.push(h.spin_detection.samples);
+    cell.yields.push(h.vms.iter().map(|v| v.yields).sum());
+    cell.preemptions
+        .push(h.vms.iter().map(|v| v.preemptions).sum());
+    #[allow(clippy::cast_precision_loss)] // ms
+    cell.steal_ms
+        .push(h.vms.iter().map(|v| v.steal_ns).sum::<u64>() as f64 / 1e6);
+    cell.guest_spin_iterations.push(
+        shared
+            .records
+            .iter()
+            .filter_map(|o| o.record())
+            .map(|r| r.counters.spin_iterations)
+            .sum(),
+    );
+}
+
+/// The simulator's weighted speedup for each policy's cell of a profile.
+fn add_sim_predictions(
+    row: &mut [Cell],
+    policies: &[HostPolicy],
+    profile: &str,
+    args: &BenchArgs,
+    cpus: &[usize],
+) {
+    for (policy, cell) in policies.iter().zip(row.iter_mut()) {
+        if let Ok(spec) = spec_for(profile, args, *policy, cpus) {
+            match sim_prediction(
+                &spec.vms[0],
+                *policy,
+                cpus.len(),
+                spec.timeout,
+                &args.platform,
+            ) {
+                Ok(ws) => cell.sim_weighted_speedup = Some(ws),
+                Err(e) => cell.sim_error = Some(e),
+            }
+        }
     }
 }
 

@@ -138,8 +138,43 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
             return Err(d);
         }
     };
+    let cpus = host_cpus(&src, &raw, &mut d);
+    let policy = match &raw.policy {
+        None => HostPolicy::parse("linux").unwrap_or_default(),
+        Some(p) => p.get_ref().parse().unwrap_or_else(|e| {
+            d.push(src.span(p.span(), format!("{e}")));
+            HostPolicy::default()
+        }),
+    };
+    let (sampling, timeout) = timing(&src, &raw, &mut d);
+    let vms = vms(&src, &raw, &policy, cpus.len(), &mut d);
+    let pin = raw.pin.unwrap_or(true);
+    let tune = raw.tune.as_ref().is_some_and(|t| *t.get_ref());
+    if let Some(t) = &raw.tune {
+        if *t.get_ref() && !policy.is_user_level() {
+            d.push(src.span(
+                t.span(),
+                "tune = true sets the user-level scheduler's slice: use a policy such as fair or spin, not linux",
+            ));
+        }
+    }
+    let vcpu_affinity = vcpu_affinity(&src, &raw, policy.is_user_level(), &mut d);
+    d.into_result(HostSpec {
+        cpus,
+        policy,
+        sampling,
+        timeout,
+        pin,
+        tune,
+        vcpu_affinity,
+        vms,
+    })
+}
+
+/// The host CPUs the VMs run on: a non-empty list of CPUs this process may use.
+fn host_cpus(src: &SourceText<'_>, raw: &RawSpec, d: &mut Diagnostics) -> Vec<usize> {
     let allowed = smplab_vmm::placement::allowed_cpus();
-    let cpus = match smplab_record::cpus::parse_cpu_list(raw.cpus.get_ref()) {
+    match smplab_record::cpus::parse_cpu_list(raw.cpus.get_ref()) {
         Ok(c) if c.is_empty() => {
             d.push(src.span(raw.cpus.span(), "name at least one host CPU"));
             Vec::new()
@@ -159,14 +194,11 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
             d.push(src.span(raw.cpus.span(), e.to_string()));
             Vec::new()
         }
-    };
-    let policy = match &raw.policy {
-        None => HostPolicy::parse("linux").unwrap_or_default(),
-        Some(p) => p.get_ref().parse().unwrap_or_else(|e| {
-            d.push(src.span(p.span(), format!("{e}")));
-            HostPolicy::default()
-        }),
-    };
+    }
+}
+
+/// The sampling of the user-level scheduler and the limit of the whole run.
+fn timing(src: &SourceText<'_>, raw: &RawSpec, d: &mut Diagnostics) -> (Sampling, Duration) {
     let mut sampling = Sampling::default();
     if let Some(s) = &raw.sample {
         match smplab_record::config::parse_duration(s.get_ref()) {
@@ -195,12 +227,24 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
             }
         },
     };
+    (sampling, timeout)
+}
+
+/// The VMs, `count` of each `[[vm]]`, within the VMM's vCPU limit and, for
+/// a user-level policy, what the scheduler accepts on `cpus` host CPUs.
+fn vms(
+    src: &SourceText<'_>,
+    raw: &RawSpec,
+    policy: &HostPolicy,
+    cpus: usize,
+    d: &mut Diagnostics,
+) -> Vec<HostVm> {
     let mut vms = Vec::new();
     if raw.vm.is_empty() {
         d.push(src.at(0, "no VMs: add at least one [[vm]] table"));
     }
     for raw_vm in &raw.vm {
-        if let Some(vm) = parse_vm(&src, raw_vm.get_ref(), policy.is_user_level(), &mut d) {
+        if let Some(vm) = parse_vm(src, raw_vm.get_ref(), policy.is_user_level(), d) {
             let count = raw_vm.get_ref().count.as_ref().map_or(1, |c| *c.get_ref());
             vms.extend(std::iter::repeat_n(vm, count as usize));
         }
@@ -214,24 +258,24 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
     }
     if d.is_empty() && policy.is_user_level() {
         let per_vm: Vec<u32> = vms.iter().map(|v| v.vcpus).collect();
-        if let Err(e) = smplab_policy::Scheduler::new(&policy, &per_vm, cpus.len()) {
+        if let Err(e) = smplab_policy::Scheduler::new(policy, &per_vm, cpus) {
             let at = raw.policy.as_ref().map_or(0, |p| p.span().start);
             d.push(src.at(at, e.to_string()));
         }
     }
-    let pin = raw.pin.unwrap_or(true);
-    let tune = raw.tune.as_ref().is_some_and(|t| *t.get_ref());
-    if let Some(t) = &raw.tune {
-        if *t.get_ref() && !policy.is_user_level() {
-            d.push(src.span(
-                t.span(),
-                "tune = true sets the user-level scheduler's slice: use a policy such as fair or spin, not linux",
-            ));
-        }
-    }
-    let vcpu_affinity = match &raw.vcpu_affinity {
+    vms
+}
+
+/// The vCPUs' affinity under a user-level scheduler: floating or pinned.
+fn vcpu_affinity(
+    src: &SourceText<'_>,
+    raw: &RawSpec,
+    user_level: bool,
+    d: &mut Diagnostics,
+) -> VcpuAffinity {
+    match &raw.vcpu_affinity {
         None => VcpuAffinity::Floating,
-        Some(a) => match (a.get_ref().as_str(), policy.is_user_level()) {
+        Some(a) => match (a.get_ref().as_str(), user_level) {
             ("floating", _) => VcpuAffinity::Floating,
             ("pinned", true) => VcpuAffinity::Pinned,
             ("pinned", false) => {
@@ -246,17 +290,7 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
                 VcpuAffinity::Floating
             }
         },
-    };
-    d.into_result(HostSpec {
-        cpus,
-        policy,
-        sampling,
-        timeout,
-        pin,
-        tune,
-        vcpu_affinity,
-        vms,
-    })
+    }
 }
 
 fn parse_vm(

@@ -6,6 +6,7 @@ use crate::store::Status;
 use crate::testutil::rec;
 use smplab_record::sim::SimSection;
 use smplab_record::vmm::{IoThreadStats, VmmSection};
+use smplab_record::LatencyHistogram;
 
 fn entry(p: Point, records: Vec<RunRecord>) -> Entry {
     Entry::new(p, Status::Ok, 0.0, records)

@@ -4,13 +4,16 @@
 //! across configurations (seed 003's macro versus micro).
 
 use super::data::{colour, executor_legend, executor_name, noise_badge, pct_ci, slug};
-use super::findings::{credits, diag_slowdown_ci};
+use super::findings::{credits, diag_slowdown_ci, Credit};
 use super::{Ctx, Page};
 use crate::diagnose::{factor_colour, Attribution, Plan, INTERACTION, REMAINDER};
+use crate::metrics::Results;
+use crate::stats::MedianCi;
 use crate::svg::{self, esc, IntervalRow, ScatterPoint, StackRow};
 use smplab_record::Executor;
 use std::fmt::Write;
 
+/// One diagnosis: its heading, the attribution table and the charts.
 fn one(ctx: &Ctx, plan: &Plan, a: &Attribution, h: &mut String) {
     let r = ctx.results;
     let _ = write!(
@@ -27,8 +30,31 @@ fn one(ctx: &Ctx, plan: &Plan, a: &Attribution, h: &mut String) {
             String::new()
         }
     );
-    let base = diag_slowdown_ci(r, a, &plan.baseline);
-    let cs = credits(r, plan, a);
+    let shown = Shown {
+        r,
+        plan,
+        a,
+        base: diag_slowdown_ci(r, a, &plan.baseline),
+        cs: credits(r, plan, a),
+    };
+    attribution_table(&shown, h);
+    attribution_charts(&shown, h);
+}
+
+/// A diagnosis as the report shows it: its plan and attribution, the
+/// baseline's slowdown interval and the factors' credits.
+struct Shown<'a> {
+    r: &'a Results<'a>,
+    plan: &'a Plan,
+    a: &'a Attribution,
+    base: Option<MedianCi>,
+    cs: Vec<Credit>,
+}
+
+/// The attribution as a table: the baseline, each factor's credit with its
+/// noise badge, the interaction and the remainder, with what they mean.
+fn attribution_table(shown: &Shown, h: &mut String) {
+    let (r, plan, a, base, cs) = (shown.r, shown.plan, shown.a, shown.base, &shown.cs);
     let _ = write!(
         h,
         "<p>Baseline (HLT idle, as written, floating vCPUs, global device lock{}): slowdown {} against native {:.2} ms. Each factor is removed on its own; its credit is the baseline slowdown minus the slowdown without it.</p>",
@@ -37,7 +63,7 @@ fn one(ctx: &Ctx, plan: &Plan, a: &Attribution, h: &mut String) {
         a.native_wall_s.median * 1e3
     );
     h.push_str("<table><tr><th>factor removed</th><th class=\"l\">how</th><th>slowdown without it</th><th>credit, pp</th><th>wall time vs baseline</th></tr>");
-    for c in &cs {
+    for c in cs {
         let _ = write!(
             h,
             "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{:+.1}</td><td>{}</td></tr>",
@@ -81,11 +107,16 @@ fn one(ctx: &Ctx, plan: &Plan, a: &Attribution, h: &mut String) {
         );
     }
     h.push_str("<p class=\"muted\">Factors interact, so credits need not add up; the interaction line is the difference. A credit is <i>within noise</i> when the wall-time intervals with and without the factor overlap.</p>");
+}
 
+/// Fig. 3: each configuration's slowdown with its interval, and the baseline
+/// slowdown split into credits (one colour per factor in every diagnosis).
+fn attribution_charts(shown: &Shown, h: &mut String) {
+    let (r, plan, a, base, cs) = (shown.r, shown.plan, shown.a, shown.base, &shown.cs);
     // Fig. 3: each configuration's slowdown with its interval.
     let colour = colour(a.executor);
     let mut rows = Vec::new();
-    let mut push = |label: String, ci: Option<crate::stats::MedianCi>| {
+    let mut push = |label: String, ci: Option<MedianCi>| {
         if let Some(c) = ci {
             rows.push(IntervalRow {
                 label,
@@ -99,7 +130,7 @@ fn one(ctx: &Ctx, plan: &Plan, a: &Attribution, h: &mut String) {
         }
     };
     push("baseline".into(), base);
-    for c in &cs {
+    for c in cs {
         push(format!("− {}", c.factor), c.without);
     }
     push(

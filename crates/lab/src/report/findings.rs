@@ -216,6 +216,77 @@ fn why_cell(ctx: &Ctx, w: &str, diag: Option<&(Plan, Attribution)>) -> String {
     }
 }
 
+/// The slowdown cell of a workload's row: the primary executor's slowdown
+/// `ci` with its noise badge, then the other executors at the same size and
+/// the simulator at its largest.
+fn slowdown_cell(r: &Results, w: &str, hp: &Point, ci: Option<MedianCi>) -> String {
+    let mut cell = format!(
+        "{} ({}, {} vCPU{}) {}",
+        pct_ci(ci),
+        executor_name(hp.executor()),
+        hp.vcpus().unwrap_or(0),
+        if hp.vcpus() == Some(1) { "" } else { "s" },
+        differs_from_native(r, hp).map_or("", super::data::noise_badge)
+    );
+    // The other executors at the same size; the simulator also at its largest.
+    let mut seen = vec![hp.config_key()];
+    for e in [Executor::Vm, Executor::Qemu, Executor::Sim] {
+        let same = headline(r, w, e, hp.vcpus()).filter(|q| q.vcpus() == hp.vcpus());
+        let largest = (e == Executor::Sim)
+            .then(|| headline(r, w, e, None))
+            .flatten();
+        for q in [same, largest].into_iter().flatten() {
+            if seen.contains(&q.config_key()) {
+                continue;
+            }
+            seen.push(q.config_key());
+            let _ = write!(
+                cell,
+                "<br><span class=\"muted\">{} {} vCPU{}: {}</span>",
+                executor_name(e),
+                q.vcpus().unwrap_or(0),
+                if q.vcpus() == Some(1) { "" } else { "s" },
+                pct_ci(slowdown_ci(r, q))
+            );
+        }
+    }
+    cell
+}
+
+/// The rows of the slowdown figure for a workload: each executor's headline
+/// at the primary's size, and the executors drawn.
+fn slowdown_rows(
+    r: &Results,
+    w: &str,
+    hp: &Point,
+    rows: &mut Vec<IntervalRow>,
+    used: &mut Vec<Executor>,
+) {
+    for q in data::EXECUTORS
+        .iter()
+        .filter_map(|e| headline(r, w, *e, hp.vcpus()))
+    {
+        if let Some(ci) = slowdown_ci(r, q) {
+            used.push(q.executor());
+            rows.push(IntervalRow {
+                label: format!(
+                    "{w} · {} {}vCPU",
+                    executor_name(q.executor()),
+                    q.vcpus().unwrap_or(0)
+                ),
+                median: ci.median * 100.0,
+                lo: ci.lo * 100.0,
+                hi: ci.hi * 100.0,
+                quartiles: None,
+                colour: colour(q.executor()),
+                note: format!("{} repetitions, coverage {:.0}%", ci.n, ci.coverage * 100.0),
+            });
+        }
+    }
+}
+
+/// The findings section: per workload its slowdown, why, what helped most and
+/// whether the simulator agreed, then the slowdown figure.
 pub fn render(ctx: &Ctx, page: &mut Page) {
     let r = ctx.results;
     let mut h = String::new();
@@ -253,59 +324,9 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
             );
             continue;
         };
-        // Slowdown cell: the primary executor, then the others at the same size.
         let ci = slowdown_ci(r, hp);
-        let mut cell = format!(
-            "{} ({}, {} vCPU{}) {}",
-            pct_ci(ci),
-            executor_name(hp.executor()),
-            hp.vcpus().unwrap_or(0),
-            if hp.vcpus() == Some(1) { "" } else { "s" },
-            differs_from_native(r, hp).map_or("", super::data::noise_badge)
-        );
-        // The other executors at the same size; the simulator also at its largest.
-        let mut seen = vec![hp.config_key()];
-        for e in [Executor::Vm, Executor::Qemu, Executor::Sim] {
-            let same = headline(r, w, e, hp.vcpus()).filter(|q| q.vcpus() == hp.vcpus());
-            let largest = (e == Executor::Sim)
-                .then(|| headline(r, w, e, None))
-                .flatten();
-            for q in [same, largest].into_iter().flatten() {
-                if seen.contains(&q.config_key()) {
-                    continue;
-                }
-                seen.push(q.config_key());
-                let _ = write!(
-                    cell,
-                    "<br><span class=\"muted\">{} {} vCPU{}: {}</span>",
-                    executor_name(e),
-                    q.vcpus().unwrap_or(0),
-                    if q.vcpus() == Some(1) { "" } else { "s" },
-                    pct_ci(slowdown_ci(r, q))
-                );
-            }
-        }
-        for q in data::EXECUTORS
-            .iter()
-            .filter_map(|e| headline(r, w, *e, hp.vcpus()))
-        {
-            if let Some(ci) = slowdown_ci(r, q) {
-                used.push(q.executor());
-                rows.push(IntervalRow {
-                    label: format!(
-                        "{w} · {} {}vCPU",
-                        executor_name(q.executor()),
-                        q.vcpus().unwrap_or(0)
-                    ),
-                    median: ci.median * 100.0,
-                    lo: ci.lo * 100.0,
-                    hi: ci.hi * 100.0,
-                    quartiles: None,
-                    colour: colour(q.executor()),
-                    note: format!("{} repetitions, coverage {:.0}%", ci.n, ci.coverage * 100.0),
-                });
-            }
-        }
+        let cell = slowdown_cell(r, w, hp, ci);
+        slowdown_rows(r, w, hp, &mut rows, &mut used);
 
         // Why: the measured diagnosis if there is one, else the simulated.
         let diag = ctx

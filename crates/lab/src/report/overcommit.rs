@@ -12,6 +12,8 @@ use std::fmt::Write;
 
 const MAX_CHARTS: usize = 15;
 
+/// The overcommit section: a weighted-speedup chart per workload and VM
+/// size (at most [`MAX_CHARTS`]), with the left-out repetitions noted.
 pub fn render(ctx: &Ctx, page: &mut Page) {
     let r = ctx.results;
     // (workload, vCPUs) → executor → family key → points by VM count.
@@ -42,36 +44,11 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
             let Some(members) = families.values().max_by_key(|m| m.len()) else {
                 continue;
             };
-            let mut pts: Vec<(u32, crate::stats::MedianCi)> = members
-                .iter()
-                .filter(|p| p.vms() > 1)
-                .filter_map(|p| Some((p.vms(), weighted_speedup_ci(r, p)?)))
-                .collect();
-            if pts.is_empty() {
+            let Some((line, k)) = executor_line(r, members) else {
                 continue;
-            }
-            pts.push((
-                1,
-                crate::stats::MedianCi {
-                    median: 1.0,
-                    lo: 1.0,
-                    hi: 1.0,
-                    n: 1,
-                    coverage: 1.0,
-                },
-            ));
-            pts.sort_by_key(|x| x.0);
-            kmax = kmax.max(pts.last().map_or(1, |x| x.0));
-            lines.push(Line {
-                name: format!(
-                    "{} (whiskers: 95% interval)",
-                    executor_name(members[0].executor())
-                ),
-                points: pts.iter().map(|(k, c)| (*k as f64, c.median)).collect(),
-                dashed: false,
-                colour: colour(members[0].executor()),
-                ranges: pts.iter().map(|(_, c)| (c.lo, c.hi)).collect(),
-            });
+            };
+            kmax = kmax.max(k);
+            lines.push(line);
         }
         if lines.is_empty() {
             continue;
@@ -114,6 +91,42 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
         );
     }
     page.section("overcommit", "Overcommit: VMs sharing the host", &h);
+}
+
+/// One executor's line of weighted speedup against the VM count, from 1 VM
+/// (exactly 1) to the most VMs of the family's `members`, and that count;
+/// None without a multi-VM interval.
+fn executor_line(r: &Results, members: &[&Point]) -> Option<(Line, u32)> {
+    let mut pts: Vec<(u32, crate::stats::MedianCi)> = members
+        .iter()
+        .filter(|p| p.vms() > 1)
+        .filter_map(|p| Some((p.vms(), weighted_speedup_ci(r, p)?)))
+        .collect();
+    if pts.is_empty() {
+        return None;
+    }
+    pts.push((
+        1,
+        crate::stats::MedianCi {
+            median: 1.0,
+            lo: 1.0,
+            hi: 1.0,
+            n: 1,
+            coverage: 1.0,
+        },
+    ));
+    pts.sort_by_key(|x| x.0);
+    let line = Line {
+        name: format!(
+            "{} (whiskers: 95% interval)",
+            executor_name(members[0].executor())
+        ),
+        points: pts.iter().map(|(k, c)| (*k as f64, c.median)).collect(),
+        dashed: false,
+        colour: colour(members[0].executor()),
+        ranges: pts.iter().map(|(_, c)| (c.lo, c.hi)).collect(),
+    };
+    Some((line, pts.last().map_or(1, |x| x.0)))
 }
 
 /// Measured multi-VM repetitions of the whole store left out of weighted

@@ -3,6 +3,8 @@
 
 use super::data::{colour, executor_name, is_default_setup};
 use super::{Ctx, Page};
+use crate::metrics::{AmdahlInputs, SpeedupPoint};
+use crate::point::Point;
 use crate::svg::{self, esc, palette, Line};
 use smplab_record::Executor;
 use std::collections::BTreeSet;
@@ -11,6 +13,8 @@ use std::fmt::Write;
 /// Charts at most; a sweep of thousands of points has hundreds of families.
 const MAX_CHARTS: usize = 12;
 
+/// The scaling section: a chart per family of configurations (at most
+/// [`MAX_CHARTS`]).
 pub fn render(ctx: &Ctx, page: &mut Page) {
     let r = ctx.results;
     let mut families = BTreeSet::new();
@@ -36,67 +40,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
         if curve.len() < 2 {
             continue;
         }
-        let c = colour(p.executor());
-        let mut lines = vec![Line {
-            name: format!(
-                "measured, {} (whiskers: 95% interval)",
-                executor_name(p.executor())
-            ),
-            points: curve
-                .iter()
-                .map(|s| (s.vcpus as f64, s.measured.median))
-                .collect(),
-            dashed: false,
-            colour: c,
-            ranges: curve
-                .iter()
-                .map(|s| (s.measured_ci.lo, s.measured_ci.hi))
-                .collect(),
-        }];
-        if inputs.is_some() {
-            lines.push(Line {
-                name: "projected, eq. 5.1".into(),
-                points: curve
-                    .iter()
-                    .filter_map(|s| Some((s.vcpus as f64, s.projected?)))
-                    .collect(),
-                dashed: true,
-                colour: c,
-                ranges: vec![],
-            });
-            lines.push(Line {
-                name: "native Amdahl bound".into(),
-                points: curve
-                    .iter()
-                    .filter_map(|s| Some((s.vcpus as f64, s.native_bound?)))
-                    .collect(),
-                dashed: true,
-                colour: palette::executor(Executor::Native),
-                ranges: vec![],
-            });
-        }
-        let mut chart = String::from("<figure>");
-        chart.push_str(&svg::line_chart(
-            &format!(
-                "{} on {}: speedup vs vCPUs",
-                p.workload,
-                executor_name(p.executor())
-            ),
-            "vCPUs (threads = vCPUs)",
-            "speedup (× one vCPU's throughput)",
-            &lines,
-        ));
-        if let Some(i) = inputs {
-            let _ = write!(
-                chart,
-                "<figcaption class=\"muted\">P = {:.3}; exit handling per vCPU {:.3}%; synchronous share {:.0}%.</figcaption>",
-                i.p_native,
-                i.exit_handling_per_cpu * 100.0,
-                i.sync_share * 100.0
-            );
-        }
-        chart.push_str("</figure>");
-        charts.push(chart);
+        charts.push(family_chart(p, &curve, inputs));
     }
     if charts.is_empty() {
         return;
@@ -115,4 +59,70 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
         );
     }
     page.section("scaling", "Scaling with vCPUs", &h);
+}
+
+/// One family's chart: the measured speedup with its intervals, and with
+/// the projection's `inputs` the eq. 5.1 curve and the native Amdahl bound.
+fn family_chart(p: &Point, curve: &[SpeedupPoint], inputs: Option<AmdahlInputs>) -> String {
+    let c = colour(p.executor());
+    let mut lines = vec![Line {
+        name: format!(
+            "measured, {} (whiskers: 95% interval)",
+            executor_name(p.executor())
+        ),
+        points: curve
+            .iter()
+            .map(|s| (s.vcpus as f64, s.measured.median))
+            .collect(),
+        dashed: false,
+        colour: c,
+        ranges: curve
+            .iter()
+            .map(|s| (s.measured_ci.lo, s.measured_ci.hi))
+            .collect(),
+    }];
+    if inputs.is_some() {
+        lines.push(Line {
+            name: "projected, eq. 5.1".into(),
+            points: curve
+                .iter()
+                .filter_map(|s| Some((s.vcpus as f64, s.projected?)))
+                .collect(),
+            dashed: true,
+            colour: c,
+            ranges: vec![],
+        });
+        lines.push(Line {
+            name: "native Amdahl bound".into(),
+            points: curve
+                .iter()
+                .filter_map(|s| Some((s.vcpus as f64, s.native_bound?)))
+                .collect(),
+            dashed: true,
+            colour: palette::executor(Executor::Native),
+            ranges: vec![],
+        });
+    }
+    let mut chart = String::from("<figure>");
+    chart.push_str(&svg::line_chart(
+        &format!(
+            "{} on {}: speedup vs vCPUs",
+            p.workload,
+            executor_name(p.executor())
+        ),
+        "vCPUs (threads = vCPUs)",
+        "speedup (× one vCPU's throughput)",
+        &lines,
+    ));
+    if let Some(i) = inputs {
+        let _ = write!(
+            chart,
+            "<figcaption class=\"muted\">P = {:.3}; exit handling per vCPU {:.3}%; synchronous share {:.0}%.</figcaption>",
+            i.p_native,
+            i.exit_handling_per_cpu * 100.0,
+            i.sync_share * 100.0
+        );
+    }
+    chart.push_str("</figure>");
+    chart
 }

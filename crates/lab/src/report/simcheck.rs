@@ -4,7 +4,7 @@
 
 use super::data::{colour, executor_legend, pct_ci, slowdown_ci, wall_ci, weighted_speedup_ci};
 use super::{Ctx, Page};
-use crate::metrics::{is_fraction_metric, prediction_error_by_metric, Results};
+use crate::metrics::{is_fraction_metric, prediction_error_by_metric, Prediction, Results};
 use crate::point::Point;
 use crate::stats::MedianCi;
 use crate::svg::{self, esc, fmt_num, ScatterPoint};
@@ -40,6 +40,8 @@ fn per_rep_ci(
     MedianCi::of(&samples)
 }
 
+/// The simulator section: predicted against measured per metric, the error
+/// table and every pair.
 pub fn render(ctx: &Ctx, page: &mut Page) {
     let preds = &ctx.predictions;
     if preds.is_empty() {
@@ -47,7 +49,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
     }
     let r = ctx.results;
     // Measured configuration label → its point (for colour and intervals).
-    let by_label: BTreeMap<String, &crate::point::Point> = r
+    let by_label: BTreeMap<String, &Point> = r
         .points()
         .filter(|p| matches!(p.executor(), Executor::Vm | Executor::Qemu))
         .map(|p| (p.label(), p))
@@ -89,6 +91,16 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
         ));
     }
     h.push_str("</div><table><tr><th>metric</th><th>pairs</th><th>median |relative error|</th><th>largest</th><th>measured 0 (no relative error)</th><th>median |absolute error|</th></tr>");
+    error_rows(&mut h, preds);
+    h.push_str("</table><details><summary>Every pair</summary><div class=\"scroll\"><table><tr><th>configuration</th><th>metric</th><th>measured</th><th>predicted</th><th>error</th><th>predicted inside the measured interval?</th></tr>");
+    pair_rows(&mut h, r, preds, &by_label);
+    h.push_str("</table></div></details>");
+    page.section("sim", "Simulator vs measurement", &h);
+}
+
+/// The rows of the error table: per metric its pairs, the median and largest
+/// |relative error|, the pairs measured 0 and the median |absolute error|.
+fn error_rows(h: &mut String, preds: &[Prediction]) {
     for (m, e) in prediction_error_by_metric(preds) {
         let (rel, largest) = e.rel.map_or((String::from("—"), String::from("—")), |s| {
             (
@@ -109,7 +121,16 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
             e.rel_undefined
         );
     }
-    h.push_str("</table><details><summary>Every pair</summary><div class=\"scroll\"><table><tr><th>configuration</th><th>metric</th><th>measured</th><th>predicted</th><th>error</th><th>predicted inside the measured interval?</th></tr>");
+}
+
+/// The rows of every pair: measured, predicted, the relative error and, for
+/// slowdowns, whether the prediction is inside the measured interval.
+fn pair_rows(
+    h: &mut String,
+    r: &Results,
+    preds: &[Prediction],
+    by_label: &BTreeMap<String, &Point>,
+) {
     for p in preds {
         let inside = if p.metric == "slowdown" {
             by_label
@@ -139,6 +160,4 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
             p.rel_error() * 100.0
         );
     }
-    h.push_str("</table></div></details>");
-    page.section("sim", "Simulator vs measurement", &h);
 }
