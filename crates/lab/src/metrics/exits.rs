@@ -28,9 +28,9 @@ pub const WINDOW_PORT: &str = "window_port";
 
 /// The exit reasons "exits/s" totals (docs/lab.md): those smplab-vmm with
 /// KVM's stats and the simulator both count, with the same meaning — `hlt`
-/// (HLT), `irq` (a host interrupt, such as the host's timer tick, taking a
-/// vCPU out of guest mode: KVM's `irq_exits`, the simulator's host-tick
-/// model) and the device exits to the VMM (`io_in`, `io_out`, `mmio_read`,
+/// (HLT), `irq` (a host interrupt, such as the host's timer tick or the
+/// kick that delivers a virtual interrupt, taking a vCPU out of guest
+/// mode: KVM's `irq_exits`, the simulator's host-tick and kick models) and the device exits to the VMM (`io_in`, `io_out`, `mmio_read`,
 /// `mmio_write`; the simulator's `io`). Left out: reasons only one side can
 /// count — measured `window_port` (the guest's "done" that closes the
 /// window, one per run), `irq_window`, `nmi_window`, `request_irq` (KVM
