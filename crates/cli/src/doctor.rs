@@ -106,6 +106,22 @@ fn slurm_check() -> Check {
 
 fn build_report() -> Report {
     let host = HostFacts::detect();
+    let mut checks = host_checks(&host);
+    if host.kvm.device_usable {
+        checks.push(kvm_caps_check());
+    }
+    let qemu = tool_version("qemu-system-x86_64", "--version");
+    checks.extend(tool_checks(qemu.clone()));
+    let executors = executor_checks(host.kvm.device_usable, qemu.is_some());
+    Report {
+        host,
+        checks,
+        executors,
+    }
+}
+
+/// The host's own facts: cores, the KVM device, what backs it, halt polling.
+fn host_checks(host: &HostFacts) -> Vec<Check> {
     let kvm = &host.kvm;
     let mut checks = vec![Check {
         what: "cores".into(),
@@ -149,45 +165,53 @@ fn build_report() -> Report {
             ),
         });
     }
-    if kvm.device_usable {
-        match smplab_vmm::kvm_capabilities() {
-            Ok(caps) => {
-                let missing: Vec<&str> = caps
-                    .iter()
-                    .filter(|(_, ok)| !ok)
-                    .map(|(n, _)| n.as_str())
-                    .collect();
-                let max = smplab_vmm::max_vcpus()
-                    .map(|m| format!("; up to {m} vCPUs per VM"))
-                    .unwrap_or_default();
-                checks.push(Check {
-                    what: "KVM caps".into(),
-                    ok: missing.is_empty(),
-                    detail: if missing.is_empty() {
-                        format!(
-                            "all {} capabilities smplab-vmm uses are present{max}",
-                            caps.len()
-                        )
-                    } else {
-                        format!("missing: {}{max}", missing.join(", "))
-                    },
-                });
-            }
-            Err(e) => checks.push(Check {
+    checks
+}
+
+/// The KVM capabilities smplab-vmm uses, and the vCPU limit; only asked when
+/// /dev/kvm is usable.
+fn kvm_caps_check() -> Check {
+    match smplab_vmm::kvm_capabilities() {
+        Ok(caps) => {
+            let missing: Vec<&str> = caps
+                .iter()
+                .filter(|(_, ok)| !ok)
+                .map(|(n, _)| n.as_str())
+                .collect();
+            let max = smplab_vmm::max_vcpus()
+                .map(|m| format!("; up to {m} vCPUs per VM"))
+                .unwrap_or_default();
+            Check {
                 what: "KVM caps".into(),
-                ok: false,
-                detail: format!("cannot query: {e}"),
-            }),
+                ok: missing.is_empty(),
+                detail: if missing.is_empty() {
+                    format!(
+                        "all {} capabilities smplab-vmm uses are present{max}",
+                        caps.len()
+                    )
+                } else {
+                    format!("missing: {}{max}", missing.join(", "))
+                },
+            }
         }
+        Err(e) => Check {
+            what: "KVM caps".into(),
+            ok: false,
+            detail: format!("cannot query: {e}"),
+        },
     }
-    let qemu = tool_version("qemu-system-x86_64", "--version");
-    checks.push(Check {
+}
+
+/// The outside tools: QEMU (for `--executor qemu`), Chromium (report
+/// rendering tests) and Slurm.
+fn tool_checks(qemu: Option<String>) -> Vec<Check> {
+    let mut checks = vec![Check {
         what: "QEMU".into(),
         ok: qemu.is_some(),
-        detail: qemu.clone().unwrap_or_else(|| {
+        detail: qemu.unwrap_or_else(|| {
             "qemu-system-x86_64 not found: `apt-get install qemu-system-x86` enables `--executor qemu`".into()
         }),
-    });
+    }];
     let chromium = tool_version("chromium", "--version");
     checks.push(Check {
         what: "Chromium".into(),
@@ -197,7 +221,12 @@ fn build_report() -> Report {
         }),
     });
     checks.push(slurm_check());
-    let executors = vec![
+    checks
+}
+
+/// Per executor, whether it can run here.
+fn executor_checks(kvm_usable: bool, qemu_present: bool) -> Vec<Check> {
+    vec![
         Check {
             what: "native".into(),
             ok: true,
@@ -205,8 +234,8 @@ fn build_report() -> Report {
         },
         Check {
             what: "vm".into(),
-            ok: kvm.device_usable,
-            detail: if kvm.device_usable {
+            ok: kvm_usable,
+            detail: if kvm_usable {
                 "smplab-vmm with the smplab guest kernel".into()
             } else {
                 "needs a usable /dev/kvm".into()
@@ -214,7 +243,7 @@ fn build_report() -> Report {
         },
         Check {
             what: "qemu".into(),
-            ok: kvm.device_usable && qemu.is_some(),
+            ok: kvm_usable && qemu_present,
             detail: "the smplab guest under QEMU with -accel kvm (~5 s firmware start-up here)"
                 .into(),
         },
@@ -223,12 +252,7 @@ fn build_report() -> Report {
             ok: true,
             detail: "discrete-event simulator: any scale, any modeled hardware".into(),
         },
-    ];
-    Report {
-        host,
-        checks,
-        executors,
-    }
+    ]
 }
 
 pub fn run(args: &DoctorArgs) -> i32 {

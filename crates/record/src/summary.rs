@@ -22,6 +22,15 @@ impl RunRecord {
     /// Multi-line summary: what ran, how long, what it did.
     pub fn summary(&self) -> String {
         let mut s = String::new();
+        self.write_what_ran(&mut s);
+        self.write_timing(&mut s);
+        self.write_counters(&mut s);
+        self.write_executor_details(&mut s);
+        s
+    }
+
+    /// The workload, the executor, the config and a failure if there was one.
+    fn write_what_ran(&self, s: &mut String) {
         let w = &self.workload;
         let _ = writeln!(
             s,
@@ -42,6 +51,10 @@ impl RunRecord {
         if let Outcome::Failed { reason } = &self.outcome {
             let _ = writeln!(s, "  FAILED: {reason}");
         }
+    }
+
+    /// Wall and CPU time, and a note when the start gate did not settle.
+    fn write_timing(&self, s: &mut String) {
         // A stored record is user input: saturate rather than overflow.
         let cpu = (self.timing.threads.iter().map(|t| t.cpu_ns)).fold(0u64, u64::saturating_add);
         let _ = write!(s, "  wall {}", fmt_ns(self.timing.wall_ns));
@@ -61,6 +74,10 @@ impl RunRecord {
                 fmt_ns(ns)
             );
         }
+    }
+
+    /// The op counts and the scheduling counters every executor fills in.
+    fn write_counters(&self, s: &mut String) {
         let c = &self.counters;
         let ops: Vec<String> = c
             .ops
@@ -78,6 +95,11 @@ impl RunRecord {
             c.context_switches_voluntary,
             c.context_switches_involuntary
         );
+    }
+
+    /// What only some executors record: I/O, the guest kernel, the VMM, the
+    /// simulator.
+    fn write_executor_details(&self, s: &mut String) {
         if let Some(io) = &self.io {
             let us = |ns: u64| ns as f64 / 1e3;
             let _ = writeln!(
@@ -138,7 +160,6 @@ impl RunRecord {
             }
             let _ = writeln!(s);
         }
-        s
     }
 }
 
