@@ -397,11 +397,54 @@ fn run_threads(
     // check_threads bounds the thread count far below u32::MAX.
     let n = u32::try_from(plan.len()).unwrap_or(u32::MAX);
 
+    let handles = spawn_workers(&shared, &program, &plan, opts)?;
+
+    // Wait for everyone at the gate, then open it.
+    loop {
+        let r = shared.ready.load(Ordering::SeqCst);
+        if r >= n {
+            break;
+        }
+        sys::futex_wait(&shared.ready, r, Some(POLL));
+    }
+    // The window's gap from `threads_ready_ns` to `start_ns` is the time the
+    // threads took to settle on their own CPUs (gate.rs).
+    let ready_ns = sys::monotonic_ns();
+    let opening = shared.gate.settle_and_open();
+    let released_ns = sys::monotonic_ns();
+    let opened = Instant::now();
+
+    wait_for_finish(&shared, n, opts.timeout, opened)?;
+    let outs = join_workers(handles, &plan, &program)?;
+    if let Some(e) = shared.take_failure() {
+        return Err(e);
+    }
+    let mut ex = summarize(&shared, outs);
+    ex.window.threads_ready_ns = ready_ns;
+    ex.window.start_ns = released_ns;
+    ex.window.end_ns = ex.window.end_ns.max(released_ns);
+    ex.window.settle = Some(Settle {
+        outcome: opening.into(),
+        ns: released_ns.saturating_sub(ready_ns),
+    });
+    Ok(ex)
+}
+
+type WorkerHandle = std::thread::JoinHandle<Option<ThreadOut>>;
+
+/// Start one named (and, with `opts.pin`, pinned) thread per entry of `plan`.
+/// If one cannot start, abort and join those already started.
+fn spawn_workers(
+    shared: &Arc<Shared>,
+    program: &Arc<Program>,
+    plan: &[(usize, u32)],
+    opts: &NativeOptions,
+) -> Result<Vec<WorkerHandle>, NativeError> {
     let mut handles = Vec::with_capacity(plan.len());
     for (tid, &(gi, index)) in plan.iter().enumerate() {
         let name = format!("smplab-{}-{}", program.groups[gi].name, index);
         let cpu = opts.pin.as_ref().map(|p| p[tid % p.len()]);
-        let (sh, pr) = (Arc::clone(&shared), Arc::clone(&program));
+        let (sh, pr) = (Arc::clone(shared), Arc::clone(program));
         let thread_name = name.clone();
         let spawned = std::thread::Builder::new()
             .name(name.clone())
@@ -422,22 +465,18 @@ fn run_threads(
             }
         }
     }
+    Ok(handles)
+}
 
-    // Wait for everyone at the gate, then open it.
-    loop {
-        let r = shared.ready.load(Ordering::SeqCst);
-        if r >= n {
-            break;
-        }
-        sys::futex_wait(&shared.ready, r, Some(POLL));
-    }
-    // The window's gap from `threads_ready_ns` to `start_ns` is the time the
-    // threads took to settle on their own CPUs (gate.rs).
-    let ready_ns = sys::monotonic_ns();
-    let opening = shared.gate.settle_and_open();
-    let released_ns = sys::monotonic_ns();
-    let opened = Instant::now();
-
+/// Wait until all `n` threads have finished, enforcing the timeout (counted
+/// from `opened`) and driving any abort; threads still running `ABORT_GRACE`
+/// after an abort are reported stuck.
+fn wait_for_finish(
+    shared: &Shared,
+    n: u32,
+    timeout: Option<Duration>,
+    opened: Instant,
+) -> Result<(), NativeError> {
     // Wait for the end, enforcing the timeout and driving any abort.
     let mut aborted_at: Option<Instant> = None;
     loop {
@@ -446,7 +485,7 @@ fn run_threads(
             break;
         }
         if aborted_at.is_none() {
-            if let Some(t) = opts.timeout {
+            if let Some(t) = timeout {
                 if opened.elapsed() > t {
                     shared.fail(NativeError::Timeout(t));
                 }
@@ -472,10 +511,19 @@ fn run_threads(
         }
         sys::futex_wait(&shared.finished, f, Some(POLL));
     }
+    Ok(())
+}
 
+/// Join the threads, collecting what each counted; the first panic, by plan
+/// order, is the error.
+fn join_workers(
+    handles: Vec<WorkerHandle>,
+    plan: &[(usize, u32)],
+    program: &Program,
+) -> Result<Vec<ThreadOut>, NativeError> {
     let mut outs = Vec::with_capacity(handles.len());
     let mut panic: Option<NativeError> = None;
-    for (h, &(gi, index)) in handles.into_iter().zip(&plan) {
+    for (h, &(gi, index)) in handles.into_iter().zip(plan) {
         match h.join() {
             Ok(Some(out)) => outs.push(out),
             Ok(None) => {}
@@ -495,18 +543,7 @@ fn run_threads(
     if let Some(p) = panic {
         return Err(p);
     }
-    if let Some(e) = shared.take_failure() {
-        return Err(e);
-    }
-    let mut ex = summarize(&shared, outs);
-    ex.window.threads_ready_ns = ready_ns;
-    ex.window.start_ns = released_ns;
-    ex.window.end_ns = ex.window.end_ns.max(released_ns);
-    ex.window.settle = Some(Settle {
-        outcome: opening.into(),
-        ns: released_ns.saturating_sub(ready_ns),
-    });
-    Ok(ex)
+    Ok(outs)
 }
 
 /// Refuse, before any thread starts, a program with more threads than the
