@@ -254,6 +254,39 @@ impl Cx<'_> {
                 spin_limit: m.get_ref().spin_limit,
             })
             .collect();
+        let counters = spec
+            .counters
+            .keys()
+            .map(|name| CounterDef { name: name.clone() })
+            .collect();
+        let barriers = self.barriers();
+        let queues = self.queues();
+        let buffers = self.buffers();
+        let devices = self.devices();
+        let pools = self.pools();
+        let groups = self.groups(&buffers);
+        self.check_pools_drained();
+        Program {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            imitates: spec.imitates.clone(),
+            n: self.env.n,
+            scale: self.env.s,
+            spin_locks,
+            mutexes,
+            barriers,
+            queues,
+            counters,
+            buffers,
+            devices,
+            pools,
+            groups,
+        }
+    }
+
+    /// The barrier table: every barrier needs at least one party.
+    fn barriers(&mut self) -> Vec<BarrierDef> {
+        let spec = self.spec;
         let mut barriers = Vec::new();
         for (name, b) in &spec.barriers {
             let parties = self.count_u32(&b.get_ref().parties, b.span(), "barrier parties");
@@ -271,6 +304,12 @@ impl Cx<'_> {
                 pause: b.get_ref().pause,
             });
         }
+        barriers
+    }
+
+    /// The queue table: every queue holds at least one token.
+    fn queues(&mut self) -> Vec<QueueDef> {
+        let spec = self.spec;
         let mut queues = Vec::new();
         for (name, q) in &spec.queues {
             let capacity = self.count_u32(&q.get_ref().capacity, q.span(), "queue capacity");
@@ -285,11 +324,12 @@ impl Cx<'_> {
                 capacity,
             });
         }
-        let counters = spec
-            .counters
-            .keys()
-            .map(|name| CounterDef { name: name.clone() })
-            .collect();
+        queues
+    }
+
+    /// The shared buffer table: no empty buffers.
+    fn buffers(&mut self) -> Vec<BufferDef> {
+        let spec = self.spec;
         let mut buffers = Vec::new();
         for (name, b) in &spec.buffers {
             let bytes = self.count(&b.get_ref().bytes, b.span(), "buffer bytes");
@@ -304,6 +344,12 @@ impl Cx<'_> {
                 bytes,
             });
         }
+        buffers
+    }
+
+    /// The device table: every device serves at least one request at once.
+    fn devices(&mut self) -> Vec<DeviceDef> {
+        let spec = self.spec;
         let mut devices = Vec::new();
         for (name, d) in &spec.devices {
             let queue_depth = match &d.get_ref().queue_depth {
@@ -321,7 +367,13 @@ impl Cx<'_> {
                 queue_depth,
             });
         }
-        let pools = self.pools();
+        devices
+    }
+
+    /// The thread groups, each with at least one thread; their ops are
+    /// resolved against the tables and their lock use checked.
+    fn groups(&mut self, buffers: &[BufferDef]) -> Vec<Group> {
+        let spec = self.spec;
         if spec.groups.is_empty() {
             self.diags.push(self.loc.at(
                 0,
@@ -342,7 +394,7 @@ impl Cx<'_> {
                 ));
             }
             self.group = gs.name.clone();
-            let ops = self.ops(&gs.ops, &buffers, Nest::Top);
+            let ops = self.ops(&gs.ops, buffers, Nest::Top);
             self.check_locks(&gs.name, &gs.ops);
             groups.push(Group {
                 name: gs.name.clone(),
@@ -350,23 +402,7 @@ impl Cx<'_> {
                 ops,
             });
         }
-        self.check_pools_drained();
-        Program {
-            name: spec.name.clone(),
-            description: spec.description.clone(),
-            imitates: spec.imitates.clone(),
-            n: self.env.n,
-            scale: self.env.s,
-            spin_locks,
-            mutexes,
-            barriers,
-            queues,
-            counters,
-            buffers,
-            devices,
-            pools,
-            groups,
-        }
+        groups
     }
 
     /// The pool table: every count a whole number of units that a signed
@@ -456,6 +492,70 @@ impl Cx<'_> {
         }
     }
 
+    /// A touch of the thread's private buffer or of a shared one it must fit in.
+    fn touch(&mut self, t: &TouchSpec, span: Range<usize>, buffers: &[BufferDef]) -> Op {
+        let bytes = self.count(&t.bytes, span.clone(), "touch bytes");
+        let stride = match &t.stride {
+            Some(s) => self.count(s, span.clone(), "touch stride"),
+            None => 64,
+        };
+        if stride == 0 {
+            self.diags.push(
+                self.loc
+                    .span(span.clone(), "touch stride must be at least 1"),
+            );
+        }
+        let buffer = match &t.buffer {
+            None => BufferRef::Private,
+            Some(name) if name.get_ref() == "private" => BufferRef::Private,
+            Some(name) => {
+                let i = self.resolve(name, Kind::Buffer);
+                if let Some(b) = buffers.get(i as usize) {
+                    if bytes > b.bytes {
+                        self.diags.push(self.loc.span(
+                            span.clone(),
+                            format!(
+                                "touch of {bytes} bytes is larger than buffer `{}` ({} bytes)",
+                                b.name, b.bytes
+                            ),
+                        ));
+                    }
+                }
+                BufferRef::Shared(i)
+            }
+        };
+        Op::Touch {
+            buffer,
+            bytes,
+            stride: stride.max(1),
+            write: t.write,
+        }
+    }
+
+    /// An I/O request to a device, its service time in microseconds.
+    fn io(&mut self, io: &IoSpec) -> Op {
+        let device = self.resolve(&io.device, Kind::Device);
+        let us = self.count(
+            io.service_us.get_ref(),
+            io.service_us.span(),
+            "io service_us",
+        );
+        // An hour per request is far beyond any device; a larger value
+        // is a typo, and ns must not overflow.
+        if us > 3_600_000_000 {
+            self.diags.push(self.loc.span(
+                io.service_us.span(),
+                format!(
+                    "io service_us {us} is over an hour; write the service time in microseconds"
+                ),
+            ));
+        }
+        Op::Io {
+            device,
+            service_ns: us.saturating_mul(1000),
+        }
+    }
+
     fn ops(&mut self, ops: &[Spanned<OpSpec>], buffers: &[BufferDef], nest: Nest) -> Vec<Op> {
         ops.iter().map(|op| self.op(op, buffers, nest)).collect()
     }
@@ -466,44 +566,7 @@ impl Cx<'_> {
             OpSpec::Compute(c) => Op::Compute {
                 iters: self.count(c.get_ref(), c.span(), "compute"),
             },
-            OpSpec::Touch(t) => {
-                let bytes = self.count(&t.bytes, span.clone(), "touch bytes");
-                let stride = match &t.stride {
-                    Some(s) => self.count(s, span.clone(), "touch stride"),
-                    None => 64,
-                };
-                if stride == 0 {
-                    self.diags.push(
-                        self.loc
-                            .span(span.clone(), "touch stride must be at least 1"),
-                    );
-                }
-                let buffer = match &t.buffer {
-                    None => BufferRef::Private,
-                    Some(name) if name.get_ref() == "private" => BufferRef::Private,
-                    Some(name) => {
-                        let i = self.resolve(name, Kind::Buffer);
-                        if let Some(b) = buffers.get(i as usize) {
-                            if bytes > b.bytes {
-                                self.diags.push(self.loc.span(
-                                    span.clone(),
-                                    format!(
-                                        "touch of {bytes} bytes is larger than buffer `{}` ({} bytes)",
-                                        b.name, b.bytes
-                                    ),
-                                ));
-                            }
-                        }
-                        BufferRef::Shared(i)
-                    }
-                };
-                Op::Touch {
-                    buffer,
-                    bytes,
-                    stride: stride.max(1),
-                    write: t.write,
-                }
-            }
+            OpSpec::Touch(t) => self.touch(t, span, buffers),
             OpSpec::SpinLock(n) => Op::SpinLock(self.resolve(n, Kind::SpinLock)),
             OpSpec::SpinUnlock(n) => Op::SpinUnlock(self.resolve(n, Kind::SpinLock)),
             OpSpec::Lock(n) => Op::MutexLock(self.resolve(n, Kind::Mutex)),
@@ -528,26 +591,7 @@ impl Cx<'_> {
                 }
                 Op::Shootdown { pages }
             }
-            OpSpec::Io(io) => {
-                let device = self.resolve(&io.device, Kind::Device);
-                let us = self.count(
-                    io.service_us.get_ref(),
-                    io.service_us.span(),
-                    "io service_us",
-                );
-                // An hour per request is far beyond any device; a larger value
-                // is a typo, and ns must not overflow.
-                if us > 3_600_000_000 {
-                    self.diags.push(self.loc.span(
-                        io.service_us.span(),
-                        format!("io service_us {us} is over an hour; write the service time in microseconds"),
-                    ));
-                }
-                Op::Io {
-                    device,
-                    service_ns: us.saturating_mul(1000),
-                }
-            }
+            OpSpec::Io(io) => self.io(io),
             OpSpec::Repeat(r) => Op::Repeat {
                 count: self.count(r.count.get_ref(), r.count.span(), "repeat count"),
                 // A repeat inside a drain is still inside the drain.
@@ -599,32 +643,8 @@ impl Cx<'_> {
                 OpSpec::Lock(n) => (n, false, true),
                 OpSpec::Unlock(n) => (n, false, false),
                 OpSpec::Barrier(n) | OpSpec::Push(n) | OpSpec::Pop(n) => {
-                    if in_drain && matches!(op.get_ref(), OpSpec::Barrier(_)) {
-                        self.diags.push(self.loc.span(
-                            n.span(),
-                            format!(
-                                "group `{group}` waits at barrier `{}` inside a drain: how often each thread gets there depends on how many units it claims, so generations cannot be known to fill; move the barrier out of the drain",
-                                n.get_ref()
-                            ),
-                        ));
-                    }
-                    // Waiting for other threads while holding a lock deadlocks as
-                    // soon as one of them needs that lock before it gets here.
-                    let holding = held.iter().map(|h| &h.0).chain(outer).next();
-                    if let Some(lock) = holding {
-                        let what = if matches!(op.get_ref(), OpSpec::Barrier(_)) {
-                            "at barrier"
-                        } else {
-                            "on queue"
-                        };
-                        self.diags.push(self.loc.span(
-                            n.span(),
-                            format!(
-                                "group `{group}` waits {what} `{}` while holding `{lock}`: a thread that needs `{lock}` before it gets there can never arrive; release `{lock}` first",
-                                n.get_ref()
-                            ),
-                        ));
-                    }
+                    let barrier = matches!(op.get_ref(), OpSpec::Barrier(_));
+                    self.check_wait(group, n, barrier, held, outer, in_drain);
                     continue;
                 }
                 OpSpec::Repeat(RepeatSpec { ops: body, .. })
@@ -684,6 +704,41 @@ impl Cx<'_> {
                     ),
                 )),
             }
+        }
+    }
+
+    /// A barrier wait or queue op `n`: never at a barrier inside a drain, and
+    /// never while holding a lock (`held` here or `outer` around).
+    fn check_wait(
+        &mut self,
+        group: &str,
+        n: &Spanned<String>,
+        barrier: bool,
+        held: &[(String, bool, Range<usize>)],
+        outer: &[String],
+        in_drain: bool,
+    ) {
+        if in_drain && barrier {
+            self.diags.push(self.loc.span(
+                n.span(),
+                format!(
+                    "group `{group}` waits at barrier `{}` inside a drain: how often each thread gets there depends on how many units it claims, so generations cannot be known to fill; move the barrier out of the drain",
+                    n.get_ref()
+                ),
+            ));
+        }
+        // Waiting for other threads while holding a lock deadlocks as
+        // soon as one of them needs that lock before it gets here.
+        let holding = held.iter().map(|h| &h.0).chain(outer).next();
+        if let Some(lock) = holding {
+            let what = if barrier { "at barrier" } else { "on queue" };
+            self.diags.push(self.loc.span(
+                n.span(),
+                format!(
+                    "group `{group}` waits {what} `{}` while holding `{lock}`: a thread that needs `{lock}` before it gets there can never arrive; release `{lock}` first",
+                    n.get_ref()
+                ),
+            ));
         }
     }
 
