@@ -283,80 +283,17 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
         match ty {
             BLOCK_HEADER if first => {
                 first = false;
-                if p.take(8) != Some(&MAGIC[..]) {
-                    return Err(corrupt(path, at, "this is not a smplab trace (bad magic)"));
-                }
-                let version = p.u32().ok_or_else(|| corrupt(path, at, "short header"))?;
-                if version != VERSION {
-                    return Err(corrupt(
-                        path,
-                        at,
-                        format!("trace format version {version}; this smplab reads {VERSION}"),
-                    ));
-                }
-                let short = || corrupt(path, at, "short header");
-                let hint = p.u32().ok_or_else(short)?;
-                trace.threads_hint = (hint != 0).then_some(hint);
-                trace.start_ns = p.u64().ok_or_else(short)?;
-                trace.start_unix = p.u64().ok_or_else(short)?;
-                let argc = p.u32().ok_or_else(short)?;
-                for _ in 0..argc {
-                    let n = p.u32().ok_or_else(short)?;
-                    let s = p.take(n as usize).ok_or_else(short)?;
-                    trace.argv.push(String::from_utf8_lossy(s).into_owned());
-                }
+                parse_header(path, at, &mut p, &mut trace)?;
             }
             BLOCK_HEADER => return Err(corrupt(path, at, "a second header block")),
-            BLOCK_EVENTS => {
-                let short = || corrupt(path, at, "short events block");
-                let thread = p.u32().ok_or_else(short)? as usize;
-                let count = p.u32().ok_or_else(short)? as usize;
-                if payload.len() != 8 + count * EVENT_BYTES {
-                    return Err(corrupt(
-                        path,
-                        at,
-                        format!(
-                            "an events block of {count} events has {} bytes",
-                            payload.len()
-                        ),
-                    ));
-                }
-                if thread > 1 << 20 {
-                    return Err(corrupt(
-                        path,
-                        at,
-                        format!("thread number {thread} is absurd"),
-                    ));
-                }
-                if trace.threads.len() <= thread {
-                    trace.threads.resize(thread + 1, Vec::new());
-                }
-                for i in 0..count {
-                    let off = 8 + i * EVENT_BYTES;
-                    let ev = parse_event(&payload[off..off + EVENT_BYTES]).ok_or_else(|| {
-                        corrupt(path, at + 8 + off, format!("event {i} has an unknown kind"))
-                    })?;
-                    trace.threads[thread].push(ev);
-                }
-            }
+            BLOCK_EVENTS => parse_events(path, at, payload, &mut p, &mut trace)?,
             BLOCK_LIB_END => {
                 let short = || corrupt(path, at, "short end block");
                 let _threads = p.u32().ok_or_else(short)?;
                 let _pad = p.u32().ok_or_else(short)?;
                 trace.lib_end = Some(p.u64().ok_or_else(short)?);
             }
-            BLOCK_EXIT => {
-                let short = || corrupt(path, at, "short exit block");
-                let how = p.u32().ok_or_else(short)?;
-                let code = p.u32().ok_or_else(short)?.cast_signed();
-                let _end = p.u64().ok_or_else(short)?;
-                trace.wall_ns = Some(p.u64().ok_or_else(short)?);
-                trace.ending = Some(match how {
-                    0 => Ending::Exited(code),
-                    1 => Ending::Signaled(code),
-                    _ => return Err(corrupt(path, at, format!("unknown exit kind {how}"))),
-                });
-            }
+            BLOCK_EXIT => parse_exit(path, at, &mut p, &mut trace)?,
             other => return Err(corrupt(path, at, format!("unknown block type {other}"))),
         }
     }
@@ -370,6 +307,99 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Trace, TraceError> {
         t.sort_by_key(|e| e.t_ns);
     }
     Ok(trace)
+}
+
+/// The header block's payload after its type: magic, version, thread hint,
+/// start times and argv. `at` is the block's offset, for errors.
+fn parse_header(
+    path: &Path,
+    at: usize,
+    p: &mut Cursor<'_>,
+    trace: &mut Trace,
+) -> Result<(), TraceError> {
+    if p.take(8) != Some(&MAGIC[..]) {
+        return Err(corrupt(path, at, "this is not a smplab trace (bad magic)"));
+    }
+    let version = p.u32().ok_or_else(|| corrupt(path, at, "short header"))?;
+    if version != VERSION {
+        return Err(corrupt(
+            path,
+            at,
+            format!("trace format version {version}; this smplab reads {VERSION}"),
+        ));
+    }
+    let short = || corrupt(path, at, "short header");
+    let hint = p.u32().ok_or_else(short)?;
+    trace.threads_hint = (hint != 0).then_some(hint);
+    trace.start_ns = p.u64().ok_or_else(short)?;
+    trace.start_unix = p.u64().ok_or_else(short)?;
+    let argc = p.u32().ok_or_else(short)?;
+    for _ in 0..argc {
+        let n = p.u32().ok_or_else(short)?;
+        let s = p.take(n as usize).ok_or_else(short)?;
+        trace.argv.push(String::from_utf8_lossy(s).into_owned());
+    }
+    Ok(())
+}
+
+/// One thread's chunk of events, appended to that thread's list.
+fn parse_events(
+    path: &Path,
+    at: usize,
+    payload: &[u8],
+    p: &mut Cursor<'_>,
+    trace: &mut Trace,
+) -> Result<(), TraceError> {
+    let short = || corrupt(path, at, "short events block");
+    let thread = p.u32().ok_or_else(short)? as usize;
+    let count = p.u32().ok_or_else(short)? as usize;
+    if payload.len() != 8 + count * EVENT_BYTES {
+        return Err(corrupt(
+            path,
+            at,
+            format!(
+                "an events block of {count} events has {} bytes",
+                payload.len()
+            ),
+        ));
+    }
+    if thread > 1 << 20 {
+        return Err(corrupt(
+            path,
+            at,
+            format!("thread number {thread} is absurd"),
+        ));
+    }
+    if trace.threads.len() <= thread {
+        trace.threads.resize(thread + 1, Vec::new());
+    }
+    for i in 0..count {
+        let off = 8 + i * EVENT_BYTES;
+        let ev = parse_event(&payload[off..off + EVENT_BYTES])
+            .ok_or_else(|| corrupt(path, at + 8 + off, format!("event {i} has an unknown kind")))?;
+        trace.threads[thread].push(ev);
+    }
+    Ok(())
+}
+
+/// How the traced program ended, and its wall time.
+fn parse_exit(
+    path: &Path,
+    at: usize,
+    p: &mut Cursor<'_>,
+    trace: &mut Trace,
+) -> Result<(), TraceError> {
+    let short = || corrupt(path, at, "short exit block");
+    let how = p.u32().ok_or_else(short)?;
+    let code = p.u32().ok_or_else(short)?.cast_signed();
+    let _end = p.u64().ok_or_else(short)?;
+    trace.wall_ns = Some(p.u64().ok_or_else(short)?);
+    trace.ending = Some(match how {
+        0 => Ending::Exited(code),
+        1 => Ending::Signaled(code),
+        _ => return Err(corrupt(path, at, format!("unknown exit kind {how}"))),
+    });
+    Ok(())
 }
 
 fn block(ty: u32, payload: &[u8]) -> Vec<u8> {

@@ -250,7 +250,15 @@ pub fn build(trace: &Trace, wakes: &[Wake]) -> Tokens {
         tokens.dropped_waits += b.dropped_waits;
         tokens.threads.push(b.ops);
     }
-    // Semaphore initial values: tokens pushed by the thread that called sem_init.
+    seed_semaphores(trace, &mut names, &mut tokens);
+    balance(&mut tokens);
+    list_locks(&mut tokens);
+    tokens
+}
+
+/// Semaphore initial values: tokens pushed by the thread that called sem_init,
+/// at the time it called it.
+fn seed_semaphores(trace: &Trace, names: &mut Names, tokens: &mut Tokens) {
     for (ti, evs) in trace.threads.iter().enumerate() {
         for e in evs
             .iter()
@@ -273,7 +281,10 @@ pub fn build(trace: &Trace, wakes: &[Wake]) -> Tokens {
             tokens.queues.entry(name).or_insert((QueueRole::Sem, 0));
         }
     }
-    balance(&mut tokens);
+}
+
+/// The mutex and spin lock tables: every lock some thread takes.
+fn list_locks(tokens: &mut Tokens) {
     let mut mutexes = std::collections::BTreeSet::new();
     let mut spins = std::collections::BTreeSet::new();
     for it in tokens.threads.iter().flat_map(|t| &t.items) {
@@ -289,7 +300,6 @@ pub fn build(trace: &Trace, wakes: &[Wake]) -> Tokens {
     }
     tokens.mutexes = mutexes.into_iter().collect();
     tokens.spins = spins.into_iter().collect();
-    tokens
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -305,10 +315,7 @@ fn event_ops(
     joined: &dyn Fn(u64, u64) -> Option<usize>,
 ) {
     let t = e.t_ns;
-    let mut queue = |name: String, role: QueueRole| {
-        tokens.queues.entry(name.clone()).or_insert((role, 0));
-        name
-    };
+    let mut queue = |name: String, role: QueueRole| register_queue(&mut tokens.queues, name, role);
     match e.kind {
         Kind::ThreadStart if ti > 0 => b.handoff(
             t,
@@ -341,23 +348,8 @@ fn event_ops(
         Kind::SpinLock if analyze::acquired(e) => b.lock(t, &names.get("spin", e.obj), true),
         Kind::SpinUnlock => b.unlock(t, &names.get("spin", e.obj), true),
         Kind::CondWait | Kind::CondTimedwait => {
-            let m = names.get("m", e.arg);
-            let cv = names.get("cv", e.obj);
-            let held = b.held.get(&m).copied().unwrap_or(0) == 1;
-            if held {
-                b.unlock(t, &m, false);
-            }
-            if woken.contains_key(&(ti, i)) {
-                b.handoff(
-                    t,
-                    SyncOp::Pop(queue(format!("{cv}_t{ti}"), QueueRole::Cond)),
-                );
-            } else if e.timed_out() {
-                b.op(t, SyncOp::SleepUs(e.wait_ns / 1000));
-            }
-            if held && analyze::reacquires_mutex(e) {
-                b.lock(e.end_ns(), &m, false);
-            }
+            let was_woken = woken.contains_key(&(ti, i));
+            cond_wait(b, names, &mut tokens.queues, ti, e, was_woken);
         }
         Kind::CondSignal | Kind::CondBroadcast => {
             let cv = names.get("cv", e.obj);
@@ -393,6 +385,51 @@ fn event_ops(
             names.get("sem", e.obj);
         }
         _ => {}
+    }
+}
+
+/// Note `name` as a queue with `role` (its count starts at 0) and return it.
+fn register_queue(
+    queues: &mut BTreeMap<String, (QueueRole, u64)>,
+    name: String,
+    role: QueueRole,
+) -> String {
+    queues.entry(name.clone()).or_insert((role, 0));
+    name
+}
+
+/// A condition wait: the mutex is released, the wait pops this thread's token
+/// from the condition's queue if a signal woke it (or sleeps if it timed out),
+/// and the mutex is taken again on return.
+fn cond_wait(
+    b: &mut Builder,
+    names: &mut Names,
+    queues: &mut BTreeMap<String, (QueueRole, u64)>,
+    ti: usize,
+    e: &Event,
+    was_woken: bool,
+) {
+    let t = e.t_ns;
+    let m = names.get("m", e.arg);
+    let cv = names.get("cv", e.obj);
+    let held = b.held.get(&m).copied().unwrap_or(0) == 1;
+    if held {
+        b.unlock(t, &m, false);
+    }
+    if was_woken {
+        b.handoff(
+            t,
+            SyncOp::Pop(register_queue(
+                queues,
+                format!("{cv}_t{ti}"),
+                QueueRole::Cond,
+            )),
+        );
+    } else if e.timed_out() {
+        b.op(t, SyncOp::SleepUs(e.wait_ns / 1000));
+    }
+    if held && analyze::reacquires_mutex(e) {
+        b.lock(e.end_ns(), &m, false);
     }
 }
 
