@@ -211,8 +211,81 @@ fn attach_devices(
     let (console, captured) = console_writer(&config.console)?;
     let mut builder = BusBuilder::new();
     let bus_err = |e: crate::bus::BusError| VmmError::BadConfig(e.to_string());
+    let PortHandles { uart, result_port } = add_port_devices(
+        &mut builder,
+        config,
+        Uart::new(console),
+        control,
+        tsc_hz,
+        window,
+    )?;
+    let mut user_irqchip = match config.irqchip {
+        Irqchip::Kernel => None,
+        Irqchip::User => Some(UserIrqchip::attach(
+            &mut builder,
+            config.sync,
+            config.vcpus,
+            config.vmm_halt_poll,
+        )?),
+    };
+    let block = match &config.block {
+        Some(block) => {
+            let line = block_line(vm, user_irqchip.as_ref())?;
+            let device = BlockDevice::new(&block.queue_depths, line, tsc);
+            builder
+                .add_concurrent(
+                    AddressSpace::Mmio,
+                    BLOCK_MMIO_GPA,
+                    BLOCK_MMIO_LEN,
+                    "block",
+                    device.clone(),
+                )
+                .map_err(bus_err)?;
+            Some(device)
+        }
+        None => None,
+    };
+    let bus = builder
+        .build(config.sync, config.io_cpu)
+        .map_err(|source| VmmError::Thread {
+            name: "smplab-io".into(),
+            source,
+        })?;
+    if let Some(chip) = &mut user_irqchip {
+        chip.start_timers(bus.client())?;
+    }
+    let block = block
+        .map(|device| start_block_thread(config, device))
+        .transpose()?;
+    Ok(Devices {
+        bus,
+        uart,
+        result_port,
+        captured,
+        user_irqchip,
+        block,
+    })
+}
+
+/// The port devices the run reads back from when the guest has stopped.
+struct PortHandles {
+    uart: Arc<Mutex<Uart>>,
+    result_port: Arc<Mutex<ResultPort>>,
+}
+
+/// The port-I/O devices every VM has: the UART, debug exit, result port,
+/// work device, PM timer and measurement window.
+fn add_port_devices(
+    builder: &mut BusBuilder,
+    config: &VmConfig,
+    uart: Uart,
+    control: Arc<RunControl>,
+    tsc_hz: u64,
+    window: WindowDevice,
+) -> Result<PortHandles, VmmError> {
+    let bus_err = |e: crate::bus::BusError| VmmError::BadConfig(e.to_string());
     let uart = builder
-        .add_exclusive(AddressSpace::Pio, UART_PORT, 8, "uart", Uart::new(console))
+        .add_exclusive(AddressSpace::Pio, UART_PORT, 8, "uart", uart)
         .map_err(bus_err)?;
     builder
         .add_concurrent(
@@ -271,64 +344,24 @@ fn attach_devices(
             Arc::new(window),
         )
         .map_err(bus_err)?;
-    let mut user_irqchip = match config.irqchip {
-        Irqchip::Kernel => None,
-        Irqchip::User => Some(UserIrqchip::attach(
-            &mut builder,
-            config.sync,
-            config.vcpus,
-            config.vmm_halt_poll,
-        )?),
-    };
-    let block = match &config.block {
-        Some(block) => {
-            let line = block_line(vm, user_irqchip.as_ref())?;
-            let device = BlockDevice::new(&block.queue_depths, line, tsc);
-            builder
-                .add_concurrent(
-                    AddressSpace::Mmio,
-                    BLOCK_MMIO_GPA,
-                    BLOCK_MMIO_LEN,
-                    "block",
-                    device.clone(),
-                )
-                .map_err(bus_err)?;
-            Some(device)
-        }
-        None => None,
-    };
-    let bus = builder
-        .build(config.sync, config.io_cpu)
-        .map_err(|source| VmmError::Thread {
-            name: "smplab-io".into(),
-            source,
-        })?;
-    if let Some(chip) = &mut user_irqchip {
-        chip.start_timers(bus.client())?;
-    }
-    let block = match block {
-        Some(device) => {
-            let cpus = config
-                .block
-                .as_ref()
-                .map(|b| b.thread_cpus.clone())
-                .unwrap_or_default();
-            let handle = device.spawn(cpus).map_err(|source| VmmError::Thread {
-                name: "smplab-blk".into(),
-                source,
-            })?;
-            Some(BlockThread { device, handle })
-        }
-        None => None,
-    };
-    Ok(Devices {
-        bus,
-        uart,
-        result_port,
-        captured,
-        user_irqchip,
-        block,
-    })
+    Ok(PortHandles { uart, result_port })
+}
+
+/// Start the block device's completion thread on the configured CPUs.
+fn start_block_thread(
+    config: &VmConfig,
+    device: Arc<BlockDevice>,
+) -> Result<BlockThread, VmmError> {
+    let cpus = config
+        .block
+        .as_ref()
+        .map(|b| b.thread_cpus.clone())
+        .unwrap_or_default();
+    let handle = device.spawn(cpus).map_err(|source| VmmError::Thread {
+        name: "smplab-blk".into(),
+        source,
+    })?;
+    Ok(BlockThread { device, handle })
 }
 
 /// What a vCPU thread hands back when it stops.
@@ -347,82 +380,15 @@ struct VcpuThread {
 /// the timeout passes.
 pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     let wall_start = Instant::now();
-    // First, so a run that fails before its guest is ready withdraws from the gate.
-    let gate_ticket = config.start_gate.as_ref().map(crate::StartGate::ticket);
-    let kvm = open_kvm()?;
-    let max_vcpus = u32::try_from(kvm.get_max_vcpus()).unwrap_or(u32::MAX);
-    validate(config, max_vcpus)?;
-    let kernel = read_kernel(&config.kernel)?;
-    let vm = Vm::new(kvm, config.mem_bytes, config.irqchip)?;
-    // Before any vCPU exists (KVM's rule for dirty rings).
-    let dirty_ring = config
-        .host
-        .as_ref()
-        .and_then(|h| h.scheduler.prepare_vm(&vm));
-    let loaded = load_kernel(vm.memory(), &kernel)?;
-    write_boot_data(vm.memory(), config, loaded.kernel_end)?;
-
-    let mut vcpu_fds = Vec::new();
-    let mut reset_states = Vec::new();
-    for index in 0..config.vcpus {
-        let fd = vm.create_vcpu_fd(index)?;
-        if config.irqchip == Irqchip::User {
-            // KVM's reset state, which INIT/SIPI restores (before the PVH entry).
-            reset_states.push(ResetState::capture(&fd)?);
-        }
-        if index == 0 {
-            set_pvh_entry(&fd, loaded.entry)?;
-        }
-        vcpu_fds.push(fd);
-    }
-    let tsc_hz = vcpu_fds
-        .first()
-        .and_then(|v| v.get_tsc_khz().ok())
-        .map(|khz| u64::from(khz) * 1000)
-        .filter(|&hz| hz > 0)
-        .unwrap_or_else(crate::devices::pm_timer::calibrate_tsc_hz);
-
-    let control = Arc::new(RunControl::new());
-    let window = Arc::new(WindowState::default());
-    let vcpu_stats = vcpu_fds
-        .iter()
-        .map(|fd| crate::kvm_stats::open_stats(fd).ok());
-    let window_device = WindowDevice::new(
-        window.clone(),
-        gate_ticket,
-        vcpu_stats.collect(),
-        control.clone(),
-    );
-    let tsc = GuestTsc {
-        offset: vcpu_fds.first().map_or(0, guest_tsc_offset),
-        hz: tsc_hz,
-    };
-    let mut devices = attach_devices(config, &vm, control.clone(), tsc, window_device)?;
-    if let Some(route) = &config.irq_route {
-        route.bind(vm.memory().clone());
-    }
-    if let Some(host) = &config.host {
-        host.scheduler.bind_vm_memory(host.vm, vm.memory());
-    }
-    let mut vcpus = Vec::new();
-    let mut reset_states = reset_states.into_iter();
-    for (index, fd) in (0..config.vcpus).zip(vcpu_fds) {
-        let mut vcpu = Vcpu::new(index, fd, devices.bus.client(), config.mem_bytes)?;
-        vcpu.set_window(VcpuWindow::new(window.clone()));
-        if let (Some(chip), Some(reset)) = (&devices.user_irqchip, reset_states.next()) {
-            vcpu.set_interrupts(Box::new(chip.vcpu_hook(index, vcpu.kicker(), reset)));
-        }
-        if let Some(host) = &config.host {
-            let ring = dirty_ring.and_then(|n| crate::host::DirtyRing::map(vcpu.fd(), n, &vm));
-            let truth = crate::host::truth::SpinTruth::new(vm.memory().clone(), index, tsc_hz);
-            vcpu.set_grant(
-                host.scheduler
-                    .attach(host.vm, index, vcpu.kicker(), ring, Some(truth)),
-            );
-        }
-        vcpus.push(vcpu);
-    }
-    let vm_stats_file = vm.stats_file();
+    let BuiltVm {
+        vm,
+        control,
+        window,
+        mut devices,
+        vcpus,
+        vm_stats_file,
+        tsc_hz,
+    } = build_vm(config)?;
 
     // vCPU threads.
     let run_start = Instant::now();
@@ -476,7 +442,151 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         Some(Err(e)) => (None, Some(e)),
         None => (None, None),
     };
-    let mut first_error = spawn_error.or(block_error);
+    let first_error = first_error(config, spawn_error.or(block_error), reports, stopped);
+    // Every vCPU is gone now; the VM and its memory may go too.
+    drop(vm);
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+
+    let (result, console) = guest_output(devices);
+    let exit_code = control.exit_code().ok_or_else(|| VmmError::VcpuThread {
+        vcpu: 0,
+        reason: "the VM stopped without an exit code".into(),
+    })?;
+    section.exit_code = Some(exit_code);
+    Ok(VmRun {
+        exit_code,
+        result,
+        console,
+        wall: wall_start.elapsed(),
+        section,
+        block,
+    })
+}
+
+/// A VM ready to run: guest loaded, devices attached, vCPUs set up but not
+/// yet started.
+struct BuiltVm {
+    vm: Vm,
+    control: Arc<RunControl>,
+    window: Arc<WindowState>,
+    devices: Devices,
+    vcpus: Vec<Vcpu>,
+    vm_stats_file: Option<std::fs::File>,
+    tsc_hz: u64,
+}
+
+/// Open KVM, load the guest, attach the devices and set up the vCPUs.
+fn build_vm(config: &VmConfig) -> Result<BuiltVm, VmmError> {
+    // First, so a run that fails before its guest is ready withdraws from the gate.
+    let gate_ticket = config.start_gate.as_ref().map(crate::StartGate::ticket);
+    let kvm = open_kvm()?;
+    let max_vcpus = u32::try_from(kvm.get_max_vcpus()).unwrap_or(u32::MAX);
+    validate(config, max_vcpus)?;
+    let kernel = read_kernel(&config.kernel)?;
+    let vm = Vm::new(kvm, config.mem_bytes, config.irqchip)?;
+    // Before any vCPU exists (KVM's rule for dirty rings).
+    let dirty_ring = config
+        .host
+        .as_ref()
+        .and_then(|h| h.scheduler.prepare_vm(&vm));
+    let loaded = load_kernel(vm.memory(), &kernel)?;
+    write_boot_data(vm.memory(), config, loaded.kernel_end)?;
+
+    let (vcpu_fds, reset_states) = create_vcpu_fds(&vm, config, loaded.entry)?;
+    let tsc_hz = vcpu_fds
+        .first()
+        .and_then(|v| v.get_tsc_khz().ok())
+        .map(|khz| u64::from(khz) * 1000)
+        .filter(|&hz| hz > 0)
+        .unwrap_or_else(crate::devices::pm_timer::calibrate_tsc_hz);
+
+    let control = Arc::new(RunControl::new());
+    let window = Arc::new(WindowState::default());
+    let vcpu_stats = vcpu_fds
+        .iter()
+        .map(|fd| crate::kvm_stats::open_stats(fd).ok());
+    let window_device = WindowDevice::new(
+        window.clone(),
+        gate_ticket,
+        vcpu_stats.collect(),
+        control.clone(),
+    );
+    let tsc = GuestTsc {
+        offset: vcpu_fds.first().map_or(0, guest_tsc_offset),
+        hz: tsc_hz,
+    };
+    let devices = attach_devices(config, &vm, control.clone(), tsc, window_device)?;
+    if let Some(route) = &config.irq_route {
+        route.bind(vm.memory().clone());
+    }
+    if let Some(host) = &config.host {
+        host.scheduler.bind_vm_memory(host.vm, vm.memory());
+    }
+    let mut vcpus = Vec::new();
+    let mut reset_states = reset_states.into_iter();
+    for (index, fd) in (0..config.vcpus).zip(vcpu_fds) {
+        let mut vcpu = Vcpu::new(index, fd, devices.bus.client(), config.mem_bytes)?;
+        vcpu.set_window(VcpuWindow::new(window.clone()));
+        if let (Some(chip), Some(reset)) = (&devices.user_irqchip, reset_states.next()) {
+            vcpu.set_interrupts(Box::new(chip.vcpu_hook(index, vcpu.kicker(), reset)));
+        }
+        if let Some(host) = &config.host {
+            let ring = dirty_ring.and_then(|n| crate::host::DirtyRing::map(vcpu.fd(), n, &vm));
+            let truth = crate::host::truth::SpinTruth::new(vm.memory().clone(), index, tsc_hz);
+            vcpu.set_grant(
+                host.scheduler
+                    .attach(host.vm, index, vcpu.kicker(), ring, Some(truth)),
+            );
+        }
+        vcpus.push(vcpu);
+    }
+    let vm_stats_file = vm.stats_file();
+    Ok(BuiltVm {
+        vm,
+        control,
+        window,
+        devices,
+        vcpus,
+        vm_stats_file,
+        tsc_hz,
+    })
+}
+
+/// One vCPU fd per vCPU, the first at the PVH entry; with the user irqchip,
+/// also each one's KVM reset state, which INIT/SIPI restores.
+fn create_vcpu_fds(
+    vm: &Vm,
+    config: &VmConfig,
+    entry: u64,
+) -> Result<(Vec<kvm_ioctls::VcpuFd>, Vec<ResetState>), VmmError> {
+    let mut vcpu_fds = Vec::new();
+    let mut reset_states = Vec::new();
+    for index in 0..config.vcpus {
+        let fd = vm.create_vcpu_fd(index)?;
+        if config.irqchip == Irqchip::User {
+            // KVM's reset state, which INIT/SIPI restores (before the PVH entry).
+            reset_states.push(ResetState::capture(&fd)?);
+        }
+        if index == 0 {
+            set_pvh_entry(&fd, entry)?;
+        }
+        vcpu_fds.push(fd);
+    }
+    Ok((vcpu_fds, reset_states))
+}
+
+/// The run's error, if any: `earlier` (spawn or block device) first, then the
+/// first vCPU's, then a timeout if the guest never stopped (with vCPU 0's
+/// registers).
+fn first_error(
+    config: &VmConfig,
+    earlier: Option<VmmError>,
+    reports: Vec<VcpuReport>,
+    stopped: bool,
+) -> Option<VmmError> {
+    let mut first_error = earlier;
     for report in reports {
         if let Err(e) = report.outcome {
             if first_error.is_none() {
@@ -489,12 +599,12 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
             });
         }
     }
-    // Every vCPU is gone now; the VM and its memory may go too.
-    drop(vm);
-    if let Some(e) = first_error {
-        return Err(e);
-    }
+    first_error
+}
 
+/// What the guest wrote to the result port and, when captured, the console
+/// (flushed first).
+fn guest_output(devices: Devices) -> (Vec<u8>, Vec<u8>) {
     let result = devices
         .result_port
         .lock()
@@ -509,19 +619,7 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         .captured
         .map(|buf| std::mem::take(&mut *buf.lock().unwrap_or_else(|e| e.into_inner())))
         .unwrap_or_default();
-    let exit_code = control.exit_code().ok_or_else(|| VmmError::VcpuThread {
-        vcpu: 0,
-        reason: "the VM stopped without an exit code".into(),
-    })?;
-    section.exit_code = Some(exit_code);
-    Ok(VmRun {
-        exit_code,
-        result,
-        console,
-        wall: wall_start.elapsed(),
-        section,
-        block,
-    })
+    (result, console)
 }
 
 /// One thread per vCPU; on a spawn failure, the threads started so far and the

@@ -3,7 +3,7 @@
 //! mode, against devices that check ordering. No write may be lost, duplicated or
 //! reordered, and every read must see every write its thread posted before it.
 
-use crate::bus::{AddressSpace, BusBuilder, Defect, SyncMode};
+use crate::bus::{AddressSpace, BusBuilder, BusClient, Defect, SyncMode};
 use crate::devices::{ConcurrentDevice, ExclusiveDevice};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -165,65 +165,7 @@ fn run_stress_with(
         let mut client = bus.client();
         let errors = errors.clone();
         handles.push(std::thread::spawn(move || {
-            let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (writer as u64 + 1).wrapping_mul(0x2545_f491);
-            let mut seq = [0u64; 2];
-            // Last value seen per (device, other writer): must never go backwards.
-            let mut seen = vec![[0u64; 2]; threads];
-            let (mut writes, mut reads) = (0u64, 0u64);
-            // The thesis's harness logs the course of events (§3.3.1): keep this
-            // thread's last operations, attached to its first reported violation.
-            let mut log = EventLog::default();
-            let report_error = |message: String, log: &EventLog| {
-                let mut errors = errors.lock().unwrap_or_else(|e| e.into_inner());
-                if errors.len() < 64 {
-                    errors.push(format!("{message}\n  last events of writer {writer}: {log}"));
-                }
-            };
-            for _ in 0..ops_per_thread {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let dev = (rng & 1) as usize;
-                let base = [EXCLUSIVE_CHECKER_BASE, CONCURRENT_CHECKER_BASE][dev];
-                if (rng >> 8) & 3 == 0 {
-                    // Read own slot: must equal the last posted write. Then read a
-                    // random other slot: must not go back in time.
-                    let mut buf = [0u8; 8];
-                    client.read(AddressSpace::Mmio, base + 8 * writer as u64, &mut buf);
-                    let got = u64::from_le_bytes(buf);
-                    log.push(Event::Read { dev, slot: writer, value: got });
-                    if got != seq[dev] {
-                        report_error(
-                            format!(
-                                "writer {writer} device {dev}: read {got}, last posted write was {}",
-                                seq[dev]
-                            ),
-                            &log,
-                        );
-                    }
-                    let other = ((rng >> 16) as usize) % threads;
-                    client.read(AddressSpace::Mmio, base + 8 * other as u64, &mut buf);
-                    let got = u64::from_le_bytes(buf);
-                    log.push(Event::Read { dev, slot: other, value: got });
-                    if got < seen[other][dev] {
-                        report_error(
-                            format!(
-                                "writer {writer} saw writer {other}'s device {dev} go back from {} to {got}",
-                                seen[other][dev]
-                            ),
-                            &log,
-                        );
-                    }
-                    seen[other][dev] = got;
-                    reads += 2;
-                } else {
-                    seq[dev] += 1;
-                    client.write(AddressSpace::Mmio, base + 8 * writer as u64, &seq[dev].to_le_bytes());
-                    log.push(Event::Write { dev, slot: writer, value: seq[dev] });
-                    writes += 1;
-                }
-            }
-            (writes, reads, seq)
+            stress_writer(writer, threads, ops_per_thread, &mut client, &errors)
         }));
     }
     let mut report = StressReport::default();
@@ -267,6 +209,95 @@ fn run_stress_with(
         ));
     }
     report
+}
+
+/// One stress thread: `ops_per_thread` random writes of its own slots and reads
+/// of any, checking each read against what it posted or saw before; returns
+/// its writes, its reads and the last value it posted to each device.
+fn stress_writer(
+    writer: usize,
+    threads: usize,
+    ops_per_thread: u64,
+    client: &mut BusClient,
+    errors: &Mutex<Vec<String>>,
+) -> (u64, u64, [u64; 2]) {
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (writer as u64 + 1).wrapping_mul(0x2545_f491);
+    let mut seq = [0u64; 2];
+    // Last value seen per (device, other writer): must never go backwards.
+    let mut seen = vec![[0u64; 2]; threads];
+    let (mut writes, mut reads) = (0u64, 0u64);
+    // The thesis's harness logs the course of events (§3.3.1): keep this
+    // thread's last operations, attached to its first reported violation.
+    let mut log = EventLog::default();
+    let report_error = |message: String, log: &EventLog| {
+        let mut errors = errors.lock().unwrap_or_else(|e| e.into_inner());
+        if errors.len() < 64 {
+            errors.push(format!(
+                "{message}\n  last events of writer {writer}: {log}"
+            ));
+        }
+    };
+    for _ in 0..ops_per_thread {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let dev = (rng & 1) as usize;
+        let base = [EXCLUSIVE_CHECKER_BASE, CONCURRENT_CHECKER_BASE][dev];
+        if (rng >> 8) & 3 == 0 {
+            // Read own slot: must equal the last posted write. Then read a
+            // random other slot: must not go back in time.
+            let mut buf = [0u8; 8];
+            client.read(AddressSpace::Mmio, base + 8 * writer as u64, &mut buf);
+            let got = u64::from_le_bytes(buf);
+            log.push(Event::Read {
+                dev,
+                slot: writer,
+                value: got,
+            });
+            if got != seq[dev] {
+                report_error(
+                    format!(
+                        "writer {writer} device {dev}: read {got}, last posted write was {}",
+                        seq[dev]
+                    ),
+                    &log,
+                );
+            }
+            let other = ((rng >> 16) as usize) % threads;
+            client.read(AddressSpace::Mmio, base + 8 * other as u64, &mut buf);
+            let got = u64::from_le_bytes(buf);
+            log.push(Event::Read {
+                dev,
+                slot: other,
+                value: got,
+            });
+            if got < seen[other][dev] {
+                report_error(
+                    format!(
+                        "writer {writer} saw writer {other}'s device {dev} go back from {} to {got}",
+                        seen[other][dev]
+                    ),
+                    &log,
+                );
+            }
+            seen[other][dev] = got;
+            reads += 2;
+        } else {
+            seq[dev] += 1;
+            client.write(
+                AddressSpace::Mmio,
+                base + 8 * writer as u64,
+                &seq[dev].to_le_bytes(),
+            );
+            log.push(Event::Write {
+                dev,
+                slot: writer,
+                value: seq[dev],
+            });
+            writes += 1;
+        }
+    }
+    (writes, reads, seq)
 }
 
 /// One operation of a stress thread (plain data: logging must not slow the race).
