@@ -6,7 +6,7 @@ use crate::shared::Shared;
 use crate::sys::{self, Mapping};
 use smplab_workload::program::{counter_names, OpCounts};
 use smplab_workload::{compute, BufferRef, Op, Rmw};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Position of `name` in `counter_names::ALL`, computed at compile time so the
 /// indices below can never drift from the shared order.
@@ -170,7 +170,19 @@ impl<'a> Worker<'a> {
         let s = self.shared;
         match op {
             Op::Compute { iters } => {
-                self.compute(*iters)?;
+                // In slices of COMPUTE_SLICE iterations (tens of milliseconds)
+                // with an abort check between them, so even an absurd count can
+                // be torn down. The instruction stream is the same loop; the
+                // state carries across slices exactly as across iterations.
+                let mut left = *iters;
+                while left > 0 {
+                    let n = left.min(COMPUTE_SLICE);
+                    self.state = std::hint::black_box(compute::compute(n, self.state));
+                    left -= n;
+                    if left > 0 && self.ctx.aborted() {
+                        return Err(Stop::Aborted);
+                    }
+                }
                 self.bump(C_COMPUTE, 1);
                 self.bump(C_COMPUTE_ITERS, *iters);
             }
@@ -211,7 +223,9 @@ impl<'a> Worker<'a> {
                 self.bump(C_BARRIER, 1);
             }
             Op::Push(i) => {
-                let token = self.next_token();
+                // A token unique in the run: thread number and sequence.
+                let token = (self.tid << 40) | (self.tokens & ((1 << 40) - 1));
+                self.tokens += 1;
                 s.queues[*i as usize].push(token, &mut self.ctx)?;
                 let q = *i as usize;
                 self.tallies.pushes[q] += 1;
@@ -226,11 +240,40 @@ impl<'a> Worker<'a> {
                 self.bump(C_POP, 1);
             }
             Op::Atomic { counter, rmw } => {
-                atomic_rmw(&s.counters[*counter as usize].0, *rmw, self.tid);
+                let c = &s.counters[*counter as usize].0;
+                match rmw {
+                    Rmw::Add => {
+                        c.fetch_add(1, Ordering::AcqRel);
+                    }
+                    Rmw::Cas => {
+                        let mut old = c.load(Ordering::Relaxed);
+                        while let Err(now) = c.compare_exchange_weak(
+                            old,
+                            old.wrapping_add(1),
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                        ) {
+                            old = now;
+                        }
+                    }
+                    Rmw::Swap => {
+                        c.swap(self.tid + 1, Ordering::AcqRel);
+                    }
+                }
                 self.bump(C_ATOMIC, 1);
             }
             Op::SleepNs(ns) => {
-                self.sleep(*ns)?;
+                // Long sleeps in slices, so a teardown does not wait them out;
+                // the total is still at least `ns`.
+                let mut left = *ns;
+                while left > 0 {
+                    let n = left.min(SLEEP_SLICE_NS);
+                    sys::sleep_ns(n);
+                    left -= n;
+                    if left > 0 && self.ctx.aborted() {
+                        return Err(Stop::Aborted);
+                    }
+                }
                 self.bump(C_SLEEP, 1);
             }
             Op::Yield(times) => {
@@ -244,7 +287,15 @@ impl<'a> Worker<'a> {
                 }
             }
             Op::Shootdown { pages } => {
-                shoot_down(s, *pages as usize)?;
+                // Dropping write permission from pages every thread has mapped
+                // forces the kernel to flush their TLB entries on every CPU
+                // running one of our threads (IPIs, acknowledged before mprotect
+                // returns); restoring it puts things back for the next round.
+                let pages = *pages as usize;
+                s.shoot
+                    .protect(pages, libc::PROT_READ)
+                    .and_then(|()| s.shoot.protect(pages, libc::PROT_READ | libc::PROT_WRITE))
+                    .map_err(|e| Stop::Failed(format!("shootdown mprotect failed: {e}")))?;
                 self.bump(C_SHOOTDOWN, 1);
             }
             Op::Io { device, service_ns } => {
@@ -256,117 +307,28 @@ impl<'a> Worker<'a> {
                 }
                 self.bump(C_IO, 1);
             }
-            Op::Repeat { count, body } => self.repeat(*count, body)?,
-            Op::Drain { pool, body } => self.drain(*pool as usize, body)?,
-        }
-        Ok(())
-    }
-
-    /// `iters` of the compute loop, in slices of COMPUTE_SLICE iterations
-    /// (tens of milliseconds) with an abort check between them, so even an
-    /// absurd count can be torn down. The instruction stream is the same loop;
-    /// the state carries across slices exactly as across iterations.
-    #[inline]
-    fn compute(&mut self, iters: u64) -> Result<(), Stop> {
-        let mut left = iters;
-        while left > 0 {
-            let n = left.min(COMPUTE_SLICE);
-            self.state = std::hint::black_box(compute::compute(n, self.state));
-            left -= n;
-            if left > 0 && self.ctx.aborted() {
-                return Err(Stop::Aborted);
+            Op::Repeat { count, body } => {
+                for _ in 0..*count {
+                    self.run(body)?;
+                    if self.ctx.aborted() {
+                        return Err(Stop::Aborted);
+                    }
+                }
+            }
+            Op::Drain { pool, body } => {
+                let left = &s.pools[*pool as usize].0;
+                // One `lock xadd` per claim: the unit is ours if there was one.
+                while left.fetch_sub(1, Ordering::AcqRel) > 0 {
+                    self.tallies.claims[*pool as usize] += 1;
+                    self.run(body)?;
+                    if self.ctx.aborted() {
+                        return Err(Stop::Aborted);
+                    }
+                }
             }
         }
         Ok(())
     }
-
-    /// Sleep at least `ns`, long sleeps in slices so a teardown does not wait
-    /// them out.
-    #[inline]
-    fn sleep(&mut self, ns: u64) -> Result<(), Stop> {
-        let mut left = ns;
-        while left > 0 {
-            let n = left.min(SLEEP_SLICE_NS);
-            sys::sleep_ns(n);
-            left -= n;
-            if left > 0 && self.ctx.aborted() {
-                return Err(Stop::Aborted);
-            }
-        }
-        Ok(())
-    }
-
-    /// `body` `count` times, checking for an abort after each pass.
-    #[inline]
-    fn repeat(&mut self, count: u64, body: &[Op]) -> Result<(), Stop> {
-        for _ in 0..count {
-            self.run(body)?;
-            if self.ctx.aborted() {
-                return Err(Stop::Aborted);
-            }
-        }
-        Ok(())
-    }
-
-    /// `body` once per unit this thread claims from `pool`, until it is empty.
-    #[inline]
-    fn drain(&mut self, pool: usize, body: &[Op]) -> Result<(), Stop> {
-        let s = self.shared;
-        let left = &s.pools[pool].0;
-        // One `lock xadd` per claim: the unit is ours if there was one.
-        while left.fetch_sub(1, Ordering::AcqRel) > 0 {
-            self.tallies.claims[pool] += 1;
-            self.run(body)?;
-            if self.ctx.aborted() {
-                return Err(Stop::Aborted);
-            }
-        }
-        Ok(())
-    }
-
-    /// A token unique in the run: thread number and sequence.
-    #[inline]
-    fn next_token(&mut self) -> u64 {
-        let token = (self.tid << 40) | (self.tokens & ((1 << 40) - 1));
-        self.tokens += 1;
-        token
-    }
-}
-
-/// One read-modify-write on a shared counter; `tid` is this thread's number.
-#[inline]
-fn atomic_rmw(c: &AtomicU64, rmw: Rmw, tid: u64) {
-    match rmw {
-        Rmw::Add => {
-            c.fetch_add(1, Ordering::AcqRel);
-        }
-        Rmw::Cas => {
-            let mut old = c.load(Ordering::Relaxed);
-            while let Err(now) = c.compare_exchange_weak(
-                old,
-                old.wrapping_add(1),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                old = now;
-            }
-        }
-        Rmw::Swap => {
-            c.swap(tid + 1, Ordering::AcqRel);
-        }
-    }
-}
-
-/// Dropping write permission from pages every thread has mapped forces the
-/// kernel to flush their TLB entries on every CPU running one of our threads
-/// (IPIs, acknowledged before mprotect returns); restoring it puts things back
-/// for the next round.
-#[inline]
-fn shoot_down(s: &Shared, pages: usize) -> Result<(), Stop> {
-    s.shoot
-        .protect(pages, libc::PROT_READ)
-        .and_then(|()| s.shoot.protect(pages, libc::PROT_READ | libc::PROT_WRITE))
-        .map_err(|e| Stop::Failed(format!("shootdown mprotect failed: {e}")))
 }
 
 /// Walk `bytes` of `buf` with `stride`: read each byte, write it back plus one
