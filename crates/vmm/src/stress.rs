@@ -246,14 +246,7 @@ fn stress_writer(
         if (rng >> 8) & 3 == 0 {
             // Read own slot: must equal the last posted write. Then read a
             // random other slot: must not go back in time.
-            let mut buf = [0u8; 8];
-            client.read(AddressSpace::Mmio, base + 8 * writer as u64, &mut buf);
-            let got = u64::from_le_bytes(buf);
-            log.push(Event::Read {
-                dev,
-                slot: writer,
-                value: got,
-            });
+            let got = read_slot(client, &mut log, dev, base, writer);
             if got != seq[dev] {
                 report_error(
                     format!(
@@ -264,13 +257,7 @@ fn stress_writer(
                 );
             }
             let other = ((rng >> 16) as usize) % threads;
-            client.read(AddressSpace::Mmio, base + 8 * other as u64, &mut buf);
-            let got = u64::from_le_bytes(buf);
-            log.push(Event::Read {
-                dev,
-                slot: other,
-                value: got,
-            });
+            let got = read_slot(client, &mut log, dev, base, other);
             if got < seen[other][dev] {
                 report_error(
                     format!(
@@ -298,6 +285,26 @@ fn stress_writer(
         }
     }
     (writes, reads, seq)
+}
+
+/// Read `slot` of checker `dev` (at `base`) and log the read. The checkers
+/// fill every byte of a read, so each read starts from a zeroed buffer.
+fn read_slot(
+    client: &mut BusClient,
+    log: &mut EventLog,
+    dev: usize,
+    base: u64,
+    slot: usize,
+) -> u64 {
+    let mut buf = [0u8; 8];
+    client.read(AddressSpace::Mmio, base + 8 * slot as u64, &mut buf);
+    let got = u64::from_le_bytes(buf);
+    log.push(Event::Read {
+        dev,
+        slot,
+        value: got,
+    });
+    got
 }
 
 /// One operation of a stress thread (plain data: logging must not slow the race).
