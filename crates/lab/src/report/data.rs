@@ -5,7 +5,7 @@
 use crate::metrics::{mean_wall_s, sim_native_s, Results};
 use crate::point::{Point, Variant};
 use crate::stats::MedianCi;
-use crate::svg::{esc, palette, Colour, LegendEntry};
+use crate::svg::{esc, palette, Colour, IntervalRow, LegendEntry};
 use smplab_record::Executor;
 use std::collections::BTreeSet;
 
@@ -69,6 +69,20 @@ pub fn native_samples(results: &Results, p: &Point) -> Vec<f64> {
     results.native_for(p).map_or_else(Vec::new, |es| {
         es.iter().map(|e| mean_wall_s(&e.records)).collect()
     })
+}
+
+/// One configuration's slowdown as a row of an interval chart (percent),
+/// its repetitions and coverage as the hover text.
+pub fn slowdown_row(label: String, ci: &MedianCi, executor: Executor) -> IntervalRow {
+    IntervalRow {
+        label,
+        median: ci.median * 100.0,
+        lo: ci.lo * 100.0,
+        hi: ci.hi * 100.0,
+        quartiles: None,
+        colour: colour(executor),
+        note: format!("{} repetitions, coverage {:.0}%", ci.n, ci.coverage * 100.0),
+    }
 }
 
 /// The slowdown versus native with its 95% interval: per repetition

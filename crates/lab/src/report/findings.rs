@@ -4,7 +4,7 @@
 //! the plot and the rows it came from.
 
 use super::data::{
-    self, colour, differs_from_native, executor_legend, executor_name, headline, pct_ci, rows_link,
+    self, differs_from_native, executor_legend, executor_name, headline, pct_ci, rows_link,
     slowdown_ci, slug, wall_ci,
 };
 use super::{Ctx, Page};
@@ -268,19 +268,12 @@ fn slowdown_rows(
     {
         if let Some(ci) = slowdown_ci(r, q) {
             used.push(q.executor());
-            rows.push(IntervalRow {
-                label: format!(
-                    "{w} · {} {}vCPU",
-                    executor_name(q.executor()),
-                    q.vcpus().unwrap_or(0)
-                ),
-                median: ci.median * 100.0,
-                lo: ci.lo * 100.0,
-                hi: ci.hi * 100.0,
-                quartiles: None,
-                colour: colour(q.executor()),
-                note: format!("{} repetitions, coverage {:.0}%", ci.n, ci.coverage * 100.0),
-            });
+            let label = format!(
+                "{w} · {} {}vCPU",
+                executor_name(q.executor()),
+                q.vcpus().unwrap_or(0)
+            );
+            rows.push(data::slowdown_row(label, &ci, q.executor()));
         }
     }
 }

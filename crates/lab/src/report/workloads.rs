@@ -4,7 +4,7 @@
 
 use super::data::{
     colour, differs_from_native, display_label, executor_legend, executor_name, executor_rank,
-    noise_badge, num_ci, pct_ci, rows_link, slowdown_ci, slug, wall_ci,
+    noise_badge, num_ci, pct_ci, rows_link, slowdown_ci, slowdown_row, slug, wall_ci,
 };
 use super::{Ctx, Page};
 use crate::point::Point;
@@ -39,15 +39,7 @@ fn chart_rows(ctx: &Ctx, points: &[&Point]) -> (Vec<IntervalRow>, bool) {
             .iter()
             .filter_map(|p| {
                 let ci = slowdown_ci(r, p)?;
-                Some(IntervalRow {
-                    label: display_label(p, true),
-                    median: ci.median * 100.0,
-                    lo: ci.lo * 100.0,
-                    hi: ci.hi * 100.0,
-                    quartiles: None,
-                    colour: colour(p.executor()),
-                    note: format!("{} repetitions, coverage {:.0}%", ci.n, ci.coverage * 100.0),
-                })
+                Some(slowdown_row(display_label(p, true), &ci, p.executor()))
             })
             .collect();
         return (rows, false);
