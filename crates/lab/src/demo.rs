@@ -246,7 +246,7 @@ pub fn prediction_table(
     }
     let preds = results.predictions(None);
     if !preds.is_empty() {
-        out.push_str("HELD-OUT: the demo's sweeps (built-in profiles, 2 vCPUs, 1 and 2 VMs), median |relative error|\n(a fraction's median |absolute error| beside it, in percentage points):\n");
+        out.push_str("HELD-OUT: the demo's sweeps (built-in profiles, 2 vCPUs, 1 and 2 VMs), median |relative error|\n(for a fraction or a slowdown, the median |absolute error| beside it in percentage points):\n");
         for (m, e) in crate::metrics::prediction_error_by_metric(&preds) {
             out.push_str(&prediction_error_line(&m, &e));
         }
@@ -257,7 +257,8 @@ pub fn prediction_table(
 /// One metric's line of the prediction table: the median |relative error|
 /// over the pairs that have one, the pairs left out because their measured
 /// value is 0 (relative error undefined), and for a fraction the median
-/// |absolute error| over every pair in percentage points.
+/// |absolute error| over every pair in percentage points (for a fraction
+/// or a slowdown).
 fn prediction_error_line(metric: &str, e: &crate::metrics::PredictionErrors) -> String {
     let rel = e.rel.map_or_else(
         || "     —".to_string(),
@@ -272,7 +273,7 @@ fn prediction_error_line(metric: &str, e: &crate::metrics::PredictionErrors) -> 
         ));
     }
     line.push(')');
-    if crate::metrics::is_fraction_metric(metric) {
+    if crate::metrics::error_reads_in_points(metric) {
         if let Some(a) = e.abs {
             line.push_str(&format!(
                 "   |absolute error| {:.1} pp ({} pairs)",
@@ -697,9 +698,10 @@ mod tests {
     use crate::runner::fake::FakeRunner;
 
     /// The idle line keeps the relative median, says how many pairs had
-    /// none (measured 0) and gives the absolute error in points beside it.
+    /// none (measured 0) and gives the absolute error in points beside it;
+    /// so does the slowdown line (a slowdown is a fraction of native time).
     #[test]
-    fn the_prediction_line_counts_measured_zeros_and_gives_points_for_fractions() {
+    fn the_prediction_line_counts_measured_zeros_and_gives_points_for_fractions_and_slowdowns() {
         let p = |metric: &str, measured: f64, predicted: f64| crate::metrics::Prediction {
             label: "x".into(),
             metric: metric.into(),
@@ -718,9 +720,10 @@ mod tests {
             "{idle}"
         );
         assert!(idle.contains("|absolute error| 5.0 pp (3 pairs)"), "{idle}");
+        // A slowdown of +200% predicted at +300%: 50% off, 100 points.
         let slow = prediction_error_line("slowdown", &by["slowdown"]);
         assert!(
-            slow.contains("50%  (1 pairs)") && !slow.contains("pp"),
+            slow.contains("50%  (1 pairs)") && slow.contains("|absolute error| 100.0 pp (1 pairs)"),
             "{slow}"
         );
     }

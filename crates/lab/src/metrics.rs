@@ -31,7 +31,7 @@ pub use exits::{
 };
 pub use micro::{correlate_with_slowdown, micro_rates, pearson, Correlation};
 pub use prediction::{
-    is_fraction_metric, prediction_error_by_metric, Prediction, PredictionErrors,
+    error_reads_in_points, prediction_error_by_metric, Prediction, PredictionErrors,
 };
 pub use scaling::{
     amdahl, exit_handling_per_cpu, parallel_fraction, sync_share, work, AmdahlInputs, SpeedupPoint,

@@ -123,8 +123,8 @@ pub struct PredictionErrors {
     /// silently. Their absolute error is in `abs`.
     pub rel_undefined: usize,
     /// |predicted − measured| over every pair with finite values, in the
-    /// metric's unit (a fraction for idle fraction: × 100 = percentage
-    /// points). For quantities near 0 this is the telling one: 0.0009
+    /// metric's unit (a fraction for idle fraction and slowdown: × 100 =
+    /// percentage points). For quantities near 0 this is the telling one: 0.0009
     /// measured against 0.000005 predicted is −99% but 0.09 points.
     pub abs: Option<Summary>,
 }
@@ -153,8 +153,11 @@ pub fn prediction_error_by_metric(preds: &[Prediction]) -> BTreeMap<String, Pred
         .collect()
 }
 
-/// Whether a metric is a fraction (0-1), whose absolute error reads as
-/// percentage points.
-pub fn is_fraction_metric(metric: &str) -> bool {
-    metric == "idle fraction"
+/// Whether a metric's absolute error reads as percentage points: a fraction
+/// (idle fraction, 0-1) or a slowdown (`T_vm / T_native − 1`, a fraction of
+/// native time). Both sit near 0 for many pairs (a compute-bound program
+/// slows +1%), where a relative error says little: −1% predicted for +2%
+/// measured is 150% off but 3 points.
+pub fn error_reads_in_points(metric: &str) -> bool {
+    metric == "idle fraction" || metric == "slowdown"
 }

@@ -719,8 +719,10 @@ fn prediction_errors_count_pairs_without_a_relative_error() {
     assert_eq!(abs.n, 3);
     // |absolute errors| 0.000002, 0.000895, 0.1: median 0.000895 (0.09 pp).
     assert!((abs.median - 0.000895).abs() < 1e-12);
-    assert!(is_fraction_metric("idle fraction"));
-    assert!(!is_fraction_metric("slowdown"));
+    assert!(error_reads_in_points("idle fraction"));
+    assert!(error_reads_in_points("slowdown"));
+    assert!(!error_reads_in_points("exits/s"));
+    assert!(!error_reads_in_points("wall time (s)"));
 }
 
 /// Only measured zeros: no relative summary at all, every pair counted.

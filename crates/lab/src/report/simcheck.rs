@@ -4,7 +4,7 @@
 
 use super::data::{colour, executor_legend, pct_ci, slowdown_ci, wall_ci, weighted_speedup_ci};
 use super::{Ctx, Page};
-use crate::metrics::{is_fraction_metric, prediction_error_by_metric, Prediction, Results};
+use crate::metrics::{error_reads_in_points, prediction_error_by_metric, Prediction, Results};
 use crate::point::Point;
 use crate::stats::MedianCi;
 use crate::svg::{self, esc, fmt_num, ScatterPoint};
@@ -109,7 +109,7 @@ fn error_rows(h: &mut String, preds: &[Prediction]) {
             )
         });
         let abs = match e.abs {
-            Some(a) if is_fraction_metric(&m) => format!("{:.1} pp", a.median * 100.0),
+            Some(a) if error_reads_in_points(&m) => format!("{:.1} pp", a.median * 100.0),
             Some(a) => fmt_num(a.median),
             None => String::from("—"),
         };
