@@ -88,42 +88,59 @@ pub fn load(path: &Path) -> Result<Scenario, SimError> {
     parse(&path.display().to_string(), &text, &dir)
 }
 
+/// Where a spec's text came from: errors name file:line:col, and relative
+/// workload and platform paths resolve against the file's directory.
+struct Source<'a> {
+    file: &'a str,
+    text: &'a str,
+    dir: &'a Path,
+}
+
+impl Source<'_> {
+    /// An error at the start of `span`.
+    fn at(&self, span: std::ops::Range<usize>, msg: String) -> SimError {
+        locate(self.file, self.text, span.start, msg)
+    }
+
+    /// `s` relative to the spec's directory if it names a file.
+    fn rel(&self, s: &str) -> String {
+        if (s.contains('/') || s.ends_with(".toml")) && !Path::new(s).is_absolute() {
+            let p: PathBuf = self.dir.join(s);
+            p.display().to_string()
+        } else {
+            s.to_string()
+        }
+    }
+}
+
 /// Parse spec text; workload and platform paths are relative to `dir`.
 pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
     let f: SpecFile = toml::from_str(text).map_err(|e| {
         let offset = e.span().map_or(0, |s| s.start);
         locate(file, text, offset, e.message().trim().replace('\n', "; "))
     })?;
-    let at = |span: std::ops::Range<usize>, msg: String| locate(file, text, span.start, msg);
-    let rel = |s: &str| -> String {
-        if (s.contains('/') || s.ends_with(".toml")) && !Path::new(s).is_absolute() {
-            let p: PathBuf = dir.join(s);
-            p.display().to_string()
-        } else {
-            s.to_string()
-        }
-    };
-    let platform = Platform::resolve(&rel(f.platform.get_ref()))
-        .map_err(|e| at(f.platform.span(), e.to_string()))?;
+    let src = Source { file, text, dir };
+    let platform = Platform::resolve(&src.rel(f.platform.get_ref()))
+        .map_err(|e| src.at(f.platform.span(), e.to_string()))?;
     let pcpus = *f.pcpus.get_ref();
     if pcpus == 0 {
-        return Err(at(f.pcpus.span(), "pcpus must be at least 1".into()));
+        return Err(src.at(f.pcpus.span(), "pcpus must be at least 1".into()));
     }
     let topology = Topology {
         pcpus_per_llc: match &f.pcpus_per_llc {
             Some(s) if *s.get_ref() == 0 => {
-                return Err(at(s.span(), "pcpus_per_llc must be at least 1".into()))
+                return Err(src.at(s.span(), "pcpus_per_llc must be at least 1".into()))
             }
             Some(s) => Some(*s.get_ref()),
             None => None,
         },
     };
     let policy = match &f.policy {
-        Some(p) => Policy::parse(p.get_ref()).map_err(|m| at(p.span(), m.to_string()))?,
+        Some(p) => Policy::parse(p.get_ref()).map_err(|m| src.at(p.span(), m.to_string()))?,
         None => Policy::fair(),
     };
     let horizon_ns = match &f.horizon {
-        Some(h) => Some(parse_duration(h.get_ref()).map_err(|m| at(h.span(), m.to_string()))?),
+        Some(h) => Some(parse_duration(h.get_ref()).map_err(|m| src.at(h.span(), m.to_string()))?),
         None => None,
     };
     if f.vm.is_empty() {
@@ -136,112 +153,7 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
     }
     let mut vms = Vec::new();
     for vmf in &f.vm {
-        let v = vmf.get_ref();
-        let source = smplab_workload::Source::resolve(&rel(v.workload.get_ref()))
-            .map_err(|e| at(v.workload.span(), e.to_string()))?;
-        let scale = v.scale.as_ref().map(|s| *s.get_ref()).unwrap_or(1.0);
-        if !(scale > 0.0 && scale.is_finite()) {
-            let span = v.scale.as_ref().map(|s| s.span()).unwrap_or(vmf.span());
-            return Err(at(span, "scale must be a positive number".into()));
-        }
-        let n = v.threads.as_ref().map(|t| *t.get_ref());
-        let mut program = source
-            .instantiate(n, scale)
-            .map_err(|e| at(v.workload.span(), e.to_string()))?;
-        if v.spin_to_block.unwrap_or(false) {
-            program = program.spin_to_block();
-        }
-        let vcpus = *v.vcpus.get_ref();
-        if vcpus == 0 {
-            return Err(at(v.vcpus.span(), "vcpus must be at least 1".into()));
-        }
-        let info = source.workload_info(&program);
-        let mut spec = VmSpec::new(program, info, vcpus);
-        spec.ple = platform.defaults.ple;
-        if let Some(s) = &v.idle {
-            let policy: IdlePolicy = s
-                .get_ref()
-                .parse()
-                .map_err(|m: BadIdlePolicy| at(s.span(), m.to_string()))?;
-            let window = v.host_halt_poll_ns.as_ref().map_or(0, |w| *w.get_ref());
-            spec.idle =
-                Idle::from_setting(policy, window).map_err(|m| at(s.span(), m.to_string()))?;
-        }
-        if let Some(s) = &v.affinity {
-            spec.affinity =
-                Affinity::parse(s.get_ref()).map_err(|m| at(s.span(), m.to_string()))?;
-            if let Affinity::Range { first, count } = spec.affinity {
-                if first as u64 + count as u64 > pcpus as u64 {
-                    return Err(at(
-                        s.span(),
-                        format!("affinity range is outside pCPUs 0-{}", pcpus - 1),
-                    ));
-                }
-            }
-        }
-        if let Some(s) = &v.ple {
-            spec.ple = s
-                .get_ref()
-                .parse()
-                .map_err(|m: BadPle| at(s.span(), m.to_string()))?;
-        }
-        spec.apicv = v.apicv.unwrap_or(false);
-        if v.sdb.unwrap_or(false)
-            || v.sdb_detect_ns.is_some()
-            || v.sdb_false_positive_rate.is_some()
-        {
-            let fp = match &v.sdb_false_positive_rate {
-                Some(r) if !(0.0..=1.0).contains(r.get_ref()) => {
-                    return Err(at(
-                        r.span(),
-                        "sdb_false_positive_rate must be in 0..1".into(),
-                    ))
-                }
-                Some(r) => Some(*r.get_ref()),
-                None => None,
-            };
-            spec.sdb = Some(Sdb {
-                detect_ns: v.sdb_detect_ns,
-                false_positive_rate: fp,
-            });
-        }
-        if let Some(d) = &v.devices {
-            let dr = d.get_ref();
-            let rate = *dr.exits_per_ms.get_ref();
-            if !(rate >= 0.0 && rate.is_finite()) {
-                return Err(at(
-                    dr.exits_per_ms.span(),
-                    "exits_per_ms must be >= 0".into(),
-                ));
-            }
-            let sync = match &dr.sync {
-                Some(s) => {
-                    DeviceSync::parse(s.get_ref()).map_err(|m| at(s.span(), m.to_string()))?
-                }
-                None => DeviceSync::Global,
-            };
-            let synchronous = match &dr.synchronous {
-                Some(s) if !(0.0..=1.0).contains(s.get_ref()) => {
-                    return Err(at(
-                        s.span(),
-                        "synchronous must be a fraction in 0..1".into(),
-                    ))
-                }
-                Some(s) => *s.get_ref(),
-                // seed 004 Table 3.1: 62.98% of I/O-thread messages are synchronous.
-                None => 0.6298,
-            };
-            spec.devices = Some(Devices {
-                exits_per_ms: rate,
-                sync,
-                synchronous,
-            });
-        }
-        let count = v.count.as_ref().map(|c| *c.get_ref()).unwrap_or(1);
-        if count == 0 {
-            let span = v.count.as_ref().map(|c| c.span()).unwrap_or(vmf.span());
-            return Err(at(span, "count must be at least 1".into()));
-        }
+        let (spec, count) = vm_spec(&src, vmf, &platform, pcpus)?;
         for _ in 0..count {
             vms.push(spec.clone());
         }
@@ -258,8 +170,122 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
         native_reference: f.native_reference.unwrap_or(true),
     };
     // Whole-scenario checks point at the first [[vm]] or the pcpus line.
-    s.check().map_err(|e| at(f.pcpus.span(), e.to_string()))?;
+    s.check()
+        .map_err(|e| src.at(f.pcpus.span(), e.to_string()))?;
     Ok(s)
+}
+
+/// One `[[vm]]` table: its VM and how many copies of it (`count`).
+fn vm_spec(
+    src: &Source,
+    vmf: &Spanned<VmFile>,
+    platform: &Platform,
+    pcpus: u32,
+) -> Result<(VmSpec, u32), SimError> {
+    let v = vmf.get_ref();
+    let source = smplab_workload::Source::resolve(&src.rel(v.workload.get_ref()))
+        .map_err(|e| src.at(v.workload.span(), e.to_string()))?;
+    let scale = v.scale.as_ref().map(|s| *s.get_ref()).unwrap_or(1.0);
+    if !(scale > 0.0 && scale.is_finite()) {
+        let span = v.scale.as_ref().map(|s| s.span()).unwrap_or(vmf.span());
+        return Err(src.at(span, "scale must be a positive number".into()));
+    }
+    let n = v.threads.as_ref().map(|t| *t.get_ref());
+    let mut program = source
+        .instantiate(n, scale)
+        .map_err(|e| src.at(v.workload.span(), e.to_string()))?;
+    if v.spin_to_block.unwrap_or(false) {
+        program = program.spin_to_block();
+    }
+    let vcpus = *v.vcpus.get_ref();
+    if vcpus == 0 {
+        return Err(src.at(v.vcpus.span(), "vcpus must be at least 1".into()));
+    }
+    let info = source.workload_info(&program);
+    let mut spec = VmSpec::new(program, info, vcpus);
+    spec.ple = platform.defaults.ple;
+    if let Some(s) = &v.idle {
+        let policy: IdlePolicy = s
+            .get_ref()
+            .parse()
+            .map_err(|m: BadIdlePolicy| src.at(s.span(), m.to_string()))?;
+        let window = v.host_halt_poll_ns.as_ref().map_or(0, |w| *w.get_ref());
+        spec.idle =
+            Idle::from_setting(policy, window).map_err(|m| src.at(s.span(), m.to_string()))?;
+    }
+    if let Some(s) = &v.affinity {
+        spec.affinity =
+            Affinity::parse(s.get_ref()).map_err(|m| src.at(s.span(), m.to_string()))?;
+        if let Affinity::Range { first, count } = spec.affinity {
+            if first as u64 + count as u64 > pcpus as u64 {
+                return Err(src.at(
+                    s.span(),
+                    format!("affinity range is outside pCPUs 0-{}", pcpus - 1),
+                ));
+            }
+        }
+    }
+    if let Some(s) = &v.ple {
+        spec.ple = s
+            .get_ref()
+            .parse()
+            .map_err(|m: BadPle| src.at(s.span(), m.to_string()))?;
+    }
+    spec.apicv = v.apicv.unwrap_or(false);
+    spec.sdb = sdb_setting(src, v)?;
+    if let Some(d) = &v.devices {
+        spec.devices = Some(devices_setting(src, d.get_ref())?);
+    }
+    let count = v.count.as_ref().map(|c| *c.get_ref()).unwrap_or(1);
+    if count == 0 {
+        let span = v.count.as_ref().map(|c| c.span()).unwrap_or(vmf.span());
+        return Err(src.at(span, "count must be at least 1".into()));
+    }
+    Ok((spec, count))
+}
+
+/// The Spin Detection Buffer, on if any of its keys is given.
+fn sdb_setting(src: &Source, v: &VmFile) -> Result<Option<Sdb>, SimError> {
+    if !(v.sdb.unwrap_or(false) || v.sdb_detect_ns.is_some() || v.sdb_false_positive_rate.is_some())
+    {
+        return Ok(None);
+    }
+    let fp = match &v.sdb_false_positive_rate {
+        Some(r) if !(0.0..=1.0).contains(r.get_ref()) => {
+            return Err(src.at(r.span(), "sdb_false_positive_rate must be in 0..1".into()))
+        }
+        Some(r) => Some(*r.get_ref()),
+        None => None,
+    };
+    Ok(Some(Sdb {
+        detect_ns: v.sdb_detect_ns,
+        false_positive_rate: fp,
+    }))
+}
+
+/// A `[vm.devices]` table: device exits and how the VMM serializes them.
+fn devices_setting(src: &Source, dr: &DevicesFile) -> Result<Devices, SimError> {
+    let rate = *dr.exits_per_ms.get_ref();
+    if !(rate >= 0.0 && rate.is_finite()) {
+        return Err(src.at(dr.exits_per_ms.span(), "exits_per_ms must be >= 0".into()));
+    }
+    let sync = match &dr.sync {
+        Some(s) => DeviceSync::parse(s.get_ref()).map_err(|m| src.at(s.span(), m.to_string()))?,
+        None => DeviceSync::Global,
+    };
+    let synchronous = match &dr.synchronous {
+        Some(s) if !(0.0..=1.0).contains(s.get_ref()) => {
+            return Err(src.at(s.span(), "synchronous must be a fraction in 0..1".into()))
+        }
+        Some(s) => *s.get_ref(),
+        // seed 004 Table 3.1: 62.98% of I/O-thread messages are synchronous.
+        None => 0.6298,
+    };
+    Ok(Devices {
+        exits_per_ms: rate,
+        sync,
+        synchronous,
+    })
 }
 
 #[cfg(test)]
