@@ -87,6 +87,25 @@ fn main() {
             std::process::exit(2);
         }
     };
+    print_header(&args);
+    for name in &args.workloads {
+        let program =
+            match Source::resolve(name).and_then(|s| s.instantiate(Some(args.vcpus), args.scale)) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("{name}: {e}");
+                    continue;
+                }
+            };
+        let best = measure(&args, &program);
+        if let Some(e) = &best.failed {
+            eprintln!("{name}: {e}");
+        }
+        print_row(name, &program, best, args.qemu);
+    }
+}
+
+fn print_header(args: &Args) {
     print!("| workload | threads | native ms |");
     for p in &args.idle {
         print!(" vm/native {p} |");
@@ -103,84 +122,93 @@ fn main() {
         print!(" --- |");
     }
     println!(" --- | --- |");
-    for name in &args.workloads {
-        let program =
-            match Source::resolve(name).and_then(|s| s.instantiate(Some(args.vcpus), args.scale)) {
-                Ok(p) => p,
-                Err(e) => {
-                    eprintln!("{name}: {e}");
-                    continue;
-                }
-            };
-        let mut native_best = u64::MAX;
-        let mut vm_best = vec![u64::MAX; args.idle.len()];
-        let mut qemu_best = u64::MAX;
-        let mut boot_ns = 0;
-        let mut total_ns = 0;
-        let mut failed = None;
-        for _ in 0..args.reps {
-            let nopts = smplab_native::NativeOptions {
+}
+
+/// One workload's best (minimum) wall times over the repetitions, ns
+/// (`u64::MAX`: every run failed), with the last VM run's boot and total time.
+struct Best {
+    native: u64,
+    /// One per idle policy, then QEMU's if asked for.
+    vm: Vec<u64>,
+    qemu: u64,
+    boot_ns: u64,
+    total_ns: u64,
+    failed: Option<String>,
+}
+
+/// Native and VM runs alternate, so slow drift of a shared machine hits both.
+fn measure(args: &Args, program: &Program) -> Best {
+    let mut best = Best {
+        native: u64::MAX,
+        vm: vec![u64::MAX; args.idle.len()],
+        qemu: u64::MAX,
+        boot_ns: 0,
+        total_ns: 0,
+        failed: None,
+    };
+    for _ in 0..args.reps {
+        let nopts = smplab_native::NativeOptions {
+            pin: args.pin.clone(),
+            timeout: Some(Duration::from_secs(600)),
+            ..Default::default()
+        };
+        match smplab_native::run(program, info(program), &nopts) {
+            Ok(r) => best.native = best.native.min(r.timing.wall_ns),
+            Err(e) => best.failed = Some(format!("native: {e}")),
+        }
+        for (i, idle) in args.idle.iter().enumerate() {
+            let opts = VmRunOptions {
+                vcpus: args.vcpus,
+                idle: *idle,
                 pin: args.pin.clone(),
-                timeout: Some(Duration::from_secs(600)),
-                ..Default::default()
+                timeout: Duration::from_secs(600),
+                ..VmRunOptions::default()
             };
-            match smplab_native::run(&program, info(&program), &nopts) {
-                Ok(r) => native_best = native_best.min(r.timing.wall_ns),
-                Err(e) => failed = Some(format!("native: {e}")),
-            }
-            for (i, idle) in args.idle.iter().enumerate() {
-                let opts = VmRunOptions {
-                    vcpus: args.vcpus,
-                    idle: *idle,
-                    pin: args.pin.clone(),
-                    timeout: Duration::from_secs(600),
-                    ..VmRunOptions::default()
-                };
-                match run_vm(&program, info(&program), &opts) {
-                    Ok(r) => {
-                        vm_best[i] = vm_best[i].min(r.timing.wall_ns);
-                        boot_ns = r.guest.map(|g| g.boot_ns).unwrap_or(0);
-                        total_ns = r.timing.total_ns.unwrap_or(0);
-                    }
-                    Err(e) => failed = Some(format!("vm {idle}: {e}")),
+            match run_vm(program, info(program), &opts) {
+                Ok(r) => {
+                    best.vm[i] = best.vm[i].min(r.timing.wall_ns);
+                    best.boot_ns = r.guest.map(|g| g.boot_ns).unwrap_or(0);
+                    best.total_ns = r.timing.total_ns.unwrap_or(0);
                 }
-            }
-            if args.qemu {
-                let opts = VmRunOptions {
-                    vcpus: args.vcpus,
-                    idle: args.idle.first().copied().unwrap_or_default(),
-                    pin: args.pin.clone(),
-                    timeout: Duration::from_secs(600),
-                    ..VmRunOptions::default()
-                };
-                match run_qemu(&program, info(&program), &opts) {
-                    Ok(r) => qemu_best = qemu_best.min(r.timing.wall_ns),
-                    Err(e) => failed = Some(format!("qemu: {e}")),
-                }
+                Err(e) => best.failed = Some(format!("vm {idle}: {e}")),
             }
         }
-        if let Some(e) = failed {
-            eprintln!("{name}: {e}");
-        }
-        print!(
-            "| {name} | {} | {:.1} |",
-            program.total_threads(),
-            native_best as f64 / 1e6
-        );
         if args.qemu {
-            vm_best.push(qemu_best);
-        }
-        for v in &vm_best {
-            if *v == u64::MAX || native_best == u64::MAX {
-                print!(" failed |");
-            } else {
-                print!(" {:.3} |", *v as f64 / native_best as f64);
+            let opts = VmRunOptions {
+                vcpus: args.vcpus,
+                idle: args.idle.first().copied().unwrap_or_default(),
+                pin: args.pin.clone(),
+                timeout: Duration::from_secs(600),
+                ..VmRunOptions::default()
+            };
+            match run_qemu(program, info(program), &opts) {
+                Ok(r) => best.qemu = best.qemu.min(r.timing.wall_ns),
+                Err(e) => best.failed = Some(format!("qemu: {e}")),
             }
         }
-        println!(
-            " {:.1} | {:.1} |",
-            boot_ns as f64 / 1e6,
-            total_ns as f64 / 1e6
-        );
     }
+    best
+}
+
+fn print_row(name: &str, program: &Program, mut best: Best, qemu: bool) {
+    print!(
+        "| {name} | {} | {:.1} |",
+        program.total_threads(),
+        best.native as f64 / 1e6
+    );
+    if qemu {
+        best.vm.push(best.qemu);
+    }
+    for v in &best.vm {
+        if *v == u64::MAX || best.native == u64::MAX {
+            print!(" failed |");
+        } else {
+            print!(" {:.3} |", *v as f64 / best.native as f64);
+        }
+    }
+    println!(
+        " {:.1} | {:.1} |",
+        best.boot_ns as f64 / 1e6,
+        best.total_ns as f64 / 1e6
+    );
 }

@@ -10,7 +10,7 @@
 #define PTE_PS 0x80
 #define TRAMP_BASE 0x8000
 #define TR(x) ((x) - tramp_start + TRAMP_BASE)
-/* offsetof(struct cpu, ipis_received) and (io_entry_tsc), checked in kernel.c */
+/* offsetof(struct cpu, ipis_received) and (io_entry_tsc), checked in kernel.h */
 #define CPU_IPIS_RECEIVED 88
 #define CPU_IO_ENTRY_TSC 152
 

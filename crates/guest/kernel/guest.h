@@ -1,7 +1,8 @@
-/* smplab guest kernel: declarations shared by the CPL0 kernel (kernel.c) and the
- * CPL3 runtime/executor (user.c). Both live in one ELF; every RAM page is mapped
- * user-accessible, so user code reads kernel counters directly (the guest runs a
- * single trusted program; there is nothing to protect). */
+/* smplab guest kernel: declarations shared by the CPL0 kernel (kernel.c and the
+ * parts it includes; kernel.h) and the CPL3 runtime/executor (user.h). Both
+ * live in one ELF; every RAM page is mapped user-accessible, so user code reads
+ * kernel counters directly (the guest runs a single trusted program; there is
+ * nothing to protect). */
 #ifndef SMPLAB_GUEST_H
 #define SMPLAB_GUEST_H
 
@@ -71,7 +72,7 @@ typedef unsigned long usize;
 #define VEC_SHOOTDOWN 0xf1
 #define VEC_SPURIOUS 0xff
 
-/* System calls: `int3` (see kernel.c trap()), rax = number, args in rdi, rsi, rdx; result in rax. */
+/* System calls: `int3` (see syscall.c trap()), rax = number, args in rdi, rsi, rdx; result in rax. */
 enum {
     SYS_EXIT_THREAD = 0, /* () */
     SYS_FUTEX_WAIT = 1,  /* (addr, expected u32) -> 0 woken, 1 value changed */
@@ -81,7 +82,7 @@ enum {
     SYS_IDLE_WAKE = 5,   /* idle thread: run queued work if any */
     SYS_IDLE_HALT = 6,   /* idle thread (haltpoll): halt until an interrupt */
     SYS_SLEEP = 7,       /* (deadline tsc) */
-    SYS_SPAWN = 8,       /* (entry, arg, stack_top | cpu_hint<<56?) see user.c */
+    SYS_SPAWN = 8,       /* (entry, arg, stack_top, r10 = cpu hint) see init.c */
     SYS_WRITE = 9,       /* (buf, len): console */
     SYS_RESULT = 10,     /* (buf, len): result record to port 0x520 or framed on serial */
     SYS_POWEROFF = 11,   /* (status): write status to port 0x501 */
@@ -153,7 +154,7 @@ struct cpu {
     struct thread *rq_head, *rq_tail;
     u64 kstack_top;
     u64 timer_deadline; /* tsc of the armed one-shot, 0 = none */
-    /* counters (read by user.c at the end) */
+    /* counters (read by result.c at the end) */
     u64 ipis_sent, ipis_received, halts, wakeups, context_switches, idle_tsc, ticks;
     u64 syscalls;
     u64 io_irqs;      /* block-device interrupts that found a completion */

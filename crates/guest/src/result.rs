@@ -1,5 +1,5 @@
 //! The guest's result record: a text stream, one `key value...` item per line,
-//! written by `kernel/user.c` (`emit_result`) to port 0x520 (smplab-vmm) or
+//! written by `kernel/result.c` (`emit_result`) to port 0x520 (smplab-vmm) or
 //! framed on the UART between `SMPLAB-RESULT-BEGIN` and `SMPLAB-RESULT-END`
 //! lines (QEMU). This module is its only parser. Format (version 1):
 //!

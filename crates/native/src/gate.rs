@@ -10,7 +10,7 @@
 //! development host: unpinned 2-thread blackscholes 30.0–38.2 ms (three of
 //! eight runs 15–27% slow) against 29.7–30.5 ms pinned; streamcluster's two threads
 //! sometimes shared one CPU for the whole run (26.7 ms against 11.9 ms). The
-//! guest kernel's gate spins too (`start_gate` in crates/guest/kernel/user.c),
+//! guest kernel's gate spins too (`start_gate` in crates/guest/kernel/gate.c),
 //! so both executors now start with their threads running, not waking.
 //!
 //! With more threads than CPUs, spinning would take CPUs from threads still

@@ -65,7 +65,7 @@ impl WorkloadWindow {
 
 /// How an executor let the workload's threads settle, each running on its
 /// own CPU, before it opened its start gate (native: crates/native/src/gate.rs;
-/// the smplab guest: `settle_waiters` in crates/guest/kernel/user.c).
+/// the smplab guest: `settle_waiters` in crates/guest/kernel/gate.c).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settle {
     pub outcome: SettleOutcome,

@@ -92,81 +92,10 @@ pub fn write_boot_data(
     config: &VmConfig,
     kernel_end: u64,
 ) -> Result<(), VmmError> {
-    // Command line, NUL-terminated.
-    let cmdline = config.cmdline.as_bytes();
-    if cmdline.len() >= CMDLINE_MAX_BYTES || cmdline.contains(&0) {
-        return Err(VmmError::BadConfig(format!(
-            "the command line must be under {CMDLINE_MAX_BYTES} bytes and contain no NUL byte"
-        )));
-    }
-    let mut cmd = cmdline.to_vec();
-    cmd.push(0);
-    mem.write_slice(&cmd, GuestAddress(CMDLINE_ADDR))
-        .map_err(boot_err("command line"))?;
-
-    // Modules, page-aligned after the kernel (and never below 1 MiB).
-    if config.modules.len() > MODLIST_MAX_ENTRIES {
-        return Err(VmmError::BadConfig(format!(
-            "{} modules given; at most {MODLIST_MAX_ENTRIES} are supported",
-            config.modules.len()
-        )));
-    }
-    let mut next = kernel_end.max(HIGH_RAM_START);
-    let mut modlist = Vec::new();
-    for (i, module) in config.modules.iter().enumerate() {
-        next = next
-            .checked_add(0xfff)
-            .map(|n| n & !0xfff)
-            .ok_or_else(|| VmmError::BootDataTooLarge("module address overflow".into()))?;
-        mem.write_slice(module, GuestAddress(next)).map_err(|e| {
-            VmmError::BootDataTooLarge(format!("module {i} ({} bytes): {e}", module.len()))
-        })?;
-        modlist.push(hvm_modlist_entry {
-            paddr: next,
-            size: module.len() as u64,
-            cmdline_paddr: 0,
-            reserved: 0,
-        });
-        next += module.len() as u64;
-    }
-
-    // e820 map: low RAM, RAM from 1 MiB, and RAM above 4 GiB if any.
-    let mut memmap = vec![hvm_memmap_table_entry {
-        addr: 0,
-        size: LOW_RAM_END,
-        type_: XEN_HVM_MEMMAP_TYPE_RAM,
-        reserved: 0,
-    }];
-    for (start, len) in ram_regions(config.mem_bytes) {
-        let start = start.raw_value().max(HIGH_RAM_START);
-        let end = if start >= FOUR_GIB {
-            start + len as u64
-        } else {
-            len as u64
-        };
-        if end > start {
-            memmap.push(hvm_memmap_table_entry {
-                addr: start,
-                size: end - start,
-                type_: XEN_HVM_MEMMAP_TYPE_RAM,
-                reserved: 0,
-            });
-        }
-    }
-    debug_assert!(memmap.len() <= MEMMAP_MAX_ENTRIES);
-
-    // A flat GDT, so segment reloads before the guest's own lgdt stay valid.
-    let gdt: [u64; 4] = [
-        0,
-        0x00cf_9b00_0000_ffff, // 0x08: code, 32-bit, 4 GiB
-        0x00cf_9300_0000_ffff, // 0x10: data, 4 GiB
-        0x0000_8b00_0000_0067, // 0x18: TSS (busy)
-    ];
-    for (i, d) in gdt.iter().enumerate() {
-        mem.write_obj(*d, GuestAddress(GDT_ADDR + 8 * i as u64))
-            .map_err(boot_err("GDT"))?;
-    }
-
+    write_cmdline(mem, &config.cmdline)?;
+    let modlist = write_modules(mem, &config.modules, kernel_end)?;
+    let memmap = e820_map(config.mem_bytes);
+    write_gdt(mem)?;
     let start_info = hvm_start_info {
         magic: XEN_HVM_START_MAGIC_VALUE,
         version: 1,
@@ -186,6 +115,97 @@ pub fn write_boot_data(
     }
     PvhBootConfigurator::write_bootparams(&params, mem)
         .map_err(|e| VmmError::BootDataTooLarge(format!("PVH start info: {e}")))
+}
+
+/// The command line at CMDLINE_ADDR, NUL-terminated.
+fn write_cmdline(mem: &GuestMemoryMmap, cmdline: &str) -> Result<(), VmmError> {
+    let cmdline = cmdline.as_bytes();
+    if cmdline.len() >= CMDLINE_MAX_BYTES || cmdline.contains(&0) {
+        return Err(VmmError::BadConfig(format!(
+            "the command line must be under {CMDLINE_MAX_BYTES} bytes and contain no NUL byte"
+        )));
+    }
+    let mut cmd = cmdline.to_vec();
+    cmd.push(0);
+    mem.write_slice(&cmd, GuestAddress(CMDLINE_ADDR))
+        .map_err(boot_err("command line"))
+}
+
+/// The modules, page-aligned after the kernel (and never below 1 MiB); returns
+/// their list for the start info.
+fn write_modules(
+    mem: &GuestMemoryMmap,
+    modules: &[Vec<u8>],
+    kernel_end: u64,
+) -> Result<Vec<hvm_modlist_entry>, VmmError> {
+    if modules.len() > MODLIST_MAX_ENTRIES {
+        return Err(VmmError::BadConfig(format!(
+            "{} modules given; at most {MODLIST_MAX_ENTRIES} are supported",
+            modules.len()
+        )));
+    }
+    let mut next = kernel_end.max(HIGH_RAM_START);
+    let mut modlist = Vec::new();
+    for (i, module) in modules.iter().enumerate() {
+        next = next
+            .checked_add(0xfff)
+            .map(|n| n & !0xfff)
+            .ok_or_else(|| VmmError::BootDataTooLarge("module address overflow".into()))?;
+        mem.write_slice(module, GuestAddress(next)).map_err(|e| {
+            VmmError::BootDataTooLarge(format!("module {i} ({} bytes): {e}", module.len()))
+        })?;
+        modlist.push(hvm_modlist_entry {
+            paddr: next,
+            size: module.len() as u64,
+            cmdline_paddr: 0,
+            reserved: 0,
+        });
+        next += module.len() as u64;
+    }
+    Ok(modlist)
+}
+
+/// The e820 map: low RAM, RAM from 1 MiB, and RAM above 4 GiB if any.
+fn e820_map(mem_bytes: u64) -> Vec<hvm_memmap_table_entry> {
+    let mut memmap = vec![hvm_memmap_table_entry {
+        addr: 0,
+        size: LOW_RAM_END,
+        type_: XEN_HVM_MEMMAP_TYPE_RAM,
+        reserved: 0,
+    }];
+    for (start, len) in ram_regions(mem_bytes) {
+        let start = start.raw_value().max(HIGH_RAM_START);
+        let end = if start >= FOUR_GIB {
+            start + len as u64
+        } else {
+            len as u64
+        };
+        if end > start {
+            memmap.push(hvm_memmap_table_entry {
+                addr: start,
+                size: end - start,
+                type_: XEN_HVM_MEMMAP_TYPE_RAM,
+                reserved: 0,
+            });
+        }
+    }
+    debug_assert!(memmap.len() <= MEMMAP_MAX_ENTRIES);
+    memmap
+}
+
+/// A flat GDT, so segment reloads before the guest's own lgdt stay valid.
+fn write_gdt(mem: &GuestMemoryMmap) -> Result<(), VmmError> {
+    let gdt: [u64; 4] = [
+        0,
+        0x00cf_9b00_0000_ffff, // 0x08: code, 32-bit, 4 GiB
+        0x00cf_9300_0000_ffff, // 0x10: data, 4 GiB
+        0x0000_8b00_0000_0067, // 0x18: TSS (busy)
+    ];
+    for (i, d) in gdt.iter().enumerate() {
+        mem.write_obj(*d, GuestAddress(GDT_ADDR + 8 * i as u64))
+            .map_err(boot_err("GDT"))?;
+    }
+    Ok(())
 }
 
 fn segment(selector: u16, type_: u8, s: u8) -> kvm_segment {

@@ -177,23 +177,10 @@ fn sum_walls(run: &HostRun) -> Option<Vec<f64>> {
 
 /// Run the bench; the process exit status.
 pub fn bench(args: &BenchArgs) -> i32 {
-    let cpus = match smplab_record::cpus::parse_cpu_list(&args.cpus) {
-        Ok(c) => c,
-        Err(e) => {
-            exit::report_error(format!("--cpus: {e}"));
-            return exit::BAD_INPUT;
-        }
+    let (cpus, policies) = match parse_cpus_and_policies(args) {
+        Ok(parsed) => parsed,
+        Err(status) => return status,
     };
-    let mut policies = vec![HostPolicy::parse("linux").unwrap_or_default()];
-    for p in &args.policies {
-        match p.parse::<HostPolicy>() {
-            Ok(p) => policies.push(p),
-            Err(e) => {
-                exit::report_error(format!("--policies: {e}"));
-                return exit::BAD_INPUT;
-            }
-        }
-    }
     let mut cells: Vec<Cell> = Vec::new();
     for profile in &args.profiles {
         let mut row: Vec<Cell> = policies
@@ -205,58 +192,8 @@ pub fn bench(args: &BenchArgs) -> i32 {
             })
             .collect();
         for rep in 0..args.reps {
-            let mut alone_linux = f64::NAN;
-            let mut linux_ws = f64::NAN;
-            for (policy, cell) in policies.iter().zip(row.iter_mut()) {
-                let spec = match spec_for(profile, args, *policy, &cpus) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        exit::report_error(format!("{profile}: {e}"));
-                        return exit::BAD_INPUT;
-                    }
-                };
-                let alone = match run_host(&spec, Some(&[0]), false) {
-                    Ok(r) => sum_walls(&r).and_then(|w| w.first().copied()),
-                    Err(e) => {
-                        exit::report_error(&e);
-                        return e.exit_status();
-                    }
-                };
-                let Some(alone) = alone else {
-                    cell.failures
-                        .push(format!("rep {rep}: the alone run failed"));
-                    continue;
-                };
-                if !policy.is_user_level() {
-                    alone_linux = alone;
-                }
-                cell.sampling_overhead.push(alone / alone_linux);
-                let shared = match run_host(&spec, None, false) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        exit::report_error(&e);
-                        return e.exit_status();
-                    }
-                };
-                for o in &shared.records {
-                    if let super::VmOutcome::Failed { vm, error } = o {
-                        cell.failures.push(format!("rep {rep} VM {vm}: {error}"));
-                    }
-                }
-                let Some(walls) = sum_walls(&shared) else {
-                    continue;
-                };
-                // The alone wall under linux is the reference for every policy.
-                let ws = weighted_speedup(&[alone_linux, alone_linux], &walls).unwrap_or(f64::NAN);
-                if !policy.is_user_level() {
-                    linux_ws = ws;
-                }
-                cell.weighted_speedup.push(ws);
-                cell.vs_linux.push(ws / linux_ws);
-                record_host_figures(cell, &shared);
-                eprintln!(
-                    "{profile} rep {rep} {policy}: alone {alone:.3} s, shared {walls:.3?} s, weighted speedup {ws:.2}"
-                );
+            if let Err(status) = run_rep(profile, rep, args, &policies, &cpus, &mut row) {
+                return status;
             }
         }
         add_sim_predictions(&mut row, &policies, profile, args, &cpus);
@@ -275,6 +212,89 @@ pub fn bench(args: &BenchArgs) -> i32 {
     } else {
         exit::OK
     }
+}
+
+/// `--cpus` and the policies to compare, `linux` (the baseline) first; on a
+/// bad value, the error is reported and the exit status returned.
+fn parse_cpus_and_policies(args: &BenchArgs) -> Result<(Vec<usize>, Vec<HostPolicy>), i32> {
+    let cpus = smplab_record::cpus::parse_cpu_list(&args.cpus).map_err(|e| {
+        exit::report_error(format!("--cpus: {e}"));
+        exit::BAD_INPUT
+    })?;
+    let mut policies = vec![HostPolicy::parse("linux").unwrap_or_default()];
+    for p in &args.policies {
+        let policy = p.parse::<HostPolicy>().map_err(|e| {
+            exit::report_error(format!("--policies: {e}"));
+            exit::BAD_INPUT
+        })?;
+        policies.push(policy);
+    }
+    Ok((cpus, policies))
+}
+
+/// Repetition `rep` of `profile` under every policy, in order, into `row`
+/// (one cell per policy): each policy's alone run, then the shared run, with
+/// the linux alone wall and weighted speedup of this repetition as the
+/// references. A run that cannot start ends the bench: its exit status.
+fn run_rep(
+    profile: &str,
+    rep: u32,
+    args: &BenchArgs,
+    policies: &[HostPolicy],
+    cpus: &[usize],
+    row: &mut [Cell],
+) -> Result<(), i32> {
+    let mut alone_linux = f64::NAN;
+    let mut linux_ws = f64::NAN;
+    for (policy, cell) in policies.iter().zip(row.iter_mut()) {
+        let spec = spec_for(profile, args, *policy, cpus).map_err(|e| {
+            exit::report_error(format!("{profile}: {e}"));
+            exit::BAD_INPUT
+        })?;
+        let alone = match run_host(&spec, Some(&[0]), false) {
+            Ok(r) => sum_walls(&r).and_then(|w| w.first().copied()),
+            Err(e) => {
+                exit::report_error(&e);
+                return Err(e.exit_status());
+            }
+        };
+        let Some(alone) = alone else {
+            cell.failures
+                .push(format!("rep {rep}: the alone run failed"));
+            continue;
+        };
+        if !policy.is_user_level() {
+            alone_linux = alone;
+        }
+        cell.sampling_overhead.push(alone / alone_linux);
+        let shared = match run_host(&spec, None, false) {
+            Ok(r) => r,
+            Err(e) => {
+                exit::report_error(&e);
+                return Err(e.exit_status());
+            }
+        };
+        for o in &shared.records {
+            if let super::VmOutcome::Failed { vm, error } = o {
+                cell.failures.push(format!("rep {rep} VM {vm}: {error}"));
+            }
+        }
+        let Some(walls) = sum_walls(&shared) else {
+            continue;
+        };
+        // The alone wall under linux is the reference for every policy.
+        let ws = weighted_speedup(&[alone_linux, alone_linux], &walls).unwrap_or(f64::NAN);
+        if !policy.is_user_level() {
+            linux_ws = ws;
+        }
+        cell.weighted_speedup.push(ws);
+        cell.vs_linux.push(ws / linux_ws);
+        record_host_figures(cell, &shared);
+        eprintln!(
+            "{profile} rep {rep} {policy}: alone {alone:.3} s, shared {walls:.3?} s, weighted speedup {ws:.2}"
+        );
+    }
+    Ok(())
 }
 
 /// The host scheduler's and the guests' figures of one shared run: spins

@@ -135,104 +135,147 @@ fn fuzz_lapic(dev: &mut dyn LapicDevice, clock: &ManualClock, sink: &Recorder, s
         let ctx = || format!("seed {seed:#x} step {step} vCPU {vcpu}");
         now += rng.below(5_000);
         clock.set(now);
+        let in_service = &mut shadow[vcpu as usize];
         match rng.below(100) {
-            0..=54 => {
-                // A guest access: usually a real register, sometimes anywhere.
-                let mut offset = if rng.below(8) == 0 {
-                    rng.below(PAGE)
-                } else {
-                    rng.below(0x40) << 4
-                };
-                if rng.below(16) == 0 {
-                    offset = offset.wrapping_add(rng.below(16)) % PAGE;
-                }
-                let width = rng.width();
-                if rng.below(2) == 0 {
-                    let mut buf = vec![0u8; width];
-                    dev.rd(base + offset, &mut buf);
-                } else {
-                    let value = rng.value().to_le_bytes();
-                    dev.wr(base + offset, &value[..width]);
-                    if offset == 0xb0 && width == 4 {
-                        if let Some(v) = shadow[vcpu as usize].highest() {
-                            shadow[vcpu as usize].clear(v);
-                        }
-                    }
-                }
-            }
+            0..=54 => guest_access(dev, &mut rng, base, in_service),
             55..=69 => {
                 let value = rng.below(512);
                 dev.wr(base + PAGE + lapic_ctl::ACCEPT, &value.to_le_bytes());
             }
             70..=84 => {
-                let (irr, isr) = dev.vectors(vcpu);
-                let tpr = read32(dev, vcpu, 0x80) as u8;
-                let pending = control(dev, vcpu, lapic_ctl::PENDING);
-                let got = control(dev, vcpu, lapic_ctl::INTA);
-                assert_eq!(pending, got, "{}: PENDING and INTA disagree", ctx());
-                if got != NO_VECTOR {
-                    let v = got as u8;
-                    assert!(v >= 16, "{}: INTA returned illegal vector {v}", ctx());
-                    assert!(
-                        VectorSet(irr).test(v),
-                        "{}: INTA {v:#x} was not in IRR",
-                        ctx()
-                    );
-                    let before = ppr(tpr, VectorSet(isr).highest());
-                    assert!(
-                        v >> 4 > before >> 4,
-                        "{}: INTA {v:#x} not above PPR {before:#x}",
-                        ctx()
-                    );
-                    shadow[vcpu as usize].set(v);
+                if acknowledge(dev, vcpu, in_service, &ctx) {
                     acknowledged += 1;
                 }
             }
             85..=92 => {
                 dev.wr(base + 0xb0, &0u32.to_le_bytes());
-                if let Some(v) = shadow[vcpu as usize].highest() {
-                    shadow[vcpu as usize].clear(v);
+                if let Some(v) = in_service.highest() {
+                    in_service.clear(v);
                 }
             }
-            93..=97 => {
-                // The armed deadline (usually) or a stale or made-up one.
-                let armed = sink.deadlines.lock().unwrap_or_else(|e| e.into_inner())[vcpu as usize];
-                let deadline = match (armed, rng.below(4)) {
-                    (Some(d), 0..=2) => d,
-                    _ => rng.next(),
-                };
-                now = now.max(deadline.min(now + 1_000_000_000));
-                clock.set(now);
-                dev.wr(
-                    base + PAGE + lapic_ctl::TIMER_EXPIRED,
-                    &deadline.to_le_bytes(),
-                );
-            }
+            93..=97 => now = expire_timer(dev, &mut rng, clock, sink, vcpu, now),
             _ => {
                 dev.wr(base + PAGE + lapic_ctl::INIT_RESET, &0u64.to_le_bytes());
-                shadow[vcpu as usize] = VectorSet::default();
+                *in_service = VectorSet::default();
             }
         }
-        // Invariants of this vCPU (an IPI may have touched others: their IRR is
-        // checked when they are picked).
-        let (irr, isr) = dev.vectors(vcpu);
-        assert_eq!(
-            isr,
-            shadow[vcpu as usize].0,
-            "{}: ISR is not what was acknowledged",
-            ctx()
-        );
-        assert_eq!(irr[0] & 0xffff, 0, "{}: vector below 16 pending", ctx());
-        let tpr = read32(dev, vcpu, 0x80) as u8;
-        let expected = ppr(tpr, VectorSet(isr).highest());
-        assert_eq!(read32(dev, vcpu, 0xa0) as u8, expected, "{}: PPR", ctx());
-        assert!(
-            read32(dev, vcpu, 0x390) <= read32(dev, vcpu, 0x380),
-            "{}: CCR above initial count",
-            ctx()
-        );
+        check_invariants(dev, vcpu, in_service, &ctx);
     }
     acknowledged
+}
+
+/// A guest access: usually a real register, sometimes anywhere; an EOI write
+/// retires the highest vector in service from the shadow.
+fn guest_access(dev: &mut dyn LapicDevice, rng: &mut Rng, base: u64, in_service: &mut VectorSet) {
+    let mut offset = if rng.below(8) == 0 {
+        rng.below(PAGE)
+    } else {
+        rng.below(0x40) << 4
+    };
+    if rng.below(16) == 0 {
+        offset = offset.wrapping_add(rng.below(16)) % PAGE;
+    }
+    let width = rng.width();
+    if rng.below(2) == 0 {
+        let mut buf = vec![0u8; width];
+        dev.rd(base + offset, &mut buf);
+    } else {
+        let value = rng.value().to_le_bytes();
+        dev.wr(base + offset, &value[..width]);
+        if offset == 0xb0 && width == 4 {
+            if let Some(v) = in_service.highest() {
+                in_service.clear(v);
+            }
+        }
+    }
+}
+
+/// INTA on `vcpu`: it returns what PENDING announced, a legal vector out of
+/// IRR above the PPR, which enters the shadow ISR. True if one was taken.
+// Casts: test code: TPR and vectors are 8-bit registers.
+#[allow(clippy::cast_possible_truncation)]
+fn acknowledge(
+    dev: &mut dyn LapicDevice,
+    vcpu: u32,
+    in_service: &mut VectorSet,
+    ctx: &dyn Fn() -> String,
+) -> bool {
+    let (irr, isr) = dev.vectors(vcpu);
+    let tpr = read32(dev, vcpu, 0x80) as u8;
+    let pending = control(dev, vcpu, lapic_ctl::PENDING);
+    let got = control(dev, vcpu, lapic_ctl::INTA);
+    assert_eq!(pending, got, "{}: PENDING and INTA disagree", ctx());
+    if got == NO_VECTOR {
+        return false;
+    }
+    let v = got as u8;
+    assert!(v >= 16, "{}: INTA returned illegal vector {v}", ctx());
+    assert!(
+        VectorSet(irr).test(v),
+        "{}: INTA {v:#x} was not in IRR",
+        ctx()
+    );
+    let before = ppr(tpr, VectorSet(isr).highest());
+    assert!(
+        v >> 4 > before >> 4,
+        "{}: INTA {v:#x} not above PPR {before:#x}",
+        ctx()
+    );
+    in_service.set(v);
+    true
+}
+
+/// The VMM's timer expiry for `vcpu`: the armed deadline (usually) or a stale
+/// or made-up one, with the clock moved up to it (at most 1 s ahead). Returns
+/// the new time.
+fn expire_timer(
+    dev: &mut dyn LapicDevice,
+    rng: &mut Rng,
+    clock: &ManualClock,
+    sink: &Recorder,
+    vcpu: u32,
+    now: u64,
+) -> u64 {
+    let armed = sink.deadlines.lock().unwrap_or_else(|e| e.into_inner())[vcpu as usize];
+    let deadline = match (armed, rng.below(4)) {
+        (Some(d), 0..=2) => d,
+        _ => rng.next(),
+    };
+    let now = now.max(deadline.min(now + 1_000_000_000));
+    clock.set(now);
+    dev.wr(
+        u64::from(vcpu) * LAPIC_STRIDE + PAGE + lapic_ctl::TIMER_EXPIRED,
+        &deadline.to_le_bytes(),
+    );
+    now
+}
+
+/// Invariants of this vCPU after a step (an IPI may have touched others: their
+/// IRR is checked when they are picked).
+// Casts: test code: TPR and PPR are 8-bit registers.
+#[allow(clippy::cast_possible_truncation)]
+fn check_invariants(
+    dev: &mut dyn LapicDevice,
+    vcpu: u32,
+    in_service: &VectorSet,
+    ctx: &dyn Fn() -> String,
+) {
+    let (irr, isr) = dev.vectors(vcpu);
+    assert_eq!(
+        isr,
+        in_service.0,
+        "{}: ISR is not what was acknowledged",
+        ctx()
+    );
+    assert_eq!(irr[0] & 0xffff, 0, "{}: vector below 16 pending", ctx());
+    let tpr = read32(dev, vcpu, 0x80) as u8;
+    let expected = ppr(tpr, VectorSet(isr).highest());
+    assert_eq!(read32(dev, vcpu, 0xa0) as u8, expected, "{}: PPR", ctx());
+    assert!(
+        read32(dev, vcpu, 0x390) <= read32(dev, vcpu, 0x380),
+        "{}: CCR above initial count",
+        ctx()
+    );
 }
 
 fn lapic_config(sink: &Arc<Recorder>, clock: &Arc<ManualClock>) -> IrqchipConfig {

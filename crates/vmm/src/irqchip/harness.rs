@@ -26,7 +26,7 @@ use super::{
     pic_ctl, register, Flavor, Irqchip, IrqchipConfig, IrqchipEvent, IrqchipSink, LapicsHandle,
     ManualClock, PicHandle, IOAPIC_WINDOW, LAPIC_GPA, NO_VECTOR, PAGE,
 };
-use crate::bus::{AddressSpace, BusBuilder, BusClient, SyncMode};
+use crate::bus::{AddressSpace, Bus, BusBuilder, BusClient, SyncMode};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -356,9 +356,41 @@ fn run(
         errors: Mutex::new(Vec::new()),
     });
     let start = Instant::now();
+    let (spurious, nested) = drive(&bus, target, &sources, &shared, &sink, per_trigger, stall);
+    let mut report = IrqStressReport {
+        spurious,
+        nested,
+        wall: start.elapsed(),
+        ..IrqStressReport::default()
+    };
+    // Nothing may be left: one more INTA through the bus finds nothing, and
+    // IRR and ISR are empty.
+    let mut client = bus.client();
+    if let Some(v) = (Receiver { target }).inta(&mut client) {
+        shared.fail(format!(
+            "vector {v:#x} still pending after the run (duplicated)"
+        ));
+    }
+    bus.shutdown();
+    check_empty(&chip, target, &shared);
+    check_counts(&mut report, &shared, &sink, per_trigger);
+    report
+}
+
+/// Run the trigger threads and the receiver thread to their end; returns the
+/// receiver's (spurious, nested) counts.
+fn drive(
+    bus: &Arc<Bus>,
+    target: Target,
+    sources: &[Source],
+    shared: &Arc<Shared>,
+    sink: &Arc<FlagSink>,
+    per_trigger: u64,
+    stall: Duration,
+) -> (u64, u64) {
     let triggers: Vec<_> = (0..TRIGGERS)
         .map(|t| {
-            let (sources, shared, mut client) = (sources.clone(), shared.clone(), bus.client());
+            let (sources, shared, mut client) = (sources.to_vec(), shared.clone(), bus.client());
             std::thread::spawn(move || {
                 let first = t * LINES_PER_TRIGGER;
                 let lines = first..first + LINES_PER_TRIGGER;
@@ -368,7 +400,7 @@ fn run(
         .collect();
     let receiver = {
         let (shared, sink, mut client) = (shared.clone(), sink.clone(), bus.client());
-        let sources = sources.clone();
+        let sources = sources.to_vec();
         std::thread::spawn(move || {
             receive(
                 Receiver { target },
@@ -381,30 +413,20 @@ fn run(
             )
         })
     };
-    let mut report = IrqStressReport::default();
     for handle in triggers {
         if handle.join().is_err() {
             shared.fail("a trigger thread panicked".into());
         }
     }
-    match receiver.join() {
-        Ok((spurious, nested)) => {
-            report.spurious = spurious;
-            report.nested = nested;
-        }
-        Err(_) => shared.fail("the receiver thread panicked".into()),
-    }
-    report.wall = start.elapsed();
-    // Nothing may be left: one more INTA through the bus finds nothing, and
-    // IRR and ISR are empty.
-    let mut client = bus.client();
-    if let Some(v) = (Receiver { target }).inta(&mut client) {
-        shared.fail(format!(
-            "vector {v:#x} still pending after the run (duplicated)"
-        ));
-    }
-    bus.shutdown();
-    check_empty(&chip, target, &shared);
+    receiver.join().unwrap_or_else(|_| {
+        shared.fail("the receiver thread panicked".into());
+        (0, 0)
+    })
+}
+
+/// Fill the report's counts and errors: every line received exactly what it
+/// sent, every trigger sent its share, the sink saw only kicks.
+fn check_counts(report: &mut IrqStressReport, shared: &Shared, sink: &FlagSink, per_trigger: u64) {
     report.kicks = sink.kicks.load(Ordering::Relaxed);
     report.sent = shared
         .sent
@@ -436,7 +458,6 @@ fn run(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
-    report
 }
 
 fn check_empty(chip: &Irqchip, target: Target, shared: &Shared) {

@@ -120,7 +120,7 @@ impl Vm {
         u32::from_le_bytes(b)
     }
 
-    /// What the guest's cpu_setup does (crates/guest/kernel/kernel.c).
+    /// What the guest's cpu_setup does (crates/guest/kernel/boot.c).
     fn guest_cpu_setup(&mut self, vcpu: u32) {
         self.lapic_w(vcpu, 0xf0, 0x100 | 0xff);
         self.lapic_w(vcpu, 0x80, 0);
