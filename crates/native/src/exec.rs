@@ -6,7 +6,7 @@ use crate::shared::Shared;
 use crate::sys::{self, Mapping};
 use smplab_workload::program::{counter_names, OpCounts};
 use smplab_workload::{compute, BufferRef, Op, Rmw};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Position of `name` in `counter_names::ALL`, computed at compile time so the
 /// indices below can never drift from the shared order.
@@ -164,13 +164,29 @@ impl<'a> Worker<'a> {
         Ok(())
     }
 
+    /// One op. Kept as one function on purpose: split into `#[inline]`
+    /// helpers, a pinned one-thread op loop ran 4-7% slower (1.070x
+    /// [1.056, 1.080], then 1.041x [1.014, 1.055]; a layout-only control
+    /// 1.031x), and this is the loop native figures are measured by.
     fn op(&mut self, op: &Op) -> Result<(), Stop> {
         // Indices were checked against the tables before any thread started
         // (`Shared::check`), so indexing below cannot go out of range.
         let s = self.shared;
         match op {
             Op::Compute { iters } => {
-                self.compute(*iters)?;
+                // In slices of COMPUTE_SLICE iterations (tens of milliseconds)
+                // with an abort check between them, so even an absurd count can
+                // be torn down. The instruction stream is the same loop; the
+                // state carries across slices exactly as across iterations.
+                let mut left = *iters;
+                while left > 0 {
+                    let n = left.min(COMPUTE_SLICE);
+                    self.state = std::hint::black_box(compute::compute(n, self.state));
+                    left -= n;
+                    if left > 0 && self.ctx.aborted() {
+                        return Err(Stop::Aborted);
+                    }
+                }
                 self.bump(C_COMPUTE, 1);
                 self.bump(C_COMPUTE_ITERS, *iters);
             }
@@ -211,28 +227,88 @@ impl<'a> Worker<'a> {
                 self.bump(C_BARRIER, 1);
             }
             Op::Push(i) => {
-                self.push(*i as usize)?;
+                // A token unique in the run: thread number and sequence.
+                let token = (self.tid << 40) | (self.tokens & ((1 << 40) - 1));
+                self.tokens += 1;
+                s.queues[*i as usize].push(token, &mut self.ctx)?;
+                let q = *i as usize;
+                self.tallies.pushes[q] += 1;
+                self.tallies.push_sum[q] = self.tallies.push_sum[q].wrapping_add(token);
                 self.bump(C_PUSH, 1);
             }
             Op::Pop(i) => {
-                self.pop(*i as usize)?;
+                let token = s.queues[*i as usize].pop(&mut self.ctx)?;
+                let q = *i as usize;
+                self.tallies.pops[q] += 1;
+                self.tallies.pop_sum[q] = self.tallies.pop_sum[q].wrapping_add(token);
                 self.bump(C_POP, 1);
             }
             Op::Atomic { counter, rmw } => {
-                atomic_rmw(&s.counters[*counter as usize].0, *rmw, self.tid);
+                let c = &s.counters[*counter as usize].0;
+                match rmw {
+                    Rmw::Add => {
+                        c.fetch_add(1, Ordering::AcqRel);
+                    }
+                    Rmw::Cas => {
+                        let mut old = c.load(Ordering::Relaxed);
+                        while let Err(now) = c.compare_exchange_weak(
+                            old,
+                            old.wrapping_add(1),
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                        ) {
+                            old = now;
+                        }
+                    }
+                    Rmw::Swap => {
+                        c.swap(self.tid + 1, Ordering::AcqRel);
+                    }
+                }
                 self.bump(C_ATOMIC, 1);
             }
             Op::SleepNs(ns) => {
-                self.sleep(*ns)?;
+                // Long sleeps in slices, so a teardown does not wait them out;
+                // the total is still at least `ns`.
+                let mut left = *ns;
+                while left > 0 {
+                    let n = left.min(SLEEP_SLICE_NS);
+                    sys::sleep_ns(n);
+                    left -= n;
+                    if left > 0 && self.ctx.aborted() {
+                        return Err(Stop::Aborted);
+                    }
+                }
                 self.bump(C_SLEEP, 1);
             }
-            Op::Yield(times) => self.yield_times(*times)?,
+            Op::Yield(times) => {
+                for _ in 0..*times {
+                    sys::yield_now();
+                    self.bump(C_YIELD, 1);
+                    // A system call per pass: the flag check is free.
+                    if self.ctx.aborted() {
+                        return Err(Stop::Aborted);
+                    }
+                }
+            }
             Op::Shootdown { pages } => {
-                self.shootdown(*pages as usize)?;
+                // Dropping write permission from pages every thread has mapped
+                // forces the kernel to flush their TLB entries on every CPU
+                // running one of our threads (IPIs, acknowledged before mprotect
+                // returns); restoring it puts things back for the next round.
+                let pages = *pages as usize;
+                s.shoot
+                    .protect(pages, libc::PROT_READ)
+                    .and_then(|()| s.shoot.protect(pages, libc::PROT_READ | libc::PROT_WRITE))
+                    .map_err(|e| Stop::Failed(format!("shootdown mprotect failed: {e}")))?;
                 self.bump(C_SHOOTDOWN, 1);
             }
             Op::Io { device, service_ns } => {
-                self.io(*device, *service_ns)?;
+                let tid = usize::try_from(self.tid).unwrap_or(usize::MAX);
+                let (wake_ns, slept) = s.devices.io(tid, *device, *service_ns, &self.ctx)?;
+                self.io_wake_ns.push(wake_ns);
+                if slept {
+                    self.ctx.stats.blocks += 1;
+                }
                 self.bump(C_IO, 1);
             }
             Op::Repeat { count, body } => {
@@ -256,125 +332,6 @@ impl<'a> Worker<'a> {
             }
         }
         Ok(())
-    }
-
-    /// `compute` in slices of COMPUTE_SLICE iterations (tens of milliseconds)
-    /// with an abort check between them, so even an absurd count can be torn
-    /// down. The instruction stream is the same loop; the state carries across
-    /// slices exactly as across iterations.
-    #[inline]
-    fn compute(&mut self, iters: u64) -> Result<(), Stop> {
-        let mut left = iters;
-        while left > 0 {
-            let n = left.min(COMPUTE_SLICE);
-            self.state = std::hint::black_box(compute::compute(n, self.state));
-            left -= n;
-            if left > 0 && self.ctx.aborted() {
-                return Err(Stop::Aborted);
-            }
-        }
-        Ok(())
-    }
-
-    /// Push a token unique in the run (thread number and sequence) on queue
-    /// `q`, tallied for the end-of-run check.
-    #[inline]
-    fn push(&mut self, q: usize) -> Result<(), Stop> {
-        let token = (self.tid << 40) | (self.tokens & ((1 << 40) - 1));
-        self.tokens += 1;
-        self.shared.queues[q].push(token, &mut self.ctx)?;
-        self.tallies.pushes[q] += 1;
-        self.tallies.push_sum[q] = self.tallies.push_sum[q].wrapping_add(token);
-        Ok(())
-    }
-
-    /// A TLB shootdown of `pages` pages. Dropping write permission from pages
-    /// every thread has mapped forces the kernel to flush their TLB entries on
-    /// every CPU running one of our threads (IPIs, acknowledged before mprotect
-    /// returns); restoring it puts things back for the next round.
-    #[inline]
-    fn shootdown(&self, pages: usize) -> Result<(), Stop> {
-        let shoot = &self.shared.shoot;
-        shoot
-            .protect(pages, libc::PROT_READ)
-            .and_then(|()| shoot.protect(pages, libc::PROT_READ | libc::PROT_WRITE))
-            .map_err(|e| Stop::Failed(format!("shootdown mprotect failed: {e}")))
-    }
-
-    /// Pop a token from queue `q`, tallied for the end-of-run check.
-    #[inline]
-    fn pop(&mut self, q: usize) -> Result<(), Stop> {
-        let token = self.shared.queues[q].pop(&mut self.ctx)?;
-        self.tallies.pops[q] += 1;
-        self.tallies.pop_sum[q] = self.tallies.pop_sum[q].wrapping_add(token);
-        Ok(())
-    }
-
-    /// `sched_yield` `times` times, each counted.
-    #[inline]
-    fn yield_times(&mut self, times: u64) -> Result<(), Stop> {
-        for _ in 0..times {
-            sys::yield_now();
-            self.bump(C_YIELD, 1);
-            // A system call per pass: the flag check is free.
-            if self.ctx.aborted() {
-                return Err(Stop::Aborted);
-            }
-        }
-        Ok(())
-    }
-
-    /// One device request; blocks until its completion, whose wake-up latency
-    /// is kept for the record.
-    #[inline]
-    fn io(&mut self, device: u32, service_ns: u64) -> Result<(), Stop> {
-        let tid = usize::try_from(self.tid).unwrap_or(usize::MAX);
-        let (wake_ns, slept) = self.shared.devices.io(tid, device, service_ns, &self.ctx)?;
-        self.io_wake_ns.push(wake_ns);
-        if slept {
-            self.ctx.stats.blocks += 1;
-        }
-        Ok(())
-    }
-
-    /// Long sleeps in slices, so a teardown does not wait them out; the total
-    /// is still at least `ns`.
-    #[inline]
-    fn sleep(&mut self, ns: u64) -> Result<(), Stop> {
-        let mut left = ns;
-        while left > 0 {
-            let n = left.min(SLEEP_SLICE_NS);
-            sys::sleep_ns(n);
-            left -= n;
-            if left > 0 && self.ctx.aborted() {
-                return Err(Stop::Aborted);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// One `atomic` op's read-modify-write on counter `c`.
-#[inline]
-fn atomic_rmw(c: &AtomicU64, rmw: Rmw, tid: u64) {
-    match rmw {
-        Rmw::Add => {
-            c.fetch_add(1, Ordering::AcqRel);
-        }
-        Rmw::Cas => {
-            let mut old = c.load(Ordering::Relaxed);
-            while let Err(now) = c.compare_exchange_weak(
-                old,
-                old.wrapping_add(1),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                old = now;
-            }
-        }
-        Rmw::Swap => {
-            c.swap(tid + 1, Ordering::AcqRel);
-        }
     }
 }
 
