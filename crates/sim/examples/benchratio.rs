@@ -39,12 +39,12 @@ fn timed(runs: u32, mut f: impl FnMut()) -> u64 {
     thread_cpu_ns() - t0
 }
 
-/// The `q` quantile (0..=1) of sorted `xs`, interpolated linearly.
-fn quantile(xs: &[f64], q: f64) -> f64 {
-    let pos = q * (xs.len() - 1) as f64;
-    let (i, frac) = (pos.floor() as usize, pos - pos.floor());
+/// The `num/den` quantile of sorted `xs`, interpolated linearly.
+fn quantile(xs: &[f64], num: usize, den: usize) -> f64 {
+    let scaled = num * (xs.len() - 1);
+    let (i, rem) = (scaled / den, scaled % den);
     match xs.get(i + 1) {
-        Some(next) => xs[i] + (next - xs[i]) * frac,
+        Some(next) => xs[i] + (next - xs[i]) * rem as f64 / den as f64,
         None => xs[i],
     }
 }
@@ -92,7 +92,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for xs in [&mut ratios, &mut sim_rates, &mut bare_rates] {
         xs.sort_by(f64::total_cmp);
     }
-    let iqr = |xs: &[f64]| (quantile(xs, 0.5), quantile(xs, 0.25), quantile(xs, 0.75));
+    let iqr = |xs: &[f64]| (quantile(xs, 2, 4), quantile(xs, 1, 4), quantile(xs, 3, 4));
     let (r, r1, r3) = iqr(&ratios);
     let (m, m1, m3) = iqr(&sim_rates);
     let (b, b1, b3) = iqr(&bare_rates);
