@@ -3,37 +3,18 @@
 //! core for a representative model and >= 0.5x this baseline). The model's
 //! throughput counts processed events only (`RawRun::events`: stale events
 //! that lazy deletion discards are excluded). Wall clock: on a loaded machine
-//! compare CPU time with `--example benchmodel` as well.
+//! compare CPU time with `--example benchratio` (the same loop and model
+//! by thread CPU time, in interleaved pairs) as well.
 //!
 //! `cargo bench -p smplab-sim --bench events`
 
+mod shared;
+
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use smplab_sim::{simulate_raw, Platform, Scenario, VmSpec};
+use shared::{bare_heap, model};
+use smplab_sim::simulate_raw;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-
-/// The baseline: entities that each reschedule themselves at a pseudo-random
-/// delay; nothing else. Same heap size as the model (one pending event per
-/// vCPU, give or take).
-fn bare_heap(entities: u32, events: u64) -> u64 {
-    let mut heap = BinaryHeap::with_capacity(entities as usize);
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    for e in 0..entities {
-        heap.push(Reverse((e as u64, e)));
-    }
-    let mut sum = 0u64;
-    for _ in 0..events {
-        let Some(Reverse((t, e))) = heap.pop() else {
-            break;
-        };
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        sum = sum.wrapping_add(t);
-        heap.push(Reverse((t + 1 + (x % 10_000), e)));
-    }
-    sum
-}
 
 /// The same loop with events the size of the simulator's (24 bytes: time,
 /// sequence number, a 12-byte payload), ordered by (time, sequence) as the
@@ -77,19 +58,8 @@ fn bare_heap_24(entities: u32, events: u64) -> u64 {
     sum
 }
 
-/// A representative model: two 16-vCPU VMs on 16 pCPUs, one blocking
-/// pipeline (dedup) and one barrier program (streamcluster), HLT idle, PLE.
-fn model() -> Scenario {
-    let k = Platform::builtin("kvm2015").unwrap();
-    let a = VmSpec::from_workload("dedup", Some(16), 0.5, 16).unwrap();
-    let b = VmSpec::from_workload("streamcluster", Some(16), 2.0, 16).unwrap();
-    let mut s = Scenario::new(k, 16, vec![a, b]);
-    s.native_reference = false;
-    s
-}
-
 fn bench(c: &mut Criterion) {
-    let s = model();
+    let s = model().unwrap();
     let events = simulate_raw(&s).unwrap().events;
     let mut g = c.benchmark_group("events");
     g.sample_size(10);

@@ -94,6 +94,7 @@ impl Sim {
         Ok(self.outcome(end))
     }
 
+    #[inline(always)]
     fn handle(&mut self, kind: Kind) {
         if self.trace {
             let desc = match kind {

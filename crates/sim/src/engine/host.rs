@@ -92,7 +92,8 @@ impl Sim {
         }
         // Idle pCPU, nearest (same LLC domain first) to where it ran last.
         let from = if in_range {
-            (last / self.per_llc) * self.per_llc
+            // `last / per_llc * per_llc`, without the division.
+            self.pcpus[last as usize].domain * self.per_llc
         } else {
             lo + (vc.index % (hi - lo))
         };
@@ -137,6 +138,9 @@ impl Sim {
     fn take_next(&mut self, p: u32) -> Option<u32> {
         let buddy = std::mem::replace(&mut self.pcpus[p as usize].buddy, NONE);
         let rq = &self.pcpus[p as usize].rq;
+        if rq.is_empty() {
+            return None;
+        }
         let (mut best, mut best_vr) = (usize::MAX, u64::MAX);
         let mut buddy_pos = None;
         for (i, &u) in rq.iter().enumerate() {
@@ -358,8 +362,16 @@ impl Sim {
 
     /// A queued vCPU from another pCPU that may run on `p`.
     fn steal(&mut self, p: u32) -> Option<u32> {
+        if self.busy_rq_bits.iter().all(|&w| w == 0) {
+            // No run queue holds a vCPU (the common case when a pCPU goes
+            // idle on a host that is not overcommitted): the scan below
+            // would find nothing.
+            return None;
+        }
         let n = u32::try_from(self.pcpus.len()).unwrap_or(u32::MAX);
-        let start = (p / self.per_llc) * self.per_llc;
+        // The first pCPU of `p`'s LLC domain (`Pcpu::domain` is
+        // `p / per_llc`: a load instead of a division).
+        let start = self.pcpus[p as usize].domain * self.per_llc;
         let mut q = start;
         // Bounded: in huge hosts give up after a few candidate queues rather
         // than scanning them all on every idle transition.

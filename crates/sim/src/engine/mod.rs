@@ -488,7 +488,7 @@ impl Sim {
     }
 
     /// Schedule the vCPU's next Step at `at` (making earlier ones stale).
-    #[inline]
+    #[inline(always)]
     pub fn schedule_step(&mut self, v: u32, at: u64) {
         let vc = &mut self.vcpus[v as usize];
         if vc.step_at == at {
