@@ -24,6 +24,7 @@ mod cache;
 mod event_loop;
 mod guest;
 mod host;
+mod idle;
 mod io;
 mod policy_host;
 mod prefetch;
@@ -31,6 +32,7 @@ mod setup;
 mod sync;
 pub(crate) mod tune;
 mod vmm;
+mod wake;
 
 use crate::code::{GroupCode, Ins};
 use crate::events::{Kind, Queue};
