@@ -110,98 +110,87 @@ impl Sim {
         }
     }
 
+    /// VM `k` of the scenario: its code, threads, vCPUs (allowed on pCPUs
+    /// `range` when floating), devices and state.
     fn add_vm(
         &mut self,
         k: u32,
         spec: &VmSpec,
         virtualized: bool,
-        (plo, phi): (u32, u32),
+        range: (u32, u32),
         n_vms: u32,
     ) -> Result<(), SimError> {
-        let p = &self.platform;
-        // Identical programs share one compiled copy: with hundreds of VMs
-        // running a few profiles this keeps the interpreter's code in cache.
-        let (code, bases) = match self
+        let (code, bases) = self.shared_code(spec)?;
+        let costs = vm_costs(&self.platform, spec, virtualized);
+        let first_thread = u32::try_from(self.threads.len()).unwrap_or(u32::MAX);
+        let first_vcpu = u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX);
+        let n_threads = spec.program.total_threads();
+        self.add_threads(k, spec, &code, &bases, first_vcpu);
+        for i in 0..spec.vcpus {
+            let (lo, hi) = vcpu_range(spec, virtualized, i, k, n_vms, range);
+            // Threads start round-robin over the vCPUs.
+            let rq = (first_thread..first_thread + n_threads)
+                .skip(i as usize)
+                .step_by(spec.vcpus as usize)
+                .collect();
+            self.add_vcpu(k, i, (lo, hi), rq);
+        }
+        let dev_period = spec
+            .devices
+            .filter(|d| d.exits_per_ms > 0.0 && virtualized)
+            .map(|d| crate::units_from_f64(1e6 / d.exits_per_ms));
+        self.vcpu_rq_bits.resize(self.vcpus.len().div_ceil(64), 0);
+        for v in first_vcpu..first_vcpu + spec.vcpus {
+            self.vcpus[v as usize].next_device_in = dev_period.unwrap_or(u64::MAX);
+            self.vcpu_rq_bit(v);
+        }
+        let vm_io = io::VmIo::new(spec, first_thread, virtualized, self.pcpus.len());
+        self.io_active.push(vm_io.has_devices());
+        self.io.push(vm_io);
+        self.vm_by_cause.push([0; cause::N]);
+        let vm = self.new_vm(spec, virtualized, costs, &code, (first_thread, first_vcpu));
+        self.vms.push(vm);
+        Ok(())
+    }
+
+    /// The VM's compiled program, appended to the shared code once per
+    /// distinct program, and each group's first instruction in it.
+    /// Identical programs share one compiled copy: with hundreds of VMs
+    /// running a few profiles this keeps the interpreter's code in cache.
+    fn shared_code(&mut self, spec: &VmSpec) -> Result<(Arc<Vec<GroupCode>>, Vec<u32>), SimError> {
+        if let Some((_, c, b)) = self
             .code_cache
             .iter()
             .find(|(prog, _, _)| prog == &spec.program)
         {
-            Some((_, c, b)) => (Arc::clone(c), b.clone()),
-            None => {
-                let c = Arc::new(compile(&spec.program, p));
-                let mut bases = Vec::with_capacity(c.len());
-                for g in c.iter() {
-                    bases.push(u32::try_from(self.code.len()).map_err(|_| {
-                        SimError::Scenario(
-                            "the programs have over 4 billion instructions in total".into(),
-                        )
-                    })?);
-                    self.code.extend_from_slice(&g.ins);
-                }
-                self.code_cache
-                    .push((spec.program.clone(), Arc::clone(&c), bases.clone()));
-                (c, bases)
-            }
-        };
+            return Ok((Arc::clone(c), b.clone()));
+        }
+        let c = Arc::new(compile(&spec.program, &self.platform));
+        let mut bases = Vec::with_capacity(c.len());
+        for g in c.iter() {
+            bases.push(u32::try_from(self.code.len()).map_err(|_| {
+                SimError::Scenario("the programs have over 4 billion instructions in total".into())
+            })?);
+            self.code.extend_from_slice(&g.ins);
+        }
+        self.code_cache
+            .push((spec.program.clone(), Arc::clone(&c), bases.clone()));
+        Ok((c, bases))
+    }
+
+    /// The VM's threads, each starting on vCPU `index % vcpus`.
+    fn add_threads(
+        &mut self,
+        k: u32,
+        spec: &VmSpec,
+        code: &[GroupCode],
+        bases: &[u32],
+        first_vcpu: u32,
+    ) {
         let p = &self.platform;
-        let prog = &spec.program;
-        let costs = if virtualized {
-            Costs {
-                virtualized,
-                apicv: spec.apicv,
-                ipi_send: if spec.apicv {
-                    p.vmm.ipi_send_apicv_ns
-                } else {
-                    p.vmm.ipi_send_ns
-                },
-                ipi_receive: if spec.apicv {
-                    p.vmm.ipi_receive_apicv_ns
-                } else {
-                    p.vmm.ipi_receive_ns
-                },
-                hlt_exit: p.vmm.hlt_exit_ns,
-                wake_latency: p.vmm.hlt_wake_ns,
-                halt_poll_wake: p.vmm.halt_poll_wake_ns,
-                poll_notice: p.vmm.poll_notice_ns,
-                switch: p.vmm.vcpu_switch_ns,
-                exit: p.vmm.exit_ns,
-                user_exit: p.vmm.user_exit_ns,
-                sdb_detect: spec
-                    .sdb
-                    .and_then(|s| s.detect_ns)
-                    .unwrap_or(p.sdb.detect_ns),
-                sdb_fp: spec
-                    .sdb
-                    .and_then(|s| s.false_positive_rate)
-                    .unwrap_or(p.sdb.false_positive_rate),
-                native_idle_poll: 0,
-                kernel: p.kernel(true),
-            }
-        } else {
-            Costs {
-                virtualized,
-                apicv: false,
-                ipi_send: p.native.ipi_send_ns,
-                ipi_receive: p.native.ipi_receive_ns,
-                hlt_exit: 0,
-                wake_latency: p.native.idle_wake_ns,
-                halt_poll_wake: p.native.poll_notice_ns,
-                poll_notice: p.native.poll_notice_ns,
-                switch: 0,
-                exit: 0,
-                user_exit: 0,
-                sdb_detect: 0,
-                sdb_fp: 0.0,
-                native_idle_poll: p.native.idle_poll_ns,
-                kernel: p.kernel(false),
-            }
-        };
-        let first_thread = u32::try_from(self.threads.len()).unwrap_or(u32::MAX);
-        let first_vcpu = u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX);
-        let n_threads = prog.total_threads();
         let line = p.cache.line_bytes.max(1);
         let cap = p.cache.private_bytes;
-        for (ti, (g, idx)) in prog.threads().into_iter().enumerate() {
+        for (ti, (g, idx)) in spec.program.threads().into_iter().enumerate() {
             let gc = &code[g];
             self.tacct.push(ThreadAcct::default());
             self.threads.push(Thread {
@@ -229,91 +218,67 @@ impl Sim {
                 write_mask: gc.write_mask,
             });
         }
-        let len = phi - plo;
-        for i in 0..spec.vcpus {
-            let (lo, hi) = if !virtualized {
-                // Bare metal: CPU i is core i.
-                (i, i + 1)
-            } else {
-                match spec.affinity {
-                    Affinity::Float => (plo, phi),
-                    Affinity::Pin => {
-                        // Spread evenly; different VMs start at different offsets
-                        // so pinned VMs do not all pile onto pCPU 0.
-                        // k < n_vms, so the offset is below spec.vcpus and fits.
-                        let off = u32::try_from(
-                            u64::from(k) * u64::from(spec.vcpus) / u64::from(n_vms.max(1)),
-                        )
-                        .unwrap_or(0);
-                        let p = plo + (i + off) % len;
-                        (p, p + 1)
-                    }
-                    Affinity::Range { first, count } => (first, first + count),
-                }
-            };
-            let mut rq = VecDeque::new();
-            for t in (first_thread..first_thread + n_threads)
-                .skip(i as usize)
-                .step_by(spec.vcpus as usize)
-            {
-                rq.push_back(t);
-            }
-            self.vacct.push(VcpuAcct::default());
-            self.vruntime.push(0);
-            self.vcpus.push(Vcpu {
-                vm: k,
-                index: i,
-                host: HostState::Halted,
-                pcpu: NONE,
-                last_pcpu: NONE,
-                act: Act::Off,
-                gen: 0,
-                step_at: u64::MAX,
-                act_end: 0,
-                seg_start: 0,
-                overhead_left: 0,
-                handler_left: 0,
-                cur: NONE,
-                rq,
-                irqs: VecDeque::new(),
-                slice_end: 0,
-                spin_since: 0,
-                spin_iter_ns: 1.0,
-                ple_at: u64::MAX,
-                ple_shift: 0,
-                sdb_at: u64::MAX,
-                acct: Acct::Off,
-                acct_since: 0,
-                acct_pcpu: NONE,
-                acct_thread: NONE,
-                yielded: false,
-                acct_closed: false,
-                exits: [0; exit::N],
-                lo,
-                hi,
-                next_device_in: 0,
-                wake_pending: false,
-                vr_pcpu: NONE,
-                // Linux starts a new task's load average full
-                // (init_entity_runnable_average).
-                load_avg: 1.0,
-                load_at: 0,
-            });
-        }
-        let dev_period = spec
-            .devices
-            .filter(|d| d.exits_per_ms > 0.0 && virtualized)
-            .map(|d| crate::units_from_f64(1e6 / d.exits_per_ms));
-        self.vcpu_rq_bits.resize(self.vcpus.len().div_ceil(64), 0);
-        for v in first_vcpu..first_vcpu + spec.vcpus {
-            self.vcpus[v as usize].next_device_in = dev_period.unwrap_or(u64::MAX);
-            self.vcpu_rq_bit(v);
-        }
-        let vm_io = io::VmIo::new(spec, first_thread, virtualized, self.pcpus.len());
-        self.io_active.push(vm_io.has_devices());
-        self.io.push(vm_io);
-        self.vm_by_cause.push([0; cause::N]);
-        self.vms.push(Vm {
+    }
+
+    /// vCPU `i` of VM `k`, allowed on pCPUs `lo..hi`, with its first threads
+    /// queued.
+    fn add_vcpu(&mut self, k: u32, i: u32, (lo, hi): (u32, u32), rq: VecDeque<u32>) {
+        self.vacct.push(VcpuAcct::default());
+        self.vruntime.push(0);
+        self.vcpus.push(Vcpu {
+            vm: k,
+            index: i,
+            host: HostState::Halted,
+            pcpu: NONE,
+            last_pcpu: NONE,
+            act: Act::Off,
+            gen: 0,
+            step_at: u64::MAX,
+            act_end: 0,
+            seg_start: 0,
+            overhead_left: 0,
+            handler_left: 0,
+            cur: NONE,
+            rq,
+            irqs: VecDeque::new(),
+            slice_end: 0,
+            spin_since: 0,
+            spin_iter_ns: 1.0,
+            ple_at: u64::MAX,
+            ple_shift: 0,
+            sdb_at: u64::MAX,
+            acct: Acct::Off,
+            acct_since: 0,
+            acct_pcpu: NONE,
+            acct_thread: NONE,
+            yielded: false,
+            acct_closed: false,
+            exits: [0; exit::N],
+            lo,
+            hi,
+            next_device_in: 0,
+            wake_pending: false,
+            vr_pcpu: NONE,
+            // Linux starts a new task's load average full
+            // (init_entity_runnable_average).
+            load_avg: 1.0,
+            load_at: 0,
+        });
+    }
+
+    /// The VM's state: settings, costs, its threads' and vCPUs' index
+    /// ranges, its synchronization objects and counters.
+    fn new_vm(
+        &self,
+        spec: &VmSpec,
+        virtualized: bool,
+        costs: Costs,
+        code: &[GroupCode],
+        (first_thread, first_vcpu): (u32, u32),
+    ) -> Vm {
+        let prog = &spec.program;
+        let n_threads = prog.total_threads();
+        Vm {
             spec_idle: if virtualized { spec.idle } else { Idle::Hlt },
             ple: if virtualized {
                 spec.ple
@@ -379,11 +344,11 @@ impl Sim {
             done_threads: 0,
             end_ns: 0,
             running: 0,
-            // Every thread starts in a vCPU run queue (above).
+            // Every thread starts in a vCPU run queue (`add_vm`).
             queued_threads: n_threads,
             running_per_domain: vec![0; self.domains as usize],
-            writers_running: vec![0; crate::code::write_slots(&code)],
-            contended_slots: contended_slots(&code, prog, spec.vcpus),
+            writers_running: vec![0; crate::code::write_slots(code)],
+            contended_slots: contended_slots(code, prog, spec.vcpus),
             ipis: 0,
             migrations: 0,
             warmup_ns: 0,
@@ -391,8 +356,93 @@ impl Sim {
             device_sync_acc: 0.0,
             device_bypass_acc: 0.0,
             device_wait_ns: 0,
-        });
-        Ok(())
+        }
+    }
+}
+
+/// What a VM's mechanisms cost on platform `p`: the VMM's exits and IPIs in
+/// a VM (APICv's where enabled), bare metal's IPIs and idle otherwise.
+fn vm_costs(p: &crate::platform::Platform, spec: &VmSpec, virtualized: bool) -> Costs {
+    if virtualized {
+        Costs {
+            virtualized,
+            apicv: spec.apicv,
+            ipi_send: if spec.apicv {
+                p.vmm.ipi_send_apicv_ns
+            } else {
+                p.vmm.ipi_send_ns
+            },
+            ipi_receive: if spec.apicv {
+                p.vmm.ipi_receive_apicv_ns
+            } else {
+                p.vmm.ipi_receive_ns
+            },
+            hlt_exit: p.vmm.hlt_exit_ns,
+            wake_latency: p.vmm.hlt_wake_ns,
+            halt_poll_wake: p.vmm.halt_poll_wake_ns,
+            poll_notice: p.vmm.poll_notice_ns,
+            switch: p.vmm.vcpu_switch_ns,
+            exit: p.vmm.exit_ns,
+            user_exit: p.vmm.user_exit_ns,
+            sdb_detect: spec
+                .sdb
+                .and_then(|s| s.detect_ns)
+                .unwrap_or(p.sdb.detect_ns),
+            sdb_fp: spec
+                .sdb
+                .and_then(|s| s.false_positive_rate)
+                .unwrap_or(p.sdb.false_positive_rate),
+            native_idle_poll: 0,
+            kernel: p.kernel(true),
+        }
+    } else {
+        Costs {
+            virtualized,
+            apicv: false,
+            ipi_send: p.native.ipi_send_ns,
+            ipi_receive: p.native.ipi_receive_ns,
+            hlt_exit: 0,
+            wake_latency: p.native.idle_wake_ns,
+            halt_poll_wake: p.native.poll_notice_ns,
+            poll_notice: p.native.poll_notice_ns,
+            switch: 0,
+            exit: 0,
+            user_exit: 0,
+            sdb_detect: 0,
+            sdb_fp: 0.0,
+            native_idle_poll: p.native.idle_poll_ns,
+            kernel: p.kernel(false),
+        }
+    }
+}
+
+/// vCPU `i`'s allowed pCPUs: its core on bare metal; in a VM, the VM's
+/// range (`plo..phi`) when floating, one pCPU of it when pinned, or the
+/// spec's range.
+fn vcpu_range(
+    spec: &VmSpec,
+    virtualized: bool,
+    i: u32,
+    k: u32,
+    n_vms: u32,
+    (plo, phi): (u32, u32),
+) -> (u32, u32) {
+    if !virtualized {
+        // Bare metal: CPU i is core i.
+        return (i, i + 1);
+    }
+    match spec.affinity {
+        Affinity::Float => (plo, phi),
+        Affinity::Pin => {
+            // Spread evenly; different VMs start at different offsets
+            // so pinned VMs do not all pile onto pCPU 0.
+            // k < n_vms, so the offset is below spec.vcpus and fits.
+            let off = u32::try_from(u64::from(k) * u64::from(spec.vcpus) / u64::from(n_vms.max(1)))
+                .unwrap_or(0);
+            let p = plo + (i + off) % (phi - plo);
+            (p, p + 1)
+        }
+        Affinity::Range { first, count } => (first, first + count),
     }
 }
 
