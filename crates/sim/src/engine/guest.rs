@@ -220,7 +220,7 @@ impl Sim {
             // costs become this segment's.
             self.charge_acct(v);
             let th = &mut self.threads[t as usize];
-            let mut acc = std::mem::take(&mut th.carry);
+            let acc = std::mem::take(&mut th.carry);
             if acc > 0 {
                 th.seg_k_live = true;
                 self.carry_into_segment(t);
@@ -229,91 +229,9 @@ impl Sim {
                 debug_assert!(self.carry_is_zero(t));
             }
             let vm = self.threads[t as usize].vm as usize;
-            // Line transfers of shared write walks, charged by cause below.
-            let mut transfers = 0u64;
-            let mut fuse_max = FUSE_MAX_NS;
-            let ins = loop {
-                let ins = self.ins(t);
-                let th = &mut self.threads[t as usize];
-                match ins {
-                    Ins::Compute { ns, iters } => {
-                        let ops = &mut self.vms[vm].ops;
-                        ops[counter::COMPUTE] += 1;
-                        ops[counter::COMPUTE_ITERS] += iters;
-                        acc += ns;
-                        th.pc += 1;
-                    }
-                    Ins::Touch {
-                        ns,
-                        bytes,
-                        shared,
-                        slot,
-                        transfer_ns,
-                    } => {
-                        th.pc += 1;
-                        let ops = &mut self.vms[vm].ops;
-                        ops[counter::TOUCH] += 1;
-                        ops[counter::TOUCH_BYTES] += bytes;
-                        acc += if shared { self.shared_cost(v, ns) } else { ns };
-                        if slot != NO_SLOT && self.vms[vm].contended_slots >> slot & 1 != 0 {
-                            transfers += self.shared_write_cost(vm, slot, transfer_ns);
-                            fuse_max = SHARED_WRITE_FUSE_MAX_NS;
-                        }
-                    }
-                    Ins::Atomic => {
-                        self.vms[vm].ops[counter::ATOMIC] += 1;
-                        acc += self.platform.cpu.atomic_ns;
-                        th.pc += 1;
-                    }
-                    Ins::LoopBegin { count, end } => {
-                        if count == 0 || end == th.pc + 1 {
-                            th.pc = end + 1;
-                        } else {
-                            th.loops.push((th.pc, count));
-                            th.pc += 1;
-                        }
-                    }
-                    Ins::DrainClaim { pool, end } => {
-                        if acc > 0 {
-                            // Claim when the thread gets here: after the
-                            // work fused ahead of it, not at its start (a
-                            // thread would otherwise hold the next unit
-                            // while it works on this one).
-                            break ins;
-                        }
-                        // Charged like an `atomic` op: one locked RMW.
-                        acc += self.platform.cpu.atomic_ns;
-                        match self.vms[vm].pools.get_mut(pool as usize) {
-                            Some(left) if *left > 0 => {
-                                *left -= 1;
-                                th.pc += 1;
-                            }
-                            _ => th.pc = end + 1,
-                        }
-                    }
-                    Ins::DrainEnd { begin } => th.pc = begin,
-                    Ins::LoopEnd { begin } => {
-                        let again = match th.loops.last_mut() {
-                            Some(top) => {
-                                top.1 -= 1;
-                                top.1 > 0
-                            }
-                            None => false,
-                        };
-                        if again {
-                            th.pc = begin + 1;
-                        } else {
-                            th.loops.pop();
-                            th.pc += 1;
-                        }
-                    }
-                    other => break other,
-                }
-                if acc + transfers >= fuse_max {
-                    break Ins::Exit;
-                }
-            };
+            let (ins, mut acc, transfers) = self.fuse_timed_ops(v, t, vm, acc);
             if transfers > 0 {
+                // Line transfers of shared write walks, charged by cause.
                 self.transfers_into_segment(t, transfers);
                 acc += transfers;
             }
@@ -323,31 +241,134 @@ impl Sim {
                 self.start_segment(v, acc);
                 return Flow::Started;
             }
-            let flow = match ins {
-                Ins::SpinLock(i) => self.spin_lock(v, t, i),
-                Ins::SpinUnlock(i) => self.spin_unlock(v, t, i),
-                Ins::MutexLock(i) => self.mutex_lock(v, t, i),
-                Ins::MutexUnlock(i) => self.mutex_unlock(v, t, i),
-                Ins::Barrier(i) => self.barrier(v, t, i),
-                Ins::Push(i) => self.push_op(v, t, i),
-                Ins::Pop(i) => self.pop_op(v, t, i),
-                Ins::Sleep(ns) => {
-                    self.vms[vm].ops[counter::SLEEP] += 1;
-                    self.threads[t as usize].pc += 1;
-                    self.push(self.now + ns, Kind::Timer { thread: t });
-                    self.block_current(v, t, TState::Sleeping)
-                }
-                Ins::Yield(k) => self.yield_op(v, t, k),
-                Ins::Shootdown => self.shootdown(v, t),
-                Ins::Io { device, service_ns } => self.io_submit(v, t, device, service_ns),
-                Ins::Exit => self.thread_exit(v, t),
-                // Timed ops are handled in the inner loop.
-                _ => Flow::Continue,
-            };
-            match flow {
+            match self.untimed_op(v, t, vm, ins) {
                 Flow::Continue => continue,
                 f => return f,
             }
+        }
+    }
+
+    /// Run thread `t`'s timed ops (compute, touch, atomics, loop and drain
+    /// control) from its `pc` on, adding their time to `acc`, until an
+    /// untimed op or the fuse limit. Returns the op that stopped it (`Exit`
+    /// at the limit: nothing runs after the segment but the interpreter
+    /// again), the time, and the line transfers of shared write walks.
+    /// Always inlined: this loop is the interpreter's hot path, and as its
+    /// own function the state it keeps in registers would go through
+    /// memory.
+    #[inline(always)]
+    fn fuse_timed_ops(&mut self, v: u32, t: u32, vm: usize, mut acc: u64) -> (Ins, u64, u64) {
+        let mut transfers = 0u64;
+        let mut fuse_max = FUSE_MAX_NS;
+        let ins = loop {
+            let ins = self.ins(t);
+            let th = &mut self.threads[t as usize];
+            match ins {
+                Ins::Compute { ns, iters } => {
+                    let ops = &mut self.vms[vm].ops;
+                    ops[counter::COMPUTE] += 1;
+                    ops[counter::COMPUTE_ITERS] += iters;
+                    acc += ns;
+                    th.pc += 1;
+                }
+                Ins::Touch {
+                    ns,
+                    bytes,
+                    shared,
+                    slot,
+                    transfer_ns,
+                } => {
+                    th.pc += 1;
+                    let ops = &mut self.vms[vm].ops;
+                    ops[counter::TOUCH] += 1;
+                    ops[counter::TOUCH_BYTES] += bytes;
+                    acc += if shared { self.shared_cost(v, ns) } else { ns };
+                    if slot != NO_SLOT && self.vms[vm].contended_slots >> slot & 1 != 0 {
+                        transfers += self.shared_write_cost(vm, slot, transfer_ns);
+                        fuse_max = SHARED_WRITE_FUSE_MAX_NS;
+                    }
+                }
+                Ins::Atomic => {
+                    self.vms[vm].ops[counter::ATOMIC] += 1;
+                    acc += self.platform.cpu.atomic_ns;
+                    th.pc += 1;
+                }
+                Ins::LoopBegin { count, end } => {
+                    if count == 0 || end == th.pc + 1 {
+                        th.pc = end + 1;
+                    } else {
+                        th.loops.push((th.pc, count));
+                        th.pc += 1;
+                    }
+                }
+                Ins::DrainClaim { pool, end } => {
+                    if acc > 0 {
+                        // Claim when the thread gets here: after the
+                        // work fused ahead of it, not at its start (a
+                        // thread would otherwise hold the next unit
+                        // while it works on this one).
+                        break ins;
+                    }
+                    // Charged like an `atomic` op: one locked RMW.
+                    acc += self.platform.cpu.atomic_ns;
+                    match self.vms[vm].pools.get_mut(pool as usize) {
+                        Some(left) if *left > 0 => {
+                            *left -= 1;
+                            th.pc += 1;
+                        }
+                        _ => th.pc = end + 1,
+                    }
+                }
+                Ins::DrainEnd { begin } => th.pc = begin,
+                Ins::LoopEnd { begin } => {
+                    let again = match th.loops.last_mut() {
+                        Some(top) => {
+                            top.1 -= 1;
+                            top.1 > 0
+                        }
+                        None => false,
+                    };
+                    if again {
+                        th.pc = begin + 1;
+                    } else {
+                        th.loops.pop();
+                        th.pc += 1;
+                    }
+                }
+                other => break other,
+            }
+            if acc + transfers >= fuse_max {
+                break Ins::Exit;
+            }
+        };
+        (ins, acc, transfers)
+    }
+
+    /// Run thread `t`'s untimed op `ins` (synchronization, sleep, yield,
+    /// shootdown, I/O, exit). Inlined into the interpreter like the timed
+    /// ops' loop.
+    #[inline(always)]
+    fn untimed_op(&mut self, v: u32, t: u32, vm: usize, ins: Ins) -> Flow {
+        match ins {
+            Ins::SpinLock(i) => self.spin_lock(v, t, i),
+            Ins::SpinUnlock(i) => self.spin_unlock(v, t, i),
+            Ins::MutexLock(i) => self.mutex_lock(v, t, i),
+            Ins::MutexUnlock(i) => self.mutex_unlock(v, t, i),
+            Ins::Barrier(i) => self.barrier(v, t, i),
+            Ins::Push(i) => self.push_op(v, t, i),
+            Ins::Pop(i) => self.pop_op(v, t, i),
+            Ins::Sleep(ns) => {
+                self.vms[vm].ops[counter::SLEEP] += 1;
+                self.threads[t as usize].pc += 1;
+                self.push(self.now + ns, Kind::Timer { thread: t });
+                self.block_current(v, t, TState::Sleeping)
+            }
+            Ins::Yield(k) => self.yield_op(v, t, k),
+            Ins::Shootdown => self.shootdown(v, t),
+            Ins::Io { device, service_ns } => self.io_submit(v, t, device, service_ns),
+            Ins::Exit => self.thread_exit(v, t),
+            // Timed ops are handled in `fuse_timed_ops`.
+            _ => Flow::Continue,
         }
     }
 
