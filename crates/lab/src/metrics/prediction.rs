@@ -127,28 +127,45 @@ pub struct PredictionErrors {
     /// percentage points). For quantities near 0 this is the telling one: 0.0009
     /// measured against 0.000005 predicted is −99% but 0.09 points.
     pub abs: Option<Summary>,
+    /// Slowdowns only: |relative error| of the VM/native wall-time ratio
+    /// (`1 + slowdown`), the held-out table's slowdown error, defined and
+    /// steady where the slowdown itself is near 0; None for other metrics.
+    pub ratio: Option<Summary>,
 }
 
 /// Per metric: the median |relative error| of predictions and the median
 /// |absolute error| beside it, with the pairs whose relative error is
 /// undefined counted.
 pub fn prediction_error_by_metric(preds: &[Prediction]) -> BTreeMap<String, PredictionErrors> {
-    let mut by: BTreeMap<String, (Vec<f64>, Vec<f64>, usize)> = BTreeMap::new();
+    /// One metric's |errors| so far.
+    #[derive(Default)]
+    struct Errors {
+        pairs: usize,
+        rel: Vec<f64>,
+        abs: Vec<f64>,
+        ratio: Vec<f64>,
+    }
+    let mut by: BTreeMap<String, Errors> = BTreeMap::new();
     for p in preds {
-        let (rel, abs, n) = by.entry(p.metric.clone()).or_default();
-        *n += 1;
-        rel.push(p.rel_error().abs());
-        abs.push(p.abs_error().abs());
+        let e = by.entry(p.metric.clone()).or_default();
+        e.pairs += 1;
+        e.rel.push(p.rel_error().abs());
+        e.abs.push(p.abs_error().abs());
+        if p.metric == "slowdown" {
+            e.ratio
+                .push(((1.0 + p.predicted) / (1.0 + p.measured) - 1.0).abs());
+        }
     }
     by.into_iter()
-        .map(|(k, (rel, abs, pairs))| {
-            let e = PredictionErrors {
-                pairs,
-                rel_undefined: rel.iter().filter(|x| !x.is_finite()).count(),
-                rel: Summary::of(&rel),
-                abs: Summary::of(&abs),
+        .map(|(k, e)| {
+            let out = PredictionErrors {
+                pairs: e.pairs,
+                rel_undefined: e.rel.iter().filter(|x| !x.is_finite()).count(),
+                rel: Summary::of(&e.rel),
+                abs: Summary::of(&e.abs),
+                ratio: Summary::of(&e.ratio),
             };
-            (k, e)
+            (k, out)
         })
         .collect()
 }

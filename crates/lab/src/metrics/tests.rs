@@ -719,6 +719,13 @@ fn prediction_errors_count_pairs_without_a_relative_error() {
     assert_eq!(abs.n, 3);
     // |absolute errors| 0.000002, 0.000895, 0.1: median 0.000895 (0.09 pp).
     assert!((abs.median - 0.000895).abs() < 1e-12);
+    assert!(e.ratio.is_none(), "only slowdowns have a ratio error");
+    // A slowdown of +2% predicted at −1%: 150% off, 3 points, and as
+    // VM/native ratios 0.99 for 1.02, 2.9% off.
+    let s = prediction_error_by_metric(&[pred("slowdown", 0.02, -0.01)])["slowdown"];
+    assert!((s.rel.unwrap().median - 1.5).abs() < 1e-9);
+    assert!((s.abs.unwrap().median - 0.03).abs() < 1e-12);
+    assert!((s.ratio.unwrap().median - (1.0 - 0.99 / 1.02)).abs() < 1e-12);
     assert!(error_reads_in_points("idle fraction"));
     assert!(error_reads_in_points("slowdown"));
     assert!(!error_reads_in_points("exits/s"));

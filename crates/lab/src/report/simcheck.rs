@@ -90,7 +90,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
             &pts,
         ));
     }
-    h.push_str("</div><table><tr><th>metric</th><th>pairs</th><th>median |relative error|</th><th>largest</th><th>measured 0 (no relative error)</th><th>median |absolute error|</th></tr>");
+    h.push_str("</div><table><tr><th>metric</th><th>pairs</th><th>median |relative error|</th><th>largest</th><th>measured 0 (no relative error)</th><th>median |absolute error|</th><th>slowdown as VM/native ratio: median |relative error|</th></tr>");
     error_rows(&mut h, preds);
     h.push_str("</table><details><summary>Every pair</summary><div class=\"scroll\"><table><tr><th>configuration</th><th>metric</th><th>measured</th><th>predicted</th><th>error</th><th>predicted inside the measured interval?</th></tr>");
     pair_rows(&mut h, r, preds, &by_label);
@@ -99,7 +99,8 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
 }
 
 /// The rows of the error table: per metric its pairs, the median and largest
-/// |relative error|, the pairs measured 0 and the median |absolute error|.
+/// |relative error|, the pairs measured 0, the median |absolute error| and,
+/// for slowdowns, the error of the VM/native ratio (the held-out tables').
 fn error_rows(h: &mut String, preds: &[Prediction]) {
     for (m, e) in prediction_error_by_metric(preds) {
         let (rel, largest) = e.rel.map_or((String::from("—"), String::from("—")), |s| {
@@ -113,9 +114,12 @@ fn error_rows(h: &mut String, preds: &[Prediction]) {
             Some(a) => fmt_num(a.median),
             None => String::from("—"),
         };
+        let ratio = e
+            .ratio
+            .map_or(String::from("—"), |r| format!("{:.1}%", r.median * 100.0));
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td>{rel}</td><td>{largest}</td><td>{}</td><td>{abs}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{rel}</td><td>{largest}</td><td>{}</td><td>{abs}</td><td>{ratio}</td></tr>",
             esc(&m),
             e.pairs,
             e.rel_undefined
