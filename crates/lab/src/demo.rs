@@ -256,9 +256,9 @@ pub fn prediction_table(
 
 /// One metric's line of the prediction table: the median |relative error|
 /// over the pairs that have one, the pairs left out because their measured
-/// value is 0 (relative error undefined), and for a fraction the median
-/// |absolute error| over every pair in percentage points (for a fraction
-/// or a slowdown).
+/// value is 0 (relative error undefined), for a fraction or a slowdown the
+/// median |absolute error| over every pair in percentage points, and for a
+/// slowdown the median error of the VM/native ratio.
 fn prediction_error_line(metric: &str, e: &crate::metrics::PredictionErrors) -> String {
     let rel = e.rel.map_or_else(
         || "     —".to_string(),

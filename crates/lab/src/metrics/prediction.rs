@@ -134,8 +134,8 @@ pub struct PredictionErrors {
 }
 
 /// Per metric: the median |relative error| of predictions and the median
-/// |absolute error| beside it, with the pairs whose relative error is
-/// undefined counted.
+/// |absolute error| beside it (and for slowdowns the VM/native ratio's
+/// error), with the pairs whose relative error is undefined counted.
 pub fn prediction_error_by_metric(preds: &[Prediction]) -> BTreeMap<String, PredictionErrors> {
     /// One metric's |errors| so far.
     #[derive(Default)]
