@@ -38,6 +38,7 @@ macro_rules! serde_as_string {
 mod host_policy;
 pub mod io;
 pub mod settings;
+mod timeout;
 
 pub use host_policy::{parse_duration, BadDuration, HostPolicy, PolicyKind};
 pub use io::{BadIoThreadCpus, BadIrqAffinity, IoThreadCpus, IrqAffinity};
@@ -45,6 +46,7 @@ pub use settings::{
     BadIdlePolicy, BadIrqchip, BadPlacement, BadPle, IdlePolicy, Irqchip, Placement, Ple, SyncMode,
     UnknownSyncMode, MAX_VMM_HALT_POLL_NS,
 };
+pub use timeout::{BadTimeout, Timeout, DEFAULT_TIMEOUT};
 
 /// Most vCPUs the smplab guest kernel supports (smplab-vmm and QEMU).
 pub const MAX_GUEST_VCPUS: u32 = 64;
