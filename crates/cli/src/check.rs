@@ -21,7 +21,7 @@ pub fn run(args: &CheckArgs) -> i32 {
         match Source::resolve(&args.file).and_then(|s| s.instantiate(args.threads, args.scale)) {
             Ok(p) => p,
             Err(e) => {
-                crate::report_error(&e);
+                smplab_record::exit::report_error(&e);
                 return exit::BAD_INPUT;
             }
         };

@@ -261,7 +261,7 @@ pub fn run(args: &DoctorArgs) -> i32 {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => println!("{s}"),
             Err(e) => {
-                crate::report_error(e);
+                smplab_record::exit::report_error(e);
                 return exit::INTERNAL;
             }
         }

@@ -1,13 +1,10 @@
-//! `smplab`: the command-line front end. Each subcommand is a module here, or,
-//! for the big parts (vmm, sim, lab), a thin call into that crate's `cli` module.
-//! Exit statuses: `smplab_record::exit` (documented in README.md).
-
-mod check;
-mod doctor;
-mod run;
-mod workloads;
+//! `smplab`: the command-line front end. Each subcommand is a module of the
+//! `smplab_cli` library beside this file, or, for vmm, sim and trace, a thin
+//! call into that crate. Exit statuses: `smplab_record::exit` (documented in
+//! README.md).
 
 use clap::{Parser, Subcommand};
+use smplab_cli::{bench, check, doctor, host, lab, run, workloads};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -37,23 +34,23 @@ enum Cmd {
     /// Simulate SMP VMs on a shared or overcommitted host.
     Sim(smplab_sim::cli::SimArgs),
     /// Experiments: run a sweep spec, report on stored results.
-    Lab(smplab_lab::cli::LabArgs),
+    Lab(lab::LabArgs),
     /// Attribute a workload's virtualization slowdown to factors, one removed at a time.
-    Diagnose(smplab_lab::cli::DiagnoseArgs),
+    Diagnose(lab::DiagnoseArgs),
     /// Measure this host's VM costs and write a simulator platform profile.
-    Calibrate(smplab_lab::cli::CalibrateArgs),
+    Calibrate(lab::CalibrateArgs),
     /// The main job: a small study across executors, a diagnosis and a report.
-    Demo(smplab_lab::cli::DemoArgs),
+    Demo(lab::DemoArgs),
     /// Several VMs in one smplab-vmm under a user-level vCPU scheduler (docs/host.md).
-    Host(smplab_lab::host::cli::HostArgs),
+    Host(host::HostArgs),
     /// Seed 001's adaptive tuner against the static settings of its matrix.
-    Tune(smplab_lab::cli::TuneArgs),
+    Tune(lab::TuneArgs),
     /// Trace a real pthreads program; `trace model` turns the trace into a workload.
     Trace(smplab_trace::cli::TraceArgs),
     /// Benchmarks on real workloads (`bench irqchip`: user-space vs in-kernel
     /// interrupt controllers under the four sync modes).
     #[command(subcommand)]
-    Bench(smplab_lab::bench_irqchip::BenchCmd),
+    Bench(bench::irqchip::BenchCmd),
 }
 
 fn main() -> ExitCode {
@@ -73,21 +70,14 @@ fn main() -> ExitCode {
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Vmm(a) => smplab_vmm::cli::run(a),
         Cmd::Sim(a) => smplab_sim::cli::run(a),
-        Cmd::Lab(a) => smplab_lab::cli::lab(a),
-        Cmd::Diagnose(a) => smplab_lab::cli::diagnose(a),
-        Cmd::Calibrate(a) => smplab_lab::cli::calibrate(a),
-        Cmd::Demo(a) => smplab_lab::cli::demo(a),
+        Cmd::Lab(a) => lab::lab(a),
+        Cmd::Diagnose(a) => lab::diagnose(a),
+        Cmd::Calibrate(a) => lab::calibrate(a),
+        Cmd::Demo(a) => lab::demo(a),
         Cmd::Trace(a) => smplab_trace::cli::run(a),
-        Cmd::Host(a) => smplab_lab::host::cli::run(a),
-        Cmd::Tune(a) => smplab_lab::cli::tune(a),
-        Cmd::Bench(a) => smplab_lab::bench_irqchip::bench(a),
+        Cmd::Host(a) => host::run(a),
+        Cmd::Tune(a) => lab::tune(a),
+        Cmd::Bench(a) => bench::irqchip::bench(a),
     };
     ExitCode::from(u8::try_from(status.clamp(0, 255)).unwrap_or(u8::MAX))
-}
-
-/// Print an error the way every subcommand does: `smplab: <message>` on
-/// stderr (one function for the whole binary, shared with the lab and the
-/// simulator: `smplab_record::exit::report_error`).
-pub fn report_error(message: impl std::fmt::Display) {
-    smplab_record::exit::report_error(message);
 }

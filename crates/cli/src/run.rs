@@ -3,7 +3,7 @@
 //! through the lab's one execute path like every lab point.
 
 use clap::{Args, ValueEnum};
-use smplab_lab::execute::{execute, RunLimits};
+use smplab_experiment::execute::{execute, RunLimits};
 use smplab_record::config::{
     GuestSettings, HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip, NativeSettings,
     Placement, Ple, QemuSettings, RunConfig, SimSettings, SyncMode, VmSettings, DEFAULT_PLATFORM,
@@ -126,11 +126,11 @@ pub fn load_program(
     scale: f64,
 ) -> Result<(Program, WorkloadInfo), i32> {
     let source = Source::resolve(workload).map_err(|e| {
-        crate::report_error(&e);
+        smplab_record::exit::report_error(&e);
         exit::BAD_INPUT
     })?;
     let program = source.instantiate(threads, scale).map_err(|e| {
-        crate::report_error(&e);
+        smplab_record::exit::report_error(&e);
         exit::BAD_INPUT
     })?;
     let info = source.workload_info(&program);
@@ -276,7 +276,7 @@ pub fn emit(records: &[RunRecord], json: bool, output: &Option<PathBuf>) -> i32 
     }
     if let Some(path) = output {
         if let Err(e) = std::fs::write(path, text + "\n") {
-            crate::report_error(format!("cannot write {}: {e}", path.display()));
+            smplab_record::exit::report_error(format!("cannot write {}: {e}", path.display()));
             return exit::RUN_FAILED;
         }
     }
@@ -289,14 +289,14 @@ pub fn emit(records: &[RunRecord], json: bool, output: &Option<PathBuf>) -> i32 
 
 pub fn run(args: &RunArgs) -> i32 {
     if !(args.scale.is_finite() && args.scale > 0.0) {
-        crate::report_error(format!("--scale {}: give a positive number", args.scale));
+        smplab_record::exit::report_error(format!("--scale {}: give a positive number", args.scale));
         return exit::BAD_INPUT;
     }
     let config = match args.config() {
         Ok(c) => c,
         Err(problems) => {
             for p in problems {
-                crate::report_error(p);
+                smplab_record::exit::report_error(p);
             }
             return exit::BAD_INPUT;
         }
@@ -313,7 +313,7 @@ pub fn run(args: &RunArgs) -> i32 {
     match execute(&program, &info, &config, &limits) {
         Ok(records) => emit(&records, args.json, &args.output),
         Err(e) => {
-            crate::report_error(&e);
+            smplab_record::exit::report_error(&e);
             e.exit_status()
         }
     }

@@ -30,7 +30,7 @@ pub fn run(args: &WorkloadsArgs) -> i32 {
                 exit::OK
             }
             None => {
-                crate::report_error(smplab_workload::WorkloadError::UnknownWorkload(
+                smplab_record::exit::report_error(smplab_workload::WorkloadError::UnknownWorkload(
                     name.clone(),
                 ));
                 exit::BAD_INPUT
@@ -46,7 +46,7 @@ fn list(json: bool) -> i32 {
         let src = match Source::resolve(name) {
             Ok(s) => s,
             Err(e) => {
-                crate::report_error(format!("built-in profile {name} is broken: {e}"));
+                smplab_record::exit::report_error(format!("built-in profile {name} is broken: {e}"));
                 return exit::INTERNAL;
             }
         };

@@ -44,3 +44,22 @@ pub fn report_error(message: impl std::fmt::Display) {
         let _ = writeln!(err, "smplab: {line}");
     }
 }
+
+/// `println!` that ignores a closed stdout (`smplab demo | head` must not
+/// panic on EPIPE). Every command prints its tables through this.
+#[macro_export]
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// `print!` that ignores a closed stdout.
+#[macro_export]
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}

@@ -40,7 +40,7 @@ impl Timeout {
         Timeout::new(Duration::from_secs(secs))
     }
 
-    pub fn duration(self) -> Duration {
+    pub const fn duration(self) -> Duration {
         self.0
     }
 }

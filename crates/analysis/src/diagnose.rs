@@ -1,0 +1,237 @@
+//! The seed-000 diagnosis, automated: run the baseline, then the baseline with
+//! one factor removed at a time, then with every factor removed, and attribute
+//! the slowdown versus native to the factors.
+//!
+//! Attribution: with `s0` the baseline slowdown, `s_f` the slowdown with factor
+//! `f` removed and `s_all` with all removed, factor `f` is credited
+//! `c_f = s0 − s_f`. Factors interact (removing HLT exits also removes the IPIs
+//! that woke halted vCPUs; blocking instead of spinning creates HLTs), so
+//! `Σ c_f` need not equal `s0 − s_all`; the difference is reported as its own
+//! "interaction" term rather than spread over the factors:
+//! `s0 = Σ c_f + interaction + s_all`.
+//!
+//! Noise: a factor is credited only when the 95% intervals of the slowdown's
+//! median with and without it do not overlap ([`smplab_stats::MedianCi::differs_from`]);
+//! otherwise the table says "within noise" and the credit counts as 0 in the
+//! sum, the interaction and the chart.
+//!
+//! This module owns the factors and the plan of a diagnosis (which points to
+//! run, and finding plans in a store); `attribution` computes the credits from
+//! stored results and `table` prints the attribution.
+
+mod attribution;
+pub mod sim;
+mod table;
+
+pub use attribution::{attribute, Attribution, FactorRow};
+pub use table::table;
+
+use crate::metrics::Results;
+use smplab_experiment::point::{Point, Variant};
+use smplab_record::config::{
+    GuestSettings, IdlePolicy, NativeSettings, Placement, Ple, QemuSettings, RunConfig,
+    SimSettings, SyncMode, VmSettings,
+};
+use smplab_record::Executor;
+
+/// One factor of seed 000 and how to remove it from a point.
+#[derive(Debug, Clone, Copy)]
+pub struct Factor {
+    /// Short name used in tables and the chart legend.
+    pub name: &'static str,
+    /// What removing it means.
+    pub removal: &'static str,
+    remove: fn(&mut Point),
+    applies: fn(Executor) -> bool,
+}
+
+fn measured_or_sim(e: Executor) -> bool {
+    matches!(e, Executor::Vm | Executor::Sim)
+}
+fn sim_only(e: Executor) -> bool {
+    e == Executor::Sim
+}
+
+/// What no single factor removal explains, in charts of credits.
+pub const INTERACTION: &str = "interaction";
+/// The slowdown left with every factor removed, in charts of credits.
+pub const REMAINDER: &str = "remainder (all removed)";
+
+/// A factor's place among the factors (then [`INTERACTION`], then
+/// [`REMAINDER`]): a report draws each in its own category colour, the same
+/// in every diagnosis.
+pub fn factor_rank(name: &str) -> usize {
+    match name {
+        INTERACTION => FACTORS.len(),
+        REMAINDER => FACTORS.len() + 1,
+        _ => FACTORS
+            .iter()
+            .position(|f| f.name == name)
+            .unwrap_or(FACTORS.len() + 2),
+    }
+}
+
+/// The factors in the order seed 000 examines them.
+pub const FACTORS: &[Factor] = &[
+    Factor {
+        name: "HLT idle",
+        removal: "idle vCPUs poll instead of halting (idle = poll)",
+        remove: |p| p.config.set_idle(IdlePolicy::Poll),
+        applies: measured_or_sim,
+    },
+    Factor {
+        name: "PLE preemption",
+        removal: "pause-loop exiting off (simulator only: PVM here has no PLE to switch)",
+        remove: |p| {
+            if let RunConfig::Sim(s) = &mut p.config {
+                s.ple = Some(Ple::Off);
+            }
+        },
+        applies: sim_only,
+    },
+    Factor {
+        name: "APIC exits",
+        removal: "APIC virtualization on (simulator only: this host has no APICv)",
+        remove: |p| {
+            if let RunConfig::Sim(s) = &mut p.config {
+                s.apicv = true;
+            }
+        },
+        applies: sim_only,
+    },
+    Factor {
+        name: "user-space spinning",
+        removal: "the spin→block variant of the workload (every spin wait blocks)",
+        remove: |p| p.variant = Variant::SpinToBlock,
+        applies: measured_or_sim,
+    },
+    Factor {
+        name: "placement",
+        removal: "vCPUs pinned one per host CPU (cache-aware placement)",
+        remove: |p| p.config.set_placement(Placement::Spread),
+        applies: measured_or_sim,
+    },
+    Factor {
+        name: "global device lock",
+        removal: "device sync hybrid instead of global",
+        remove: |p| p.config.set_sync(SyncMode::Hybrid),
+        applies: measured_or_sim,
+    },
+];
+
+/// The baseline configuration of a diagnosis: seed 000's default settings
+/// (HLT idle, floating vCPUs, global device lock, the platform's PLE, no
+/// APICv).
+pub fn baseline(
+    executor: Executor,
+    workload: &str,
+    vcpus: u32,
+    scale: f64,
+    platform: &str,
+) -> Point {
+    let guest = GuestSettings::new(vcpus);
+    let config = match executor {
+        Executor::Native => RunConfig::Native(NativeSettings::default()),
+        Executor::Qemu => RunConfig::Qemu(QemuSettings { guest }),
+        Executor::Vm => RunConfig::Vm(VmSettings::new(guest, SyncMode::Global)),
+        Executor::Sim => {
+            let mut s = SimSettings::new(vcpus, platform);
+            s.sync = SyncMode::Global;
+            RunConfig::Sim(s)
+        }
+    };
+    let mut p = Point::new(workload, vcpus, scale, config);
+    p.study = Some("diagnose".into());
+    p
+}
+
+/// A diagnosis plan: which points to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub native: Point,
+    pub baseline: Point,
+    /// `(factor, point with that factor removed)`.
+    pub removed: Vec<(Factor, Point)>,
+    pub all_removed: Point,
+}
+
+impl Plan {
+    pub fn new(baseline: Point) -> Plan {
+        let factors: Vec<Factor> = FACTORS
+            .iter()
+            .copied()
+            .filter(|f| (f.applies)(baseline.executor()))
+            .collect();
+        let removed: Vec<(Factor, Point)> = factors
+            .iter()
+            .map(|f| {
+                let mut p = baseline.clone();
+                (f.remove)(&mut p);
+                (*f, p)
+            })
+            .collect();
+        let mut all = baseline.clone();
+        for f in &factors {
+            (f.remove)(&mut all);
+        }
+        Plan {
+            native: baseline.native_twin(),
+            baseline,
+            removed,
+            all_removed: all,
+        }
+    }
+
+    /// Every point, `reps` repetitions each, repetitions round-robin. The
+    /// simulator needs no native run: it models native itself.
+    pub fn points(&self, reps: u32) -> Vec<Point> {
+        let mut configs = Vec::new();
+        if self.baseline.executor() != Executor::Sim {
+            configs.push(self.native.clone());
+        }
+        configs.push(self.baseline.clone());
+        configs.extend(self.removed.iter().map(|(_, p)| p.clone()));
+        configs.push(self.all_removed.clone());
+        let mut out = Vec::new();
+        for rep in 0..reps {
+            for c in &configs {
+                let mut p = c.clone();
+                p.rep = rep;
+                p.timeout_s = self.baseline.timeout_s;
+                out.push(p);
+            }
+        }
+        out
+    }
+}
+
+/// Find diagnosis plans in a store: every baseline-shaped configuration
+/// (HLT, as-is, unpinned, global, PLE on, no APICv, any number of VMs) that has at least
+/// one factor-removed sibling.
+pub fn detect(results: &Results) -> Vec<Plan> {
+    let mut plans = Vec::new();
+    for p in results.points() {
+        if !matches!(p.executor(), Executor::Vm | Executor::Sim) {
+            continue;
+        }
+        let mut b = baseline(
+            p.executor(),
+            &p.workload,
+            p.vcpus().unwrap_or(1),
+            p.scale,
+            p.config.platform().unwrap_or(""),
+        );
+        b.config.set_vms(p.vms());
+        if b.config_key() != p.config_key() || b.threads != p.threads {
+            continue;
+        }
+        let plan = Plan::new(p.clone());
+        if plan.removed.iter().any(|(_, q)| results.get(q).is_some()) {
+            plans.push(plan);
+        }
+    }
+    plans
+}
+
+#[cfg(test)]
+mod tests;

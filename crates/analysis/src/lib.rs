@@ -1,0 +1,21 @@
+//! smplab analysis: results in, answers out.
+//!
+//! - [`metrics`]: results by configuration, slowdown and weighted speedup,
+//!   exit counts and rates, latency percentiles, speedup versus vCPUs beside
+//!   the Amdahl projection, simulator predictions beside measurements;
+//! - [`diagnose`]: the remove-one-factor-at-a-time method of Ding & Shan,
+//!   "Diagnosing Virtualization Overhead for Multi-threaded Computation on
+//!   Multicore Platforms", and the simulator's own account of its slowdown;
+//! - [`calibrate`]: host measurements to a simulator platform profile, and
+//!   the held-out check of its predictions;
+//! - [`tune`]: the adaptive tuner of Kulkarni & Kulkarni, "Benchmarking
+//!   Multiprocessing Parameters in a Virtualized Multi-Core Environment",
+//!   against their matrix's static settings.
+//!
+//! Statistics (one median, one interval) are `smplab_stats`'s. See
+//! docs/lab.md for definitions and caveats.
+
+pub mod calibrate;
+pub mod diagnose;
+pub mod metrics;
+pub mod tune;

@@ -1,0 +1,4 @@
+//! `smplab bench`: benchmarks on real workloads.
+
+pub mod io;
+pub mod irqchip;

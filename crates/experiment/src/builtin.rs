@@ -1,0 +1,9 @@
+//! The experiment specs smplab ships (`crates/experiment/specs/`), for the
+//! commands that run them.
+
+/// Seed 001's parameter matrix (Kulkarni & Kulkarni, "Benchmarking
+/// Multiprocessing Parameters in a Virtualized Multi-Core Environment"), at
+/// its own scale, for the simulator.
+pub const SEED001_MATRIX: &str = include_str!("../specs/seed001-matrix.toml");
+/// The same matrix sized for this host (two CPUs), for real runs.
+pub const SEED001_MATRIX_HERE: &str = include_str!("../specs/seed001-matrix-here.toml");

@@ -1,0 +1,12 @@
+//! `smplab host`: K VMs of the smplab guest in one smplab-vmm process under a
+//! user-level vCPU scheduler (smplab-vmm's `host` module, smplab-policy's
+//! decisions): the host spec, launching its VMs, and seed 001's tuner inside
+//! the host (docs/host.md).
+
+pub mod indicators;
+pub mod launch;
+pub mod spec;
+pub mod tuned;
+
+pub use launch::{run_host, weighted_speedup, HostRun, HostRunError, VmOutcome};
+pub use spec::{parse, HostSpec, HostVm};
