@@ -12,12 +12,12 @@
 //! macro-versus-micro correlation in `micro`; their public items are
 //! re-exported here.
 
-use smplab_experiment::point::Point;
-use smplab_stats::MedianCi;
-use smplab_experiment::store::{Entry, Store};
 use serde::Serialize;
+use smplab_experiment::point::Point;
+use smplab_experiment::store::{Entry, Store};
 use smplab_record::config::Placement;
 use smplab_record::{Executor, RunRecord};
+use smplab_stats::MedianCi;
 use std::collections::BTreeMap;
 
 mod exits;

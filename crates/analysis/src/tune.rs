@@ -11,9 +11,11 @@
 //! default's of the same seed. Reaction: from a VM's last device completion
 //! (the end of the I/O phase of `phases`) to its tuner's next decision.
 
+pub mod winners;
+
+use serde::Serialize;
 use smplab_experiment::point::Point;
 use smplab_experiment::spec::{ExperimentSpec, SpecError};
-use serde::Serialize;
 use smplab_policy::tune::TunerConfig;
 use smplab_record::config::{HostPolicy, IrqAffinity, Placement, RunConfig, SimSettings};
 use smplab_record::RunRecord;
@@ -166,17 +168,19 @@ fn scenario_for(
     seed: u64,
 ) -> Result<(Scenario, String), TuneError> {
     let label = setting_label(s);
-    let (program, info) = smplab_experiment::runner::prepare(point).map_err(|e| TuneError::Workload {
-        workload: point.workload.clone(),
-        reason: e.to_string(),
-    })?;
+    let (program, info) =
+        smplab_experiment::runner::prepare(point).map_err(|e| TuneError::Workload {
+            workload: point.workload.clone(),
+            reason: e.to_string(),
+        })?;
     let mut settings = s.clone();
     settings.seed = seed;
-    let sc =
-        smplab_experiment::execute::sim::scenario(&program, &info, &settings).map_err(|source| TuneError::Sim {
+    let sc = smplab_experiment::execute::sim::scenario(&program, &info, &settings).map_err(
+        |source| TuneError::Sim {
             setting: label.clone(),
             source,
-        })?;
+        },
+    )?;
     Ok((sc, label))
 }
 

@@ -4,19 +4,19 @@
 //! profile — then a summary table and the report. Whatever cannot run here is
 //! skipped with the reason, and the rest still runs.
 
-use smplab_record::{out, outln};
 use smplab_analysis::diagnose::{self, Plan};
-use smplab_experiment::runner::real::RealRunner;
 use smplab_analysis::metrics::Results;
+use smplab_experiment::runner::real::RealRunner;
+use smplab_record::{out, outln};
 
-use smplab_report::{write_report, ReportOptions};
 use smplab_experiment::runner::Runner;
 use smplab_experiment::spec::ExperimentSpec;
-use smplab_stats::MedianCi;
 use smplab_experiment::store::{Status, Store};
 use smplab_experiment::sweep::{run_repeated, Repetitions, SweepOptions};
 use smplab_record::exit::{self, report_error};
 use smplab_record::Executor;
+use smplab_report::{write_report, ReportOptions};
+use smplab_stats::MedianCi;
 use std::path::{Path, PathBuf};
 
 /// What `smplab demo` runs (the command layer fills it from its arguments).
@@ -99,7 +99,6 @@ pub fn specs(reps: u32, scale: f64, platform: &str) -> Vec<(&'static str, String
         ),
     ]
 }
-
 
 /// Rows as text columns, the first left-aligned and the others right-aligned,
 /// each as wide as its widest cell: intervals of large slowdowns are long.
@@ -599,12 +598,13 @@ mod tests {
     /// so does the slowdown line (a slowdown is a fraction of native time).
     #[test]
     fn the_prediction_line_counts_measured_zeros_and_gives_points_for_fractions_and_slowdowns() {
-        let p = |metric: &str, measured: f64, predicted: f64| smplab_analysis::metrics::Prediction {
-            label: "x".into(),
-            metric: metric.into(),
-            measured,
-            predicted,
-        };
+        let p =
+            |metric: &str, measured: f64, predicted: f64| smplab_analysis::metrics::Prediction {
+                label: "x".into(),
+                metric: metric.into(),
+                measured,
+                predicted,
+            };
         let by = smplab_analysis::metrics::prediction_error_by_metric(&[
             p("idle fraction", 0.0, 0.000002),
             p("idle fraction", 0.1, 0.15),

@@ -3,8 +3,8 @@
 mod bench;
 
 use bench::{bench, BenchArgs};
-use smplab_experiment::host::run_host;
 use clap::{Args, Subcommand};
+use smplab_experiment::host::run_host;
 use smplab_record::exit;
 use std::path::PathBuf;
 

@@ -3,14 +3,14 @@
 //! smplab-cli) flattens these into its subcommands; each entry point returns a
 //! process exit status from `smplab_record::exit`.
 
-use smplab_record::{out, outln};
-use smplab_experiment::runner::real::RealRunner;
-use smplab_report::{write_report, ReportOptions};
-use smplab_experiment::store::Store;
-use smplab_experiment::slurm;
-use smplab_experiment::sweep::{print_summary, run_points, run_repeated, SweepOptions};
 use clap::{Args, Subcommand};
+use smplab_experiment::runner::real::RealRunner;
+use smplab_experiment::slurm;
+use smplab_experiment::store::Store;
+use smplab_experiment::sweep::{print_summary, run_points, run_repeated, SweepOptions};
 use smplab_record::exit::{self, report_error};
+use smplab_record::{out, outln};
+use smplab_report::{write_report, ReportOptions};
 use std::path::{Path, PathBuf};
 
 /// `smplab lab ...`: experiment sweeps and reports.
@@ -222,7 +222,6 @@ pub struct RunPointArgs {
     #[arg(long)]
     pub qemu: Option<PathBuf>,
 }
-
 
 impl SlurmArgs {
     /// The typed options the experiment crate takes.
@@ -460,7 +459,9 @@ fn lab_status(a: &LabStatusArgs) -> i32 {
     let path = a.store.clone().unwrap_or_else(|| default_store(&spec.name));
     let store = match Store::read(&path) {
         Ok(s) => s,
-        Err(smplab_experiment::store::StoreError::Missing { .. }) => Store::from_entries_at(vec![], &path),
+        Err(smplab_experiment::store::StoreError::Missing { .. }) => {
+            Store::from_entries_at(vec![], &path)
+        }
         Err(e) => {
             report_error(&e);
             return exit::BAD_INPUT;
@@ -700,8 +701,8 @@ mod tests {
 
     #[test]
     fn report_merges_several_stores() {
-        use smplab_experiment::testutil::vm_point;
         use smplab_experiment::store::{Entry, Status};
+        use smplab_experiment::testutil::vm_point;
         let dir = smplab_experiment::testutil::temp_dir("merge");
         for (name, wl) in [("a", "dedup"), ("b", "vips")] {
             let mut s = Store::open(&dir.join(name).join("results.jsonl")).unwrap();

@@ -289,7 +289,10 @@ pub fn emit(records: &[RunRecord], json: bool, output: &Option<PathBuf>) -> i32 
 
 pub fn run(args: &RunArgs) -> i32 {
     if !(args.scale.is_finite() && args.scale > 0.0) {
-        smplab_record::exit::report_error(format!("--scale {}: give a positive number", args.scale));
+        smplab_record::exit::report_error(format!(
+            "--scale {}: give a positive number",
+            args.scale
+        ));
         return exit::BAD_INPUT;
     }
     let config = match args.config() {

@@ -46,7 +46,9 @@ fn list(json: bool) -> i32 {
         let src = match Source::resolve(name) {
             Ok(s) => s,
             Err(e) => {
-                smplab_record::exit::report_error(format!("built-in profile {name} is broken: {e}"));
+                smplab_record::exit::report_error(format!(
+                    "built-in profile {name} is broken: {e}"
+                ));
                 return exit::INTERNAL;
             }
         };

@@ -2,9 +2,9 @@
 //! smplab-vmm (KVM), and one QEMU point. KVM and QEMU tests fail instead of
 //! skipping when SMPLAB_REQUIRE_KVM=1 / SMPLAB_REQUIRE_QEMU=1 (CI sets both).
 
-use smplab_experiment::runner::real::RealRunner;
-use smplab_experiment::availability::kvm_unavailable;
 use smplab_analysis::metrics::Results;
+use smplab_experiment::availability::kvm_unavailable;
+use smplab_experiment::runner::real::RealRunner;
 use smplab_experiment::sweep::{run_points, SweepOptions};
 use smplab_experiment::{ExperimentSpec, Runner, Status, Store};
 use smplab_record::Executor;

@@ -42,4 +42,3 @@ pub fn kvm_unavailable() -> Option<String> {
         None
     }
 }
-

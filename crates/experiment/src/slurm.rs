@@ -11,13 +11,13 @@
 //! resubmission know which points are queued or running. Scripts and task
 //! logs live in the same `slurm/` directory.
 
-use smplab_record::{outln};
 use crate::point::Point;
 use crate::runner::Runner;
 use crate::spec::ExperimentSpec;
 use crate::store::{Store, StoreError};
 use crate::sweep::{run_points, SweepOptions};
 use serde::{Deserialize, Serialize};
+use smplab_record::outln;
 use smplab_record::{exit, Executor};
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;

@@ -87,9 +87,7 @@ pub struct ExperimentSpec {
 pub const DEFAULT_SCALE: f64 = 0.1;
 pub const DEFAULT_REPETITIONS: u32 = 3;
 /// A point's time limit when the spec gives none: the one default.
-pub const DEFAULT_TIMEOUT_S: u64 = smplab_record::config::DEFAULT_TIMEOUT
-    .duration()
-    .as_secs();
+pub const DEFAULT_TIMEOUT_S: u64 = smplab_record::config::DEFAULT_TIMEOUT.duration().as_secs();
 /// vCPUs of a point whose spec gives none.
 pub const DEFAULT_VCPUS: u32 = 2;
 

@@ -11,11 +11,11 @@
 //! configuration only, and both store every repetition.
 
 use crate::point::Point;
-use crate::runner::{RunError, Runner};
 pub use crate::repetitions::{Repetitions, DEFAULT_MAX_REPETITIONS};
+use crate::runner::{RunError, Runner};
+use crate::store::{Entry, Status, Store, StoreError};
 use smplab_record::{exit, outln, RunRecord};
 use smplab_stats::{MedianCi, TARGET_REL_HALF_WIDTH};
-use crate::store::{Entry, Status, Store, StoreError};
 use std::time::Instant;
 
 #[derive(Debug, Clone, Default)]

@@ -3,16 +3,21 @@
 //! "default set-up" a headline number is quoted for, and number formats.
 
 use smplab_analysis::metrics::{mean_wall_s, sim_native_s, Results};
-use smplab_experiment::point::{Point, Variant};
-use smplab_stats::MedianCi;
 use smplab_chart::{esc, palette, Colour, IntervalRow, LegendEntry};
+use smplab_experiment::point::{Point, Variant};
 use smplab_record::Executor;
+use smplab_stats::MedianCi;
 use std::collections::BTreeSet;
 
 /// Every executor, in the order the report lists them; the i-th is drawn
 /// in the palette's i-th series colour (smplab-vmm blue, QEMU orange, the
 /// simulator bluish green, native black).
-pub const EXECUTORS: [Executor; 4] = [Executor::Vm, Executor::Qemu, Executor::Sim, Executor::Native];
+pub const EXECUTORS: [Executor; 4] = [
+    Executor::Vm,
+    Executor::Qemu,
+    Executor::Sim,
+    Executor::Native,
+];
 
 /// The colour of an executor: the same in every plot.
 pub fn colour(e: Executor) -> Colour {

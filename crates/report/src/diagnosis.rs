@@ -9,9 +9,9 @@ use super::{Ctx, Page};
 use crate::diagnosis_charts::factor_colour;
 use smplab_analysis::diagnose::{Attribution, Plan, INTERACTION, REMAINDER};
 use smplab_analysis::metrics::Results;
-use smplab_stats::MedianCi;
 use smplab_chart::{self as chart, esc, IntervalRow, ScatterPoint, StackRow};
 use smplab_record::Executor;
+use smplab_stats::MedianCi;
 use std::fmt::Write;
 
 /// One diagnosis: its heading, the attribution table and the charts.

@@ -4,10 +4,10 @@
 use super::data::{colour, executor_name, executor_rank, is_default_setup};
 use super::{Ctx, Page};
 use smplab_analysis::metrics::{exit_rates, merge_histograms, Results, RESULT_STREAM};
-use smplab_experiment::point::Point;
-use smplab_stats::MedianCi;
 use smplab_chart::{self as chart, palette, StackRow};
+use smplab_experiment::point::Point;
 use smplab_record::LatencyHistogram;
+use smplab_stats::MedianCi;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 

@@ -10,10 +10,10 @@ use super::data::{
 use super::{Ctx, Page};
 use smplab_analysis::diagnose::{Attribution, Plan};
 use smplab_analysis::metrics::Results;
-use smplab_experiment::point::Point;
-use smplab_stats::MedianCi;
 use smplab_chart::{self as chart, esc, IntervalRow};
+use smplab_experiment::point::Point;
 use smplab_record::Executor;
+use smplab_stats::MedianCi;
 use std::fmt::Write;
 
 /// A factor's credit and whether removing it changed the wall time outside

@@ -32,8 +32,8 @@ pub use raw::text_summary;
 use smplab_analysis::calibrate::Calibration;
 use smplab_analysis::diagnose::{self, Attribution, Plan};
 use smplab_analysis::metrics::{Prediction, Results};
-use smplab_experiment::store::{Status, Store};
 use smplab_chart::esc;
+use smplab_experiment::store::{Status, Store};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 

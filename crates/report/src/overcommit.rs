@@ -4,8 +4,8 @@
 use super::data::{colour, executor_name, executor_rank, is_default_setup, weighted_speedup_ci};
 use super::{Ctx, Page};
 use smplab_analysis::metrics::{Results, MIN_WORKLOAD_OVERLAP};
-use smplab_experiment::point::Point;
 use smplab_chart::{self as chart, esc, palette, Line};
+use smplab_experiment::point::Point;
 use smplab_record::Executor;
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -5,8 +5,8 @@
 use super::data::{num_ci, pct_ci, slowdown_ci, sort_value, wall_ci, weighted_speedup_ci};
 use super::{Ctx, Page};
 use smplab_analysis::metrics::Results;
-use smplab_experiment::store::Status;
 use smplab_chart::{self as chart, esc};
+use smplab_experiment::store::Status;
 use std::fmt::Write;
 
 // Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.

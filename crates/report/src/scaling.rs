@@ -4,8 +4,8 @@
 use super::data::{colour, executor_name, is_default_setup};
 use super::{Ctx, Page};
 use smplab_analysis::metrics::{AmdahlInputs, SpeedupPoint};
-use smplab_experiment::point::Point;
 use smplab_chart::{self as chart, esc, Line};
+use smplab_experiment::point::Point;
 use smplab_record::Executor;
 use std::collections::BTreeSet;
 use std::fmt::Write;

@@ -4,11 +4,13 @@
 
 use super::data::{colour, executor_legend, pct_ci, slowdown_ci, wall_ci, weighted_speedup_ci};
 use super::{Ctx, Page};
-use smplab_analysis::metrics::{error_reads_in_points, prediction_error_by_metric, Prediction, Results};
-use smplab_experiment::point::Point;
-use smplab_stats::MedianCi;
+use smplab_analysis::metrics::{
+    error_reads_in_points, prediction_error_by_metric, Prediction, Results,
+};
 use smplab_chart::{self as chart, esc, fmt_num, ScatterPoint};
+use smplab_experiment::point::Point;
 use smplab_record::Executor;
+use smplab_stats::MedianCi;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 

@@ -10,9 +10,7 @@ use smplab_record::Executor;
 /// within the noise of native (the intervals overlap), `†` an interval of
 /// fewer than 6 repetitions (the range).
 pub fn summary_table(results: &Results, workloads: &[&str], scale: f64) -> String {
-    use crate::data::{
-        differs_from_native, headline, slowdown_ci, wall_ci, weighted_speedup_ci,
-    };
+    use crate::data::{differs_from_native, headline, slowdown_ci, wall_ci, weighted_speedup_ci};
     use smplab_stats::MedianCi;
     let pct = |ci: Option<MedianCi>, noise: Option<bool>| {
         ci.map_or("–".to_string(), |c| {

@@ -2,9 +2,9 @@
 
 use super::*;
 use smplab_analysis::metrics::Results;
-use smplab_experiment::testutil::vm_point;
 use smplab_experiment::store::Entry;
 use smplab_experiment::testutil::rec;
+use smplab_experiment::testutil::vm_point;
 use smplab_record::sim::SimSection;
 use smplab_record::vmm::VmmSection;
 use smplab_record::Executor;
@@ -144,7 +144,8 @@ pub fn big_sim_store(n: usize, reps: u32) -> Store {
                         if es.len() == n {
                             break 'all;
                         }
-                        let mut p = smplab_experiment::testutil::as_sim(&vm_point(wl, v, rep), "pvm-here");
+                        let mut p =
+                            smplab_experiment::testutil::as_sim(&vm_point(wl, v, rep), "pvm-here");
                         p.scale = 0.05 * (si + 1) as f64;
                         p.config.set_vms(k);
                         let native = 1_000_000 * (10 + wi as u64) * (si as u64 + 1);
@@ -350,7 +351,11 @@ fn ten_thousand_simulator_runs_give_aggregated_plots() {
 #[test]
 fn demo_summary_shows_intervals() {
     let store = sample_store();
-    let t = crate::summary_table(&Results::new(&store), &["dedup", "streamcluster", "blackscholes"], 0.1);
+    let t = crate::summary_table(
+        &Results::new(&store),
+        &["dedup", "streamcluster", "blackscholes"],
+        0.1,
+    );
     let dedup = t
         .lines()
         .find(|l| l.starts_with("dedup"))
@@ -385,7 +390,10 @@ fn csv_exports() {
 
 #[test]
 fn display_labels_are_short_and_tell_scales_apart() {
-    let mut p = smplab_experiment::testutil::as_sim(&vm_point("dedup", 2, 0), "/long/path/to/calibrated.toml");
+    let mut p = smplab_experiment::testutil::as_sim(
+        &vm_point("dedup", 2, 0),
+        "/long/path/to/calibrated.toml",
+    );
     p.study = Some("diagnose".into());
     let l = super::data::display_label(&p, true);
     assert!(!l.contains("dedup") && !l.contains("/long/path"), "{l}");

@@ -7,8 +7,8 @@ use super::data::{
     noise_badge, num_ci, pct_ci, rows_link, slowdown_ci, slowdown_row, slug, wall_ci,
 };
 use super::{Ctx, Page};
-use smplab_experiment::point::Point;
 use smplab_chart::{self as chart, esc, IntervalRow};
+use smplab_experiment::point::Point;
 use smplab_record::Executor;
 use std::collections::BTreeMap;
 use std::fmt::Write;

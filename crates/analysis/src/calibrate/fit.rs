@@ -26,9 +26,9 @@
 //! Each log ratio is scaled by its measurement's [`certainty`]: a median
 //! whose 95% interval is wide counts less (docs/sim.md, "Calibration").
 
-use smplab_stats::MedianCi;
 use smplab_sim::platform::KernelCosts;
 use smplab_sim::{Idle, Platform, Scenario, SimError, VmSpec};
+use smplab_stats::MedianCi;
 use smplab_workload::Program;
 
 /// One fitted platform field.

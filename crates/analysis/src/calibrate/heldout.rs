@@ -6,11 +6,11 @@
 use super::fit::{simulate, SimCase};
 use crate::metrics::{Results, Summary};
 use smplab_experiment::point::{Point, Variant};
-use smplab_stats::{MedianCi, TARGET_REL_HALF_WIDTH};
 use smplab_record::config::{
     GuestSettings, IdlePolicy, NativeSettings, RunConfig, SyncMode, VmSettings,
 };
 use smplab_sim::Platform;
+use smplab_stats::{MedianCi, TARGET_REL_HALF_WIDTH};
 
 /// `(built-in profile, threads = vCPUs)` of the held-out set.
 pub const HELDOUT: &[(&str, u32)] = &[

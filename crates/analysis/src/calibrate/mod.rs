@@ -30,6 +30,8 @@ pub mod heldout;
 pub mod micro;
 pub mod probes;
 
+pub use probes::ProbeError;
+
 /// Why a calibration could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrateError {
@@ -70,10 +72,10 @@ pub enum CalibrateError {
 }
 
 use crate::metrics::Results;
-use smplab_stats::MedianCi;
 use smplab_experiment::sweep::{Repetitions, SweepSummary};
 use smplab_record::RunRecord;
 use smplab_sim::Platform;
+use smplab_stats::MedianCi;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -240,7 +242,8 @@ pub fn record_fit(cal: &mut Calibration, f: &fit::Fit, n_obs: usize) {
 
 /// The profile a calibration writes, as the simulator reads it.
 pub fn profile(cal: &Calibration) -> Result<Platform, CalibrateError> {
-    let base = smplab_experiment::execute::sim::base_profile_text("pvm-here").ok_or(CalibrateError::NoSimulator)?;
+    let base = smplab_experiment::execute::sim::base_profile_text("pvm-here")
+        .ok_or(CalibrateError::NoSimulator)?;
     let text = apply_to_profile(&base, "calibrated", cal)?;
     Platform::from_text("calibrated", &text).map_err(CalibrateError::InvalidProfile)
 }
@@ -400,15 +403,6 @@ fn measure_exit(cal: &mut Calibration, reps: u32) {
             ),
         )),
     }
-}
-
-/// Why a direct probe run (outside the lab runner) failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
-    #[error(transparent)]
-    Workload(#[from] smplab_workload::WorkloadError),
-    #[error(transparent)]
-    Guest(#[from] smplab_guest::GuestError),
 }
 
 /// Loop lengths of the exit round-trip probe.
@@ -673,7 +667,8 @@ pub fn as_map(cal: &Calibration) -> BTreeMap<String, f64> {
 
 /// Write the calibrated profile (pvm-here with measured fields replaced).
 pub fn write_profile(cal: &Calibration, out: &std::path::Path) -> Result<(), CalibrateError> {
-    let base = smplab_experiment::execute::sim::base_profile_text("pvm-here").ok_or(CalibrateError::NoSimulator)?;
+    let base = smplab_experiment::execute::sim::base_profile_text("pvm-here")
+        .ok_or(CalibrateError::NoSimulator)?;
     let text = apply_to_profile(&base, "calibrated", cal)?;
     smplab_experiment::execute::sim::check_profile_text(&out.display().to_string(), &text)
         .map_err(CalibrateError::InvalidProfile)?;

@@ -3,6 +3,15 @@
 
 use std::time::Duration;
 
+/// Why a direct probe run (outside the lab runner) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error(transparent)]
+    Workload(#[from] smplab_workload::WorkloadError),
+    #[error(transparent)]
+    Guest(#[from] smplab_guest::GuestError),
+}
+
 /// Wall time of smplab-vmm's port-read loop guest doing `reads` port reads on
 /// one vCPU (set-up included; callers difference two read counts).
 pub fn port_loop_wall_ns(reads: u32) -> Result<u64, smplab_vmm::VmmError> {
@@ -19,7 +28,7 @@ pub fn port_loop_wall_ns(reads: u32) -> Result<u64, smplab_vmm::VmmError> {
 
 /// Workload wall time of blackscholes on one vCPU with the guest timer at
 /// `timer_hz` (0: tickless).
-pub fn timer_probe_wall_ns(timer_hz: u32, scale: f64) -> Result<u64, super::ProbeError> {
+pub fn timer_probe_wall_ns(timer_hz: u32, scale: f64) -> Result<u64, ProbeError> {
     let src = smplab_workload::Source::resolve("blackscholes")?;
     let program = src.instantiate(Some(1), scale)?;
     let info = smplab_record::WorkloadInfo {

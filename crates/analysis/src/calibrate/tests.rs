@@ -247,7 +247,12 @@ fn profile_fields_are_replaced_and_typed() {
 }
 
 /// `n` stored repetitions of `p`, wall times cycling through `walls_ms`.
-fn reps_of(p: &smplab_experiment::point::Point, e: Executor, walls_ms: &[u64], n: u32) -> Vec<Entry> {
+fn reps_of(
+    p: &smplab_experiment::point::Point,
+    e: Executor,
+    walls_ms: &[u64],
+    n: u32,
+) -> Vec<Entry> {
     (0..n)
         .map(|rep| {
             let mut q = p.clone();
@@ -367,7 +372,10 @@ impl smplab_experiment::runner::Runner for NoisyProbes {
     fn availability(&self, e: Executor) -> Result<(), smplab_experiment::execute::ExecuteError> {
         self.0.availability(e)
     }
-    fn run(&self, p: &smplab_experiment::point::Point) -> Result<Vec<RunRecord>, smplab_experiment::runner::RunError> {
+    fn run(
+        &self,
+        p: &smplab_experiment::point::Point,
+    ) -> Result<Vec<RunRecord>, smplab_experiment::runner::RunError> {
         let mut rs = self.0.run(p)?;
         if noisy_probe(p) && p.rep % 2 == 1 {
             for r in &mut rs {

@@ -5,10 +5,10 @@
 
 use super::Plan;
 use crate::metrics::{mean_wall_s, Results, Summary};
-use smplab_experiment::point::{Point, Variant};
-use smplab_stats::MedianCi;
 use serde::Serialize;
+use smplab_experiment::point::{Point, Variant};
 use smplab_record::Executor;
+use smplab_stats::MedianCi;
 
 /// One row of the attribution table.
 #[derive(Debug, Clone, Serialize)]

@@ -4,8 +4,8 @@
 //! exit-handling latency percentiles and merged latency histograms.
 
 use super::{Results, Summary};
-use smplab_experiment::point::Point;
 use serde::Serialize;
+use smplab_experiment::point::Point;
 use smplab_record::{LatencyHistogram, RunRecord};
 use std::collections::BTreeMap;
 

@@ -4,8 +4,8 @@
 
 use super::exits::{RESULT_STREAM, WINDOW_PORT};
 use super::Results;
-use smplab_experiment::point::Point;
 use serde::Serialize;
+use smplab_experiment::point::Point;
 use smplab_record::{Executor, RunRecord};
 use std::collections::BTreeMap;
 

@@ -3,8 +3,8 @@
 //! errors per metric.
 
 use super::{Results, Summary};
-use smplab_experiment::point::Point;
 use serde::Serialize;
+use smplab_experiment::point::Point;
 use smplab_record::Executor;
 use std::collections::BTreeMap;
 

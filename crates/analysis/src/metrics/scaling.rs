@@ -5,10 +5,10 @@
 
 use super::exits::{exit_counts, exit_view, merge_histograms};
 use super::{mean_wall_s, Results, Summary};
-use smplab_experiment::point::Point;
-use smplab_stats::MedianCi;
 use serde::Serialize;
+use smplab_experiment::point::Point;
 use smplab_record::{Executor, LatencyHistogram, RunRecord};
+use smplab_stats::MedianCi;
 
 /// Eq. 5.1 and its inputs are written once, in smplab-record, for every crate.
 pub use smplab_record::amdahl::{amdahl, parallel_fraction, AmdahlInputs};

@@ -1,9 +1,9 @@
 //! Tests of the lab's metrics (split from metrics.rs by size).
 
 use super::*;
-use smplab_experiment::testutil::vm_point;
 use smplab_experiment::store::Status;
 use smplab_experiment::testutil::rec;
+use smplab_experiment::testutil::vm_point;
 use smplab_record::sim::SimSection;
 use smplab_record::vmm::{IoThreadStats, VmmSection};
 use smplab_record::LatencyHistogram;

@@ -16,11 +16,11 @@
 //! which.
 
 use smplab_experiment::execute::{execute, RunLimits};
-use smplab_stats::MedianCi;
 use smplab_record::config::{
     GuestSettings, IoThreadCpus, IrqAffinity, Irqchip, Placement, RunConfig, SyncMode, VmSettings,
 };
 use smplab_record::{exit, RunRecord};
+use smplab_stats::MedianCi;
 use smplab_workload::Source;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

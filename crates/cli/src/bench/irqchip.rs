@@ -12,11 +12,11 @@
 //! to the `kernel` time of the same workload, mode and vCPUs in the same run.
 //! Runs are interleaved by repetition so host load drifts hit all alike.
 
-use smplab_experiment::execute::{execute, RunLimits};
 use smplab_analysis::metrics::{
     exit_counts, exit_handling_per_cpu, mean_wall_s, parallel_fraction, sync_share, work,
     AmdahlInputs, Summary,
 };
+use smplab_experiment::execute::{execute, RunLimits};
 use smplab_record::config::{
     GuestSettings, Irqchip, NativeSettings, Placement, RunConfig, SyncMode, VmSettings,
 };

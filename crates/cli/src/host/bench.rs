@@ -10,10 +10,10 @@
 //! sampling overhead is the alone wall under that policy ÷ the alone wall
 //! under `linux` (one VM, nothing to schedule but the sampling).
 
-use smplab_experiment::host::{run_host, weighted_speedup, HostRun};
-use smplab_experiment::host::{HostSpec, HostVm};
 use clap::Args;
 use serde::Serialize;
+use smplab_experiment::host::{run_host, weighted_speedup, HostRun};
+use smplab_experiment::host::{HostSpec, HostVm};
 use smplab_record::config::{HostPolicy, PolicyKind, SimSettings};
 use smplab_record::exit;
 use smplab_vmm::host::Sampling;
@@ -115,8 +115,8 @@ fn sim_prediction(
     platform: &str,
 ) -> Result<f64, String> {
     let wall = |s: &SimSettings| -> Result<Vec<f64>, String> {
-        let recs =
-            smplab_experiment::execute::sim::run(&vm.program, &vm.info, s, timeout).map_err(|e| e.to_string())?;
+        let recs = smplab_experiment::execute::sim::run(&vm.program, &vm.info, s, timeout)
+            .map_err(|e| e.to_string())?;
         #[allow(clippy::cast_precision_loss)] // seconds
         Ok(recs.iter().map(|r| r.timing.wall_ns as f64 / 1e9).collect())
     };

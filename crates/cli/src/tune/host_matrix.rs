@@ -14,14 +14,14 @@
 //! Repetitions are interleaved (all configurations of rep 0, then rep 1...).
 //! A configuration the host refuses is listed as failed with the reason.
 
-use smplab_record::{outln};
+use clap::Args;
+use smplab_analysis::tune::winners::{winners_table, Cell};
 use smplab_experiment::host::run_host;
 use smplab_experiment::host::spec::{HostSpec, HostVm};
-use crate::tune::{winners_table, Cell};
-use clap::Args;
 use smplab_policy::tune::VcpuAffinity;
 use smplab_record::config::{HostPolicy, IrqAffinity};
 use smplab_record::exit::{self, report_error};
+use smplab_record::outln;
 use smplab_vmm::host::Sampling;
 use std::path::PathBuf;
 use std::time::Duration;

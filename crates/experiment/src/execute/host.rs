@@ -5,8 +5,8 @@
 //! carries the host's section (`RunRecord::host_run`), so sweeps, the
 //! results store and reports take host runs like any other.
 
-use crate::host::{run_host, HostSpec, HostVm, VmOutcome};
 use crate::execute::{ExecuteError, RunLimits};
+use crate::host::{run_host, HostSpec, HostVm, VmOutcome};
 use smplab_record::config::VmSettings;
 use smplab_record::{RunRecord, WorkloadInfo};
 use smplab_vmm::host::Sampling;
