@@ -10,8 +10,8 @@
 use super::regs::{ppr, VectorSet};
 use super::{
     lapic_ctl, pic_ctl, ApicMessage, ApicTarget, ExclusiveLapics, ExclusivePic, HybridLapics,
-    HybridPic, Ioapic, IrqchipConfig, IrqchipCounters, IrqchipEvent, IrqchipSink, ManualClock,
-    IOAPIC_PINS, LAPIC_STRIDE, NO_VECTOR, PAGE,
+    HybridPic, Ioapic, IrqchipConfig, IrqchipCounters, IrqchipEvent, IrqchipSink, LapicSet,
+    ManualClock, PicPair, IOAPIC_PINS, LAPIC_STRIDE, NO_VECTOR, PAGE,
 };
 use crate::devices::{ConcurrentDevice, ExclusiveDevice};
 use std::sync::{Arc, Mutex};
@@ -89,7 +89,7 @@ impl LapicDevice for ExclusiveLapics {
         ExclusiveDevice::write(self, offset, data)
     }
     fn vectors(&self, vcpu: u32) -> ([u32; 8], [u32; 8]) {
-        let (irr, isr, _) = ExclusiveLapics::vectors(self, vcpu).unwrap_or_default();
+        let (irr, isr, _) = LapicSet::vectors(self, vcpu).unwrap_or_default();
         (irr, isr)
     }
 }
@@ -102,7 +102,7 @@ impl LapicDevice for HybridLapics {
         ConcurrentDevice::write(self, offset, data)
     }
     fn vectors(&self, vcpu: u32) -> ([u32; 8], [u32; 8]) {
-        let (irr, isr, _) = HybridLapics::vectors(self, vcpu).unwrap_or_default();
+        let (irr, isr, _) = LapicSet::vectors(self, vcpu).unwrap_or_default();
         (irr, isr)
     }
 }
@@ -423,7 +423,7 @@ impl PicDevice for ExclusivePic {
         ExclusiveDevice::write(self, offset, data)
     }
     fn registers(&self) -> (u16, u16, u16) {
-        ExclusivePic::registers(self)
+        PicPair::registers(self)
     }
 }
 
@@ -435,7 +435,7 @@ impl PicDevice for HybridPic {
         ConcurrentDevice::write(self, offset, data)
     }
     fn registers(&self) -> (u16, u16, u16) {
-        HybridPic::registers(self)
+        PicPair::registers(self)
     }
 }
 

@@ -49,6 +49,7 @@ pub const MIN_PERIOD_NS: u64 = 200_000;
 pub struct VectorSet(pub [u32; 8]);
 
 impl VectorSet {
+    #[cfg(test)]
     pub fn test(&self, vector: u8) -> bool {
         self.0[usize::from(vector >> 5)] & (1 << (vector & 31)) != 0
     }
