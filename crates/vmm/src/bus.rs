@@ -358,6 +358,22 @@ impl ClientStats {
     }
 }
 
+/// A guest access in either direction, with its data.
+enum Access<'a> {
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+}
+
+impl Access<'_> {
+    /// Carry the access out on `slot`, on this thread.
+    fn on(self, slot: &DeviceSlot, offset: u64) {
+        match self {
+            Access::Read(data) => slot.read(offset, data),
+            Access::Write(data) => slot.write(offset, data),
+        }
+    }
+}
+
 /// One thread's door to the bus (a vCPU thread, or a stress-test thread).
 pub struct BusClient {
     bus: Arc<Bus>,
@@ -369,10 +385,27 @@ pub struct BusClient {
 impl BusClient {
     /// Guest read; unclaimed addresses read as all-ones. Returns false if unclaimed.
     pub fn read(&mut self, space: AddressSpace, addr: u64, data: &mut [u8]) -> bool {
+        self.access(space, addr, Access::Read(data))
+    }
+
+    /// Guest write; writes to unclaimed addresses are dropped. Returns false if unclaimed.
+    pub fn write(&mut self, space: AddressSpace, addr: u64, data: &[u8]) -> bool {
+        self.access(space, addr, Access::Write(data))
+    }
+
+    /// The one path of both directions: lookup, unclaimed accounting, the
+    /// entry's route and its latency. Only the device call and the queued
+    /// form (a read waits for its reply, a write is posted) differ.
+    fn access(&mut self, space: AddressSpace, addr: u64, access: Access<'_>) -> bool {
         let start = Instant::now();
         let Some(index) = self.bus.find(space, addr) else {
-            data.fill(0xff);
-            self.stats.unclaimed_reads += 1;
+            match access {
+                Access::Read(data) => {
+                    data.fill(0xff);
+                    self.stats.unclaimed_reads += 1;
+                }
+                Access::Write(_) => self.stats.unclaimed_writes += 1,
+            }
             self.bus.unclaimed.fetch_add(1, Ordering::Relaxed);
             return false;
         };
@@ -387,39 +420,17 @@ impl BusClient {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
                 record(&mut self.stats.global_lock_wait, start.elapsed());
-                slot.read(offset, data);
+                access.on(slot, offset);
                 drop(guard);
             }
-            Route::Bypass | Route::DeviceLock => slot.read(offset, data),
-            Route::Queued => self.queued_read(entry.slot_index, offset, data),
-        }
-        record(&mut self.stats.latency[index], start.elapsed());
-        true
-    }
-
-    /// Guest write; writes to unclaimed addresses are dropped. Returns false if unclaimed.
-    pub fn write(&mut self, space: AddressSpace, addr: u64, data: &[u8]) -> bool {
-        let start = Instant::now();
-        let Some(index) = self.bus.find(space, addr) else {
-            self.stats.unclaimed_writes += 1;
-            return false;
-        };
-        let entry = &self.bus.entries[index];
-        let offset = addr - entry.base;
-        let slot = &self.bus.slots[entry.slot_index];
-        match entry.route {
-            Route::GlobalLock => {
-                let guard = self
-                    .bus
-                    .global_lock
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                record(&mut self.stats.global_lock_wait, start.elapsed());
-                slot.write(offset, data);
-                drop(guard);
+            Route::Bypass | Route::DeviceLock => access.on(slot, offset),
+            Route::Queued => {
+                let slot_index = entry.slot_index;
+                match access {
+                    Access::Read(data) => self.queued_read(slot_index, offset, data),
+                    Access::Write(data) => self.posted_write(slot_index, offset, data),
+                }
             }
-            Route::Bypass | Route::DeviceLock => slot.write(offset, data),
-            Route::Queued => self.posted_write(entry.slot_index, offset, data),
         }
         record(&mut self.stats.latency[index], start.elapsed());
         true
@@ -603,6 +614,29 @@ mod tests {
         let stored = result.lock().unwrap().bytes().to_vec();
         assert_eq!(stored.len(), n);
         assert!(stored.iter().enumerate().all(|(i, &b)| b == i as u8));
+    }
+
+    #[test]
+    fn unclaimed_reads_and_writes_are_both_counted_in_every_mode() {
+        for mode in SyncMode::ALL {
+            let (bus, _) = bus(mode);
+            let mut client = bus.client();
+            assert!(!client.write(AddressSpace::Pio, 0x600, &[1]), "{mode}");
+            assert_eq!(bus.unclaimed_accesses(), 1, "{mode}: an unclaimed write");
+            let mut data = [0u8; 2];
+            assert!(!client.read(AddressSpace::Pio, 0x600, &mut data));
+            assert_eq!(data, [0xff; 2], "{mode}: unclaimed reads see all-ones");
+            assert_eq!(bus.unclaimed_accesses(), 2, "{mode}");
+            assert_eq!(
+                (client.stats.unclaimed_reads, client.stats.unclaimed_writes),
+                (1, 1),
+                "{mode}"
+            );
+            // A claimed access is not counted.
+            assert!(client.write(AddressSpace::Pio, 0x520, &[1]));
+            assert_eq!(bus.unclaimed_accesses(), 2, "{mode}");
+            bus.shutdown();
+        }
     }
 
     #[test]
