@@ -5,6 +5,7 @@
 mod check;
 mod doctor;
 mod run;
+mod vmm;
 mod workloads;
 
 use clap::{Parser, Subcommand};
@@ -33,7 +34,7 @@ enum Cmd {
     /// Report what this host offers: KVM, its backing, capabilities, cores.
     Doctor(doctor::DoctorArgs),
     /// Boot a kernel in smplab-vmm with a chosen device-synchronization mode.
-    Vmm(smplab_vmm::cli::VmmArgs),
+    Vmm(vmm::VmmArgs),
     /// Simulate SMP VMs on a shared or overcommitted host.
     Sim(smplab_sim::cli::SimArgs),
     /// Experiments: run a sweep spec, report on stored results.
@@ -71,7 +72,7 @@ fn main() -> ExitCode {
         Cmd::Check(a) => check::run(a),
         Cmd::Run(a) => run::run(a),
         Cmd::Doctor(a) => doctor::run(a),
-        Cmd::Vmm(a) => smplab_vmm::cli::run(a),
+        Cmd::Vmm(a) => vmm::run(a),
         Cmd::Sim(a) => smplab_sim::cli::run(a),
         Cmd::Lab(a) => smplab_lab::cli::lab(a),
         Cmd::Diagnose(a) => smplab_lab::cli::diagnose(a),
