@@ -436,10 +436,8 @@ impl BusClient {
         true
     }
 
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     fn queued_read(&mut self, slot: usize, offset: u64, data: &mut [u8]) {
-        let len = data.len().min(8) as u8;
+        let len = u8::try_from(data.len().min(8)).unwrap_or(8);
         // A fresh one-slot channel per read: if the I/O thread is gone, the reply
         // sender is dropped with the request and the read fails instead of hanging.
         let (reply, answer) = mpsc::sync_channel(1);
@@ -465,8 +463,6 @@ impl BusClient {
         }
     }
 
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     fn posted_write(&mut self, slot: usize, offset: u64, data: &[u8]) {
         let mut bytes = [0u8; 8];
         let len = data.len().min(8);
@@ -474,7 +470,7 @@ impl BusClient {
         self.enqueue(Request::Write {
             slot,
             offset,
-            len: len as u8,
+            len: u8::try_from(len).unwrap_or(8),
             data: bytes,
             enqueued: Instant::now(),
         });
@@ -594,14 +590,12 @@ mod tests {
     }
 
     #[test]
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     fn a_flood_of_posted_writes_is_bounded_and_complete() {
         let (bus, result) = bus(SyncMode::Hybrid);
         let mut client = bus.client();
         let n = QUEUE_CAPACITY * 4;
         for i in 0..n {
-            client.write(AddressSpace::Pio, 0x520, &[i as u8]);
+            client.write(AddressSpace::Pio, 0x520, &i.to_le_bytes()[..1]);
         }
         let mut data = [0u8; 1];
         client.read(AddressSpace::Pio, 0x520, &mut data);
@@ -613,7 +607,10 @@ mod tests {
         );
         let stored = result.lock().unwrap().bytes().to_vec();
         assert_eq!(stored.len(), n);
-        assert!(stored.iter().enumerate().all(|(i, &b)| b == i as u8));
+        assert!(stored
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == i.to_le_bytes()[0]));
     }
 
     #[test]

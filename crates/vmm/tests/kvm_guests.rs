@@ -35,14 +35,12 @@ fn config(program: &GuestProgram, vcpus: u32, sync: SyncMode) -> VmConfig {
     config
 }
 
-// Casts: test code: the values come from small fixed or generator-bounded ranges.
-#[allow(clippy::cast_possible_truncation)]
 fn boots_and_exits(vcpus: u32, sync: SyncMode) {
     if !kvm_usable() {
         return;
     }
     let program = GuestProgram {
-        aps: (vcpus - 1) as u16,
+        aps: u16::try_from(vcpus - 1).expect("a test's few vCPUs"),
         bsp_loops: 50,
         ap_loops: 50,
         exit_code: 5,

@@ -152,11 +152,10 @@ impl PicConfig {
     }
 
     /// The interrupt INTA would deliver for request bits `irr`.
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     pub fn select(&self, irr: u16) -> Option<Selection> {
-        let slave = self.chips[1].request((irr >> 8) as u8, false);
-        let master_requests = (irr as u8 & !(1 << 2)) | if slave.is_some() { 1 << 2 } else { 0 };
+        let [master_irr, slave_irr] = irr.to_le_bytes();
+        let slave = self.chips[1].request(slave_irr, false);
+        let master_requests = (master_irr & !(1 << 2)) | if slave.is_some() { 1 << 2 } else { 0 };
         let master_irq = self.chips[0].request(master_requests, true)?;
         if master_irq == 2 {
             let slave_irq = slave?;
@@ -257,8 +256,6 @@ impl PicConfig {
     }
 
     /// Guest read of port index `port` (a pending poll is the caller's to handle).
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     pub fn read_port(&self, port: usize, irr: u16) -> u8 {
         match port {
             0 | 2 => {
@@ -266,7 +263,7 @@ impl PicConfig {
                 if chip.read_isr {
                     chip.isr
                 } else {
-                    (irr >> (8 * (port / 2))) as u8
+                    irr.to_le_bytes()[port / 2]
                 }
             }
             1 | 3 => self.chips[port / 2].imr,
