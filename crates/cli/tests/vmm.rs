@@ -1,5 +1,6 @@
 //! `smplab vmm` end to end with the vocabulary's flags: a hand-assembled test
-//! guest on 2 vCPUs, its console in a file, its record as one JSON line.
+//! guest on 2 vCPUs, its console in a file or on stderr, its record as one
+//! JSON line.
 //! Without a usable /dev/kvm the run skips, but with SMPLAB_REQUIRE_KVM=1
 //! (CI) it fails instead.
 
@@ -47,5 +48,22 @@ fn vmm_runs_a_guest_with_the_vocabulary_flags() {
     let record: serde_json::Value = serde_json::from_str(lines[0]).expect("JSON");
     assert_eq!(record["config"]["vcpus"], 2, "{record}");
     assert_eq!(record["config"]["sync"], "iothread", "{record}");
+    // `--console` copies the console to stderr; without it the console is
+    // kept from view and the summary says so.
+    let run = |console: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_smplab"));
+        command.args(["vmm", "--kernel", &path(&kernel), "--vcpus", "2"]);
+        if console {
+            command.arg("--console");
+        }
+        let o = command.output().expect("runs smplab");
+        assert_eq!(o.status.code(), Some(exit::OK));
+        String::from_utf8(o.stderr).expect("UTF-8")
+    };
+    let shown = run(true);
+    assert!(shown.contains("smplab test guest\n"), "{shown}");
+    let hidden = run(false);
+    assert!(!hidden.contains("smplab test guest"), "{hidden}");
+    assert!(hidden.contains("console: 18 bytes"), "{hidden}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -77,7 +77,7 @@ impl IrqchipSink for Recorder {
     }
 }
 
-/// The LAPIC set through its device entry points, either flavour.
+/// The LAPIC set through its device entry points, either form.
 trait LapicDevice {
     fn rd(&mut self, offset: u64, data: &mut [u8]);
     fn wr(&mut self, offset: u64, data: &[u8]);
@@ -408,7 +408,7 @@ fn fuzz_ioapic() {
     );
 }
 
-/// The PIC pair through its device entry points, either flavour.
+/// The PIC pair through its device entry points, either form.
 trait PicDevice {
     fn rd(&mut self, offset: u64, data: &mut [u8]);
     fn wr(&mut self, offset: u64, data: &[u8]);

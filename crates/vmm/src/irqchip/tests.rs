@@ -1,5 +1,5 @@
 //! Behaviour of the models as the smplab guest and a VMM use them, through a
-//! real bus (`fine` mode) for both flavours: each test body runs twice.
+//! real bus (`fine` mode) for both forms: each test body runs twice.
 
 use super::*;
 use crate::bus::{BusClient, SyncMode};
