@@ -18,6 +18,7 @@ const SOURCES: &[&str] = &[
     "gate.c",
     "idle.c",
     "result.c",
+    "ulib.c",
 ];
 /// Files the sources include or the link reads: a change rebuilds the kernel.
 const INCLUDED: &[&str] = &[

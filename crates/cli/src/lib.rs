@@ -12,4 +12,5 @@ pub mod host;
 pub mod lab;
 pub mod run;
 pub mod tune;
+pub mod vmm;
 pub mod workloads;

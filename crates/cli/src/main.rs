@@ -4,7 +4,7 @@
 //! README.md).
 
 use clap::{Parser, Subcommand};
-use smplab_cli::{bench, check, doctor, host, lab, run, workloads};
+use smplab_cli::{bench, check, doctor, host, lab, run, vmm, workloads};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -30,7 +30,7 @@ enum Cmd {
     /// Report what this host offers: KVM, its backing, capabilities, cores.
     Doctor(doctor::DoctorArgs),
     /// Boot a kernel in smplab-vmm with a chosen device-synchronization mode.
-    Vmm(smplab_vmm::cli::VmmArgs),
+    Vmm(vmm::VmmArgs),
     /// Simulate SMP VMs on a shared or overcommitted host.
     Sim(smplab_sim::cli::SimArgs),
     /// Experiments: run a sweep spec, report on stored results.
@@ -68,7 +68,7 @@ fn main() -> ExitCode {
         Cmd::Check(a) => check::run(a),
         Cmd::Run(a) => run::run(a),
         Cmd::Doctor(a) => doctor::run(a),
-        Cmd::Vmm(a) => smplab_vmm::cli::run(a),
+        Cmd::Vmm(a) => vmm::run(a),
         Cmd::Sim(a) => smplab_sim::cli::run(a),
         Cmd::Lab(a) => lab::lab(a),
         Cmd::Diagnose(a) => lab::diagnose(a),

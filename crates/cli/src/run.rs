@@ -68,7 +68,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub timer_hz: Option<u32>,
     /// Guest memory, e.g. 256M (vm, qemu). Default: sized from the workload.
-    #[arg(long, value_parser = smplab_vmm::cli::parse_size)]
+    #[arg(long, value_parser = smplab_vmm::command::parse_size)]
     pub mem: Option<u64>,
     /// Simulator platform profile: built-in name or profile file (sim).
     #[arg(long)]

@@ -4,9 +4,11 @@
 
 void user_idle(struct cpu *c)
 {
-    /* The polling idle loop of seed 000, at CPL3 so it runs natively: watch this
-     * CPU's run queue (and stealable work, and sleeper deadlines) in memory; a
-     * waker need not send an IPI. haltpoll: poll for a window, then halt. */
+    /* The polling idle loop of Ding & Shan (Diagnosing Virtualization
+     * Overhead for Multi-threaded Computation on Multicore Platforms) §IV.A,
+     * at CPL3 so it runs natively: watch this CPU's run queue (and stealable
+     * work, and sleeper deadlines) in memory; a waker need not send an IPI.
+     * haltpoll: poll for a window, then halt. */
     u64 window = g_params.haltpoll_tsc;
     int haltpoll = g_params.idle == IDLE_HALTPOLL;
     u64 start = rdtsc();

@@ -2,15 +2,13 @@
  * command line, gets the TSC rate, has the kernel start the other vCPUs,
  * carves the heap out of the memory map, decodes the program (program.c),
  * spawns the workers (exec.c), waits for them, and hands the result record
- * (result.c) to the kernel. Also the console output and fatal errors every
- * CPL3 file uses. */
+ * (result.c) to the kernel. It calls the other CPL3 files; none calls it
+ * (what they share with it is in ulib.c). */
 #include "user.h"
 
 #define STACK_BYTES (64 * 1024)
 
 extern u8 _end[];
-
-u64 tsc_hz;
 
 static i64 sys_spawn(u64 entry, u64 arg, u64 stack, u64 cpu)
 {
@@ -20,31 +18,6 @@ static i64 sys_spawn(u64 entry, u64 arg, u64 stack, u64 cpu)
     return r;
 }
 
-/* ---------- console output ---------- */
-
-usize ustrlen(const char *s)
-{
-    usize n = 0;
-    while (s[n])
-        n++;
-    return n;
-}
-
-void print(const char *s) { sys3(SYS_WRITE, (u64)s, ustrlen(s), 0); }
-
-void __attribute__((noreturn)) die(const char *msg, u32 status)
-{
-    /* Errors are reported even with console=off: the run is over. */
-    u32 saved = g_params.console;
-    g_params.console = 1;
-    print("smplab-guest: error: ");
-    print(msg);
-    print("\n");
-    g_params.console = saved;
-    sys1(SYS_POWEROFF, status);
-    for (;;)
-        ;
-}
 /* ---------- command line ---------- */
 
 struct hvm_start_info {
@@ -85,7 +58,6 @@ static int parse_u64(const char *s, usize n, u64 *out)
     return 1;
 }
 
-char idle_name[48] = "hlt";
 static u64 haltpoll_ns;
 static u64 watchdog_ms;
 static u64 tsc_hz_arg;
@@ -219,20 +191,6 @@ static u64 calibrate_tsc(void)
 
 /* ---------- heap ---------- */
 
-static u64 heap_cur, heap_end;
-
-void *alloc(u64 bytes, u64 align)
-{
-    u64 p = (heap_cur + align - 1) & ~(align - 1);
-    if (p + bytes > heap_end || p + bytes < p)
-        die("out of guest memory for the program's threads and buffers: give the VM more memory", 1);
-    heap_cur = p + bytes;
-    /* Fresh RAM from the VMM is zero, but the region may hold boot leftovers. */
-    u8 *q = (u8 *)p;
-    __asm__ volatile("rep stosb" : "+D"(q), "+c"(bytes) : "a"(0) : "memory");
-    return (void *)p;
-}
-
 static void setup_heap(const struct hvm_start_info *si, u64 mod_lo, u64 mod_hi)
 {
     const u64 limit = 1UL << 30; /* identity map covers 1 GiB */
@@ -270,8 +228,7 @@ static void setup_heap(const struct hvm_start_info *si, u64 mod_lo, u64 mod_hi)
         if (mod_hi > best_lo && mod_lo < best_hi)
             best_lo = (mod_hi + 0xfff) & ~0xfffUL;
     }
-    heap_cur = best_lo;
-    heap_end = best_hi;
+    heap_init(best_lo, best_hi);
 }
 
 /* ---------- init ---------- */

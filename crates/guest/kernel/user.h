@@ -1,9 +1,10 @@
 /* smplab guest, CPL3 runtime: what its files share. The init thread
  * (init.c), the program tables (program.c), the executor (exec.c), the start
- * gate (gate.c), the idle thread (idle.c) and the result record (result.c)
- * run natively even on PVM hosts, so everything that is not privileged lives
- * at CPL3. They enter the kernel only through the system-call instruction
- * (`int3`) and read kernel counters directly (guest.h). */
+ * gate (gate.c), the idle thread (idle.c), the result record (result.c) and
+ * what they all use (ulib.c) run natively even on PVM hosts, so everything
+ * that is not privileged lives at CPL3. They enter the kernel only through
+ * the system-call instruction (`int3`) and read kernel counters directly
+ * (guest.h). */
 #ifndef SMPLAB_USER_H
 #define SMPLAB_USER_H
 
@@ -30,13 +31,16 @@ static inline i64 sys0(u64 nr) { return sys3(nr, 0, 0, 0); }
 static inline int futex_wait(volatile u32 *addr, u32 val) { return sys3(SYS_FUTEX_WAIT, (u64)addr, val, 0) == 0; }
 static inline i64 futex_wake(volatile u32 *addr, u32 n) { return sys3(SYS_FUTEX_WAKE, (u64)addr, n, 0); }
 
-/* ---------- init.c: console output and fatal errors ---------- */
+/* ---------- ulib.c: console output, fatal errors, the heap ---------- */
 
 usize ustrlen(const char *s);
 void print(const char *s);
 void __attribute__((noreturn)) die(const char *msg, u32 status);
+/* The heap is [lo, hi); init.c finds it in the memory map. */
+void heap_init(u64 lo, u64 hi);
 void *alloc(u64 bytes, u64 align);
 
+/* Set by init.c before it starts any other CPL3 code. */
 extern u64 tsc_hz;        /* TSC cycles per second (tsc_hz= or calibrated) */
 extern char idle_name[48]; /* the idle= policy as given, for the result */
 

@@ -1,4 +1,5 @@
-//! Seed 001's host indicators on real KVM: while two VMs run under the
+//! The host indicators of Kulkarni & Kulkarni's adaptive framework (§5.4) on
+//! real KVM: while two VMs run under the
 //! user-level scheduler, the host reads the counters the guest publishes
 //! (docs/guest-abi.md, "Host indicators") — rescheduling IPIs from a
 //! dedup-like VM, device completions and their interrupt latency from an

@@ -1,5 +1,5 @@
 //! The unchanged smplab guest on smplab-vmm's own interrupt controllers
-//! (`--irqchip user`, issue 11): counts equal to native at 1, 2 and 4 vCPUs,
+//! (`--irqchip user`): counts equal to native at 1, 2 and 4 vCPUs,
 //! every built-in profile without `io` ops, every sync mode. Without a usable
 //! /dev/kvm they skip, but with SMPLAB_REQUIRE_KVM=1 (CI) they fail instead.
 //! No timing assertions.

@@ -160,8 +160,6 @@ fn scalability() {
 }
 
 /// One table: `variants` are (mode, work device registered as exclusive).
-// Casts: test code: the values come from small fixed or generator-bounded ranges.
-#[allow(clippy::cast_possible_truncation)]
 fn scalability_at(work_ns: u64, variants: &[(SyncMode, bool)]) {
     const READS_PER_VCPU: u32 = 2_000;
     let host_cpus = smplab_vmm::placement::allowed_cpus().len();
@@ -181,7 +179,10 @@ fn scalability_at(work_ns: u64, variants: &[(SyncMode, bool)]) {
         };
         let mut base: Option<(f64, AmdahlInputs)> = None;
         for vcpus in 1..=3u32 {
-            let program = loop_program(READS_PER_VCPU, (vcpus - 1) as u16);
+            let program = loop_program(
+                READS_PER_VCPU,
+                u16::try_from(vcpus - 1).expect("a bench's few vCPUs"),
+            );
             let mut config = vm_config(&program, vcpus, mode, work_ns);
             config.work_exclusive = exclusive;
             let mut rates = Vec::new();

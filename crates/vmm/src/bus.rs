@@ -358,6 +358,22 @@ impl ClientStats {
     }
 }
 
+/// A guest access in either direction, with its data.
+enum Access<'a> {
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+}
+
+impl Access<'_> {
+    /// Carry the access out on `slot`, on this thread.
+    fn on(self, slot: &DeviceSlot, offset: u64) {
+        match self {
+            Access::Read(data) => slot.read(offset, data),
+            Access::Write(data) => slot.write(offset, data),
+        }
+    }
+}
+
 /// One thread's door to the bus (a vCPU thread, or a stress-test thread).
 pub struct BusClient {
     bus: Arc<Bus>,
@@ -369,10 +385,27 @@ pub struct BusClient {
 impl BusClient {
     /// Guest read; unclaimed addresses read as all-ones. Returns false if unclaimed.
     pub fn read(&mut self, space: AddressSpace, addr: u64, data: &mut [u8]) -> bool {
+        self.access(space, addr, Access::Read(data))
+    }
+
+    /// Guest write; writes to unclaimed addresses are dropped. Returns false if unclaimed.
+    pub fn write(&mut self, space: AddressSpace, addr: u64, data: &[u8]) -> bool {
+        self.access(space, addr, Access::Write(data))
+    }
+
+    /// The one path of both directions: lookup, unclaimed accounting, the
+    /// entry's route and its latency. Only the device call and the queued
+    /// form (a read waits for its reply, a write is posted) differ.
+    fn access(&mut self, space: AddressSpace, addr: u64, access: Access<'_>) -> bool {
         let start = Instant::now();
         let Some(index) = self.bus.find(space, addr) else {
-            data.fill(0xff);
-            self.stats.unclaimed_reads += 1;
+            match access {
+                Access::Read(data) => {
+                    data.fill(0xff);
+                    self.stats.unclaimed_reads += 1;
+                }
+                Access::Write(_) => self.stats.unclaimed_writes += 1,
+            }
             self.bus.unclaimed.fetch_add(1, Ordering::Relaxed);
             return false;
         };
@@ -387,48 +420,24 @@ impl BusClient {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
                 record(&mut self.stats.global_lock_wait, start.elapsed());
-                slot.read(offset, data);
+                access.on(slot, offset);
                 drop(guard);
             }
-            Route::Bypass | Route::DeviceLock => slot.read(offset, data),
-            Route::Queued => self.queued_read(entry.slot_index, offset, data),
+            Route::Bypass | Route::DeviceLock => access.on(slot, offset),
+            Route::Queued => {
+                let slot_index = entry.slot_index;
+                match access {
+                    Access::Read(data) => self.queued_read(slot_index, offset, data),
+                    Access::Write(data) => self.posted_write(slot_index, offset, data),
+                }
+            }
         }
         record(&mut self.stats.latency[index], start.elapsed());
         true
     }
 
-    /// Guest write; writes to unclaimed addresses are dropped. Returns false if unclaimed.
-    pub fn write(&mut self, space: AddressSpace, addr: u64, data: &[u8]) -> bool {
-        let start = Instant::now();
-        let Some(index) = self.bus.find(space, addr) else {
-            self.stats.unclaimed_writes += 1;
-            return false;
-        };
-        let entry = &self.bus.entries[index];
-        let offset = addr - entry.base;
-        let slot = &self.bus.slots[entry.slot_index];
-        match entry.route {
-            Route::GlobalLock => {
-                let guard = self
-                    .bus
-                    .global_lock
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                record(&mut self.stats.global_lock_wait, start.elapsed());
-                slot.write(offset, data);
-                drop(guard);
-            }
-            Route::Bypass | Route::DeviceLock => slot.write(offset, data),
-            Route::Queued => self.posted_write(entry.slot_index, offset, data),
-        }
-        record(&mut self.stats.latency[index], start.elapsed());
-        true
-    }
-
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     fn queued_read(&mut self, slot: usize, offset: u64, data: &mut [u8]) {
-        let len = data.len().min(8) as u8;
+        let len = u8::try_from(data.len().min(8)).unwrap_or(8);
         // A fresh one-slot channel per read: if the I/O thread is gone, the reply
         // sender is dropped with the request and the read fails instead of hanging.
         let (reply, answer) = mpsc::sync_channel(1);
@@ -454,8 +463,6 @@ impl BusClient {
         }
     }
 
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     fn posted_write(&mut self, slot: usize, offset: u64, data: &[u8]) {
         let mut bytes = [0u8; 8];
         let len = data.len().min(8);
@@ -463,7 +470,7 @@ impl BusClient {
         self.enqueue(Request::Write {
             slot,
             offset,
-            len: len as u8,
+            len: u8::try_from(len).unwrap_or(8),
             data: bytes,
             enqueued: Instant::now(),
         });
@@ -583,14 +590,12 @@ mod tests {
     }
 
     #[test]
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     fn a_flood_of_posted_writes_is_bounded_and_complete() {
         let (bus, result) = bus(SyncMode::Hybrid);
         let mut client = bus.client();
         let n = QUEUE_CAPACITY * 4;
         for i in 0..n {
-            client.write(AddressSpace::Pio, 0x520, &[i as u8]);
+            client.write(AddressSpace::Pio, 0x520, &i.to_le_bytes()[..1]);
         }
         let mut data = [0u8; 1];
         client.read(AddressSpace::Pio, 0x520, &mut data);
@@ -602,7 +607,33 @@ mod tests {
         );
         let stored = result.lock().unwrap().bytes().to_vec();
         assert_eq!(stored.len(), n);
-        assert!(stored.iter().enumerate().all(|(i, &b)| b == i as u8));
+        assert!(stored
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == i.to_le_bytes()[0]));
+    }
+
+    #[test]
+    fn unclaimed_reads_and_writes_are_both_counted_in_every_mode() {
+        for mode in SyncMode::ALL {
+            let (bus, _) = bus(mode);
+            let mut client = bus.client();
+            assert!(!client.write(AddressSpace::Pio, 0x600, &[1]), "{mode}");
+            assert_eq!(bus.unclaimed_accesses(), 1, "{mode}: an unclaimed write");
+            let mut data = [0u8; 2];
+            assert!(!client.read(AddressSpace::Pio, 0x600, &mut data));
+            assert_eq!(data, [0xff; 2], "{mode}: unclaimed reads see all-ones");
+            assert_eq!(bus.unclaimed_accesses(), 2, "{mode}");
+            assert_eq!(
+                (client.stats.unclaimed_reads, client.stats.unclaimed_writes),
+                (1, 1),
+                "{mode}"
+            );
+            // A claimed access is not counted.
+            assert!(client.write(AddressSpace::Pio, 0x520, &[1]));
+            assert_eq!(bus.unclaimed_accesses(), 2, "{mode}");
+            bus.shutdown();
+        }
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub enum VmmError {
     Memory { bytes: u64, reason: String },
     #[error("the boot data (command line, modules, start info) does not fit in guest memory: {0}; give the VM more --mem or pass smaller modules")]
     BootDataTooLarge(String),
-    #[error("cannot place thread {thread} on host CPU(s) {cpus:?}: {source}; check --pin/--io-cpu against the CPUs this process may use")]
+    #[error("cannot place thread {thread} on host CPU(s) {cpus:?}: {source}; check --pin/--io-thread-cpus against the CPUs this process may use")]
     Placement {
         thread: String,
         cpus: Vec<usize>,

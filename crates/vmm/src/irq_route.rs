@@ -1,5 +1,7 @@
-//! Run-time interrupt routing of the smplab guest's block device (seed 001's
-//! guest-level interrupt affinity, changed while the VM runs): the routing
+//! Run-time interrupt routing of the smplab guest's block device (the
+//! guest-level interrupt affinity of Kulkarni & Kulkarni, *Benchmarking
+//! Multiprocessing Parameters in a Virtualized Multi-Core Environment*, §2.2.3,
+//! changed while the VM runs): the routing
 //! page at guest-physical `0x9c00`–`0x9c3f` (docs/guest-abi.md, "The
 //! routing page"). The host writes a vCPU mask; the guest's block-device
 //! handler reads it at every interrupt and, before its EOI, points the

@@ -1,12 +1,12 @@
 //! smplab-vmm: a KVM SMP VMM whose device-emulation synchronization is a run-time
-//! switch (`global`, `iothread`, `hybrid`, `fine`), after the thesis in
-//! shared/seeds/004. It boots a PVH ELF guest (docs/guest-abi.md) with N vCPUs and
+//! switch (`global`, `iothread`, `hybrid`, `fine`), after the Seoul thesis
+//! (Partheymüller, *Adding SMP Support to a User-Level VMM*). It boots a PVH ELF guest (docs/guest-abi.md) with N vCPUs and
 //! measures how device emulation is serialized. See docs/vmm.md.
 
 pub mod boot;
 pub mod bus;
-pub mod cli;
 pub mod collect;
+pub mod command;
 pub mod control;
 pub mod devices;
 pub mod error;
@@ -50,6 +50,8 @@ pub enum KernelImage {
 pub enum ConsoleSink {
     #[default]
     Stdout,
+    /// Written to stderr as the guest prints it.
+    Stderr,
     File(PathBuf),
     /// Kept in memory and returned in [`VmRun::console`].
     Capture,

@@ -114,6 +114,7 @@ type CapturedConsole = Option<Arc<Mutex<Vec<u8>>>>;
 fn console_writer(sink: &ConsoleSink) -> Result<(ConsoleWriter, CapturedConsole), VmmError> {
     Ok(match sink {
         ConsoleSink::Stdout => (ConsoleWriter::Stdout(std::io::stdout()), None),
+        ConsoleSink::Stderr => (ConsoleWriter::Stderr(std::io::stderr()), None),
         ConsoleSink::File(path) => {
             let file = std::fs::File::create(path).map_err(|source| VmmError::Console {
                 path: path.clone(),

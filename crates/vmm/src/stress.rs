@@ -367,8 +367,8 @@ mod tests {
         assert_eq!(report.writes + report.reads / 2, threads as u64 * ops);
     }
 
-    /// Operations per sync mode in the default test run (seed 004 §4.3 asks
-    /// for millions; issue 9 for at least 10^6 per mode): 4 threads x 250 000.
+    /// Operations per sync mode in the default test run (the Seoul thesis §4.3
+    /// runs millions; at least 10^6 per mode here): 4 threads x 250 000.
     const THREADS: usize = 4;
     const OPS_PER_THREAD: u64 = 250_000;
 

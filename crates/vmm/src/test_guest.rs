@@ -73,8 +73,6 @@ fn store32(code: &mut Vec<u8>, addr: u32, value: u32) {
 
 /// 32-bit code that enters long mode with the first 2 MiB identity-mapped
 /// (user-accessible), then `iretq`s to a CPL3 `jmp $`.
-// Casts: test code: the values come from small fixed or generator-bounded ranges.
-#[allow(clippy::cast_possible_truncation)]
 fn spin_at_cpl3_code() -> Vec<u8> {
     let mut c = Vec::new();
     // PML4[0] -> PDPT, PDPT[0] -> PD, PD[0] = 2 MiB page at 0 (P|RW|US|PS).
@@ -119,7 +117,7 @@ fn spin_at_cpl3_code() -> Vec<u8> {
     c.extend(SPIN_USER_STACK.to_le_bytes());
     c.push(0x68); // push rflags = IF | reserved bit 1
     c.extend(0x202u32.to_le_bytes());
-    c.extend([0x6a, SPIN_USER_CS as u8]); // push cs = user code
+    c.extend([0x6a, SPIN_USER_CS.to_le_bytes()[0]]); // push cs = user code
     c.push(0x68); // push rip
     let rip_at = c.len();
     c.extend([0; 4]);
@@ -262,8 +260,6 @@ impl GuestProgram {
     }
 
     /// 16-bit real-mode AP code (entered at CS = AP_TRAMPOLINE_ADDR >> 4, IP = 0).
-    // Casts: test code: the values come from small fixed or generator-bounded ranges.
-    #[allow(clippy::cast_possible_truncation)]
     pub fn ap_code(&self) -> Vec<u8> {
         let mut c = Vec::new();
         if self.ap_loops > 0 {
@@ -275,7 +271,8 @@ impl GuestProgram {
         }
         // lock inc word [AP_DONE_COUNTER] (DS base is 0 after INIT)
         c.extend([0xf0, 0xff, 0x06]);
-        c.extend((AP_DONE_COUNTER as u16).to_le_bytes());
+        // A 16-bit address: the counter lies in the first 64 KiB.
+        c.extend(&AP_DONE_COUNTER.to_le_bytes()[..2]);
         c.extend([0xfa, 0xf4, 0xeb, 0xfd]); // cli; hlt; jmp hlt
         c
     }
@@ -292,8 +289,6 @@ impl GuestProgram {
 
 /// Build an ELF64 x86-64 executable with one PT_LOAD per `(paddr, bytes)` segment
 /// and a PT_NOTE holding the Xen PVH entry note (type 18) for `entry`.
-// Casts: test code: the values come from small fixed or generator-bounded ranges.
-#[allow(clippy::cast_possible_truncation)]
 pub fn pvh_elf(entry: u32, segments: &[(u32, Vec<u8>)]) -> Vec<u8> {
     const EHDR: usize = 64;
     const PHDR: usize = 56;
@@ -318,8 +313,8 @@ pub fn pvh_elf(entry: u32, segments: &[(u32, Vec<u8>)]) -> Vec<u8> {
     out.extend((EHDR as u64).to_le_bytes()); // e_phoff
     out.extend(0u64.to_le_bytes()); // e_shoff
     out.extend(0u32.to_le_bytes()); // e_flags
-    out.extend((EHDR as u16).to_le_bytes());
-    out.extend((PHDR as u16).to_le_bytes());
+    out.extend(u16::try_from(EHDR).unwrap_or(u16::MAX).to_le_bytes());
+    out.extend(u16::try_from(PHDR).unwrap_or(u16::MAX).to_le_bytes());
     out.extend(u16::try_from(phnum).unwrap_or(u16::MAX).to_le_bytes());
     out.extend([0u8; 6]); // shentsize, shnum, shstrndx
 

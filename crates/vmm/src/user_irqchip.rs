@@ -1,5 +1,5 @@
 //! `--irqchip user`: the interrupt-controller models of [`crate::irqchip`] wired
-//! into a VM (seed 004 §4.4). No `KVM_CREATE_IRQCHIP`: HLT, LAPIC/IOAPIC MMIO,
+//! into a VM (Seoul thesis §4.4). No `KVM_CREATE_IRQCHIP`: HLT, LAPIC/IOAPIC MMIO,
 //! the PIC's ports and interrupt windows exit to user space, and this module
 //! handles them.
 //!
@@ -18,7 +18,7 @@
 //! stores `halted` before its last look at `hint`, and clears it before it reads
 //! `PENDING`/`INTA` again, so (sequentially consistent atomics) either the
 //! raiser sees it halted and wakes it, or the vCPU sees the hint. A kick that
-//! finds nothing is harmless (pull model, seed 004 §4.4.1.1).
+//! finds nothing is harmless (pull model, Seoul thesis §4.4.1.1).
 //!
 //! **Locks.** The sink runs inside a device handler (under the global lock, a
 //! device lock or on the I/O thread) and takes only leaves: a vCPU's `Kicker`

@@ -530,8 +530,6 @@ impl Vcpu {
     /// The port I/O of the exit just taken, split into the guest's accesses:
     /// `size` bytes each, `count` times (string I/O such as `rep outsb` repeats
     /// the access).
-    // Casts: KVM puts the I/O data inside the mmap-ed kvm_run page, so the offset is small.
-    #[allow(clippy::cast_possible_truncation)]
     fn handle_pio(&mut self, port: u16, input: bool) {
         let (space, addr) = self.route(AddressSpace::Pio, u64::from(port), !input);
         let run = self.fd.get_kvm_run();
@@ -539,13 +537,16 @@ impl Vcpu {
         // union member KVM filled in.
         let io = unsafe { run.__bindgen_anon_1.io };
         let size = usize::from(io.size).clamp(1, 8);
-        let len = size.saturating_mul(io.count as usize);
+        let len = size.saturating_mul(usize::try_from(io.count).unwrap_or(usize::MAX));
         let base = (run as *mut kvm_bindings::kvm_run).cast::<u8>();
         // SAFETY: for a port-I/O exit KVM puts the `size * count` data bytes at
         // `data_offset` inside the kvm_run mapping of this vCPU (kvm-ioctls builds
         // its IoIn/IoOut slices the same way); the slice is the only live
         // reference into kvm_run and ends with this function, before the next
         // KVM_RUN.
+        // Cast: KVM puts the I/O data inside the mmap-ed kvm_run page, so the
+        // offset is small.
+        #[allow(clippy::cast_possible_truncation)]
         let data =
             unsafe { std::slice::from_raw_parts_mut(base.add(io.data_offset as usize), len) };
         for chunk in data.chunks_mut(size) {

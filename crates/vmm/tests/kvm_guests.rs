@@ -35,14 +35,12 @@ fn config(program: &GuestProgram, vcpus: u32, sync: SyncMode) -> VmConfig {
     config
 }
 
-// Casts: test code: the values come from small fixed or generator-bounded ranges.
-#[allow(clippy::cast_possible_truncation)]
 fn boots_and_exits(vcpus: u32, sync: SyncMode) {
     if !kvm_usable() {
         return;
     }
     let program = GuestProgram {
-        aps: (vcpus - 1) as u16,
+        aps: u16::try_from(vcpus - 1).expect("a test's few vCPUs"),
         bsp_loops: 50,
         ap_loops: 50,
         exit_code: 5,
@@ -315,12 +313,7 @@ fn cli_record_round_trips_as_json() {
     if !kvm_usable() {
         return;
     }
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Wrapper {
-        #[command(flatten)]
-        args: smplab_vmm::cli::VmmArgs,
-    }
+    use smplab_vmm::command::{ConsoleOutput, VmmOptions};
     let dir = std::env::temp_dir().join(format!("smplab-vmm-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let kernel = dir.join("guest.elf");
@@ -332,20 +325,14 @@ fn cli_record_round_trips_as_json() {
     };
     std::fs::write(&kernel, program.elf()).expect("write guest");
     let console = dir.join("console.txt");
-    let w = Wrapper::parse_from([
-        "smplab-vmm".as_ref(),
-        "--kernel".as_ref(),
-        kernel.as_os_str(),
-        "--cpus".as_ref(),
-        "2".as_ref(),
-        "--sync".as_ref(),
-        "iothread".as_ref(),
-        "--console".as_ref(),
-        console.as_os_str(),
-        "--timeout".as_ref(),
-        "60".as_ref(),
-    ]);
-    assert_eq!(smplab_vmm::cli::run(&w.args), exit::OK);
+    let options = VmmOptions {
+        vcpus: 2,
+        sync: SyncMode::IoThread,
+        console: ConsoleOutput::File(console.clone()),
+        timeout: "60".parse().expect("a timeout"),
+        ..VmmOptions::new(kernel.clone())
+    };
+    assert_eq!(smplab_vmm::command::run_command(&options), exit::OK);
     assert_eq!(
         std::fs::read(&console).expect("console file"),
         b"smplab test guest\n"
@@ -355,7 +342,7 @@ fn cli_record_round_trips_as_json() {
         ..config(&program, 2, SyncMode::IoThread)
     };
     let outcome = run_vm(&cfg);
-    let record = smplab_vmm::cli::record_for(&w.args, &outcome);
+    let record = smplab_vmm::command::record_for(&options, &outcome);
     let parsed = smplab_record::RunRecord::from_json(&record.to_json_pretty()).expect("parses");
     assert_eq!(parsed.executor, smplab_record::Executor::Vm);
     assert_eq!(parsed.workload.name, "kernel:guest.elf");

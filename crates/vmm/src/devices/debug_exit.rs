@@ -20,11 +20,10 @@ impl ConcurrentDevice for DebugExit {
         data.fill(0xff);
     }
 
-    // Casts: the port is 32 bits wide; the low 32 bits are the written value.
-    #[allow(clippy::cast_possible_truncation)]
     fn write(&self, _offset: u64, data: &[u8]) {
         // Any width is accepted; wider than 32 bits is clipped, as the port is 32-bit.
-        let code = le_value(data) as u32;
+        let [b0, b1, b2, b3, ..] = le_value(data).to_le_bytes();
+        let code = u32::from_le_bytes([b0, b1, b2, b3]);
         self.control.guest_exited(code);
     }
 }

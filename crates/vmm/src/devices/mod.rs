@@ -73,12 +73,12 @@ pub fn le_value(data: &[u8]) -> u64 {
 /// Fill `data` with the little-endian bytes of `value`, starting at byte `offset`
 /// of the value (so a 1-byte read at offset 2 of a 32-bit register sees bits 16..24).
 /// Bytes past the value's 8 bytes read as zero.
-// Casts: the offset is inside a device window of a few pages.
-#[allow(clippy::cast_possible_truncation)]
 pub fn fill_le(data: &mut [u8], value: u64, offset: u64) {
     let bytes = value.to_le_bytes();
+    // An offset past the value's bytes reads as zero, like one past usize.
+    let offset = usize::try_from(offset).unwrap_or(usize::MAX);
     for (i, out) in data.iter_mut().enumerate() {
-        let index = (offset as usize).saturating_add(i);
+        let index = offset.saturating_add(i);
         *out = bytes.get(index).copied().unwrap_or(0);
     }
 }

@@ -13,6 +13,7 @@ pub const CAPTURE_LIMIT_BYTES: usize = 64 << 20;
 /// Where the guest console goes.
 pub enum ConsoleWriter {
     Stdout(std::io::Stdout),
+    Stderr(std::io::Stderr),
     File(std::io::BufWriter<std::fs::File>),
     Capture(Arc<Mutex<Vec<u8>>>),
     Discard,
@@ -27,6 +28,8 @@ impl Write for ConsoleWriter {
                 out.flush()?;
                 Ok(n)
             }
+            // Unbuffered: each write reaches the terminal at once.
+            ConsoleWriter::Stderr(out) => out.write(buf),
             ConsoleWriter::File(file) => file.write(buf),
             ConsoleWriter::Capture(bytes) => {
                 let mut bytes = bytes.lock().unwrap_or_else(|e| e.into_inner());
@@ -41,6 +44,7 @@ impl Write for ConsoleWriter {
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             ConsoleWriter::Stdout(out) => out.flush(),
+            ConsoleWriter::Stderr(out) => out.flush(),
             ConsoleWriter::File(file) => file.flush(),
             ConsoleWriter::Capture(_) | ConsoleWriter::Discard => Ok(()),
         }

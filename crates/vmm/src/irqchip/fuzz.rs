@@ -10,8 +10,8 @@
 use super::regs::{ppr, VectorSet};
 use super::{
     lapic_ctl, pic_ctl, ApicMessage, ApicTarget, ExclusiveLapics, ExclusivePic, HybridLapics,
-    HybridPic, Ioapic, IrqchipConfig, IrqchipCounters, IrqchipEvent, IrqchipSink, ManualClock,
-    IOAPIC_PINS, LAPIC_STRIDE, NO_VECTOR, PAGE,
+    HybridPic, Ioapic, IrqchipConfig, IrqchipCounters, IrqchipEvent, IrqchipSink, LapicSet,
+    ManualClock, PicPair, IOAPIC_PINS, LAPIC_STRIDE, NO_VECTOR, PAGE,
 };
 use crate::devices::{ConcurrentDevice, ExclusiveDevice};
 use std::sync::{Arc, Mutex};
@@ -48,10 +48,13 @@ impl Rng {
             _ => self.next(),
         }
     }
-    // Casts: test code: the values come from small fixed or generator-bounded ranges.
-    #[allow(clippy::cast_possible_truncation)]
+    /// An index below `n`.
+    fn pick(&mut self, n: usize) -> usize {
+        let below = self.below(u64::try_from(n).unwrap_or(u64::MAX));
+        usize::try_from(below).unwrap_or(0)
+    }
     fn width(&mut self) -> usize {
-        [4, 4, 4, 1, 2, 8, 3, 0][self.below(8) as usize]
+        [4, 4, 4, 1, 2, 8, 3, 0][self.pick(8)]
     }
 }
 
@@ -74,7 +77,7 @@ impl IrqchipSink for Recorder {
     }
 }
 
-/// The LAPIC set through its device entry points, either flavour.
+/// The LAPIC set through its device entry points, either form.
 trait LapicDevice {
     fn rd(&mut self, offset: u64, data: &mut [u8]);
     fn wr(&mut self, offset: u64, data: &[u8]);
@@ -89,7 +92,7 @@ impl LapicDevice for ExclusiveLapics {
         ExclusiveDevice::write(self, offset, data)
     }
     fn vectors(&self, vcpu: u32) -> ([u32; 8], [u32; 8]) {
-        let (irr, isr, _) = ExclusiveLapics::vectors(self, vcpu).unwrap_or_default();
+        let (irr, isr, _) = LapicSet::vectors(self, vcpu).unwrap_or_default();
         (irr, isr)
     }
 }
@@ -102,7 +105,7 @@ impl LapicDevice for HybridLapics {
         ConcurrentDevice::write(self, offset, data)
     }
     fn vectors(&self, vcpu: u32) -> ([u32; 8], [u32; 8]) {
-        let (irr, isr, _) = HybridLapics::vectors(self, vcpu).unwrap_or_default();
+        let (irr, isr, _) = LapicSet::vectors(self, vcpu).unwrap_or_default();
         (irr, isr)
     }
 }
@@ -121,8 +124,6 @@ fn control(dev: &mut dyn LapicDevice, vcpu: u32, reg: u64) -> u64 {
 
 const VCPUS: u32 = 3;
 
-// Casts: test code: the values come from small fixed or generator-bounded ranges.
-#[allow(clippy::cast_possible_truncation)]
 fn fuzz_lapic(dev: &mut dyn LapicDevice, clock: &ManualClock, sink: &Recorder, seed: u64) -> u64 {
     let mut rng = Rng(seed);
     // The shadow ISR: acknowledged and not yet EOId, per vCPU.
@@ -130,7 +131,7 @@ fn fuzz_lapic(dev: &mut dyn LapicDevice, clock: &ManualClock, sink: &Recorder, s
     let mut now = 0u64;
     let mut acknowledged = 0;
     for step in 0..STEPS {
-        let vcpu = rng.below(u64::from(VCPUS) + 1) as u32 % VCPUS;
+        let vcpu = u32::try_from(rng.below(u64::from(VCPUS) + 1)).unwrap_or(0) % VCPUS;
         let base = u64::from(vcpu) * LAPIC_STRIDE;
         let ctx = || format!("seed {seed:#x} step {step} vCPU {vcpu}");
         now += rng.below(5_000);
@@ -192,8 +193,6 @@ fn guest_access(dev: &mut dyn LapicDevice, rng: &mut Rng, base: u64, in_service:
 
 /// INTA on `vcpu`: it returns what PENDING announced, a legal vector out of
 /// IRR above the PPR, which enters the shadow ISR. True if one was taken.
-// Casts: test code: TPR and vectors are 8-bit registers.
-#[allow(clippy::cast_possible_truncation)]
 fn acknowledge(
     dev: &mut dyn LapicDevice,
     vcpu: u32,
@@ -201,14 +200,14 @@ fn acknowledge(
     ctx: &dyn Fn() -> String,
 ) -> bool {
     let (irr, isr) = dev.vectors(vcpu);
-    let tpr = read32(dev, vcpu, 0x80) as u8;
+    let tpr = read32(dev, vcpu, 0x80).to_le_bytes()[0];
     let pending = control(dev, vcpu, lapic_ctl::PENDING);
     let got = control(dev, vcpu, lapic_ctl::INTA);
     assert_eq!(pending, got, "{}: PENDING and INTA disagree", ctx());
     if got == NO_VECTOR {
         return false;
     }
-    let v = got as u8;
+    let v = got.to_le_bytes()[0];
     assert!(v >= 16, "{}: INTA returned illegal vector {v}", ctx());
     assert!(
         VectorSet(irr).test(v),
@@ -252,8 +251,6 @@ fn expire_timer(
 
 /// Invariants of this vCPU after a step (an IPI may have touched others: their
 /// IRR is checked when they are picked).
-// Casts: test code: TPR and PPR are 8-bit registers.
-#[allow(clippy::cast_possible_truncation)]
 fn check_invariants(
     dev: &mut dyn LapicDevice,
     vcpu: u32,
@@ -268,9 +265,14 @@ fn check_invariants(
         ctx()
     );
     assert_eq!(irr[0] & 0xffff, 0, "{}: vector below 16 pending", ctx());
-    let tpr = read32(dev, vcpu, 0x80) as u8;
+    let tpr = read32(dev, vcpu, 0x80).to_le_bytes()[0];
     let expected = ppr(tpr, VectorSet(isr).highest());
-    assert_eq!(read32(dev, vcpu, 0xa0) as u8, expected, "{}: PPR", ctx());
+    assert_eq!(
+        read32(dev, vcpu, 0xa0).to_le_bytes()[0],
+        expected,
+        "{}: PPR",
+        ctx()
+    );
     assert!(
         read32(dev, vcpu, 0x390) <= read32(dev, vcpu, 0x380),
         "{}: CCR above initial count",
@@ -343,8 +345,6 @@ impl ApicTarget for Deliveries {
 }
 
 #[test]
-// Casts: test code: the values come from small fixed or generator-bounded ranges.
-#[allow(clippy::cast_possible_truncation)]
 fn fuzz_ioapic() {
     let target = Arc::new(Deliveries::default());
     let mut ioapic = Ioapic::new(target.clone(), Arc::new(IrqchipCounters::default()));
@@ -364,17 +364,17 @@ fn fuzz_ioapic() {
             3..=4 => {
                 let value = rng.value().to_le_bytes();
                 let width = rng.width();
-                let offset = [0x10, 0x10, 0x40, rng.below(PAGE)][rng.below(4) as usize];
+                let offset = [0x10, 0x10, 0x40, rng.below(PAGE)][rng.pick(4)];
                 ioapic.write(offset, &value[..width]);
             }
             5 => {
                 let mut buf = vec![0u8; rng.width()];
-                ioapic.read([0, 0x10, rng.below(PAGE)][rng.below(3) as usize], &mut buf);
+                ioapic.read([0, 0x10, rng.below(PAGE)][rng.pick(3)], &mut buf);
             }
             _ => {
                 let pin = rng.below(IOAPIC_PINS as u64 + 2);
                 let level = rng.below(2);
-                if let Some(entry) = ioapic.entry(pin as usize) {
+                if let Some(entry) = ioapic.entry(usize::try_from(pin).unwrap_or(usize::MAX)) {
                     if entry & (1 << 16) != 0 {
                         masked_pin = Some(pin);
                     }
@@ -408,7 +408,7 @@ fn fuzz_ioapic() {
     );
 }
 
-/// The PIC pair through its device entry points, either flavour.
+/// The PIC pair through its device entry points, either form.
 trait PicDevice {
     fn rd(&mut self, offset: u64, data: &mut [u8]);
     fn wr(&mut self, offset: u64, data: &[u8]);
@@ -423,7 +423,7 @@ impl PicDevice for ExclusivePic {
         ExclusiveDevice::write(self, offset, data)
     }
     fn registers(&self) -> (u16, u16, u16) {
-        ExclusivePic::registers(self)
+        PicPair::registers(self)
     }
 }
 
@@ -435,7 +435,7 @@ impl PicDevice for HybridPic {
         ConcurrentDevice::write(self, offset, data)
     }
     fn registers(&self) -> (u16, u16, u16) {
-        HybridPic::registers(self)
+        PicPair::registers(self)
     }
 }
 

@@ -1,6 +1,6 @@
-//! The wake-up primitive of a halted vCPU under `--irqchip user` (issue 11 item
-//! 2): the vCPU thread blocks on its own [`HaltWaiter`] after the VMM's halt-poll
-//! window; the irqchip sink's `Kick` and the vCPU's `Kicker` waker call
+//! The wake-up primitive of a halted vCPU under `--irqchip user`: the vCPU
+//! thread blocks on its own [`HaltWaiter`] after the VMM's halt-poll window;
+//! the irqchip sink's `Kick` and the vCPU's `Kicker` waker call
 //! [`HaltWaiter::wake`]. A wake before the wait is never lost (the flag stays set
 //! until a wait consumes it), and the wait re-checks the interrupt controller
 //! (pull model) before it sleeps, so an interrupt raised between the guest's HLT

@@ -1,4 +1,4 @@
-//! Seed 004's stand-alone harness (§4.3, Listing 4.4) for the interrupt
+//! The Seoul thesis's stand-alone harness (§4.3, Listing 4.4) for the interrupt
 //! controllers: trigger threads raise interrupts as fast as their re-raise
 //! condition allows while a receiver thread, playing the vCPU, acknowledges and
 //! EOIs them, everything through the real bus in one sync mode. Every interrupt
@@ -203,8 +203,6 @@ struct Receiver {
 }
 
 impl Receiver {
-    // Casts: test code: the values come from small fixed or generator-bounded ranges.
-    #[allow(clippy::cast_possible_truncation)]
     fn inta(&self, client: &mut BusClient) -> Option<u8> {
         let addr = match self.target {
             Target::Lapic => lapic_control_address(0, lapic_ctl::INTA),
@@ -212,7 +210,7 @@ impl Receiver {
         };
         match read64(client, addr) {
             NO_VECTOR => None,
-            v => Some(v as u8),
+            v => Some(v.to_le_bytes()[0]),
         }
     }
 
@@ -266,38 +264,35 @@ const TRIGGERS: usize = 3;
 const TRIGGER_BACKOFF: Duration = Duration::from_micros(20);
 
 /// The harness's lines, trigger t owning lines `t * LINES_PER_TRIGGER ..`.
-// Casts: test code: the values come from small fixed or generator-bounded ranges.
-#[allow(clippy::cast_possible_truncation)]
 fn sources(target: Target) -> Vec<Source> {
     let mut lines = Vec::new();
-    for t in 0..TRIGGERS {
-        for j in 0..LINES_PER_TRIGGER {
+    for (t, t8) in (0..TRIGGERS).zip(0u8..) {
+        for (j, j8) in (0..LINES_PER_TRIGGER).zip(0u8..) {
             lines.push(match target {
-                // Unique vectors 0x20..0xa5 spread over the priority classes.
+                // Unique vectors 0x20..0x92 spread over the priority classes.
                 Target::Lapic => {
-                    let vector = (0x20 + 27 * j + 3 * t) as u8;
+                    let vector = 0x20 + 27 * j8 + 3 * t8;
                     if t == 0 {
                         Source::IoapicPin {
-                            pin: 1 + j as u64,
+                            pin: 1 + u64::from(j8),
                             vector,
                         }
                     } else {
                         Source::Ipi {
-                            from: u32::try_from(t).unwrap_or(u32::MAX),
+                            from: u32::from(t8),
                             vector,
                         }
                     }
                 }
                 // The 15 PIC inputs (IRQ 2 is the cascade).
                 Target::Pic => {
-                    let irq = [0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+                    let irq: u8 = [0, 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
                         [t * LINES_PER_TRIGGER + j];
-                    let vector = if irq < 8 {
-                        0x20 + irq as u8
-                    } else {
-                        0x28 + irq as u8 - 8
-                    };
-                    Source::PicIrq { irq, vector }
+                    let vector = if irq < 8 { 0x20 + irq } else { 0x28 + irq - 8 };
+                    Source::PicIrq {
+                        irq: u64::from(irq),
+                        vector,
+                    }
                 }
             });
         }
@@ -495,8 +490,6 @@ fn check_empty(chip: &Irqchip, target: Target, shared: &Shared) {
 
 /// Listing 4.4's `trigger_fn`: raise its lines in turn, `count` interrupts in
 /// all, each line waiting for its re-raise condition.
-// Casts: test code: the values come from small fixed or generator-bounded ranges.
-#[allow(clippy::cast_possible_truncation)]
 fn trigger(
     lines: std::ops::Range<usize>,
     sources: &[Source],
@@ -504,9 +497,10 @@ fn trigger(
     client: &mut BusClient,
     count: u64,
 ) {
-    let width = lines.len() as u64;
+    let width = u64::try_from(lines.len()).unwrap_or(u64::MAX);
     for n in 0..count {
-        let line = lines.start + (n % width) as usize;
+        // The remainder is below the number of lines, a usize.
+        let line = lines.start + usize::try_from(n % width).unwrap_or(0);
         // Re-raise condition: this line's previous interrupt was taken.
         let sent = shared.sent[line].load(Ordering::SeqCst);
         let mut spins = 0u32;
@@ -653,14 +647,14 @@ mod tests {
     /// give 10^5 interrupts per mode in release (a tenth in debug builds),
     /// enough to catch the races the loom models and `a_lost_wake_up_is_detected`
     /// show it can catch, short enough for every test run on a loaded host.
-    /// `irqchip_stress_million_per_mode` (ignored) is issue 11's 10^6 per mode.
+    /// `irqchip_stress_million_per_mode` (ignored) runs 10^6 per mode.
     const PER_TRIGGER: u64 = if cfg!(debug_assertions) {
         1_667
     } else {
         16_667
     };
 
-    /// Issue 11's figure: 10^6 interrupts per mode (3 triggers x 2 controllers).
+    /// 10^6 interrupts per mode (3 triggers x 2 controllers).
     const MILLION_PER_TRIGGER: u64 = 166_667;
 
     /// The harness runs are timed: one at a time, so they do not share the cores.

@@ -78,16 +78,15 @@ impl Ioapic {
         }
     }
 
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     fn send(&mut self, index: usize) -> u32 {
         let entry = self.redirection[index];
-        let mode = DeliveryMode::from_bits((entry >> 8) as u32);
+        let bytes = entry.to_le_bytes();
+        let mode = DeliveryMode::from_bits(u32::from(bytes[1]));
         let message = ApicMessage {
-            vector: entry as u8,
+            vector: bytes[0],
             mode,
             logical: entry & (1 << 11) != 0,
-            dest: (entry >> 56) as u8,
+            dest: bytes[7],
             shorthand: Shorthand::None,
             level_triggered: entry & LEVEL != 0,
             assert: true,
@@ -105,12 +104,10 @@ impl Ioapic {
     }
 
     /// EOI of `vector` by a LAPIC: clear remote IRR, re-deliver a still-high line.
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     pub fn eoi(&mut self, vector: u8) {
         for index in 0..IOAPIC_PINS {
             let entry = self.redirection[index];
-            if entry as u8 == vector && entry & REMOTE_IRR != 0 {
+            if entry.to_le_bytes()[0] == vector && entry & REMOTE_IRR != 0 {
                 self.redirection[index] &= !REMOTE_IRR;
                 self.service(index);
             }
@@ -130,7 +127,8 @@ impl Ioapic {
             r @ 0x10..=0x3f => {
                 let entry = self.redirection[((r - 0x10) / 2) as usize];
                 if r % 2 == 0 {
-                    u32::try_from(entry).unwrap_or(u32::MAX)
+                    // The low word (not u32::MAX when a destination is set).
+                    u32::try_from(entry & 0xffff_ffff).unwrap_or(u32::MAX)
                 } else {
                     (entry >> 32) as u32
                 }
@@ -182,8 +180,6 @@ impl ExclusiveDevice for Ioapic {
         fill_le(data, u64::from(value), byte);
     }
 
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     fn write(&mut self, offset: u64, data: &[u8]) {
         let value = le_value(data);
         if offset >= PAGE {
@@ -201,7 +197,7 @@ impl ExclusiveDevice for Ioapic {
         match reg {
             0x00 => self.select = u32::try_from(value).unwrap_or(u32::MAX) & 0xff,
             0x10 => self.write_indirect(u32::try_from(value).unwrap_or(u32::MAX)),
-            0x40 => self.eoi(value as u8),
+            0x40 => self.eoi(value.to_le_bytes()[0]),
             _ => IrqchipCounters::bump(&self.counters.reserved_write),
         }
     }

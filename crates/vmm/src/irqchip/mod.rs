@@ -1,7 +1,17 @@
-//! User-space interrupt controllers for `--irqchip user` (issue 11, after seed 004
-//! §4.4): the local APICs, the IOAPIC and the 8259 PIC pair, each as an exclusive
-//! (`&mut self`) device usable under `global`, `iothread` and `fine`, and for
-//! `hybrid` a thread-safe LAPIC set and PIC that bypass the I/O thread.
+//! User-space interrupt controllers for `--irqchip user` (after the Seoul thesis
+//! §4.4): the local APICs, the IOAPIC and the 8259 PIC pair.
+//!
+//! **One model per controller, two forms.** The LAPIC set ([`LapicSet`]) and the
+//! PIC pair ([`PicPair`]) are each one model, generic over the cells their state
+//! lives in ([`Cells`]), so their logic exists once. The exclusive form
+//! ([`ExclusiveLapics`], [`ExclusivePic`]: [`Unsynced`] cells, an
+//! [`crate::devices::ExclusiveDevice`]) is used under `global`, `iothread` and
+//! `fine`, where the bus serializes it; the thread-safe form ([`HybridLapics`],
+//! [`HybridPic`]: [`Synced`] cells, a [`crate::devices::ConcurrentDevice`])
+//! under `hybrid`, where vCPU threads call it directly. This is crosvm's
+//! `BusDevice` / `BusDeviceSync` split. The IOAPIC ([`Ioapic`]) has only the
+//! exclusive form: it is not on a hot path, so the bus serializes it in every
+//! mode.
 //!
 //! # How a VMM uses this module
 //!
@@ -47,7 +57,7 @@
 //! or on the I/O thread: it must not block and must not access the bus (set a flag,
 //! push to a leaf queue, signal a thread).
 //!
-//! **The pull model** (seed 004 §4.4.1.1): a kick is only a hint. Before every
+//! **The pull model** (Seoul thesis §4.4.1.1): a kick is only a hint. Before every
 //! KVM_RUN the vCPU reads `PENDING`/`INTA` itself; a kick that finds nothing is
 //! spurious and harmless, and an interrupt raised after the check is never lost
 //! because its kick comes after its IRR bit is set. Only the owning vCPU moves a
@@ -64,7 +74,6 @@
 //! `Irqchip::User`; docs/vmm.md, section "User-space interrupt controllers".
 
 mod halt;
-mod hybrid;
 mod ioapic;
 mod lapic;
 mod pic;
@@ -82,11 +91,11 @@ mod loom_tests;
 mod tests;
 
 pub use halt::{HaltEnd, HaltWaiter};
-pub use hybrid::{HybridLapics, HybridPic};
 pub use ioapic::{Ioapic, IOAPIC_PINS};
-pub use lapic::ExclusiveLapics;
-pub use pic::ExclusivePic;
+pub use lapic::{ExclusiveLapics, HybridLapics, LapicSet};
+pub use pic::{ExclusivePic, HybridPic, PicPair};
 pub use regs::{ApicMessage, DeliveryMode};
+pub use sync::{Cells, Synced, Unsynced};
 pub use timer::{TimerHandle, TimerThread};
 
 use crate::bus::{AddressSpace, BusBuilder, BusError, SyncMode};
@@ -331,17 +340,18 @@ pub struct IrqchipConfig {
     pub clock: Arc<dyn IrqClock>,
 }
 
-/// Whether the LAPIC set and PIC are the exclusive or the thread-safe models.
+/// Whether the LAPIC set and PIC are in their exclusive or thread-safe form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {
-    /// `&mut self` models behind a lock or the I/O thread.
+    /// Plain cells, behind a lock or the I/O thread.
     Exclusive,
-    /// Atomic IRR, per-model locks for the rest: may bypass.
+    /// Atomic IRR, a lock per register file for the rest: may bypass.
     Concurrent,
 }
 
 impl Flavor {
-    /// The flavour issue 11 prescribes: thread-safe models only in `hybrid`.
+    /// Thread-safe forms only in `hybrid`, the mode that measures the Seoul
+    /// thesis's bypass (§4.4); `fine` keeps each model under its own lock.
     pub fn for_mode(mode: SyncMode) -> Flavor {
         match mode {
             SyncMode::Hybrid => Flavor::Concurrent,

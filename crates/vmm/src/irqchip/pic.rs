@@ -1,12 +1,16 @@
 //! The 8259A PIC pair (master on ports 0x20/0x21, slave on 0xa0/0xa1 cascaded on
-//! master IRQ 2, ELCR at 0x4d0/0x4d1), after the Intel 8259A data sheet (seed 004
-//! ref. [7]). [`PicConfig`] is everything but the request register: IRR and the
-//! input line levels are kept by the flavour (a plain `u16` in [`ExclusivePic`],
-//! atomics in [`super::HybridPic`]), bit i = IRQ i (0–7 master, 8–15 slave).
+//! master IRQ 2, ELCR at 0x4d0/0x4d1), after the Intel 8259A data sheet (the
+//! Seoul thesis's reference [7]): one model ([`PicPair`]) in two forms,
+//! [`ExclusivePic`] (plain cells, serialized by the bus) and [`HybridPic`]
+//! (thread-safe, for `hybrid`). [`PicConfig`] is everything but the request
+//! register: IRR and the input line levels are words any thread may set
+//! without entering the configuration, bit i = IRQ i (0–7 master, 8–15 slave).
 //! Special features not modelled: buffered mode, the 8080 call format, MCS-80 vectors.
 
+use super::sync::{Cells, Ordering, Shelter, Synced, Unsynced, Word};
 use super::{pic_ctl, IrqchipCounters, IrqchipEvent, IrqchipSink, NO_VECTOR};
-use crate::devices::{fill_le, le_value, ExclusiveDevice};
+use crate::devices::{fill_le, le_value, ConcurrentDevice, ExclusiveDevice};
+use std::ops::Deref;
 use std::sync::Arc;
 
 /// One 8259A.
@@ -148,11 +152,10 @@ impl PicConfig {
     }
 
     /// The interrupt INTA would deliver for request bits `irr`.
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     pub fn select(&self, irr: u16) -> Option<Selection> {
-        let slave = self.chips[1].request((irr >> 8) as u8, false);
-        let master_requests = (irr as u8 & !(1 << 2)) | if slave.is_some() { 1 << 2 } else { 0 };
+        let [master_irr, slave_irr] = irr.to_le_bytes();
+        let slave = self.chips[1].request(slave_irr, false);
+        let master_requests = (master_irr & !(1 << 2)) | if slave.is_some() { 1 << 2 } else { 0 };
         let master_irq = self.chips[0].request(master_requests, true)?;
         if master_irq == 2 {
             let slave_irq = slave?;
@@ -253,8 +256,6 @@ impl PicConfig {
     }
 
     /// Guest read of port index `port` (a pending poll is the caller's to handle).
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     pub fn read_port(&self, port: usize, irr: u16) -> u8 {
         match port {
             0 | 2 => {
@@ -262,7 +263,7 @@ impl PicConfig {
                 if chip.read_isr {
                     chip.isr
                 } else {
-                    (irr >> (8 * (port / 2))) as u8
+                    irr.to_le_bytes()[port / 2]
                 }
             }
             1 | 3 => self.chips[port / 2].imr,
@@ -291,96 +292,109 @@ pub fn pin_bit(irq: u64) -> Option<u16> {
     (irq < 16 && irq != 2).then(|| 1 << irq)
 }
 
-/// The PIC pair, not thread-safe.
-pub struct ExclusivePic {
-    config: PicConfig,
-    irr: u16,
-    lines: u16,
+/// The PIC pair: the one model, in the cells `S`. IRR and the line levels are
+/// set by any thread without entering the configuration; port accesses and
+/// INTA enter it.
+pub struct PicPair<S: Cells> {
+    irr: S::Word,
+    lines: S::Word,
+    /// Mirror of the ELCR, so raising a line does not enter the configuration.
+    elcr: S::Word,
+    config: S::Shelter<PicConfig>,
     sink: Arc<dyn IrqchipSink>,
     counters: Arc<IrqchipCounters>,
 }
 
-impl ExclusivePic {
-    pub fn new(sink: Arc<dyn IrqchipSink>, counters: Arc<IrqchipCounters>) -> Self {
-        ExclusivePic {
-            config: PicConfig::new(),
-            irr: 0,
-            lines: 0,
+impl<S: Cells> PicPair<S> {
+    fn new(sink: Arc<dyn IrqchipSink>, counters: Arc<IrqchipCounters>) -> Self {
+        PicPair {
+            irr: S::Word::new(0),
+            lines: S::Word::new(0),
+            elcr: S::Word::new(0),
+            config: S::Shelter::new(PicConfig::new()),
             sink,
             counters,
         }
     }
 
-    /// Set input `irq` (0–15, not 2) to `level`. A rising edge (or a high level
-    /// in level mode) requests an interrupt and signals ExtINT.
-    pub fn set_irq(&mut self, irq: u64, level: bool) {
-        let Some(bit) = pin_bit(irq) else {
+    fn irr(&self) -> u16 {
+        // Only the low 16 bits are ever set.
+        u16::try_from(self.irr.load(Ordering::SeqCst) & 0xffff).unwrap_or(u16::MAX)
+    }
+
+    /// Set input `irq` (0–15, not 2) to `level` (from any thread). A rising
+    /// edge (or a high level in level mode) requests an interrupt and signals
+    /// ExtINT.
+    pub fn set_irq(&self, irq: u64, level: bool) {
+        let Some(bit) = pin_bit(irq).map(u32::from) else {
             IrqchipCounters::bump(&self.counters.bad_pin);
             return;
         };
-        let level_mode = self.config.elcr() & bit != 0;
+        let level_mode = self.elcr.load(Ordering::Acquire) & bit != 0;
         if level {
-            let rising = self.lines & bit == 0;
-            self.lines |= bit;
-            if rising || level_mode {
-                let newly = self.irr & bit == 0;
-                self.irr |= bit;
-                if newly {
-                    self.sink.event(IrqchipEvent::ExtInt);
-                }
+            let rising = self.lines.fetch_or(bit, Ordering::SeqCst) & bit == 0;
+            // IRR first, then the ExtINT kick (the pull model).
+            if (rising || level_mode) && self.irr.fetch_or(bit, Ordering::SeqCst) & bit == 0 {
+                self.sink.event(IrqchipEvent::ExtInt);
             }
         } else {
-            self.lines &= !bit;
+            self.lines.fetch_and(!bit, Ordering::SeqCst);
             if level_mode {
-                self.irr &= !bit;
+                self.irr.fetch_and(!bit, Ordering::SeqCst);
             }
         }
     }
 
     pub fn pending_vector(&self) -> Option<u8> {
-        self.config.select(self.irr).map(|s| s.vector)
+        let irr = self.irr();
+        self.config
+            .with(|config| config.select(irr).map(|s| s.vector))
     }
 
-    /// The INTA cycle: the selected IRQ moves to in-service.
-    pub fn acknowledge(&mut self) -> Option<u8> {
-        let Some(selection) = self.take() else {
+    /// INTA (on the vCPU taking ExtINT): the selected IRQ moves to in-service.
+    pub fn acknowledge(&self) -> Option<u8> {
+        let selection = self.config.with(|config| self.take(config));
+        if selection.is_none() {
             IrqchipCounters::bump(&self.counters.spurious_inta);
-            return None;
-        };
-        Some(selection.vector)
+        }
+        selection.map(|s| s.vector)
     }
 
-    fn take(&mut self) -> Option<Selection> {
-        let selection = self.config.select(self.irr)?;
-        if self.config.clears_on_ack(selection.irr_bit) {
-            self.irr &= !selection.irr_bit;
+    /// Select and commit inside the configuration. An edge IRR bit is consumed
+    /// with one `fetch_and`; if a level line dropped it in between, the cycle
+    /// is spurious and nothing is committed.
+    fn take(&self, config: &mut PicConfig) -> Option<Selection> {
+        let selection = config.select(self.irr())?;
+        let bit = u32::from(selection.irr_bit);
+        if config.clears_on_ack(selection.irr_bit)
+            && self.irr.fetch_and(!bit, Ordering::SeqCst) & bit == 0
+        {
+            return None;
         }
-        self.config.commit(&selection);
+        config.commit(&selection);
         Some(selection)
     }
 
     /// (IRR, ISR, IMR) of both chips, master in the low byte.
     pub fn registers(&self) -> (u16, u16, u16) {
-        let imr =
-            u16::from(self.config.read_port(1, 0)) | u16::from(self.config.read_port(3, 0)) << 8;
-        (self.irr, self.config.isr(), imr)
+        self.config.with(|config| {
+            let imr = u16::from(config.read_port(1, 0)) | u16::from(config.read_port(3, 0)) << 8;
+            (self.irr(), config.isr(), imr)
+        })
     }
-}
 
-impl ExclusiveDevice for ExclusivePic {
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
-    fn read(&mut self, offset: u64, data: &mut [u8]) {
+    /// A bus read at `offset` in the PIC window.
+    fn read(&self, offset: u64, data: &mut [u8]) {
         let value = match offset {
-            0..=5 => {
-                let port = offset as usize;
-                if port < 4 && port.is_multiple_of(2) && self.config.take_poll(port / 2) {
-                    let selection = self.take();
+            0..=5 => self.config.with(|config| {
+                let port = port_index(offset);
+                if port < 4 && port.is_multiple_of(2) && config.take_poll(port / 2) {
+                    let selection = self.take(config);
                     u64::from(poll_byte(selection.as_ref(), port / 2))
                 } else {
-                    u64::from(self.config.read_port(port, self.irr))
+                    u64::from(config.read_port(port, self.irr()))
                 }
-            }
+            }),
             pic_ctl::INTA => self.acknowledge().map_or(NO_VECTOR, u64::from),
             pic_ctl::PENDING => self.pending_vector().map_or(NO_VECTOR, u64::from),
             _ => {
@@ -391,9 +405,8 @@ impl ExclusiveDevice for ExclusivePic {
         fill_le(data, value, 0);
     }
 
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
-    fn write(&mut self, offset: u64, data: &[u8]) {
+    /// A bus write at `offset` in the PIC window.
+    fn write(&self, offset: u64, data: &[u8]) {
         let value = le_value(data);
         match offset {
             0..=5 => {
@@ -405,14 +418,74 @@ impl ExclusiveDevice for ExclusivePic {
                         return;
                     }
                 }
-                if let PortEffect::ClearIrr(bits) =
-                    self.config.write_port(offset as usize, value as u8)
-                {
-                    self.irr &= !bits;
-                }
+                self.config.with(|config| {
+                    // A port takes the low byte.
+                    if let PortEffect::ClearIrr(bits) =
+                        config.write_port(port_index(offset), value.to_le_bytes()[0])
+                    {
+                        self.irr.fetch_and(!u32::from(bits), Ordering::SeqCst);
+                    }
+                    self.elcr.store(u32::from(config.elcr()), Ordering::Release);
+                });
             }
             pic_ctl::SET_IRQ => self.set_irq(value & 0xff, value & 0x100 != 0),
             _ => IrqchipCounters::bump(&self.counters.bad_access),
         }
+    }
+}
+
+/// The port index (0..=5, see `pic_ctl::PORTS`) of a window offset in 0..=5.
+fn port_index(offset: u64) -> usize {
+    usize::try_from(offset).unwrap_or(usize::MAX)
+}
+
+/// The PIC pair's exclusive form: not thread-safe, called only under the bus's
+/// serialization. Derefs to the model for the VMM's direct calls.
+pub struct ExclusivePic(PicPair<Unsynced>);
+
+impl ExclusivePic {
+    pub fn new(sink: Arc<dyn IrqchipSink>, counters: Arc<IrqchipCounters>) -> Self {
+        ExclusivePic(PicPair::new(sink, counters))
+    }
+}
+
+impl Deref for ExclusivePic {
+    type Target = PicPair<Unsynced>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl ExclusiveDevice for ExclusivePic {
+    fn read(&mut self, offset: u64, data: &mut [u8]) {
+        self.0.read(offset, data);
+    }
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        self.0.write(offset, data);
+    }
+}
+
+/// The PIC pair's thread-safe form (`hybrid`): any thread may call it.
+pub struct HybridPic(PicPair<Synced>);
+
+impl HybridPic {
+    pub fn new(sink: Arc<dyn IrqchipSink>, counters: Arc<IrqchipCounters>) -> Self {
+        HybridPic(PicPair::new(sink, counters))
+    }
+}
+
+impl Deref for HybridPic {
+    type Target = PicPair<Synced>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl ConcurrentDevice for HybridPic {
+    fn read(&self, offset: u64, data: &mut [u8]) {
+        self.0.read(offset, data);
+    }
+    fn write(&self, offset: u64, data: &[u8]) {
+        self.0.write(offset, data);
     }
 }

@@ -49,6 +49,7 @@ pub const MIN_PERIOD_NS: u64 = 200_000;
 pub struct VectorSet(pub [u32; 8]);
 
 impl VectorSet {
+    #[cfg(test)]
     pub fn test(&self, vector: u8) -> bool {
         self.0[usize::from(vector >> 5)] & (1 << (vector & 31)) != 0
     }
@@ -64,13 +65,15 @@ impl VectorSet {
 }
 
 /// The highest vector set in eight words.
-// Casts: i < 8 and the bit index is < 32, so the vector is < 256.
-#[allow(clippy::cast_possible_truncation)]
 pub fn highest_in(words: &[u32; 8]) -> Option<u8> {
-    (0..8)
+    (0..8u8)
         .rev()
-        .find(|i| words[*i] != 0)
-        .map(|i| (i as u32 * 32 + 31 - words[i].leading_zeros()) as u8)
+        .find(|i| words[usize::from(*i)] != 0)
+        .map(|i| {
+            // The word is not zero, so its highest set bit is below 32.
+            let bit = 31 - words[usize::from(i)].leading_zeros();
+            i * 32 + u8::try_from(bit).unwrap_or(31)
+        })
 }
 
 /// Processor priority (SDM 11.8.3.1): the higher of TPR and the in-service class.
@@ -141,11 +144,9 @@ pub struct ApicMessage {
 
 impl ApicMessage {
     /// Decode an ICR write (low word `lo`, high word `hi`).
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     pub fn from_icr(lo: u32, hi: u32) -> ApicMessage {
         ApicMessage {
-            vector: lo as u8,
+            vector: lo.to_le_bytes()[0],
             mode: DeliveryMode::from_bits(lo >> 8),
             logical: lo & (1 << 11) != 0,
             assert: lo & (1 << 14) != 0,
@@ -331,11 +332,9 @@ impl LapicRegs {
     }
 
     /// The LVT timer vector, if an expiry should raise it.
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     pub fn timer_vector(&self) -> Option<u8> {
         let lvt = self.lvt[0];
-        (lvt & LVT_MASKED == 0 && self.enabled()).then_some(lvt as u8)
+        (lvt & LVT_MASKED == 0 && self.enabled()).then_some(lvt.to_le_bytes()[0])
     }
 
     /// Value of the 32-bit register at `reg` (16-byte aligned). IRR and TMR
@@ -368,8 +367,6 @@ impl LapicRegs {
     }
 
     /// A full, aligned 32-bit guest write of `value` to `reg`.
-    // Casts: register and access-size fields: taking the low bits is the architectural behaviour; vCPU, pin and offset indices are bounded by the chip size.
-    #[allow(clippy::cast_possible_truncation)]
     pub fn write(
         &mut self,
         reg: u64,
@@ -378,7 +375,7 @@ impl LapicRegs {
         counters: &IrqchipCounters,
     ) -> RegEffect {
         match reg {
-            REG_TPR => self.tpr = value as u8,
+            REG_TPR => self.tpr = value.to_le_bytes()[0],
             REG_EOI => {
                 if let Some(v) = self.isr.highest() {
                     self.isr.clear(v);

@@ -1,7 +1,7 @@
-//! The LAPIC timers' host side (issue 11 item 2): one thread per VM keeps each
+//! The LAPIC timers' host side: one thread per VM keeps each
 //! vCPU's armed deadline and, when it passes, calls `fire(vcpu, deadline)`,
 //! which the VMM makes a posted write of the deadline to that vCPU's
-//! `lapic_ctl::TIMER_EXPIRED` register. As in seed 004 §4.4.2, timer interrupts
+//! `lapic_ctl::TIMER_EXPIRED` register. As in the Seoul thesis §4.4.2, timer interrupts
 //! come only from this thread, never from reading the current count. The sink
 //! arms it on `IrqchipEvent::TimerDeadline` through a [`TimerHandle`] (one short
 //! leaf lock, no bus access), so arming is safe inside a device handler.

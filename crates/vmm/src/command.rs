@@ -1,68 +1,92 @@
-//! `smplab vmm`: run a kernel under smplab-vmm from the command line. The CLI crate
-//! wires the subcommand to [`VmmArgs`] and [`run`].
+//! `smplab vmm`: run a kernel under smplab-vmm, as a command. The CLI crate
+//! parses its flags into [`VmmOptions`] and calls [`run_command`]; everything
+//! else (validation, the run, the record, the summary, the exit status) is here.
 
 use crate::placement::CpuList;
 use crate::{
     run_vm, ConsoleSink, Irqchip, KernelImage, Placement, SyncMode, VmConfig, VmRun, VmmError,
 };
+use smplab_record::config::{IoThreadCpus, Timeout};
 use smplab_record::{exit, Executor, Outcome, RunRecord, WorkloadInfo};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Options of `smplab vmm`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct VmmArgs {
+/// Where the guest console goes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ConsoleOutput {
+    /// Kept in memory, not shown (the summary says how much there was).
+    #[default]
+    Hidden,
+    /// Copied to stderr while the guest runs (`--console`).
+    Stderr,
+    /// Written to this file (`--console-file FILE`).
+    File(PathBuf),
+}
+
+/// Where the vCPU threads run (`--pin` or `--confine`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum VcpuCpus {
+    /// The host scheduler places them.
+    #[default]
+    Float,
+    /// vCPU i on the i-th CPU of the list.
+    Pin(CpuList),
+    /// Every vCPU on any CPU of the list.
+    Confine(CpuList),
+}
+
+/// The options of `smplab vmm`, typed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmmOptions {
     /// Guest kernel: an ELF64 with a PVH entry note.
-    #[arg(long, value_name = "FILE")]
     pub kernel: PathBuf,
-    /// Number of vCPUs.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub cpus: u32,
-    /// Guest memory, e.g. 256M or 1G.
-    #[arg(long, default_value = "256M", value_name = "SIZE", value_parser = parse_size)]
-    pub mem: u64,
-    /// Device synchronization: global, iothread, hybrid or fine.
-    #[arg(long, default_value = "fine", value_name = "MODE")]
+    pub vcpus: u32,
+    pub mem_bytes: u64,
     pub sync: SyncMode,
-    /// Pin vCPU i to the i-th CPU of this list (e.g. 0,1 or 0-3).
-    #[arg(long, value_name = "CPUS", conflicts_with = "confine")]
-    pub pin: Option<CpuList>,
-    /// Let every vCPU run on any CPU of this list.
-    #[arg(long, value_name = "CPUS")]
-    pub confine: Option<CpuList>,
-    /// Host CPU for the I/O thread.
-    #[arg(long, value_name = "CPU")]
-    pub io_cpu: Option<usize>,
+    pub vcpu_cpus: VcpuCpus,
+    /// The CPUs of the bus's I/O thread (`iothread`, `hybrid`): none or one.
+    pub io_thread_cpus: IoThreadCpus,
     /// Guest command line; `cpus=N` is added when it has no `cpus=` word.
-    #[arg(long, value_name = "STR", default_value = "")]
     pub cmdline: String,
     /// PVH module files in order (module 0 is the encoded workload).
-    #[arg(long = "module", value_name = "FILE")]
     pub modules: Vec<PathBuf>,
-    /// Stop the guest after this many seconds (exit status 7).
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<f64>,
+    /// Stop the guest after this long (exit status 7).
+    pub timeout: Timeout,
     /// Busy time of the work device (port 0x530) per access, in nanoseconds.
-    #[arg(long, default_value_t = 0, value_name = "NS")]
     pub work_ns: u64,
     /// Make the work device a not-thread-safe device (it then cannot bypass).
-    #[arg(long)]
     pub work_exclusive: bool,
-    /// Interrupt controllers: `kernel` (KVM's in-kernel LAPIC/IOAPIC/PIC) or
-    /// `user` (smplab-vmm's models on the bus, under --sync; HLT in the VMM).
-    #[arg(long, default_value = "kernel", value_name = "WHERE")]
     pub irqchip: Irqchip,
-    /// With --irqchip user: how long a halted vCPU thread polls before it
+    /// With `Irqchip::User`: how long a halted vCPU thread polls before it
     /// sleeps, in ns (0 = no polling).
-    #[arg(long, default_value_t = 0, value_name = "NS")]
     pub vmm_halt_poll_ns: u64,
-    /// Write the guest console to this file instead of stdout.
-    #[arg(long, value_name = "FILE")]
-    pub console: Option<PathBuf>,
-    /// Print the full result record as JSON (the console then goes to stderr).
-    #[arg(long)]
+    pub console: ConsoleOutput,
+    /// Print the result record as JSON on stdout instead of the summary.
     pub json: bool,
+}
+
+impl VmmOptions {
+    /// The defaults of every option but the kernel.
+    pub fn new(kernel: PathBuf) -> Self {
+        VmmOptions {
+            kernel,
+            vcpus: 1,
+            mem_bytes: 256 << 20,
+            sync: SyncMode::Fine,
+            vcpu_cpus: VcpuCpus::Float,
+            io_thread_cpus: IoThreadCpus::default(),
+            cmdline: String::new(),
+            modules: Vec::new(),
+            timeout: Timeout::default(),
+            work_ns: 0,
+            work_exclusive: false,
+            irqchip: Irqchip::Kernel,
+            vmm_halt_poll_ns: 0,
+            console: ConsoleOutput::Hidden,
+            json: false,
+        }
+    }
 }
 
 /// A memory size that is not one.
@@ -119,8 +143,8 @@ pub fn status_for_guest_code(code: u32) -> i32 {
     }
 }
 
-fn config_from_args(args: &VmmArgs) -> Result<VmConfig, VmmError> {
-    let modules = args
+fn config_from_options(options: &VmmOptions) -> Result<VmConfig, VmmError> {
+    let modules = options
         .modules
         .iter()
         .map(|path| {
@@ -129,96 +153,99 @@ fn config_from_args(args: &VmmArgs) -> Result<VmConfig, VmmError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let placement = match (&args.pin, &args.confine) {
-        (Some(cpus), _) => Placement::Pinned(cpus.0.clone()),
-        (None, Some(cpus)) => Placement::Confined(cpus.0.clone()),
-        (None, None) => Placement::Floating,
+    let placement = match &options.vcpu_cpus {
+        VcpuCpus::Pin(cpus) => Placement::Pinned(cpus.0.clone()),
+        VcpuCpus::Confine(cpus) => Placement::Confined(cpus.0.clone()),
+        VcpuCpus::Float => Placement::Floating,
     };
-    let timeout = match args.timeout {
-        None => None,
-        Some(secs) if secs.is_finite() && secs > 0.0 && secs < 1e9 => {
-            Some(Duration::from_secs_f64(secs))
-        }
-        Some(secs) => {
-            return Err(VmmError::BadConfig(format!(
-                "--timeout {secs} is not a positive number of seconds"
-            )))
+    // The bus has one I/O thread: a list names its one CPU or none.
+    let io_cpu = match options.io_thread_cpus.0.as_slice() {
+        [] => None,
+        [cpu] => Some(*cpu),
+        _ => {
+            let message = format!(
+                "--io-thread-cpus {}: smplab vmm's I/O thread is one thread; give one CPU (or none)",
+                options.io_thread_cpus
+            );
+            return Err(VmmError::BadConfig(message));
         }
     };
-    if args.vmm_halt_poll_ns > 0 && args.irqchip != Irqchip::User {
+    if options.vmm_halt_poll_ns > 0 && options.irqchip != Irqchip::User {
         return Err(VmmError::BadConfig(
             "--vmm-halt-poll-ns applies only to --irqchip user (KVM's in-kernel irqchip halts vCPUs in the kernel)".into(),
         ));
     }
-    if args.vmm_halt_poll_ns > smplab_record::config::settings::MAX_VMM_HALT_POLL_NS {
+    if options.vmm_halt_poll_ns > smplab_record::config::settings::MAX_VMM_HALT_POLL_NS {
         return Err(VmmError::BadConfig(format!(
             "--vmm-halt-poll-ns {} is longer than {} ns",
-            args.vmm_halt_poll_ns,
+            options.vmm_halt_poll_ns,
             smplab_record::config::settings::MAX_VMM_HALT_POLL_NS
         )));
     }
-    let console = match (&args.console, args.json) {
-        (Some(path), _) => ConsoleSink::File(path.clone()),
-        (None, true) => ConsoleSink::Capture,
-        (None, false) => ConsoleSink::Stdout,
+    let console = match &options.console {
+        ConsoleOutput::Hidden => ConsoleSink::Capture,
+        ConsoleOutput::Stderr => ConsoleSink::Stderr,
+        ConsoleOutput::File(path) => ConsoleSink::File(path.clone()),
     };
     Ok(VmConfig {
-        kernel: KernelImage::Path(args.kernel.clone()),
-        cmdline: cmdline_with_cpus(&args.cmdline, args.cpus),
+        kernel: KernelImage::Path(options.kernel.clone()),
+        cmdline: cmdline_with_cpus(&options.cmdline, options.vcpus),
         modules,
-        vcpus: args.cpus,
-        mem_bytes: args.mem,
-        sync: args.sync,
+        vcpus: options.vcpus,
+        mem_bytes: options.mem_bytes,
+        sync: options.sync,
         placement,
-        io_cpu: args.io_cpu,
-        timeout,
+        io_cpu,
+        timeout: Some(options.timeout.duration()),
         console,
-        work_ns: args.work_ns,
-        work_exclusive: args.work_exclusive,
+        work_ns: options.work_ns,
+        work_exclusive: options.work_exclusive,
         start_gate: None,
         host: None,
-        irqchip: args.irqchip,
-        vmm_halt_poll: Duration::from_nanos(args.vmm_halt_poll_ns),
+        irqchip: options.irqchip,
+        vmm_halt_poll: Duration::from_nanos(options.vmm_halt_poll_ns),
         block: None,
         irq_route: None,
     })
 }
 
 /// The result record of a run (or of a failed attempt).
-pub fn record_for(args: &VmmArgs, outcome: &Result<VmRun, VmmError>) -> RunRecord {
-    let file = args
-        .kernel
+pub fn record_for(options: &VmmOptions, outcome: &Result<VmRun, VmmError>) -> RunRecord {
+    let kernel = &options.kernel;
+    let file = kernel
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_else(|| args.kernel.display().to_string());
+        .unwrap_or_else(|| kernel.display().to_string());
     let mut record = RunRecord::new(
         Executor::Vm,
         WorkloadInfo {
             name: format!("kernel:{file}"),
-            source: args.kernel.display().to_string(),
-            n: args.cpus,
-            threads: args.cpus,
+            source: kernel.display().to_string(),
+            n: options.vcpus,
+            threads: options.vcpus,
             params: Default::default(),
         },
     );
-    record.set_config("vcpus", args.cpus);
-    record.set_config("sync", args.sync.as_str());
-    record.set_config("mem_bytes", args.mem);
-    record.set_config("cmdline", cmdline_with_cpus(&args.cmdline, args.cpus));
-    record.set_config("work_ns", args.work_ns);
-    record.set_config("work_exclusive", args.work_exclusive);
-    record.set_config("irqchip", args.irqchip.as_str());
-    if args.vmm_halt_poll_ns > 0 {
-        record.set_config("vmm_halt_poll_ns", args.vmm_halt_poll_ns);
+    record.set_config("vcpus", options.vcpus);
+    record.set_config("sync", options.sync.as_str());
+    record.set_config("mem_bytes", options.mem_bytes);
+    record.set_config(
+        "cmdline",
+        cmdline_with_cpus(&options.cmdline, options.vcpus),
+    );
+    record.set_config("work_ns", options.work_ns);
+    record.set_config("work_exclusive", options.work_exclusive);
+    record.set_config("irqchip", options.irqchip.as_str());
+    if options.vmm_halt_poll_ns > 0 {
+        record.set_config("vmm_halt_poll_ns", options.vmm_halt_poll_ns);
     }
-    if let Some(pin) = &args.pin {
-        record.set_config("pin", pin.0.clone());
+    match &options.vcpu_cpus {
+        VcpuCpus::Float => {}
+        VcpuCpus::Pin(cpus) => record.set_config("pin", cpus.0.clone()),
+        VcpuCpus::Confine(cpus) => record.set_config("confine", cpus.0.clone()),
     }
-    if let Some(confine) = &args.confine {
-        record.set_config("confine", confine.0.clone());
-    }
-    if let Some(cpu) = args.io_cpu {
-        record.set_config("io_cpu", cpu);
+    if !options.io_thread_cpus.is_float() {
+        record.set_config("io_thread_cpus", options.io_thread_cpus.to_string());
     }
     match outcome {
         Ok(run) => {
@@ -297,12 +324,18 @@ fn human_summary(run: &VmRun) -> String {
         }
     }
     if s.unclaimed_accesses > 0 {
-        out.push_str(&format!("  unclaimed reads: {}\n", s.unclaimed_accesses));
+        out.push_str(&format!("  unclaimed accesses: {}\n", s.unclaimed_accesses));
     }
     if let Some(overhead) = s.vmm_overhead_bytes {
         out.push_str(&format!(
             "  VMM memory overhead (RSS - resident guest RAM): {:.1} MiB\n",
             overhead as f64 / (1 << 20) as f64
+        ));
+    }
+    if !run.console.is_empty() {
+        out.push_str(&format!(
+            "  console: {} bytes (--console shows it, --console-file FILE keeps it)\n",
+            run.console.len()
         ));
     }
     if !run.result.is_empty() {
@@ -315,17 +348,16 @@ fn human_summary(run: &VmRun) -> String {
 }
 
 /// Run `smplab vmm`; returns the process exit status.
-pub fn run(args: &VmmArgs) -> i32 {
-    let outcome = config_from_args(args).and_then(|config| run_vm(&config));
-    if args.json {
-        if let Ok(run) = &outcome {
-            let _ = std::io::stderr().write_all(&run.console);
-        }
-        println!("{}", record_for(args, &outcome).to_json_pretty());
+pub fn run_command(options: &VmmOptions) -> i32 {
+    let outcome = config_from_options(options).and_then(|config| run_vm(&config));
+    if options.json {
+        let mut out = std::io::stdout().lock();
+        // A closed stdout (`| head`) must not turn a finished run into a failure.
+        let _ = writeln!(out, "{}", record_for(options, &outcome).to_json_line());
     }
     match outcome {
         Ok(run) => {
-            if !args.json {
+            if !options.json {
                 eprint!("{}", human_summary(&run));
             }
             status_for_guest_code(run.exit_code)
@@ -341,13 +373,6 @@ pub fn run(args: &VmmArgs) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Wrapper {
-        #[command(flatten)]
-        args: VmmArgs,
-    }
 
     #[test]
     fn sizes_parse() {
@@ -359,63 +384,84 @@ mod tests {
     }
 
     #[test]
-    fn args_parse_and_cmdline_gets_cpus() {
-        let w = Wrapper::parse_from([
-            "x",
-            "--kernel",
-            "k.elf",
-            "--cpus",
-            "2",
-            "--sync",
-            "hybrid",
-            "--pin",
-            "0-1",
-            "--cmdline",
-            "idle=poll",
-            "--timeout",
-            "5",
-        ]);
-        assert_eq!(w.args.sync, SyncMode::Hybrid);
-        assert_eq!(w.args.pin, Some(CpuList(vec![0, 1])));
-        assert_eq!(cmdline_with_cpus(&w.args.cmdline, 2), "cpus=2 idle=poll");
+    fn cmdline_gets_cpus_unless_it_names_them() {
+        assert_eq!(cmdline_with_cpus("idle=poll", 2), "cpus=2 idle=poll");
+        assert_eq!(cmdline_with_cpus("", 3), "cpus=3");
         assert_eq!(cmdline_with_cpus("cpus=4", 2), "cpus=4");
-        assert!(Wrapper::try_parse_from(["x", "--kernel", "k", "--sync", "bogus"]).is_err());
+    }
+
+    #[test]
+    fn options_reach_the_config() {
+        let options = VmmOptions {
+            vcpus: 2,
+            sync: SyncMode::Hybrid,
+            vcpu_cpus: VcpuCpus::Pin(CpuList(vec![0, 1])),
+            io_thread_cpus: IoThreadCpus(vec![1]),
+            timeout: "5".parse().expect("a timeout"),
+            console: ConsoleOutput::Stderr,
+            ..VmmOptions::new("k.elf".into())
+        };
+        let config = config_from_options(&options).expect("valid");
+        assert_eq!(config.vcpus, 2);
+        assert_eq!(config.sync, SyncMode::Hybrid);
+        assert_eq!(config.placement, Placement::Pinned(vec![0, 1]));
+        assert_eq!(config.io_cpu, Some(1));
+        assert_eq!(config.timeout, Some(Duration::from_secs(5)));
+        assert_eq!(config.console, ConsoleSink::Stderr);
+        assert_eq!(config.cmdline, "cpus=2");
+        // Without flags: the one default timeout, the console kept from view.
+        let config = config_from_options(&VmmOptions::new("k".into())).expect("valid");
+        assert_eq!(
+            config.timeout,
+            Some(smplab_record::config::DEFAULT_TIMEOUT.duration())
+        );
+        assert_eq!(config.console, ConsoleSink::Capture);
+    }
+
+    #[test]
+    fn an_io_thread_on_several_cpus_is_refused_not_narrowed() {
+        let options = VmmOptions {
+            io_thread_cpus: IoThreadCpus(vec![0, 1]),
+            ..VmmOptions::new("k".into())
+        };
+        let err = config_from_options(&options).expect_err("refused");
+        assert_eq!(err.exit_status(), exit::BAD_INPUT);
+        assert!(err.to_string().contains("--io-thread-cpus 0,1"), "{err}");
     }
 
     #[test]
     fn irqchip_user_and_its_halt_poll_window_reach_the_config() {
-        let w = Wrapper::parse_from(["x", "--kernel", "k"]);
-        assert_eq!(w.args.irqchip, Irqchip::Kernel);
-        let w = Wrapper::parse_from([
-            "x",
-            "--kernel",
-            "k",
-            "--irqchip",
-            "user",
-            "--vmm-halt-poll-ns",
-            "20000",
-        ]);
-        let config = config_from_args(&w.args).expect("valid");
+        let options = VmmOptions {
+            irqchip: Irqchip::User,
+            vmm_halt_poll_ns: 20_000,
+            ..VmmOptions::new("k".into())
+        };
+        let config = config_from_options(&options).expect("valid");
         assert_eq!(config.irqchip, Irqchip::User);
         assert_eq!(config.vmm_halt_poll, Duration::from_micros(20));
         // A halt-poll window the in-kernel irqchip would never use is refused.
-        let w = Wrapper::parse_from(["x", "--kernel", "k", "--vmm-halt-poll-ns", "1"]);
-        let err = config_from_args(&w.args).expect_err("refused");
+        let options = VmmOptions {
+            vmm_halt_poll_ns: 1,
+            ..VmmOptions::new("k".into())
+        };
+        let err = config_from_options(&options).expect_err("refused");
         assert_eq!(err.exit_status(), exit::BAD_INPUT);
         assert!(err.to_string().contains("--irqchip user"), "{err}");
-        assert!(Wrapper::try_parse_from(["x", "--kernel", "k", "--irqchip", "usr"]).is_err());
     }
 
     #[test]
     fn missing_kernel_is_a_bad_kernel_status_and_record_says_why() {
-        let w = Wrapper::parse_from(["x", "--kernel", "/nonexistent/k.elf", "--json"]);
-        let outcome = config_from_args(&w.args).and_then(|c| run_vm(&c));
+        let options = VmmOptions {
+            json: true,
+            ..VmmOptions::new("/nonexistent/k.elf".into())
+        };
+        let outcome = config_from_options(&options).and_then(|c| run_vm(&c));
         let Err(e) = &outcome else {
             panic!("ran a missing kernel")
         };
         // Without KVM the first failure is KVM_UNAVAILABLE; with it, BAD_KERNEL.
         assert!([exit::BAD_KERNEL, exit::KVM_UNAVAILABLE].contains(&e.exit_status()));
-        let record = record_for(&w.args, &outcome);
+        let record = record_for(&options, &outcome);
         assert_eq!(record.workload.name, "kernel:k.elf");
         assert!(matches!(record.outcome, Outcome::Failed { .. }));
     }
