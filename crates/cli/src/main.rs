@@ -5,6 +5,7 @@
 mod check;
 mod doctor;
 mod run;
+mod sim;
 mod workloads;
 
 use clap::{Parser, Subcommand};
@@ -35,7 +36,7 @@ enum Cmd {
     /// Boot a kernel in smplab-vmm with a chosen device-synchronization mode.
     Vmm(smplab_vmm::cli::VmmArgs),
     /// Simulate SMP VMs on a shared or overcommitted host.
-    Sim(smplab_sim::cli::SimArgs),
+    Sim(sim::SimArgs),
     /// Experiments: run a sweep spec, report on stored results.
     Lab(smplab_lab::cli::LabArgs),
     /// Attribute a workload's virtualization slowdown to factors, one removed at a time.
@@ -72,7 +73,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run::run(a),
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Vmm(a) => smplab_vmm::cli::run(a),
-        Cmd::Sim(a) => smplab_sim::cli::run(a),
+        Cmd::Sim(a) => sim::run(a),
         Cmd::Lab(a) => smplab_lab::cli::lab(a),
         Cmd::Diagnose(a) => smplab_lab::cli::diagnose(a),
         Cmd::Calibrate(a) => smplab_lab::cli::calibrate(a),

@@ -1,7 +1,7 @@
 //! Prints the reproduction figures of docs/sim.md (seed 000, 001, 002) at a
 //! larger scale than the tests use. `cargo run --release -p smplab-sim --example repro [scale]`
 
-use smplab_sim::{simulate, Affinity, Idle, Platform, Policy, Scenario, Topology, VmSpec};
+use smplab_sim::{simulate, Idle, Placement, Platform, Policy, Scenario, Topology, VmSpec};
 
 fn vm(name: &str, n: u32, scale: f64, vcpus: u32) -> VmSpec {
     VmSpec::from_workload(name, Some(n), scale, vcpus).expect("builtin")
@@ -111,15 +111,15 @@ fn main() {
     println!("== seed 001: 8 vCPUs on 6 pCPUs (3 LLC domains), pin vs float");
     for name in ["streamcluster", "fluidanimate"] {
         let mut res = String::new();
-        for aff in [Affinity::Float, Affinity::Pin] {
+        for aff in [Placement::Float, Placement::Spread] {
             let mut v = vm(name, 8, scale, 8);
-            v.affinity = aff;
+            v.placement = aff.clone();
             let mut s = Scenario::new(k.clone(), 6, vec![v]);
             s.topology = Topology {
                 pcpus_per_llc: Some(2),
             };
             let (w, _, _) = wall(&s);
-            res += &format!("  {}: {:.2} ms", aff.label(), w[0] as f64 / 1e6);
+            res += &format!("  {}: {:.2} ms", aff, w[0] as f64 / 1e6);
         }
         println!("{name:>14}{res}");
     }

@@ -25,7 +25,6 @@
 
 pub mod amdahl;
 pub mod breakdown;
-pub mod cli;
 mod code;
 mod engine;
 mod error;
@@ -38,8 +37,8 @@ pub mod spec;
 pub use error::SimError;
 pub use platform::Platform;
 pub use scenario::{
-    Affinity, BadAffinity, BadDeviceSync, DeviceSync, Devices, Idle, Ple, Policy, PolicyKind,
-    Scenario, Sdb, Topology, VmSpec,
+    DeviceSync, Devices, Idle, Placement, Ple, Policy, PolicyKind, Scenario, Sdb, SyncMode,
+    Topology, VmSpec,
 };
 pub use smplab_record::RunRecord;
 
@@ -49,6 +48,12 @@ use std::time::Instant;
 /// Simulate a scenario: one record per VM, in VM order.
 pub fn simulate(s: &Scenario) -> Result<Vec<RunRecord>, SimError> {
     simulate_inner(s, None).map(|(records, _)| records)
+}
+
+/// Simulate the scenario of a spec file (`smplab sim --spec FILE.toml`):
+/// one record per VM; errors in the file name file:line:col.
+pub fn simulate_spec(path: &std::path::Path) -> Result<Vec<RunRecord>, SimError> {
+    simulate(&spec::load(path)?)
 }
 
 /// What the tuner of [`simulate_tuned`] did.
@@ -154,7 +159,7 @@ fn native_walls(s: &Scenario) -> Result<Vec<Option<NativeRef>>, SimError> {
         let mut spec = vm.clone();
         spec.vcpus = cores;
         spec.idle = Idle::Hlt;
-        spec.affinity = Affinity::Float;
+        spec.placement = Placement::Float;
         spec.ple = Ple::Off;
         spec.apicv = false;
         spec.sdb = None;

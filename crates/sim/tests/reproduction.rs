@@ -6,7 +6,7 @@
 //! matters (the 2-VM streamcluster case).
 
 use smplab_sim::{
-    simulate, Affinity, Idle, Platform, Policy, RunRecord, Scenario, Topology, VmSpec,
+    simulate, Idle, Placement, Platform, Policy, RunRecord, Scenario, Topology, VmSpec,
 };
 
 fn kvm() -> Platform {
@@ -189,9 +189,12 @@ fn seed002_partitioning_beats_gang_scheduling() {
 /// domains (seed 001 Fig. 5, 6).
 fn pin_over_float(name: &str) -> f64 {
     let mut w = [0u64; 2];
-    for (i, aff) in [Affinity::Float, Affinity::Pin].into_iter().enumerate() {
+    for (i, aff) in [Placement::Float, Placement::Spread]
+        .into_iter()
+        .enumerate()
+    {
         let mut v = vm(name, 8, 1.0, 8);
-        v.affinity = aff;
+        v.placement = aff.clone();
         let mut s = Scenario::new(kvm(), 6, vec![v]);
         s.topology = Topology {
             pcpus_per_llc: Some(2),
@@ -201,7 +204,7 @@ fn pin_over_float(name: &str) -> f64 {
         let sim = r.sim.as_ref().unwrap();
         eprintln!(
             "{name} {}: wall {:.2} ms, migrations {}, warm-up {:.2} ms, ipis {}, steal {:.2} ms",
-            aff.label(),
+            aff,
             r.timing.wall_ns as f64 / 1e6,
             sim.migrations,
             sim.warmup_ns as f64 / 1e6,

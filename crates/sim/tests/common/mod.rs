@@ -52,14 +52,14 @@ pub fn draw_scenario(d: &mut Draw) -> Option<Scenario> {
         let n = 1 + r(6) as u32;
         let mut v = VmSpec::from_workload(name, Some(n), 0.02, vcpus).unwrap();
         v.idle = [Idle::Hlt, Idle::Poll, Idle::HaltPoll(20_000)][r(3) as usize];
-        v.affinity = [
-            Affinity::Float,
-            Affinity::Pin,
-            Affinity::Range {
-                first: 0,
-                count: 1 + r(pcpus as u64) as u32,
-            },
-        ][r(3) as usize];
+        // The range's size is drawn before the choice, as it always was (the
+        // golden hashes depend on the order of draws).
+        let range = 1 + r(pcpus as u64) as usize;
+        v.placement = match r(3) {
+            0 => Placement::Float,
+            1 => Placement::Spread,
+            _ => Placement::Cpus((0..range).collect()),
+        };
         v.ple = [Ple::Off, Ple::Intel, Ple::Amd][r(3) as usize];
         v.apicv = r(2) == 0;
         if r(2) == 0 {
