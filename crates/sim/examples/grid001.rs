@@ -1,4 +1,4 @@
-//! Seed 001 exploration: pin/float wall-time ratio per profile and pCPU count
+//! Kulkarni & Kulkarni exploration: pin/float wall-time ratio per profile and pCPU count
 //! (8 vCPUs, 8 threads). `cargo run --release -p smplab-sim --example grid001 [scale]`
 use smplab_sim::{simulate, Placement, Platform, Scenario, Topology, VmSpec};
 fn main() {

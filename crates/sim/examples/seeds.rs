@@ -40,7 +40,7 @@ fn main() {
             walls(&two).iter().map(|&w| base / w as f64).sum::<f64>()
         };
         let (ws_spin, ws_block) = (ws(&spin), ws(&block));
-        // seed 001
+        // Kulkarni & Kulkarni
         let ratio = |name: &str| {
             let mut w = [0u64; 2];
             for (i, aff) in [Placement::Float, Placement::Spread]
@@ -59,7 +59,7 @@ fn main() {
             }
             w[1] as f64 / w[0] as f64
         };
-        // seed 002
+        // Wells et al.
         let spin_ns = |sdb: bool| {
             let mut v = vm("spinlock", 24, 0.05, 24);
             v.ple = smplab_sim::Ple::Off;

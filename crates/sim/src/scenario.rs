@@ -77,14 +77,14 @@ pub fn pcpu_range_of(placement: &Placement, pcpus: u32) -> Result<Option<(u32, u
     }
 }
 
-/// Spin Detection Buffer settings (seed 002). `None` fields take the platform's.
+/// Spin Detection Buffer settings (Wells et al.). `None` fields take the platform's.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Sdb {
     pub detect_ns: Option<u64>,
     pub false_positive_rate: Option<f64>,
 }
 
-/// How device-model exits are synchronized (seed 004).
+/// How device-model exits are synchronized (Partheymüller).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DeviceSync {
     /// One global lock around all device models.
@@ -98,7 +98,7 @@ pub enum DeviceSync {
 }
 
 /// Share of device requests that reach thread-safe device models in hybrid
-/// mode and so bypass the I/O thread, when nothing else says (seed 004 §3.3:
+/// mode and so bypass the I/O thread, when nothing else says (Partheymüller §3.3:
 /// the interrupt controllers and timers bypass it, block and serial devices
 /// do not; this even split is a modelling assumption).
 pub const DEFAULT_HYBRID_BYPASS: f64 = 0.5;
@@ -135,7 +135,7 @@ pub struct Devices {
     pub exits_per_ms: f64,
     pub sync: DeviceSync,
     /// Fraction of requests that are synchronous (the vCPU waits for the reply);
-    /// seed 004 Table 3.1: 759141 / (759141 + 446213) = 62.98%.
+    /// Partheymüller Table 3.1: 759141 / (759141 + 446213) = 62.98%.
     pub synchronous: f64,
 }
 
@@ -162,8 +162,8 @@ pub struct VmSpec {
 }
 
 impl VmSpec {
-    /// A VM with the seeds' default settings: HLT idle, floating vCPUs, Intel
-    /// PLE, no APICv (seed 000's R720), no SDB, no device exits.
+    /// A VM with the papers' default settings: HLT idle, floating vCPUs, Intel
+    /// PLE, no APICv (Ding & Shan's R720), no SDB, no device exits.
     pub fn new(program: Program, workload: WorkloadInfo, vcpus: u32) -> VmSpec {
         VmSpec {
             program,

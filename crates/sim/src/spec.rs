@@ -299,7 +299,7 @@ fn devices_setting(src: &Source, dr: &DevicesFile) -> Result<Devices, SimError> 
             return Err(src.at(s.span(), "synchronous must be a fraction in 0..1".into()))
         }
         Some(s) => *s.get_ref(),
-        // seed 004 Table 3.1: 62.98% of I/O-thread messages are synchronous.
+        // Partheymüller Table 3.1: 62.98% of I/O-thread messages are synchronous.
         None => 0.6298,
     };
     Ok(Devices {

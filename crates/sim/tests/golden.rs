@@ -1,7 +1,7 @@
 //! Result preservation: a fixed set of scenarios must produce bit-identical
 //! records and raw run figures (every simulated number, the processed and
 //! stale event counts) to the hashes below, which were computed on `main`
-//! before the event-loop optimizations of issue 10 ("honest speed"). A
+//! before the event-loop optimizations (docs/sim-performance.md). A
 //! change that only makes the simulator faster must keep them; a change
 //! that means to alter the model's results regenerates them with
 //! `SMPLAB_SIM_GOLDEN_PRINT=1 cargo test --release -p smplab-sim --test golden -- --nocapture`
@@ -95,7 +95,7 @@ fn scenarios() -> Vec<(String, Scenario)> {
     s.horizon_ns = Some(4_000_000);
     s.native_reference = false;
     out.push(("128 pCPUs, 64 VMs x 16, 4 ms".into(), s));
-    // Seed 000's dedup with polling idle and its native reference.
+    // Ding & Shan's dedup with polling idle and its native reference.
     let mut v = VmSpec::from_workload("dedup", Some(16), 0.3, 16).unwrap();
     v.idle = Idle::Poll;
     out.push(("dedup poll".into(), Scenario::new(k, 16, vec![v])));
@@ -103,10 +103,10 @@ fn scenarios() -> Vec<(String, Scenario)> {
 }
 
 /// (results, event counts) hashes, in the order of `scenarios()`, computed
-/// on `main` at 9e4f7cf (after the seed000 and policysim merges), before the
-/// event-loop optimizations of issue 10; the optimized engine gives the same.
+/// on `main` at 9e4f7cf, before the event-loop optimizations; the optimized
+/// engine gives the same.
 /// Results regenerated once since, for a deliberate model change: the
-/// host-tick `irq` exit count (issue 10, predictions). With that one key
+/// host-tick `irq` exit count. With that one key
 /// left out of the fingerprint the old hashes still matched, and the event
 /// counts are unchanged. Regenerated again for the dedup profile's drained
 /// stages (pools, branch `drain`): on their own they changed the 8 scenarios

@@ -1,4 +1,4 @@
-//! Seed 001's adaptive tuner driven by simulated time (`smplab tune`).
+//! Kulkarni & Kulkarni's adaptive tuner driven by simulated time (`smplab tune`).
 //!
 //! Every `TunerConfig::window_ns` a `Kind::Tune` event reads, per VM, what a
 //! host could count over the window — rescheduling IPIs sent, cache-refill
