@@ -1,5 +1,5 @@
-//! Prints the reproduction figures of docs/sim.md (Ding & Shan, Kulkarni & Kulkarni, Wells et al.) at a
-//! larger scale than the tests use. `cargo run --release -p smplab-sim --example repro [scale]`
+//! Prints the reproduction figures of docs/sim-reproduction.md (Ding & Shan,
+//! Kulkarni & Kulkarni, Wells et al.) at a larger scale than the tests use. `cargo run --release -p smplab-sim --example repro [scale]`
 
 use smplab_sim::{simulate, Idle, Placement, Platform, Policy, Scenario, Topology, VmSpec};
 

@@ -6,7 +6,8 @@
 //! host scheduler, VMs with vCPUs, a guest OS, and VMM mechanisms costed from a
 //! [`Platform`] profile — and produces the shared [`RunRecord`], one per VM,
 //! including the same model run without virtualization (`native_wall_ns`).
-//! See docs/sim.md for the model, the profiles and the reproduction targets.
+//! See docs/sim.md for the model, the profiles and the command;
+//! docs/sim-reproduction.md for the reproduction targets.
 //!
 //! Comments cite the papers whose figures the model reproduces by author,
 //! section and figure:

@@ -469,4 +469,31 @@ hybrid_bypass = 0.25
             assert!(e.starts_with(at) && e.contains(says), "{extra}: {e}");
         }
     }
+
+    #[test]
+    fn the_example_in_the_docs_parses() {
+        let doc = include_str!("../../../docs/sim.md");
+        let section = doc
+            .split_once("## Spec files")
+            .expect("docs/sim.md has a \"Spec files\" section")
+            .1;
+        let example = section
+            .split_once("```toml\n")
+            .and_then(|(_, rest)| rest.split_once("```"))
+            .expect("the section has a toml example")
+            .0;
+        let s = parse_str(example).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.vms.len(), 2);
+        assert_eq!(s.vms[0].placement, Placement::Float);
+        assert_eq!(s.vms[0].devices.unwrap().sync, DeviceSync::IoThread);
+        // The commented-out key is the one `hybrid` takes.
+        let hybrid = example
+            .replace("sync = \"iothread\"", "sync = \"hybrid\"")
+            .replace("# hybrid_bypass", "hybrid_bypass");
+        let s = parse_str(&hybrid).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            s.vms[0].devices.unwrap().sync,
+            DeviceSync::Hybrid { bypass: 0.5 }
+        );
+    }
 }

@@ -1,4 +1,4 @@
-//! The reproduction targets (docs/sim.md, "Reproduction targets"):
+//! The reproduction targets (docs/sim-reproduction.md):
 //! the shape of each seed result, with the tolerance stated at each assertion.
 //! Workloads are the built-in profiles at reduced scale so the whole file runs
 //! in seconds in the debug test profile; the shapes do not depend on the scale
@@ -367,7 +367,7 @@ fn seed000_q_dedup_poll_103pct() {
 }
 
 #[test]
-#[ignore = "not reached: sim 0.2% vs paper 28%: with KVM 3.19's PLE window (doubling per exit up to INT_MAX/2 cycles, reset only when the vCPU thread is scheduled in, which never happens to a polling vCPU on a dedicated host) any guest kernel spinning costs at most ~18 PLE exits per vCPU; modelling futex hash-bucket spinlocks gave 0.7% (fixed window: 38.4%); docs/sim.md"]
+#[ignore = "not reached: sim 0.2% vs paper 28%: with KVM 3.19's PLE window (doubling per exit up to INT_MAX/2 cycles, reset only when the vCPU thread is scheduled in, which never happens to a polling vCPU on a dedicated host) any guest kernel spinning costs at most ~18 PLE exits per vCPU; modelling futex hash-bucket spinlocks gave 0.7% (fixed window: 38.4%); docs/sim-reproduction.md"]
 fn seed000_q_ocean_poll_28pct() {
     within_25pct(
         "ocean_ncp slowdown, polling idle, %",
@@ -377,7 +377,7 @@ fn seed000_q_ocean_poll_28pct() {
 }
 
 #[test]
-#[ignore = "not reached: sim 0.2% vs paper 8%: a polling guest without IPIs has no VM cost left in the model (timer interrupts, EPT walks not modelled); docs/sim.md"]
+#[ignore = "not reached: sim 0.2% vs paper 8%: a polling guest without IPIs has no VM cost left in the model (timer interrupts, EPT walks not modelled); docs/sim-reproduction.md"]
 fn seed000_q_ocean_poll_ple_off_8pct() {
     let mut v = vm("ocean_ncp", 16, 0.25, 16);
     v.idle = Idle::Poll;
