@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod host;
 pub mod lab;
 pub mod run;
+pub mod sim;
 pub mod tune;
 pub mod vmm;
 pub mod workloads;

@@ -4,7 +4,7 @@
 //! README.md).
 
 use clap::{Parser, Subcommand};
-use smplab_cli::{bench, check, doctor, host, lab, run, vmm, workloads};
+use smplab_cli::{bench, check, doctor, host, lab, run, sim, vmm, workloads};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -32,7 +32,7 @@ enum Cmd {
     /// Boot a kernel in smplab-vmm with a chosen device-synchronization mode.
     Vmm(vmm::VmmArgs),
     /// Simulate SMP VMs on a shared or overcommitted host.
-    Sim(smplab_sim::cli::SimArgs),
+    Sim(sim::SimArgs),
     /// Experiments: run a sweep spec, report on stored results.
     Lab(lab::LabArgs),
     /// Attribute a workload's virtualization slowdown to factors, one removed at a time.
@@ -69,7 +69,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run::run(a),
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Vmm(a) => vmm::run(a),
-        Cmd::Sim(a) => smplab_sim::cli::run(a),
+        Cmd::Sim(a) => sim::run(a),
         Cmd::Lab(a) => lab::lab(a),
         Cmd::Diagnose(a) => lab::diagnose(a),
         Cmd::Calibrate(a) => lab::calibrate(a),

@@ -1,6 +1,6 @@
 //! Event throughput of the simulator against a bare binary-heap event loop in
-//! the same run (issue 10 asks for >= 10 million processed events/s on one
-//! core for a representative model and >= 0.5x this baseline). The model's
+//! the same run (the targets, docs/sim-performance.md: >= 10 million processed
+//! events/s on one core for a representative model and >= 0.5x this baseline). The model's
 //! throughput counts processed events only (`RawRun::events`: stale events
 //! that lazy deletion discards are excluded). Wall clock: on a loaded machine
 //! compare CPU time with `--example benchratio` (the same loop and model

@@ -1,6 +1,6 @@
-//! The events bench's ratio (issue 10: the model's processed events/s over
-//! the bare binary-heap loop's, target >= 0.5) by thread CPU time instead of
-//! criterion's wall clock, which swings 2x on a shared machine. The same
+//! The events bench's ratio (the model's processed events/s over the bare
+//! binary-heap loop's, target >= 0.5; docs/sim-performance.md) by thread
+//! CPU time instead of criterion's wall clock, which swings 2x on a shared machine. The same
 //! model and baseline loop as the bench (`benches/shared`), timed in
 //! interleaved pairs (the order alternates from pair to pair), so both
 //! members of a pair see the same load; prints the median of the paired

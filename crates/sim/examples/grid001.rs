@@ -1,6 +1,6 @@
-//! Seed 001 exploration: pin/float wall-time ratio per profile and pCPU count
+//! Kulkarni & Kulkarni exploration: pin/float wall-time ratio per profile and pCPU count
 //! (8 vCPUs, 8 threads). `cargo run --release -p smplab-sim --example grid001 [scale]`
-use smplab_sim::{simulate, Affinity, Platform, Scenario, Topology, VmSpec};
+use smplab_sim::{simulate, Placement, Platform, Scenario, Topology, VmSpec};
 fn main() {
     let scale: f64 = std::env::args()
         .nth(1)
@@ -20,9 +20,12 @@ fn main() {
             let mut line = format!("{name:>14}");
             for pcpus in [3u32, 4, 5, 6, 7] {
                 let mut w = [0u64; 2];
-                for (i, aff) in [Affinity::Float, Affinity::Pin].into_iter().enumerate() {
+                for (i, aff) in [Placement::Float, Placement::Spread]
+                    .into_iter()
+                    .enumerate()
+                {
                     let mut v = VmSpec::from_workload(name, Some(8), scale, 8).unwrap();
-                    v.affinity = aff;
+                    v.placement = aff.clone();
                     let mut s = Scenario::new(k.clone(), pcpus, vec![v]);
                     s.topology = Topology {
                         pcpus_per_llc: Some(llc),

@@ -5,6 +5,6 @@ fn main() {
     let s = smplab_sim::spec::load(std::path::Path::new(&path)).unwrap_or_else(|e| panic!("{e}"));
     let recs = smplab_sim::simulate(&s).unwrap_or_else(|e| panic!("{e}"));
     for r in &recs {
-        println!("{}", smplab_sim::cli::summary_line(r));
+        print!("{}", r.summary());
     }
 }

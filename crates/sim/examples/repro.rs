@@ -1,7 +1,7 @@
-//! Prints the reproduction figures of docs/sim.md (seed 000, 001, 002) at a
-//! larger scale than the tests use. `cargo run --release -p smplab-sim --example repro [scale]`
+//! Prints the reproduction figures of docs/sim-reproduction.md (Ding & Shan,
+//! Kulkarni & Kulkarni, Wells et al.) at a larger scale than the tests use. `cargo run --release -p smplab-sim --example repro [scale]`
 
-use smplab_sim::{simulate, Affinity, Idle, Platform, Policy, Scenario, Topology, VmSpec};
+use smplab_sim::{simulate, Idle, Placement, Platform, Policy, Scenario, Topology, VmSpec};
 
 fn vm(name: &str, n: u32, scale: f64, vcpus: u32) -> VmSpec {
     VmSpec::from_workload(name, Some(n), scale, vcpus).expect("builtin")
@@ -27,7 +27,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0.25);
     let k = Platform::builtin("kvm2015").unwrap();
-    println!("== seed 000: 16 vCPUs on 16 pCPUs, slowdown vs native");
+    println!("== Ding & Shan: 16 vCPUs on 16 pCPUs, slowdown vs native");
     for name in [
         "blackscholes",
         "canneal",
@@ -52,7 +52,7 @@ fn main() {
         }
         println!("{name:>14}{out}");
     }
-    println!("== seed 000: weighted speedup with 2 VMs (16 vCPUs each, 16 pCPUs; runs need many 6 ms host slices, so 30x the scale)");
+    println!("== Ding & Shan: weighted speedup with 2 VMs (16 vCPUs each, 16 pCPUs; runs need many 6 ms host slices, so 30x the scale)");
     for name in ["streamcluster", "dedup", "volrend", "blackscholes"] {
         for block in [false, true] {
             let mut v = vm(name, 16, scale * 30.0, 16);
@@ -68,7 +68,7 @@ fn main() {
             );
         }
     }
-    println!("== seed 002: spinlock, 24 vCPUs on 8 pCPUs");
+    println!("== Wells et al.: spinlock, 24 vCPUs on 8 pCPUs");
     for (label, slice, sdb, safe) in [
         ("100us", 100_000, false, false),
         ("10us", 10_000, false, false),
@@ -92,7 +92,7 @@ fn main() {
             spin as f64 / 1e6
         );
     }
-    println!("== seed 002: two 8-vCPU VMs on 8 pCPUs, gang vs partition");
+    println!("== Wells et al.: two 8-vCPU VMs on 8 pCPUs, gang vs partition");
     for name in ["vips", "canneal", "ocean_ncp", "streamcluster"] {
         let mut res = String::new();
         for pol in ["gang:100us", "partition:100us"] {
@@ -108,18 +108,18 @@ fn main() {
         }
         println!("{name:>14}{res}");
     }
-    println!("== seed 001: 8 vCPUs on 6 pCPUs (3 LLC domains), pin vs float");
+    println!("== Kulkarni & Kulkarni: 8 vCPUs on 6 pCPUs (3 LLC domains), pin vs float");
     for name in ["streamcluster", "fluidanimate"] {
         let mut res = String::new();
-        for aff in [Affinity::Float, Affinity::Pin] {
+        for aff in [Placement::Float, Placement::Spread] {
             let mut v = vm(name, 8, scale, 8);
-            v.affinity = aff;
+            v.placement = aff.clone();
             let mut s = Scenario::new(k.clone(), 6, vec![v]);
             s.topology = Topology {
                 pcpus_per_llc: Some(2),
             };
             let (w, _, _) = wall(&s);
-            res += &format!("  {}: {:.2} ms", aff.label(), w[0] as f64 / 1e6);
+            res += &format!("  {}: {:.2} ms", aff, w[0] as f64 / 1e6);
         }
         println!("{name:>14}{res}");
     }

@@ -1,4 +1,4 @@
-//! The scale target: 1024 pCPUs, 256 VMs of 16 vCPUs each, one
+//! The scale target (docs/sim-performance.md): 1024 pCPUs, 256 VMs of 16 vCPUs each, one
 //! simulated second; prints host time, events and peak RSS.
 //! `cargo run --release -p smplab-sim --example scale [simulated-ms]`
 

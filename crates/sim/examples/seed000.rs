@@ -1,4 +1,4 @@
-//! Seed 000's figures on `kvm2015`, paper vs model, with the accounting
+//! Ding & Shan's figures on `kvm2015`, paper vs model, with the accounting
 //! breakdown of each slowdown (what `diagnose --executor sim` prints).
 //! `cargo run --release -p smplab-sim --example seed000 [scale] [--explain] [--idle-poll-ns=N]`
 
@@ -41,7 +41,7 @@ fn main() {
         k.native.idle_poll_ns = ns;
     }
     let single = |name: &str, vcpus: u32, f: &dyn Fn(&mut VmSpec)| {
-        // Seed 000 runs as many threads as vCPUs.
+        // Ding & Shan runs as many threads as vCPUs.
         let mut v = vm(name, vcpus, scale, vcpus);
         f(&mut v);
         run(&Scenario::new(k.clone(), 16, vec![v])).remove(0)

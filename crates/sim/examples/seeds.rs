@@ -1,6 +1,6 @@
 //! How the reproduction-target metrics vary with the seed (the tests use seed 1).
 //! `cargo run --release -p smplab-sim --example seeds [n] [streamcluster-scale]`
-use smplab_sim::{simulate, Affinity, Platform, Policy, Scenario, Topology, VmSpec};
+use smplab_sim::{simulate, Placement, Platform, Policy, Scenario, Topology, VmSpec};
 
 fn vm(name: &str, n: u32, scale: f64, vcpus: u32) -> VmSpec {
     VmSpec::from_workload(name, Some(n), scale, vcpus).expect("builtin")
@@ -40,12 +40,15 @@ fn main() {
             walls(&two).iter().map(|&w| base / w as f64).sum::<f64>()
         };
         let (ws_spin, ws_block) = (ws(&spin), ws(&block));
-        // seed 001
+        // Kulkarni & Kulkarni
         let ratio = |name: &str| {
             let mut w = [0u64; 2];
-            for (i, aff) in [Affinity::Float, Affinity::Pin].into_iter().enumerate() {
+            for (i, aff) in [Placement::Float, Placement::Spread]
+                .into_iter()
+                .enumerate()
+            {
                 let mut v = vm(name, 8, 1.0, 8);
-                v.affinity = aff;
+                v.placement = aff.clone();
                 let mut s = Scenario::new(k.clone(), 6, vec![v]);
                 s.topology = Topology {
                     pcpus_per_llc: Some(2),
@@ -56,7 +59,7 @@ fn main() {
             }
             w[1] as f64 / w[0] as f64
         };
-        // seed 002
+        // Wells et al.
         let spin_ns = |sdb: bool| {
             let mut v = vm("spinlock", 24, 0.05, 24);
             v.ple = smplab_sim::Ple::Off;

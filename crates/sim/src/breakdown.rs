@@ -235,8 +235,9 @@ pub fn format_breakdown(r: &RunRecord) -> Option<String> {
 ///
 /// Every id above is a small constant, so the assert (evaluated at compile
 /// time for constants) proves the cast below never truncates.
-#[allow(clippy::cast_possible_truncation)]
 pub(crate) const fn id8(cause: usize) -> u8 {
     assert!(cause <= u8::MAX as usize, "cause ids fit in a byte");
-    cause as u8
+    #[allow(clippy::cast_possible_truncation)]
+    let id = cause as u8;
+    id
 }

@@ -6,7 +6,18 @@
 //! host scheduler, VMs with vCPUs, a guest OS, and VMM mechanisms costed from a
 //! [`Platform`] profile — and produces the shared [`RunRecord`], one per VM,
 //! including the same model run without virtualization (`native_wall_ns`).
-//! See docs/sim.md for the model, the profiles and the reproduction targets.
+//! See docs/sim.md for the model, the profiles and the command;
+//! docs/sim-reproduction.md for the reproduction targets.
+//!
+//! Comments cite the papers whose figures the model reproduces by author,
+//! section and figure:
+//! - Ding & Shan, "Diagnosing Virtualization Overhead for Multi-threaded
+//!   Computation on Multicore Platforms";
+//! - Kulkarni & Kulkarni, "Benchmarking Multiprocessing Parameters in a
+//!   Virtualized Multi-Core Environment";
+//! - Wells, Chakraborty & Sohi ("Wells et al."), "Hardware Support for Spin
+//!   Management in Overcommitted Virtual Machines";
+//! - Partheymüller, "Adding SMP Support to a User-Level VMM" (the Seoul VMM).
 //!
 //! The host's scheduling has two owners. `linux` and plain `fair` are the
 //! simulator's model of the host kernel (per-pCPU run queues, vruntime, load
@@ -25,7 +36,6 @@
 
 pub mod amdahl;
 pub mod breakdown;
-pub mod cli;
 mod code;
 mod engine;
 mod error;
@@ -38,8 +48,8 @@ pub mod spec;
 pub use error::SimError;
 pub use platform::Platform;
 pub use scenario::{
-    Affinity, BadAffinity, BadDeviceSync, DeviceSync, Devices, Idle, Ple, Policy, PolicyKind,
-    Scenario, Sdb, Topology, VmSpec,
+    DeviceSync, Devices, Idle, Placement, Ple, Policy, PolicyKind, Scenario, Sdb, SyncMode,
+    Topology, VmSpec,
 };
 pub use smplab_record::RunRecord;
 
@@ -51,10 +61,16 @@ pub fn simulate(s: &Scenario) -> Result<Vec<RunRecord>, SimError> {
     simulate_inner(s, None).map(|(records, _)| records)
 }
 
+/// Simulate the scenario of a spec file (`smplab sim --spec FILE.toml`):
+/// one record per VM; errors in the file name file:line:col.
+pub fn simulate_spec(path: &std::path::Path) -> Result<Vec<RunRecord>, SimError> {
+    simulate(&spec::load(path)?)
+}
+
 /// What the tuner of [`simulate_tuned`] did.
 pub use engine::tune::{TuneLog, VmDecision};
 
-/// Simulate a scenario under seed 001's adaptive tuner (`smplab_policy::tune`):
+/// Simulate a scenario under Kulkarni & Kulkarni's adaptive tuner (`smplab_policy::tune`):
 /// one record per VM and every decision the tuner took, in time order. The
 /// scenario's settings are where the tuner starts; it needs the `fair`
 /// policy on the whole host.
@@ -91,7 +107,7 @@ fn simulate_inner(
     Ok((record::records(s, &out, &native, host_seconds), log))
 }
 
-/// Seed 000's weighted speedup: the sum over instances of (wall time of one
+/// Ding & Shan's weighted speedup: the sum over instances of (wall time of one
 /// instance alone) / (its wall time here). 1.0 means the same throughput as
 /// one VM alone; `records` are the VMs of one multi-VM run.
 pub fn weighted_speedup(alone_wall_ns: u64, records: &[RunRecord]) -> f64 {
@@ -154,7 +170,7 @@ fn native_walls(s: &Scenario) -> Result<Vec<Option<NativeRef>>, SimError> {
         let mut spec = vm.clone();
         spec.vcpus = cores;
         spec.idle = Idle::Hlt;
-        spec.affinity = Affinity::Float;
+        spec.placement = Placement::Float;
         spec.ple = Ple::Off;
         spec.apicv = false;
         spec.sdb = None;
@@ -214,7 +230,8 @@ pub fn sweep(scenarios: &[Scenario], progress: bool) -> Vec<Result<Vec<RunRecord
 /// Float-to-integer `as` saturates at the bounds and maps NaN to 0, which is
 /// the clamp wanted: a negative or NaN model output means "none", and an
 /// overflowing one cannot occur for the bounded inputs specs allow.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub(crate) fn units_from_f64(x: f64) -> u64 {
-    x as u64
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let units = x as u64;
+    units
 }

@@ -1,9 +1,9 @@
 //! Platform profiles: what every modeled action costs on one kind of host.
 //!
 //! A profile is a TOML file (format in docs/sim.md). Two are built in:
-//! `kvm2015` (the seeds' 2015-era KVM host, each cost cited in
-//! `platforms/kvm2015.toml`) and `pvm-here` (this development machine, from
-//! ../shared/PLATFORM.md). `smplab calibrate` writes files of the same format.
+//! `kvm2015` (the 2015-era KVM host of the papers, each cost cited in
+//! `platforms/kvm2015.toml`) and `pvm-here` (this development machine,
+//! `platforms/pvm-here.toml`). `smplab calibrate` writes files of the same format.
 //! Every field is required so that a calibrated file never silently inherits a
 //! guess from a built-in profile.
 
@@ -162,7 +162,7 @@ pub struct CacheCosts {
     pub shared_write_ns_per_line: f64,
 }
 
-/// The Spin Detection Buffer (seed 002 §3).
+/// The Spin Detection Buffer (Wells et al. §3).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SdbCosts {
@@ -175,7 +175,7 @@ pub struct SdbCosts {
     pub window_ns: u64,
 }
 
-/// Device emulation (seed 004).
+/// Device emulation (Partheymüller).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceCosts {

@@ -65,7 +65,7 @@ fn set_config(r: &mut RunRecord, s: &Scenario, spec: &VmSpec) {
     r.set_config("vcpus", spec.vcpus);
     r.set_config("policy", s.policy.label());
     r.set_config("idle", spec.idle.label());
-    r.set_config("affinity", spec.affinity.label());
+    r.set_config("placement", spec.placement.to_string());
     r.set_config("ple", spec.ple.label());
     r.set_config("apicv", spec.apicv);
     r.set_config("sdb", spec.sdb.is_some());

@@ -8,7 +8,7 @@ use smplab_record::WorkloadInfo;
 use smplab_workload::Program;
 
 pub use smplab_record::config::{
-    parse_duration, HostPolicy as Policy, IdlePolicy, Ple, PolicyKind, SyncMode,
+    parse_duration, HostPolicy as Policy, IdlePolicy, Placement, Ple, PolicyKind, SyncMode,
 };
 
 /// How a modelled vCPU waits when its guest has nothing to run: the
@@ -52,71 +52,39 @@ impl Idle {
     }
 }
 
-/// Where a VM's vCPUs may run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Affinity {
-    /// Anywhere (within the VM's partition under logical partitioning).
-    Float,
-    /// vCPU i pinned to one pCPU, spread evenly over the allowed pCPUs (seed 001).
-    Pin,
-    /// Only pCPUs `first .. first + count`.
-    Range { first: u32, count: u32 },
-}
-
-impl Affinity {
-    pub fn label(self) -> String {
-        match self {
-            Affinity::Float => "float".into(),
-            Affinity::Pin => "pin".into(),
-            Affinity::Range { first, count } => format!("range:{first}-{}", first + count - 1),
+/// The pCPUs `first .. first + count` a placement's CPU list confines a
+/// VM's vCPUs to (`None` for floating and pinned vCPUs): the simulator
+/// confines vCPUs to one contiguous range of the host's `pcpus`.
+pub fn pcpu_range_of(placement: &Placement, pcpus: u32) -> Result<Option<(u32, u32)>, String> {
+    let Placement::Cpus(cpus) = placement else {
+        return Ok(None);
+    };
+    let range = Placement::contiguous_range(cpus)
+        .and_then(|(first, count)| Some((u32::try_from(first).ok()?, u32::try_from(count).ok()?)));
+    match range {
+        Some((first, count))
+            if count > 0 && u64::from(first) + u64::from(count) <= u64::from(pcpus) =>
+        {
+            Ok(Some((first, count)))
         }
-    }
-
-    /// `float`, `pin`, or `range:A-B` (inclusive).
-    pub fn parse(s: &str) -> Result<Affinity, BadAffinity> {
-        match s {
-            "float" => Ok(Affinity::Float),
-            "pin" => Ok(Affinity::Pin),
-            _ => {
-                let bad = || BadAffinity::Unknown(s.to_string());
-                let r = s.strip_prefix("range:").ok_or_else(bad)?;
-                let (a, b) = r.split_once('-').ok_or_else(bad)?;
-                let a: u32 = a.trim().parse().map_err(|_| bad())?;
-                let b: u32 = b.trim().parse().map_err(|_| bad())?;
-                if b < a {
-                    return Err(BadAffinity::Empty { first: a, last: b });
-                }
-                Ok(Affinity::Range {
-                    first: a,
-                    count: b - a + 1,
-                })
-            }
-        }
+        Some(_) => Err(format!(
+            "placement {placement} is outside pCPUs 0-{}",
+            pcpus.saturating_sub(1)
+        )),
+        None => Err(format!(
+            "placement {placement}: the simulator confines vCPUs to a contiguous pCPU range such as 0-3"
+        )),
     }
 }
 
-/// An affinity setting that is not one.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum BadAffinity {
-    #[error("unknown affinity `{0}`: use float, pin or range:A-B")]
-    Unknown(String),
-    #[error("affinity range {first}-{last} is empty")]
-    Empty { first: u32, last: u32 },
-}
-
-/// A device-sync setting that is not one.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("unknown device sync `{0}`: use global, iothread, hybrid, hybrid:FRACTION (0..1) or fine")]
-pub struct BadDeviceSync(pub String);
-
-/// Spin Detection Buffer settings (seed 002). `None` fields take the platform's.
+/// Spin Detection Buffer settings (Wells et al.). `None` fields take the platform's.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Sdb {
     pub detect_ns: Option<u64>,
     pub false_positive_rate: Option<f64>,
 }
 
-/// How device-model exits are synchronized (seed 004).
+/// How device-model exits are synchronized (Partheymüller).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DeviceSync {
     /// One global lock around all device models.
@@ -130,7 +98,7 @@ pub enum DeviceSync {
 }
 
 /// Share of device requests that reach thread-safe device models in hybrid
-/// mode and so bypass the I/O thread, when nothing else says (seed 004 §3.3:
+/// mode and so bypass the I/O thread, when nothing else says (Partheymüller §3.3:
 /// the interrupt controllers and timers bypass it, block and serial devices
 /// do not; this even split is a modelling assumption).
 pub const DEFAULT_HYBRID_BYPASS: f64 = 0.5;
@@ -157,20 +125,6 @@ impl DeviceSync {
             DeviceSync::Fine => "fine".into(),
         }
     }
-    pub fn parse(s: &str) -> Result<DeviceSync, BadDeviceSync> {
-        match s {
-            "global" => Ok(DeviceSync::Global),
-            "iothread" => Ok(DeviceSync::IoThread),
-            "fine" => Ok(DeviceSync::Fine),
-            "hybrid" => Ok(DeviceSync::Hybrid {
-                bypass: DEFAULT_HYBRID_BYPASS,
-            }),
-            _ => match s.strip_prefix("hybrid:").map(str::parse::<f64>) {
-                Some(Ok(b)) if (0.0..=1.0).contains(&b) => Ok(DeviceSync::Hybrid { bypass: b }),
-                _ => Err(BadDeviceSync(s.to_string())),
-            },
-        }
-    }
 }
 
 /// Device-model exits a VM makes while running (none by default: the built-in
@@ -181,7 +135,7 @@ pub struct Devices {
     pub exits_per_ms: f64,
     pub sync: DeviceSync,
     /// Fraction of requests that are synchronous (the vCPU waits for the reply);
-    /// seed 004 Table 3.1: 759141 / (759141 + 446213) = 62.98%.
+    /// Partheymüller Table 3.1: 759141 / (759141 + 446213) = 62.98%.
     pub synchronous: f64,
 }
 
@@ -192,7 +146,9 @@ pub struct VmSpec {
     pub workload: WorkloadInfo,
     pub vcpus: u32,
     pub idle: Idle,
-    pub affinity: Affinity,
+    /// Where the vCPUs may run: floating, pinned (one pCPU each, spread
+    /// evenly), or confined to a contiguous pCPU range.
+    pub placement: Placement,
     pub ple: Ple,
     /// APIC virtualization (cheaper IPI send and receive).
     pub apicv: bool,
@@ -206,15 +162,15 @@ pub struct VmSpec {
 }
 
 impl VmSpec {
-    /// A VM with the seeds' default settings: HLT idle, floating vCPUs, Intel
-    /// PLE, no APICv (seed 000's R720), no SDB, no device exits.
+    /// A VM with the papers' default settings: HLT idle, floating vCPUs, Intel
+    /// PLE, no APICv (Ding & Shan's R720), no SDB, no device exits.
     pub fn new(program: Program, workload: WorkloadInfo, vcpus: u32) -> VmSpec {
         VmSpec {
             program,
             workload,
             vcpus,
             idle: Idle::Hlt,
-            affinity: Affinity::Float,
+            placement: Placement::Float,
             ple: Ple::Intel,
             apicv: false,
             sdb: None,
@@ -297,14 +253,8 @@ impl Scenario {
             if vm.program.total_threads() == 0 {
                 return err(format!("VM {i}: the workload has no threads"));
             }
-            if let Affinity::Range { first, count } = vm.affinity {
-                if count == 0 || first as u64 + count as u64 > self.pcpus as u64 {
-                    return err(format!(
-                        "VM {i}: affinity range {} is outside pCPUs 0-{}",
-                        vm.affinity.label(),
-                        self.pcpus - 1
-                    ));
-                }
+            if let Err(m) = pcpu_range_of(&vm.placement, self.pcpus) {
+                return err(format!("VM {i}: {m}"));
             }
             if !self.virtualized && vm.vcpus > self.pcpus {
                 return err(format!(
@@ -373,10 +323,14 @@ mod tests {
         );
         assert_eq!(Idle::from_setting(IdlePolicy::Hlt, 0).unwrap(), Idle::Hlt);
         assert!(Idle::from_setting(IdlePolicy::HaltPoll { ns: 5 }, 0).is_err());
-        assert_eq!(
-            Affinity::parse("range:2-5"),
-            Ok(Affinity::Range { first: 2, count: 4 })
-        );
+        let range: Placement = "2-5".parse().unwrap();
+        assert_eq!(pcpu_range_of(&range, 8), Ok(Some((2, 4))));
+        assert!(pcpu_range_of(&range, 4)
+            .unwrap_err()
+            .contains("outside pCPUs 0-3"));
+        let gap: Placement = "0,2".parse().unwrap();
+        assert!(pcpu_range_of(&gap, 4).unwrap_err().contains("contiguous"));
+        assert_eq!(pcpu_range_of(&Placement::Spread, 4), Ok(None));
         let p = Policy::parse("fair:100us+safepoint").unwrap();
         assert_eq!(p.time_slice_ns, Some(100_000));
         assert_eq!(p.safe_point_grace_ns, Some(1_000_000));
@@ -384,17 +338,5 @@ mod tests {
         assert!(Policy::parse("rr").is_err());
         assert_eq!(parse_duration("1.5ms"), Ok(1_500_000));
         assert_eq!(DeviceSync::from(SyncMode::Global), DeviceSync::Global);
-        assert_eq!(
-            DeviceSync::parse("hybrid:2").unwrap_err().to_string(),
-            "unknown device sync `hybrid:2`: use global, iothread, hybrid, hybrid:FRACTION (0..1) or fine"
-        );
-        assert_eq!(
-            Affinity::parse("range:5-2").unwrap_err().to_string(),
-            "affinity range 5-2 is empty"
-        );
-        assert_eq!(
-            Affinity::parse("spread").unwrap_err(),
-            BadAffinity::Unknown("spread".into())
-        );
     }
 }

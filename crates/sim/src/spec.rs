@@ -5,12 +5,12 @@
 use crate::error::{locate, SimError};
 use crate::platform::Platform;
 use crate::scenario::{
-    parse_duration, Affinity, DeviceSync, Devices, Idle, IdlePolicy, Policy, Scenario, Sdb,
-    Topology, VmSpec,
+    parse_duration, pcpu_range_of, DeviceSync, Devices, Idle, IdlePolicy, Placement, Policy,
+    Scenario, Sdb, SyncMode, Topology, VmSpec, DEFAULT_HYBRID_BYPASS,
 };
 use serde::Deserialize;
 use serde_spanned::Spanned;
-use smplab_record::config::{BadIdlePolicy, BadPle};
+use smplab_record::config::{BadIdlePolicy, BadPlacement, BadPle, UnknownSyncMode};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Deserialize)]
@@ -50,8 +50,11 @@ struct VmFile {
     /// The host's halt-poll window for HLT idle (KVM halt_poll_ns); default none.
     #[serde(default)]
     host_halt_poll_ns: Option<Spanned<u64>>,
-    #[serde(default)]
-    affinity: Option<Spanned<String>>,
+    /// `none`, `pinned` or a contiguous CPU range such as `0-3` (the run
+    /// configuration's placement); the older key `affinity` with `float`,
+    /// `pin` or `range:A-B` is read as the same.
+    #[serde(default, alias = "affinity")]
+    placement: Option<Spanned<String>>,
     #[serde(default)]
     ple: Option<Spanned<String>>,
     #[serde(default)]
@@ -72,8 +75,14 @@ struct VmFile {
 #[serde(deny_unknown_fields)]
 struct DevicesFile {
     exits_per_ms: Spanned<f64>,
+    /// global, iothread, hybrid or fine (the run configuration's sync
+    /// mode); the older `hybrid:FRACTION` is read as hybrid with that bypass.
     #[serde(default)]
     sync: Option<Spanned<String>>,
+    /// Under hybrid sync: the fraction of requests that bypass the I/O
+    /// thread (default `DEFAULT_HYBRID_BYPASS`).
+    #[serde(default)]
+    hybrid_bypass: Option<Spanned<f64>>,
     #[serde(default)]
     synchronous: Option<Spanned<f64>>,
 }
@@ -213,17 +222,9 @@ fn vm_spec(
         spec.idle =
             Idle::from_setting(policy, window).map_err(|m| src.at(s.span(), m.to_string()))?;
     }
-    if let Some(s) = &v.affinity {
-        spec.affinity =
-            Affinity::parse(s.get_ref()).map_err(|m| src.at(s.span(), m.to_string()))?;
-        if let Affinity::Range { first, count } = spec.affinity {
-            if first as u64 + count as u64 > pcpus as u64 {
-                return Err(src.at(
-                    s.span(),
-                    format!("affinity range is outside pCPUs 0-{}", pcpus - 1),
-                ));
-            }
-        }
+    if let Some(s) = &v.placement {
+        spec.placement = placement_setting(s.get_ref()).map_err(|m| src.at(s.span(), m))?;
+        pcpu_range_of(&spec.placement, pcpus).map_err(|m| src.at(s.span(), m))?;
     }
     if let Some(s) = &v.ple {
         spec.ple = s
@@ -270,21 +271,70 @@ fn devices_setting(src: &Source, dr: &DevicesFile) -> Result<Devices, SimError> 
         return Err(src.at(dr.exits_per_ms.span(), "exits_per_ms must be >= 0".into()));
     }
     let sync = match &dr.sync {
-        Some(s) => DeviceSync::parse(s.get_ref()).map_err(|m| src.at(s.span(), m.to_string()))?,
+        Some(s) => sync_setting(s.get_ref()).map_err(|m| src.at(s.span(), m))?,
         None => DeviceSync::Global,
+    };
+    let sync = match (&dr.hybrid_bypass, sync) {
+        (None, sync) => sync,
+        (Some(b), DeviceSync::Hybrid { .. }) if (0.0..=1.0).contains(b.get_ref()) => {
+            DeviceSync::Hybrid {
+                bypass: *b.get_ref(),
+            }
+        }
+        (Some(b), DeviceSync::Hybrid { .. }) => {
+            return Err(src.at(b.span(), "hybrid_bypass must be a fraction in 0..1".into()))
+        }
+        (Some(b), other) => {
+            return Err(src.at(
+                b.span(),
+                format!(
+                    "hybrid_bypass applies to sync = \"hybrid\" only (this VM's sync is {})",
+                    other.label()
+                ),
+            ))
+        }
     };
     let synchronous = match &dr.synchronous {
         Some(s) if !(0.0..=1.0).contains(s.get_ref()) => {
             return Err(src.at(s.span(), "synchronous must be a fraction in 0..1".into()))
         }
         Some(s) => *s.get_ref(),
-        // seed 004 Table 3.1: 62.98% of I/O-thread messages are synchronous.
+        // Partheymüller Table 3.1: 62.98% of I/O-thread messages are synchronous.
         None => 0.6298,
     };
     Ok(Devices {
         exits_per_ms: rate,
         sync,
         synchronous,
+    })
+}
+
+/// A placement value: the run configuration's `Placement` (`none`,
+/// `pinned`, a CPU list), or the older `range:A-B`.
+fn placement_setting(text: &str) -> Result<Placement, String> {
+    let list = text.trim().strip_prefix("range:").unwrap_or(text);
+    list.parse().map_err(|e: BadPlacement| {
+        format!("{e}; the simulator takes a contiguous range such as 0-3")
+    })
+}
+
+/// A device sync value: the run configuration's `SyncMode`, or the older
+/// `hybrid:FRACTION` (hybrid with that bypass fraction).
+fn sync_setting(text: &str) -> Result<DeviceSync, String> {
+    if let Some(fraction) = text.trim().strip_prefix("hybrid:") {
+        return match fraction.trim().parse::<f64>() {
+            Ok(bypass) if (0.0..=1.0).contains(&bypass) => Ok(DeviceSync::Hybrid { bypass }),
+            _ => Err(format!(
+                "bad sync `{text}`: the bypass fraction of hybrid:FRACTION must be in 0..1 (or write sync = \"hybrid\" and hybrid_bypass = FRACTION)"
+            )),
+        };
+    }
+    let mode: SyncMode = text.parse().map_err(|e: UnknownSyncMode| e.to_string())?;
+    Ok(match mode {
+        SyncMode::Hybrid => DeviceSync::Hybrid {
+            bypass: DEFAULT_HYBRID_BYPASS,
+        },
+        other => DeviceSync::from(other),
     })
 }
 
@@ -326,18 +376,35 @@ vcpus = 2
 [vm.devices]
 exits_per_ms = 2.0
 sync = "hybrid:0.4"
+
+[[vm]]
+workload = "dedup"
+threads = 2
+scale = 0.01
+vcpus = 2
+placement = "4-7"
+[vm.devices]
+exits_per_ms = 2.0
+sync = "hybrid"
+hybrid_bypass = 0.25
 "#,
         )
         .unwrap();
-        assert_eq!(s.vms.len(), 3);
+        assert_eq!(s.vms.len(), 4);
+        assert_eq!(s.vms[0].placement, Placement::Spread);
+        assert_eq!(s.vms[3].placement, Placement::Cpus(vec![4, 5, 6, 7]));
+        assert_eq!(
+            s.vms[3].devices.unwrap().sync,
+            DeviceSync::Hybrid { bypass: 0.25 }
+        );
         assert_eq!(s.vms[0].idle, Idle::HaltPoll(50000));
         assert_eq!(s.vms[1].ple, crate::scenario::Ple::Amd);
         assert!(s.vms[1].sdb.is_some());
         assert_eq!(s.topology.pcpus_per_llc, Some(4));
-        assert!(matches!(
+        assert_eq!(
             s.vms[2].devices.unwrap().sync,
-            DeviceSync::Hybrid { .. }
-        ));
+            DeviceSync::Hybrid { bypass: 0.4 }
+        );
     }
 
     #[test]
@@ -364,6 +431,69 @@ sync = "hybrid:0.4"
         assert!(
             e.starts_with("spec.toml:1:12:") && e.contains("kvm2015"),
             "{e}"
+        );
+        let vm = "platform = \"kvm2015\"\npcpus = 4\n[[vm]]\nworkload = \"dedup\"\nvcpus = 2\n";
+        for (extra, at, says) in [
+            (
+                "placement = \"compact\"\n",
+                "spec.toml:6:13:",
+                "none, pinned",
+            ),
+            (
+                "placement = \"2-5\"\n",
+                "spec.toml:6:13:",
+                "outside pCPUs 0-3",
+            ),
+            (
+                "affinity = \"range:0,2\"\n",
+                "spec.toml:6:12:",
+                "contiguous",
+            ),
+            (
+                "[vm.devices]\nexits_per_ms = 1.0\nsync = \"locked\"\n",
+                "spec.toml:8:8:",
+                "global, iothread",
+            ),
+            (
+                "[vm.devices]\nexits_per_ms = 1.0\nsync = \"hybrid:2\"\n",
+                "spec.toml:8:8:",
+                "0..1",
+            ),
+            (
+                "[vm.devices]\nexits_per_ms = 1.0\nsync = \"fine\"\nhybrid_bypass = 0.5\n",
+                "spec.toml:9:17:",
+                "applies to sync = \"hybrid\" only",
+            ),
+        ] {
+            let e = parse_str(&format!("{vm}{extra}")).unwrap_err().to_string();
+            assert!(e.starts_with(at) && e.contains(says), "{extra}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_example_in_the_docs_parses() {
+        let doc = include_str!("../../../docs/sim.md");
+        let section = doc
+            .split_once("## Spec files")
+            .expect("docs/sim.md has a \"Spec files\" section")
+            .1;
+        let example = section
+            .split_once("```toml\n")
+            .and_then(|(_, rest)| rest.split_once("```"))
+            .expect("the section has a toml example")
+            .0;
+        let s = parse_str(example).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.vms.len(), 2);
+        assert_eq!(s.vms[0].placement, Placement::Float);
+        assert_eq!(s.vms[0].devices.unwrap().sync, DeviceSync::IoThread);
+        // The commented-out key is the one `hybrid` takes.
+        let hybrid = example
+            .replace("sync = \"iothread\"", "sync = \"hybrid\"")
+            .replace("# hybrid_bypass", "hybrid_bypass");
+        let s = parse_str(&hybrid).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            s.vms[0].devices.unwrap().sync,
+            DeviceSync::Hybrid { bypass: 0.5 }
         );
     }
 }

@@ -1,8 +1,8 @@
 //! A fair host treats identical VMs alike: Jain's fairness index of per-VM
 //! throughput (progress within one simulated second: long enough that the
 //! start, where every VM begins co-scheduled, does not dominate) is at least 0.95
-//! over host sizes, overcommit ratios, VM sizes and profiles (issue 10 §2).
-//! On `kvm2015`, the profile of seed 000's host. (On `pvm-here`, where exits
+//! over host sizes, overcommit ratios, VM sizes and profiles.
+//! On `kvm2015`, the profile of Ding & Shan's host. (On `pvm-here`, where exits
 //! cost tens of microseconds, CPU time stays fair but a 4x-overcommitted
 //! blocking pipeline spends ~98% of it in exits and per-VM throughput
 //! scatters: Jain 0.91-0.96 for 4 dedup VMs of 4 vCPUs on 4 pCPUs; see

@@ -1,13 +1,15 @@
 //! Result preservation: a fixed set of scenarios must produce bit-identical
 //! records and raw run figures (every simulated number, the processed and
 //! stale event counts) to the hashes below, which were computed on `main`
-//! before the event-loop optimizations of issue 10 ("honest speed"). A
+//! before the event-loop optimizations (docs/sim-performance.md). A
 //! change that only makes the simulator faster must keep them; a change
 //! that means to alter the model's results regenerates them with
 //! `SMPLAB_SIM_GOLDEN_PRINT=1 cargo test --release -p smplab-sim --test golden -- --nocapture`
 //! and says why in its commit.
 
-use smplab_record::config::IrqAffinity;
+mod common;
+
+use common::{draw_scenario, Draw};
 use smplab_sim::*;
 
 /// FNV-1a, 64-bit: a stable hash of a canonical JSON text.
@@ -56,98 +58,16 @@ fn fingerprint(s: &Scenario) -> (u64, u64) {
     )
 }
 
-/// Random small scenarios over every setting (the fuzz test's generator with
-/// its own seed), then a few larger fixed ones.
-// Casts: values come from small generator-bounded ranges.
-#[allow(clippy::cast_possible_truncation)]
+/// Random small scenarios over every setting (the fuzz test's generator,
+/// `common::draw_scenario`, with its own seed), then a few larger fixed ones.
 fn scenarios() -> Vec<(String, Scenario)> {
-    let mut x: u64 = 4242;
-    let mut r = move |n: u64| {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (x >> 33) % n
-    };
-    let names: Vec<&str> = smplab_workload::builtin::names().collect();
-    let platforms = [
-        Platform::builtin("kvm2015").unwrap(),
-        Platform::builtin("pvm-here").unwrap(),
-    ];
+    let mut d = Draw(4242);
     let mut out = Vec::new();
-    for i in 0..40 {
-        let pcpus = 1 + r(8) as u32;
-        let nvms = 1 + r(3) as usize;
-        let policy = match r(5) {
-            0 => "fair",
-            1 => "fair:50us",
-            2 => "fair:200us+safepoint:100us",
-            3 => "partition:100us",
-            _ => "gang:200us",
-        };
-        let mut vms = Vec::new();
-        for _ in 0..nvms {
-            let name = names[r(names.len() as u64) as usize];
-            let vcpus = 1 + r(if policy.starts_with("gang") {
-                pcpus as u64
-            } else {
-                8
-            }) as u32;
-            let n = 1 + r(6) as u32;
-            let mut v = VmSpec::from_workload(name, Some(n), 0.02, vcpus).unwrap();
-            v.idle = [Idle::Hlt, Idle::Poll, Idle::HaltPoll(20_000)][r(3) as usize];
-            v.affinity = [
-                Affinity::Float,
-                Affinity::Pin,
-                Affinity::Range {
-                    first: 0,
-                    count: 1 + r(pcpus as u64) as u32,
-                },
-            ][r(3) as usize];
-            v.ple = [Ple::Off, Ple::Intel, Ple::Amd][r(3) as usize];
-            v.apicv = r(2) == 0;
-            if r(2) == 0 {
-                v.sdb = Some(Sdb {
-                    detect_ns: None,
-                    false_positive_rate: Some([0.0, 0.01, 0.5][r(3) as usize]),
-                });
-            }
-            if r(3) == 0 {
-                v.devices = Some(Devices {
-                    exits_per_ms: [0.5, 10.0, 200.0][r(3) as usize],
-                    sync: [
-                        DeviceSync::Global,
-                        DeviceSync::IoThread,
-                        DeviceSync::Hybrid { bypass: 0.3 },
-                        DeviceSync::Fine,
-                    ][r(4) as usize],
-                    synchronous: 0.6,
-                });
-            }
-            if r(4) == 0 {
-                v.program = v.program.spin_to_block();
-            }
-            v.irq_affinity = match r(4) {
-                0 => IrqAffinity::default(),
-                1 => IrqAffinity::Balanced,
-                2 => IrqAffinity::Running,
-                _ => IrqAffinity::Vcpus(vec![vcpus - 1, 0]),
-            };
-            if r(2) == 0 {
-                v.io_thread_cpus = vec![pcpus - 1];
-            }
-            vms.push(v);
-        }
-        let mut s = Scenario::new(platforms[r(2) as usize].clone(), pcpus, vms);
-        s.policy = Policy::parse(policy).unwrap();
-        s.seed = r(1000);
-        s.topology = Topology {
-            pcpus_per_llc: Some(1 + r(4) as u32),
-        };
-        if s.check().is_err() {
+    for i in 0..40u32 {
+        let Some(mut s) = draw_scenario(&mut d) else {
             continue;
-        }
-        s.horizon_ns = Some(1_000_000_000);
-        s.native_reference = i % 4 == 0;
+        };
+        s.native_reference = i.is_multiple_of(4);
         out.push((format!("random {i}"), s));
     }
     // The events bench's model.
@@ -175,7 +95,7 @@ fn scenarios() -> Vec<(String, Scenario)> {
     s.horizon_ns = Some(4_000_000);
     s.native_reference = false;
     out.push(("128 pCPUs, 64 VMs x 16, 4 ms".into(), s));
-    // Seed 000's dedup with polling idle and its native reference.
+    // Ding & Shan's dedup with polling idle and its native reference.
     let mut v = VmSpec::from_workload("dedup", Some(16), 0.3, 16).unwrap();
     v.idle = Idle::Poll;
     out.push(("dedup poll".into(), Scenario::new(k, 16, vec![v])));
@@ -183,10 +103,10 @@ fn scenarios() -> Vec<(String, Scenario)> {
 }
 
 /// (results, event counts) hashes, in the order of `scenarios()`, computed
-/// on `main` at 9e4f7cf (after the seed000 and policysim merges), before the
-/// event-loop optimizations of issue 10; the optimized engine gives the same.
+/// on `main` at 9e4f7cf, before the event-loop optimizations; the optimized
+/// engine gives the same.
 /// Results regenerated once since, for a deliberate model change: the
-/// host-tick `irq` exit count (issue 10, predictions). With that one key
+/// host-tick `irq` exit count. With that one key
 /// left out of the fingerprint the old hashes still matched, and the event
 /// counts are unchanged. Regenerated again for the dedup profile's drained
 /// stages (pools, branch `drain`): on their own they changed the 8 scenarios

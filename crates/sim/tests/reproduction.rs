@@ -1,4 +1,4 @@
-//! The issue's reproduction targets (docs/sim.md, "Reproduction targets"):
+//! The reproduction targets (docs/sim-reproduction.md):
 //! the shape of each seed result, with the tolerance stated at each assertion.
 //! Workloads are the built-in profiles at reduced scale so the whole file runs
 //! in seconds in the debug test profile; the shapes do not depend on the scale
@@ -6,7 +6,7 @@
 //! matters (the 2-VM streamcluster case).
 
 use smplab_sim::{
-    simulate, Affinity, Idle, Platform, Policy, RunRecord, Scenario, Topology, VmSpec,
+    simulate, Idle, Placement, Platform, Policy, RunRecord, Scenario, Topology, VmSpec,
 };
 
 fn kvm() -> Platform {
@@ -35,7 +35,7 @@ fn seed000_slowdown(name: &str, idle: Idle) -> f64 {
     slowdown(&run(&Scenario::new(kvm(), 16, vec![v]))[0])
 }
 
-/// Seed 000 Fig. 1: in a 16-vCPU VM on 16 pCPUs, dedup (blocking pipeline:
+/// Ding & Shan Fig. 1: in a 16-vCPU VM on 16 pCPUs, dedup (blocking pipeline:
 /// IPIs and HLT exits) slows down far more than blackscholes (no exits).
 #[test]
 fn seed000_dedup_slows_far_more_than_blackscholes() {
@@ -50,7 +50,7 @@ fn seed000_dedup_slows_far_more_than_blackscholes() {
     );
 }
 
-/// Seed 000 Fig. 3: polling idle instead of HLT exits reduces the slowdown of
+/// Ding & Shan Fig. 3: polling idle instead of HLT exits reduces the slowdown of
 /// the blocking-heavy profiles (59% → 35% on average in the seed).
 #[test]
 fn seed000_polling_idle_reduces_blocking_slowdown() {
@@ -73,7 +73,7 @@ fn seed000_polling_idle_reduces_blocking_slowdown() {
     );
 }
 
-/// Weighted speedup of `vms` VMs relative to one VM alone (seed 000 §III).
+/// Weighted speedup of `vms` VMs relative to one VM alone (Ding & Shan §III).
 fn weighted_speedup(v: &VmSpec, vms: usize) -> f64 {
     let base = run(&Scenario::new(kvm(), 16, vec![v.clone()]))[0]
         .timing
@@ -83,7 +83,7 @@ fn weighted_speedup(v: &VmSpec, vms: usize) -> f64 {
     smplab_sim::weighted_speedup(base, &run(&s))
 }
 
-/// Seed 000 Fig. 2/5: two 16-vCPU streamcluster VMs on 16 pCPUs lose about
+/// Ding & Shan Fig. 2/5: two 16-vCPU streamcluster VMs on 16 pCPUs lose about
 /// 2x throughput because PLE cannot see the user-mode, PAUSE-less barrier
 /// spin; with the barrier blocking instead, throughput is back (1.04 in the seed).
 ///
@@ -101,7 +101,7 @@ fn streamcluster_two_vms(block: bool) -> f64 {
 }
 
 #[test]
-#[ignore = "not reached: sim 0.503 vs at most 0.5 (0.51 before the kvm2015 exit-cost correction; 0.13 with 5 µs phases, 0.51 with PARSEC-like 42 µs phases); within the spin time's uncertainty: PARSEC's 35,000-pass volatile-counter loop takes 70-100 µs on seed 000's host (5-7 cycles a pass), and at 87.5 µs (43,750 of the profile's passes) this gives 0.46 but moves seed 001's streamcluster pin/float from 0.968 to 0.9702, past its 0.97 bound (docs/sim.md)"]
+#[ignore = "not reached: sim 0.503 vs at most 0.5 (0.51 before the kvm2015 exit-cost correction; 0.13 with 5 µs phases, 0.51 with PARSEC-like 42 µs phases); within the spin time's uncertainty: PARSEC's 35,000-pass volatile-counter loop takes 70-100 µs on Ding & Shan's host (5-7 cycles a pass), and at 87.5 µs (43,750 of the profile's passes) this gives 0.46 but moves Kulkarni & Kulkarni's streamcluster pin/float from 0.968 to 0.9702, past its 0.97 bound (docs/sim-reproduction.md)"]
 fn seed000_streamcluster_two_vms_spinning_collapses() {
     // Tolerance: "reduced by about 2x" read as "loses at least 2x" =
     // weighted speedup at most 0.5.
@@ -113,12 +113,12 @@ fn seed000_streamcluster_two_vms_spinning_collapses() {
 fn seed000_streamcluster_two_vms_blocking_keeps_throughput() {
     // Tolerance: "about 1.0" = no collapse, at least 0.9. The model may give
     // more than 1: the blocking variant leaves vCPUs idle that a second VM
-    // fills (seed 000 sees the same for other programs, e.g. facesim +74%).
+    // fills (Ding & Shan sees the same for other programs, e.g. facesim +74%).
     let ws_block = streamcluster_two_vms(true);
     assert!(ws_block >= 0.9, "block {ws_block:.2}");
 }
 
-/// Seed 002 §5: one 24-vCPU VM on 8 pCPUs (spin-lock microbenchmark);
+/// Wells et al. §5: one 24-vCPU VM on 8 pCPUs (spin-lock microbenchmark);
 /// spin-triggered preemption by the SDB wastes fewer cycles spinning than
 /// plain 100 µs time slices.
 #[test]
@@ -147,13 +147,13 @@ fn seed002_sdb_spins_less_than_time_slices() {
         slices.timing.wall_ns as f64 / 1e6,
         sdb.timing.wall_ns as f64 / 1e6
     );
-    // Tolerance: at most half the spin time (seed 002 Fig. 2 reports 1.9-3.2x
+    // Tolerance: at most half the spin time (Wells et al. Fig. 2 reports 1.9-3.2x
     // fewer instructions for the spin-heavy workloads).
     assert!(2 * b <= a, "SDB {b} ns vs slices {a} ns");
     assert!(sdb.timing.wall_ns < slices.timing.wall_ns);
 }
 
-/// Seed 002 §6: two 8-vCPU VMs on 8 pCPUs; logical partitioning (4 pCPUs
+/// Wells et al. §6: two 8-vCPU VMs on 8 pCPUs; logical partitioning (4 pCPUs
 /// each, SDB handling the overcommit inside each partition) beats gang
 /// scheduling with 100 µs slices. vips is a thread pool that leaves vCPUs
 /// idle part of the time, like the seed's half-utilized consolidation
@@ -175,23 +175,26 @@ fn seed002_partitioning_beats_gang_scheduling() {
         gang as f64 / 1e6,
         part as f64 / 1e6
     );
-    // Tolerance: at least 10% faster (seed 002 Fig. 6: 10-25%).
+    // Tolerance: at least 10% faster (Wells et al. Fig. 6: 10-25%).
     assert!(
         part as f64 <= 0.9 * gang as f64,
         "partition {part} vs gang {gang}"
     );
 }
 
-/// Seed 001 §4.3.1: an 8-vCPU guest with 8 threads under pCPU contention (6
+/// Kulkarni & Kulkarni §4.3.1: an 8-vCPU guest with 8 threads under pCPU contention (6
 /// pCPUs in three LLC domains): pinning each vCPU helps the cache-sensitive
 /// streamcluster and hurts the resched-IPI-heavy fluidanimate.
 /// Pinned / floating wall time of 8 vCPUs (8 threads) on 6 pCPUs in 3 LLC
-/// domains (seed 001 Fig. 5, 6).
+/// domains (Kulkarni & Kulkarni Fig. 5, 6).
 fn pin_over_float(name: &str) -> f64 {
     let mut w = [0u64; 2];
-    for (i, aff) in [Affinity::Float, Affinity::Pin].into_iter().enumerate() {
+    for (i, aff) in [Placement::Float, Placement::Spread]
+        .into_iter()
+        .enumerate()
+    {
         let mut v = vm(name, 8, 1.0, 8);
-        v.affinity = aff;
+        v.placement = aff.clone();
         let mut s = Scenario::new(kvm(), 6, vec![v]);
         s.topology = Topology {
             pcpus_per_llc: Some(2),
@@ -201,7 +204,7 @@ fn pin_over_float(name: &str) -> f64 {
         let sim = r.sim.as_ref().unwrap();
         eprintln!(
             "{name} {}: wall {:.2} ms, migrations {}, warm-up {:.2} ms, ipis {}, steal {:.2} ms",
-            aff.label(),
+            aff,
             r.timing.wall_ns as f64 / 1e6,
             sim.migrations,
             sim.warmup_ns as f64 / 1e6,
@@ -213,34 +216,34 @@ fn pin_over_float(name: &str) -> f64 {
     w[1] as f64 / w[0] as f64
 }
 
-/// Seed 001 Fig. 5/6: under pCPU contention pinning helps the cache-sensitive
+/// Kulkarni & Kulkarni Fig. 5/6: under pCPU contention pinning helps the cache-sensitive
 /// streamcluster (no refill after migrations).
 #[test]
 fn seed001_pinning_helps_cache_sensitive() {
     let sc = pin_over_float("streamcluster");
     eprintln!("pin/float: streamcluster {sc:.3}");
-    // Tolerance: a 3% effect (seed 001 Fig. 5/6 show ~5-20%).
+    // Tolerance: a 3% effect (Kulkarni & Kulkarni Fig. 5/6 show ~5-20%).
     assert!(sc <= 0.97, "streamcluster pin/float {sc:.3}");
 }
 
-/// The IPI-heavy half of the seed 001 pinning figure.
+/// The IPI-heavy half of the Kulkarni & Kulkarni pinning figure.
 #[test]
 #[ignore = "not reached: fluidanimate pin/float 0.991 (0.995 before the kvm2015 exit-cost correction; 1.05 while a barrier's wakes all landed at one instant; with serial wakes the floating VM's migrations cost about what pinning's extra steal does)"]
 fn seed001_pinning_hurts_ipi_heavy() {
     let fa = pin_over_float("fluidanimate");
     eprintln!("pin/float: fluidanimate {fa:.3}");
-    // Tolerance: a 3% effect (seed 001 Fig. 5/6 show ~5-20%).
+    // Tolerance: a 3% effect (Kulkarni & Kulkarni Fig. 5/6 show ~5-20%).
     assert!(fa >= 1.03, "fluidanimate pin/float {fa:.3}");
 }
 
-/// Seed 004 §5.1 (Fig. 5.1): with device-model exits from 16 vCPUs, fine-grained
+/// Partheymüller §5.1 (Fig. 5.1): with device-model exits from 16 vCPUs, fine-grained
 /// locking scales best, the global lock worst, the I/O thread in between, and
 /// the hybrid (bypassing part of the requests) between I/O thread and fine.
 #[test]
 fn seed004_device_sync_ordering() {
     let wall = |sync: smplab_sim::DeviceSync| {
         let mut v = vm("blackscholes", 16, 0.25, 16);
-        // Seed 004's 1845 exits/s per CPU amplified 20x so the serialized
+        // Partheymüller's 1845 exits/s per CPU amplified 20x so the serialized
         // device work (0.86 µs each) is a visible share at 16 vCPUs.
         v.devices = Some(smplab_sim::Devices {
             exits_per_ms: 36.9,
@@ -263,12 +266,12 @@ fn seed004_device_sync_ordering() {
     assert!(fine < hybrid && hybrid < io && io < global);
 }
 
-/// Seed 000 Fig. 4: APICv removes about half of the APIC-access exits of
+/// Ding & Shan Fig. 4: APICv removes about half of the APIC-access exits of
 /// dedup (52% in the seed) and its slowdown falls roughly in proportion (47%).
 #[test]
 fn seed000_apicv_halves_apic_exits() {
     let mk = |apicv: bool| {
-        // Seed 000 measured this on the 4-vCPU R420 with PLE off and polling
+        // Ding & Shan measured this on the 4-vCPU R420 with PLE off and polling
         // idle; in the model dedup's IPIs come from waking halted vCPUs, so
         // it keeps HLT idle, and uses the 16-vCPU setup of Fig. 1 where the
         // pipeline's wakeups are on the critical path (at n=4 the serial
@@ -289,12 +292,12 @@ fn seed000_apicv_halves_apic_exits() {
     assert!(slow_on < slow_off);
 }
 
-// ---- Seed 000's figures, quantitatively (issue 10 §3) ----
+// ---- Ding & Shan's figures, quantitatively ----
 //
 // Each target is the paper's stated value with a ±25% tolerance on kvm2015
 // (16 pCPUs, one 16-vCPU VM unless stated). Targets the model does not reach
-// yet are `#[ignore]`d with the model's figure in the reason (docs/sim.md,
-// "Seed 000, quantitatively"): the tolerance is not loosened to make them pass.
+// yet are `#[ignore]`d with the model's figure in the reason
+// (docs/sim-reproduction.md): the tolerance is not loosened to make them pass.
 // `cargo test --release -p smplab-sim --test reproduction -- --ignored` runs them.
 
 /// Within ±25% of the paper's value.
@@ -311,7 +314,7 @@ fn apic_exits(r: &RunRecord) -> u64 {
     s.exits.get("apic_icr").copied().unwrap_or(0) + s.exits.get("apic_eoi").copied().unwrap_or(0)
 }
 
-/// Fig. 4's set-up (seed 000 §IV.C): the R420 (one 6-core Ivy Bridge-EN,
+/// Fig. 4's set-up (Ding & Shan §IV.C): the R420 (one 6-core Ivy Bridge-EN,
 /// the only host with APICv), PLE off, polling idle, dedup with 4 threads in
 /// a 4-vCPU VM. The kvm2015 costs stand in for the R420's (same generation
 /// of VT-x; the paper gives no separate figures).
@@ -327,7 +330,7 @@ fn dedup4(apicv: bool) -> RunRecord {
     run(&s).remove(0)
 }
 
-/// Seed 000 Fig. 4: with 4 vCPUs, APICv removes 52% of dedup's APIC exits.
+/// Ding & Shan Fig. 4: with 4 vCPUs, APICv removes 52% of dedup's APIC exits.
 #[test]
 fn seed000_q_apicv_cuts_apic_exits_by_52pct() {
     let cut = 100.0 * (1.0 - apic_exits(&dedup4(true)) as f64 / apic_exits(&dedup4(false)) as f64);
@@ -335,7 +338,7 @@ fn seed000_q_apicv_cuts_apic_exits_by_52pct() {
 }
 
 #[test]
-#[ignore = "not reached: sim 63.2% vs paper 47% (slowdown 11.0% without APICv, 4.0% with; 64.2%, 10.4% and 3.7% before shared-write line transfers; 61-66% over scales 0.25-1 and bare-metal idle polls 0-40 us): the model's 4-vCPU slowdown is almost only APIC-exit cost, which APICv halves, less the reference's own IPI costs that APICv cannot cut; it lacks the VM costs APICv does not touch (the same gap as ocean_ncp's 8% with PLE off); docs/sim.md, Seed 000 quantitatively"]
+#[ignore = "not reached: sim 63.2% vs paper 47% (slowdown 11.0% without APICv, 4.0% with; 64.2%, 10.4% and 3.7% before shared-write line transfers; 61-66% over scales 0.25-1 and bare-metal idle polls 0-40 us): the model's 4-vCPU slowdown is almost only APIC-exit cost, which APICv halves, less the reference's own IPI costs that APICv cannot cut; it lacks the VM costs APICv does not touch (the same gap as ocean_ncp's 8% with PLE off); docs/sim-reproduction.md"]
 fn seed000_q_apicv_cuts_dedup_slowdown_by_47pct() {
     let cut = 100.0 * (1.0 - slowdown(&dedup4(true)) / slowdown(&dedup4(false)));
     within_25pct("APICv cut of dedup slowdown, %", cut, 47.0);
@@ -364,7 +367,7 @@ fn seed000_q_dedup_poll_103pct() {
 }
 
 #[test]
-#[ignore = "not reached: sim 0.2% vs paper 28%: with KVM 3.19's PLE window (doubling per exit up to INT_MAX/2 cycles, reset only when the vCPU thread is scheduled in, which never happens to a polling vCPU on a dedicated host) any guest kernel spinning costs at most ~18 PLE exits per vCPU; modelling futex hash-bucket spinlocks gave 0.7% (fixed window: 38.4%); docs/sim.md"]
+#[ignore = "not reached: sim 0.2% vs paper 28%: with KVM 3.19's PLE window (doubling per exit up to INT_MAX/2 cycles, reset only when the vCPU thread is scheduled in, which never happens to a polling vCPU on a dedicated host) any guest kernel spinning costs at most ~18 PLE exits per vCPU; modelling futex hash-bucket spinlocks gave 0.7% (fixed window: 38.4%); docs/sim-reproduction.md"]
 fn seed000_q_ocean_poll_28pct() {
     within_25pct(
         "ocean_ncp slowdown, polling idle, %",
@@ -374,7 +377,7 @@ fn seed000_q_ocean_poll_28pct() {
 }
 
 #[test]
-#[ignore = "not reached: sim 0.2% vs paper 8%: a polling guest without IPIs has no VM cost left in the model (timer interrupts, EPT walks not modelled); docs/sim.md"]
+#[ignore = "not reached: sim 0.2% vs paper 8%: a polling guest without IPIs has no VM cost left in the model (timer interrupts, EPT walks not modelled); docs/sim-reproduction.md"]
 fn seed000_q_ocean_poll_ple_off_8pct() {
     let mut v = vm("ocean_ncp", 16, 0.25, 16);
     v.idle = Idle::Poll;

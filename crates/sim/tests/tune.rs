@@ -1,4 +1,4 @@
-//! Seed 001's tuner driven by the simulator (`simulate_tuned`): it changes
+//! Kulkarni & Kulkarni's tuner driven by the simulator (`simulate_tuned`): it changes
 //! the setting when `phases` moves from its I/O phase to its synchronization
 //! phase, and it holds its setting on a workload that does not change.
 

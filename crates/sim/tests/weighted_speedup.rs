@@ -1,4 +1,4 @@
-//! Weighted speedup (seed 000 §III) can never exceed the number of VMs K:
+//! Weighted speedup (Ding & Shan §III) can never exceed the number of VMs K:
 //! K VMs sharing a host cannot each finish sooner than one of them alone on
 //! the whole host. The demo once showed 5.47 at K = 4 for ocean_ncp (and the
 //! model gave 2.88 at K = 2 on `kvm2015`): a barrier released all its blocked

@@ -2,15 +2,16 @@
 //!
 //! Mapping (docs/lab.md): the host has `pcpus` pCPUs, by default as many as
 //! one VM has vCPUs (seed 000's set-up: a VM as big as the machine), so
-//! `vms > 1` overcommits it; placement `pinned` is `Affinity::Pin`, a CPU range
-//! confines the vCPUs to it; PLE defaults to the platform's. The device sync
+//! `vms > 1` overcommits it; the placement goes to the model as is (`pinned`:
+//! vCPU i on its own pCPU, spread evenly; a CPU list must be one contiguous
+//! range, which confines the vCPUs); PLE defaults to the platform's. The device sync
 //! mode is modelled for device exits; the built-in workloads make none inside
 //! their workload window (as the measured guest does not: its interrupt
 //! controllers are in the kernel), so the mode has nothing to serialize there.
 
-use smplab_record::config::{Placement, SimSettings};
+use smplab_record::config::SimSettings;
 use smplab_record::{exit, RunRecord, WorkloadInfo};
-use smplab_sim::{Affinity, DeviceSync, Devices, Idle, Platform, Scenario, Sdb, SimError, VmSpec};
+use smplab_sim::{DeviceSync, Devices, Idle, Platform, Scenario, Sdb, SimError, VmSpec};
 use smplab_workload::Program;
 use std::time::Duration;
 
@@ -38,22 +39,6 @@ impl SimRunError {
     }
 }
 
-fn affinity(placement: &Placement) -> Result<Affinity, SimError> {
-    match placement {
-        Placement::Float => Ok(Affinity::Float),
-        Placement::Spread => Ok(Affinity::Pin),
-        Placement::Cpus(cpus) => match Placement::contiguous_range(cpus) {
-            Some((first, count)) => Ok(Affinity::Range {
-                first: u32::try_from(first).unwrap_or(u32::MAX),
-                count: u32::try_from(count).unwrap_or(u32::MAX),
-            }),
-            None => Err(SimError::Scenario(format!(
-                "placement {placement}: the simulator confines vCPUs to a contiguous pCPU range"
-            ))),
-        },
-    }
-}
-
 /// The scenario a simulator configuration describes.
 pub fn scenario(
     program: &Program,
@@ -68,12 +53,11 @@ pub fn scenario(
         .host_halt_poll_ns
         .unwrap_or(platform.defaults.halt_poll_ns);
     let idle = Idle::from_setting(s.idle, window)?;
-    let aff = affinity(&s.placement)?;
     let ple = s.ple.unwrap_or(platform.defaults.ple);
     let vm = {
         let mut vm = VmSpec::new(program.clone(), info.clone(), s.vcpus);
         vm.idle = idle;
-        vm.affinity = aff;
+        vm.placement = s.placement.clone();
         vm.ple = ple;
         vm.apicv = s.apicv;
         vm.sdb = s.sdb.then(Sdb::default);

@@ -133,7 +133,8 @@ impl Sim {
     /// sleep does not buy a long monopoly. Carrying an absolute vruntime
     /// instead starves a vCPU moved from a pCPU whose clock ran fast (few
     /// vCPUs) to one whose clock ran slow (many), and keeps VMs on the fast
-    /// pCPUs apart from the rest (issue 10's counter-examples; docs/sim.md).
+    /// pCPUs apart from the rest (the counter-examples of tests/fairness.rs;
+    /// docs/sim.md).
     pub(super) fn place(&mut self, v: u32, p: u32) {
         self.update_min_vr(p);
         let old = self.vcpus[v as usize].vr_pcpu;

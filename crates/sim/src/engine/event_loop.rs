@@ -96,8 +96,8 @@ impl Sim {
 
     /// Dispatch one popped event. Always inlined into `run`: the kind stays
     /// in registers instead of going through memory to a call with a large
-    /// frame (3.4% fewer instructions per processed event, docs/sim.md
-    /// "Performance", seventh pass).
+    /// frame (3.4% fewer instructions per processed event,
+    /// docs/sim-performance.md, seventh pass).
     #[inline(always)]
     fn handle(&mut self, kind: Kind) {
         if self.trace {

@@ -1,4 +1,4 @@
-//! Device I/O (`io` ops) and interrupt routing (seed 001).
+//! Device I/O (`io` ops) and interrupt routing (Kulkarni & Kulkarni).
 //!
 //! Each VM has its own devices. A request occupies one of its device's
 //! `queue_depth` slots for its service time (later ones queue in submission

@@ -428,7 +428,7 @@ pub(crate) struct Sim {
     /// kept apart from the large `io` entries, which VMs without devices
     /// never need in cache.
     pub io_active: Vec<bool>,
-    /// Seed 001's adaptive tuner, when enabled (`tune.rs`).
+    /// Kulkarni & Kulkarni's adaptive tuner, when enabled (`tune.rs`).
     pub tuner: Option<tune::SimTuner>,
 }
 

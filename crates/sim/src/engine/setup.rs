@@ -9,7 +9,7 @@ use super::{
 use crate::breakdown as cause;
 use crate::code::{compile, GroupCode};
 use crate::events::Queue;
-use crate::scenario::{Affinity, Idle, Scenario, VmSpec};
+use crate::scenario::{pcpu_range_of, Idle, Placement, Scenario, VmSpec};
 use crate::SimError;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -431,9 +431,9 @@ fn vcpu_range(
         // Bare metal: CPU i is core i.
         return (i, i + 1);
     }
-    match spec.affinity {
-        Affinity::Float => (plo, phi),
-        Affinity::Pin => {
+    match &spec.placement {
+        Placement::Float => (plo, phi),
+        Placement::Spread => {
             // Spread evenly; different VMs start at different offsets
             // so pinned VMs do not all pile onto pCPU 0.
             // k < n_vms, so the offset is below spec.vcpus and fits.
@@ -442,7 +442,12 @@ fn vcpu_range(
             let p = plo + (i + off) % (phi - plo);
             (p, p + 1)
         }
-        Affinity::Range { first, count } => (first, first + count),
+        // `Scenario::check` (run first by `Sim::new`) refused a list that is
+        // not one contiguous range of the host's pCPUs.
+        Placement::Cpus(_) => match pcpu_range_of(&spec.placement, u32::MAX) {
+            Ok(Some((first, count))) => (first, first + count),
+            _ => (plo, phi),
+        },
     }
 }
 

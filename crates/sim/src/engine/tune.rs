@@ -1,4 +1,4 @@
-//! Seed 001's adaptive tuner driven by simulated time (`smplab tune`).
+//! Kulkarni & Kulkarni's adaptive tuner driven by simulated time (`smplab tune`).
 //!
 //! Every `TunerConfig::window_ns` a `Kind::Tune` event reads, per VM, what a
 //! host could count over the window — rescheduling IPIs sent, cache-refill
@@ -10,9 +10,9 @@
 //!   takes the shortest slice any unfinished VM's tuner asks for; dispatches
 //!   running on a longer slice are cut to the new one at once;
 //! - vCPU affinity: floating = the whole host; pinned = one pCPU each,
-//!   spread as `Affinity::Pin` spreads them. A queued vCPU left on a pCPU it
-//!   may no longer use moves at the next tick (a running one when it is next
-//!   preempted or halts);
+//!   spread as placement `pinned` (`Placement::Spread`) spreads them. A
+//!   queued vCPU left on a pCPU it may no longer use moves at the next tick
+//!   (a running one when it is next preempted or halts);
 //! - interrupt affinity: the VM's IOAPIC routing (`io.rs`), from the next
 //!   completion on.
 //!
@@ -231,7 +231,7 @@ impl Sim {
         let n_vms = u64::try_from(self.vms.len()).unwrap_or(1).max(1);
         let v = &self.vms[vm];
         let (first, n) = (v.first_vcpu, v.n_vcpus);
-        // As `Affinity::Pin` spreads them: VMs start at different offsets.
+        // As placement `pinned` spreads them: VMs start at different offsets.
         let off = u32::try_from(u64::try_from(vm).unwrap_or(0) * u64::from(n) / n_vms).unwrap_or(0);
         for i in 0..n {
             let vc = &mut self.vcpus[(first + i) as usize];

@@ -1,6 +1,6 @@
 //! VMM mechanisms beyond scheduling: pause-loop exiting, the Spin Detection
 //! Buffer (spin detection and false positives, both leading to spin-triggered
-//! preemption), and device-model exits with their synchronization (seed 004:
+//! preemption), and device-model exits with their synchronization (Partheymüller:
 //! global lock, I/O thread with posted writes, hybrid, fine-grained).
 //! IPI and HLT costs are applied where the guest sends and halts (guest.rs).
 

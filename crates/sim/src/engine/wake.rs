@@ -163,7 +163,7 @@ impl Sim {
     /// woken vCPU, not idle. A block straight to a queued thread pays only
     /// its own switch (`block_current`). Before, the switch-in was free, so
     /// the calibration read it as the waker's `wake_ns`, during which the
-    /// waiter's vCPU counted as idle (docs/sim.md, "Switch-in from idle").
+    /// waiter's vCPU counted as idle (docs/sim-calibration.md, "Switch-in from idle").
     fn kick(&mut self, u: u32, sender: Sender) {
         let vm = self.vcpus[u as usize].vm as usize;
         let costs = self.vms[vm].costs;
