@@ -6,8 +6,8 @@
 //! then an error, never dropped.
 
 use clap::Args;
-use smplab_lab::execute::{execute, RunLimits};
-use smplab_lab::point::Variant;
+use smplab_experiment::execute::{execute, RunLimits};
+use smplab_experiment::point::Variant;
 use smplab_record::config::{
     HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, Placement, Ple, RunConfig, SimSettings,
     SyncMode, Timeout, DEFAULT_PLATFORM, DEFAULT_TIMEOUT,
@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 /// vCPUs of the simulated VM when `--vcpus` is not given: the same as
 /// `smplab run` and a lab spec.
-const DEFAULT_VCPUS: u32 = smplab_lab::spec::DEFAULT_VCPUS;
+const DEFAULT_VCPUS: u32 = smplab_experiment::spec::DEFAULT_VCPUS;
 
 /// Flags of `smplab sim`. Every setting flag is a field of the run
 /// configuration (`SimSettings`); a horizon, bare metal or an LLC size are
@@ -173,8 +173,8 @@ fn simulate_flags(args: &SimArgs) -> Result<Vec<RunRecord>, i32> {
 /// A spec file's scenario, under the same host-time limit.
 fn simulate_spec(path: &Path, timeout: Timeout) -> Result<Vec<RunRecord>, i32> {
     let path = path.to_path_buf();
-    smplab_lab::simglue::with_timeout(timeout.duration(), move || {
-        smplab_sim::simulate_spec(&path).map_err(smplab_lab::simglue::SimRunError::from)
+    smplab_experiment::execute::sim::with_timeout(timeout.duration(), move || {
+        smplab_sim::simulate_spec(&path).map_err(smplab_experiment::execute::sim::SimRunError::from)
     })
     .map_err(|e| {
         crate::report_error(&e);
