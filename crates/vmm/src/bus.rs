@@ -19,8 +19,8 @@
 //! consumer, so a read is served after every write enqueued before it (by any
 //! thread), which is the read-after-posted-write rule of the thesis's I/O thread.
 
-use crate::devices::{ConcurrentDevice, ExclusiveDevice};
-use crate::io_thread::{poll_then_block, record, IoThread, Request};
+use crate::devices::{ConcurrentDevice, DeviceSlot, ExclusiveDevice};
+use crate::io_thread::{poll_then_block, record, Defect, IoThread, Request};
 pub use crate::io_thread::{POLL_BEFORE_BLOCK, QUEUE_CAPACITY};
 use hdrhistogram::Histogram;
 use smplab_record::histogram::new_histogram;
@@ -56,35 +56,6 @@ pub enum BusError {
     BadRange { name: String, base: u64, len: u64 },
 }
 
-/// Where a device lives. An exclusive device can only be reached through its lock.
-#[derive(Clone)]
-pub enum DeviceSlot {
-    Exclusive(Arc<Mutex<dyn ExclusiveDevice>>),
-    Concurrent(Arc<dyn ConcurrentDevice>),
-}
-
-impl DeviceSlot {
-    pub(crate) fn read(&self, offset: u64, data: &mut [u8]) {
-        match self {
-            DeviceSlot::Exclusive(dev) => dev
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .read(offset, data),
-            DeviceSlot::Concurrent(dev) => dev.read(offset, data),
-        }
-    }
-
-    pub(crate) fn write(&self, offset: u64, data: &[u8]) {
-        match self {
-            DeviceSlot::Exclusive(dev) => dev
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .write(offset, data),
-            DeviceSlot::Concurrent(dev) => dev.write(offset, data),
-        }
-    }
-}
-
 /// The path an access takes, fixed per entry when the bus is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
@@ -111,16 +82,6 @@ pub struct BusBuilder {
     entries: Vec<(AddressSpace, u64, u64, String, usize)>,
     slots: Vec<DeviceSlot>,
     defect: Option<Defect>,
-}
-
-/// A bug built into a bus on purpose, so a test can show that the stress
-/// harness ([`crate::stress`]) catches it. Never set outside tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) enum Defect {
-    /// The I/O thread holds each posted write back and delivers it after the
-    /// request that follows it (a posted write overtaken by a later access).
-    ReorderPostedWrites,
 }
 
 impl BusBuilder {

@@ -2,7 +2,7 @@
 //! bounded FIFO of requests, so a read is served after every write posted
 //! before it (the read-after-posted-write rule of the thesis's I/O thread).
 
-use crate::bus::{Defect, DeviceSlot};
+use crate::devices::DeviceSlot;
 use hdrhistogram::Histogram;
 use smplab_record::histogram::new_histogram;
 use smplab_record::vmm::IoThreadStats;
@@ -12,6 +12,16 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// A bug built into a bus's I/O thread on purpose, so a test can show that
+/// the stress harness (stress.rs) catches it. Never set outside tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) enum Defect {
+    /// The I/O thread holds each posted write back and delivers it after the
+    /// request that follows it (a posted write overtaken by a later access).
+    ReorderPostedWrites,
+}
 
 /// How long a waiter polls its channel before blocking. A futex wake-up costs
 /// tens of microseconds on nested (PVM) hosts, more than an exit; a short poll

@@ -3,8 +3,9 @@
 //! mode, against devices that check ordering. No write may be lost, duplicated or
 //! reordered, and every read must see every write its thread posted before it.
 
-use crate::bus::{AddressSpace, BusBuilder, BusClient, Defect, SyncMode};
+use crate::bus::{AddressSpace, BusBuilder, BusClient, SyncMode};
 use crate::devices::{ConcurrentDevice, ExclusiveDevice};
+use crate::io_thread::Defect;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -25,6 +25,8 @@ pub use uart::{ConsoleWriter, Uart};
 pub use window::WindowDevice;
 pub use work::{ExclusiveWorkDevice, WorkDevice};
 
+use std::sync::{Arc, Mutex};
+
 /// A device model that is not thread-safe: each access needs exclusive access.
 pub trait ExclusiveDevice: Send {
     /// Guest read of `data.len()` bytes at `offset` from the device's base.
@@ -60,6 +62,36 @@ pub trait ConcurrentDevice: Send + Sync {
     fn read(&self, offset: u64, data: &mut [u8]);
     /// Guest write of `data` at `offset` from the device's base.
     fn write(&self, offset: u64, data: &[u8]);
+}
+
+/// Where a device lives on the bus (`crate::bus`, and its I/O thread). An
+/// exclusive device can only be reached through its lock.
+#[derive(Clone)]
+pub enum DeviceSlot {
+    Exclusive(Arc<Mutex<dyn ExclusiveDevice>>),
+    Concurrent(Arc<dyn ConcurrentDevice>),
+}
+
+impl DeviceSlot {
+    pub(crate) fn read(&self, offset: u64, data: &mut [u8]) {
+        match self {
+            DeviceSlot::Exclusive(dev) => dev
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .read(offset, data),
+            DeviceSlot::Concurrent(dev) => dev.read(offset, data),
+        }
+    }
+
+    pub(crate) fn write(&self, offset: u64, data: &[u8]) {
+        match self {
+            DeviceSlot::Exclusive(dev) => dev
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .write(offset, data),
+            DeviceSlot::Concurrent(dev) => dev.write(offset, data),
+        }
+    }
 }
 
 /// Little-endian value of up to 8 guest bytes (wider accesses are truncated).
