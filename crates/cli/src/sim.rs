@@ -146,7 +146,7 @@ pub fn run(args: &SimArgs) -> i32 {
 fn simulate_flags(args: &SimArgs) -> Result<Vec<RunRecord>, i32> {
     let scale = args.scale.unwrap_or(1.0);
     if !(scale.is_finite() && scale > 0.0) {
-        crate::report_error(format!("--scale {scale}: give a positive number"));
+        smplab_record::exit::report_error(format!("--scale {scale}: give a positive number"));
         return Err(exit::BAD_INPUT);
     }
     let workload = args.workload.as_deref().unwrap_or_default();
@@ -165,7 +165,7 @@ fn simulate_flags(args: &SimArgs) -> Result<Vec<RunRecord>, i32> {
         qemu_binary: None,
     };
     execute(&program, &info, &args.config(), &limits).map_err(|e| {
-        crate::report_error(&e);
+        smplab_record::exit::report_error(&e);
         e.exit_status()
     })
 }
@@ -177,7 +177,7 @@ fn simulate_spec(path: &Path, timeout: Timeout) -> Result<Vec<RunRecord>, i32> {
         smplab_sim::simulate_spec(&path).map_err(smplab_experiment::execute::sim::SimRunError::from)
     })
     .map_err(|e| {
-        crate::report_error(&e);
+        smplab_record::exit::report_error(&e);
         e.exit_status()
     })
 }
@@ -195,7 +195,7 @@ fn emit(records: &[RunRecord], json: bool, output: Option<&Path>) -> i32 {
     }
     if let Some(path) = output {
         if let Err(e) = std::fs::write(path, lines) {
-            crate::report_error(format!("cannot write {}: {e}", path.display()));
+            smplab_record::exit::report_error(format!("cannot write {}: {e}", path.display()));
             return exit::RUN_FAILED;
         }
     }
