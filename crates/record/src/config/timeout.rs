@@ -80,9 +80,9 @@ impl fmt::Display for Timeout {
         let d = self.0;
         if d.subsec_nanos() == 0 {
             write!(f, "{}s", d.as_secs())
-        } else if d.as_nanos() % 1_000_000 == 0 {
+        } else if d.as_nanos().is_multiple_of(1_000_000) {
             write!(f, "{}ms", d.as_millis())
-        } else if d.as_nanos() % 1000 == 0 {
+        } else if d.as_nanos().is_multiple_of(1000) {
             write!(f, "{}us", d.as_micros())
         } else {
             write!(f, "{}ns", d.as_nanos())
