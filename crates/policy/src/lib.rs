@@ -13,28 +13,19 @@
 //! preempted vCPU keeps its pCPU until its driver confirms it stopped, so one
 //! pCPU never has two occupants.
 //!
-//! Each policy is a [`Policy`] in a file of its own under `policies/`,
-//! named once in `smplab_record::for_each_host_policy!` (which
-//! [`policies`] builds from, exhaustively); the scheduler's [`shared::Core`]
-//! keeps the state they share (vCPU states, pCPU occupants, affinity, the
-//! two-phase preemption) and the [`Scheduler`] asks its policy where
-//! policies differ:
-//! - `rr[:SLICE]`: one FIFO of runnable vCPUs; a vCPU runs a slice, then goes
-//!   to the back if someone waits.
-//! - `gang[:SLICE]`: a VM's vCPUs run together; VMs take turns a slice each.
-//! - `partition[:SLICE]`: the pCPUs are split among the VMs; each VM is
-//!   round-robin on its own share (seed 002 §6).
-//! - `spin[:SLICE]`: the round robin plus spin-triggered preemption: a vCPU
-//!   sampled spinning gives its pCPU to a preempted sibling of its VM
-//!   (directed yield, the likely lock holder or barrier partner), else to
-//!   the next in line.
-//! - `+safepoint:GRACE` wraps any of them ([`policies::safepoint`]): a vCPU
-//!   whose slice ended while in the guest kernel (maybe holding a kernel
-//!   lock) keeps running until it is back in user mode, at most GRACE
-//!   (Uhlig et al., seed 002 §5.1).
-//! - `linux` and `fair` are decided by a host kernel (a real one, or the
-//!   simulator's model of one: [`Decider`]); [`Scheduler::new`] refuses
-//!   them.
+//! Each policy is a [`Policy`] in a file of its own under `policies/`
+//! (the modules of [`policies`] document what each does: `rr`, the round
+//! robin; `gang`; `partition`; `spin`, ...), named once in
+//! `smplab_record::for_each_host_policy!`, from which [`policies`] builds
+//! them exhaustively. The scheduler's [`shared::Core`] keeps the state they
+//! share (vCPU states, pCPU occupants, affinity, the two-phase preemption)
+//! and the [`Scheduler`] asks its policy where policies differ.
+//! `+safepoint:GRACE` wraps any of them ([`policies::safepoint`]): a vCPU
+//! whose slice ended while in the guest kernel (maybe holding a kernel lock)
+//! keeps running until it is back in user mode, at most GRACE (Uhlig et al.,
+//! seed 002 §5.1). `linux` and `fair` are decided by a host kernel (a real
+//! one, or the simulator's model of one: [`Decider`]); [`Scheduler::new`]
+//! refuses them.
 //!
 //! Per-vCPU affinity ([`Affinity`], [`Scheduler::set_affinity`],
 //! [`Scheduler::set_vm_affinity`]: seed 001's pinned or floating vCPUs) can

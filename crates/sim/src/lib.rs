@@ -11,7 +11,7 @@
 //! The host's scheduling has two owners (`smplab_record::config::Decider`).
 //! `linux` and `fair` are the simulator's model of the host kernel
 //! (per-pCPU run queues, vruntime, load balancing). The user-level policies
-//! — `rr`, `gang`, `partition`, `spin`, each optionally with
+//! — `rr`, `gang`, `partition`, `spin`, ..., each optionally with
 //! `+safepoint:GRACE` — are `smplab_policy::Scheduler`'s decisions, the same
 //! code smplab-vmm's real scheduler runs, which the simulator drives with
 //! simulated events (halts and wakes, PLE/SDB exits, samples, slice ends).

@@ -1,5 +1,5 @@
-//! The user-level host policies (`rr`, `gang`, `partition`, `spin`, each
-//! optionally with `+safepoint:GRACE`: every kind smplab-policy decides)
+//! The user-level host policies (every kind smplab-policy decides: `rr`,
+//! `gang`, `partition`, `spin`, ..., each optionally with `+safepoint:GRACE`)
 //! driven through smplab-policy's `Scheduler`, the one smplab-vmm's real
 //! scheduler drives too: a policy is written once, and `rr:4ms` here is the
 //! same code as `rr:4ms` on a real host.
