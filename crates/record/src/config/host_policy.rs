@@ -54,6 +54,10 @@ macro_rules! for_each_host_policy {
                 /// of its VM (directed yield), else to the next runnable
                 /// vCPU (seed 002 §5.2, the SDB's policy).
                 Spin spin,
+                /// Round robin by VM: VMs take turns a slice each on all
+                /// pCPUs, without co-scheduling (the pCPUs a VM leaves free
+                /// go to the others).
+                RoundRobinByVm rrvm,
             }
         }
     };
