@@ -29,7 +29,7 @@ fn two_vms_share_one_cpu_under_every_policy() {
     if !have_kvm() {
         return;
     }
-    for policy in ["linux", "fair:2ms", "gang:2ms", "spin:2ms", "safepoint:1ms"] {
+    for policy in ["linux", "rr:2ms", "gang:2ms", "spin:2ms", "safepoint:1ms"] {
         let s = parse("h.toml", &spec(policy, "")).expect("spec");
         let run = run_host(&s, None, false).expect("host run");
         assert!(run.all_ok(), "{policy}: {:?}", run.records);
@@ -149,7 +149,7 @@ fn pinned_vcpus_never_change_host_cpu_and_floating_ones_do() {
     }
     let text = |affinity: &str| {
         format!(
-            "cpus = \"0-1\"\npolicy = \"fair:1ms\"\nvcpu_affinity = \"{affinity}\"\ntimeout = \"60s\"\n\
+            "cpus = \"0-1\"\npolicy = \"rr:1ms\"\nvcpu_affinity = \"{affinity}\"\ntimeout = \"60s\"\n\
              [[vm]]\nworkload = \"oltp\"\nvcpus = 2\nthreads = 2\nscale = 0.3\ncount = 2\n\
              irq_affinity = \"running\"\n"
         )

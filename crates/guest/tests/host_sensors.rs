@@ -24,7 +24,7 @@ fn the_host_reads_resched_ipis_and_irq_latency_from_running_vms() {
         .iter()
         .map(|&(name, scale)| common::program(name, 2, scale))
         .collect();
-    let policy: HostPolicy = "fair:2ms".parse().expect("policy");
+    let policy: HostPolicy = "rr:2ms".parse().expect("policy");
     let scheduler = HostScheduler::new(&policy, &[2, 2], &[0, 1], Sampling::default())
         .expect("a host on CPUs 0-1");
     let ticker = scheduler.start().expect("scheduler thread");

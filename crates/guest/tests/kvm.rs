@@ -649,7 +649,7 @@ fn the_host_scheduler_keeps_running_routing_on_the_running_vcpu() {
     // One VM of 2 vCPUs on one host CPU: one vCPU runs at a time, so
     // `running` routing is always a single vCPU, rewritten at every grant.
     let cpu = smplab_vmm::placement::allowed_cpus()[0];
-    let policy = "fair:1ms".parse().expect("policy");
+    let policy = "rr:1ms".parse().expect("policy");
     let sched = HostScheduler::new(&policy, &[2], &[cpu], Sampling::default()).expect("scheduler");
     let ticker = sched.start().expect("ticker");
     let p = program("oltp", 2, 0.3);

@@ -39,13 +39,13 @@ impl Scheduler {
     /// The affinity of `vcpu` (`Any` for a vCPU that does not exist).
     pub fn affinity(&self, vcpu: VcpuId) -> &Affinity {
         const ANY: &Affinity = &Affinity::Any;
-        self.affinity.get(vcpu).unwrap_or(ANY)
+        self.core.affinity.get(vcpu).unwrap_or(ANY)
     }
 
     /// Whether `vcpu` may run on `pcpu` now: its VM's share under
     /// `partition` and its affinity.
     pub fn may_run_on(&self, vcpu: VcpuId, pcpu: PcpuId) -> bool {
-        vcpu < self.vcpus() && pcpu < self.pcpus() && self.eligible(vcpu, pcpu)
+        vcpu < self.vcpus() && pcpu < self.pcpus() && self.core.eligible(vcpu, pcpu)
     }
 
     /// Set the affinity of `vcpu` at `now`. Returns the actions that carry it
@@ -62,9 +62,9 @@ impl Scheduler {
     ) -> Result<Vec<Action>, PolicyError> {
         self.check_affinity(vcpu, &affinity)?;
         let mut actions = Vec::new();
-        self.affinity[vcpu] = affinity;
+        self.core.affinity[vcpu] = affinity;
         self.enforce(vcpu, &mut actions);
-        if self.started {
+        if self.core.started {
             self.dispatch(now, &mut actions);
         }
         Ok(actions)
@@ -80,16 +80,16 @@ impl Scheduler {
         affinity: VcpuAffinity,
         now: Ns,
     ) -> Result<Vec<Action>, PolicyError> {
-        let vms = self.vm_vcpus.len();
+        let vms = self.core.vms();
         if vm >= vms {
             return Err(PolicyError::NoSuchVm { vm, vms });
         }
-        let (lo, hi) = self.share[vm];
+        let (lo, hi) = self.core.share[vm];
         let width = (hi - lo).max(1);
         let mut actions = Vec::new();
-        let mine: Vec<VcpuId> = (0..self.vcpus()).filter(|&v| self.vm_of[v] == vm).collect();
+        let mine: Vec<VcpuId> = (0..self.vcpus()).filter(|&v| self.vm_of(v) == vm).collect();
         for (i, &v) in mine.iter().enumerate() {
-            self.affinity[v] = match affinity {
+            self.core.affinity[v] = match affinity {
                 VcpuAffinity::Floating => Affinity::Any,
                 VcpuAffinity::Pinned => Affinity::Pcpus(vec![lo + i % width]),
             };
@@ -97,7 +97,7 @@ impl Scheduler {
         for &v in &mine {
             self.enforce(v, &mut actions);
         }
-        if self.started {
+        if self.core.started {
             self.dispatch(now, &mut actions);
         }
         Ok(actions)
@@ -121,9 +121,9 @@ impl Scheduler {
                 self.pcpus() - 1
             ));
         }
-        let vm = self.vm_of[vcpu];
+        let vm = self.vm_of(vcpu);
         if !set.iter().any(|&p| self.allowed(vm, p)) {
-            let (lo, hi) = self.share[vm];
+            let (lo, hi) = self.share(vm);
             return bad(format!(
                 "none of {set:?} is in VM {vm}'s partition share {lo}-{}",
                 hi - 1
@@ -134,9 +134,9 @@ impl Scheduler {
 
     /// A running `vcpu` on a pCPU its affinity no longer allows leaves it.
     fn enforce(&mut self, vcpu: VcpuId, actions: &mut Vec<Action>) {
-        if let Some(pcpu) = self.settled_pcpu(vcpu) {
-            if !self.affinity[vcpu].allows(pcpu) {
-                self.preempt(vcpu, PreemptCause::Affinity, actions);
+        if let Some(pcpu) = self.core.settled_pcpu(vcpu) {
+            if !self.core.affinity[vcpu].allows(pcpu) {
+                self.core.preempt(vcpu, PreemptCause::Affinity, actions);
             }
         }
     }

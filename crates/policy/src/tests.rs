@@ -19,6 +19,34 @@ fn running(s: &Scheduler) -> Vec<Option<VcpuId>> {
 }
 
 #[test]
+fn the_simulators_fair_share_model_is_no_user_level_policy() {
+    assert_eq!(
+        Scheduler::new(&policy("fair"), &[2, 2], 2).unwrap_err(),
+        PolicyError::SimulatorOnly
+    );
+    assert!(matches!(
+        crate::check(
+            &HostPolicy {
+                safe_point_grace_ns: Some(1),
+                ..policy("linux")
+            },
+            &[2],
+            2
+        ),
+        Err(PolicyError::SafePointNeedsUserLevel(_))
+    ));
+    assert_eq!(crate::check(&policy("fair"), &[2], 2), Ok(()));
+    assert_eq!(
+        crate::check(&policy("gang"), &[3], 2),
+        Err(PolicyError::GangTooLarge {
+            vm: 0,
+            vcpus: 3,
+            pcpus: 2
+        })
+    );
+}
+
+#[test]
 fn linux_has_no_user_level_scheduler() {
     assert_eq!(
         Scheduler::new(&policy("linux"), &[2, 2], 2).unwrap_err(),
@@ -37,18 +65,18 @@ fn impossible_settings_are_refused() {
         Err(PolicyError::GangTooLarge { vm: 0, .. })
     ));
     assert_eq!(
-        Scheduler::new(&policy("fair"), &[2], 0).unwrap_err(),
+        Scheduler::new(&policy("rr"), &[2], 0).unwrap_err(),
         PolicyError::NoPcpus
     );
     assert_eq!(
-        Scheduler::new(&policy("fair"), &[2, 0], 2).unwrap_err(),
+        Scheduler::new(&policy("rr"), &[2, 0], 2).unwrap_err(),
         PolicyError::NoVcpus
     );
 }
 
 #[test]
 fn fair_rotates_after_a_slice() {
-    let mut s = Scheduler::new(&policy("fair:1ms"), &[2, 2], 2).unwrap();
+    let mut s = Scheduler::new(&policy("rr:1ms"), &[2, 2], 2).unwrap();
     s.start(0);
     assert_eq!(running(&s), vec![Some(0), Some(1)]);
     assert!(s.tick(500_000).is_empty(), "no slice is over yet");
@@ -64,7 +92,7 @@ fn fair_rotates_after_a_slice() {
 
 #[test]
 fn a_slice_is_not_ended_when_nobody_waits() {
-    let mut s = Scheduler::new(&policy("fair:1ms"), &[2], 2).unwrap();
+    let mut s = Scheduler::new(&policy("rr:1ms"), &[2], 2).unwrap();
     s.start(0);
     assert!(s.tick(5_000_000).is_empty());
 }
@@ -110,7 +138,7 @@ fn spin_yields_to_a_preempted_sibling() {
 
 #[test]
 fn fair_counts_spins_but_does_not_act_on_them() {
-    let mut s = Scheduler::new(&policy("fair"), &[2, 2], 2).unwrap();
+    let mut s = Scheduler::new(&policy("rr"), &[2, 2], 2).unwrap();
     s.start(0);
     let a = s.sample(
         0,
@@ -130,7 +158,7 @@ fn a_halted_vcpu_yields_except_under_gang() {
         halted: true,
         ..Sample::default()
     };
-    let mut s = Scheduler::new(&policy("fair"), &[2, 2], 2).unwrap();
+    let mut s = Scheduler::new(&policy("rr"), &[2, 2], 2).unwrap();
     s.start(0);
     assert_eq!(s.sample(0, 1, halted), vec![Action::Preempt { vcpu: 0 }]);
     let mut g = Scheduler::new(&policy("gang"), &[2, 2], 2).unwrap();
@@ -140,7 +168,7 @@ fn a_halted_vcpu_yields_except_under_gang() {
 
 #[test]
 fn safepoint_defers_a_slice_end_in_the_kernel_up_to_the_grace() {
-    let mut s = Scheduler::new(&policy("fair:1ms+safepoint:1ms"), &[1, 1], 1).unwrap();
+    let mut s = Scheduler::new(&policy("rr:1ms+safepoint:1ms"), &[1, 1], 1).unwrap();
     s.start(0);
     let kernel = Sample {
         in_kernel: true,
@@ -180,7 +208,7 @@ fn partition_keeps_vms_apart() {
 
 #[test]
 fn a_finished_vm_frees_its_pcpus() {
-    let mut s = Scheduler::new(&policy("fair"), &[2, 2], 2).unwrap();
+    let mut s = Scheduler::new(&policy("rr"), &[2, 2], 2).unwrap();
     s.start(0);
     let a = s.finished(0, 5);
     assert_eq!(a.len(), 2);
@@ -193,7 +221,7 @@ fn a_finished_vm_frees_its_pcpus() {
 
 #[test]
 fn a_blocked_vcpu_frees_its_pcpu_and_queues_again_on_wake() {
-    let mut s = Scheduler::new(&policy("fair:1ms"), &[2, 1], 2).unwrap();
+    let mut s = Scheduler::new(&policy("rr:1ms"), &[2, 1], 2).unwrap();
     s.start(0);
     assert_eq!(running(&s), vec![Some(0), Some(1)]);
     let a = s.block(0, 100);
@@ -208,7 +236,7 @@ fn a_blocked_vcpu_frees_its_pcpu_and_queues_again_on_wake() {
 
 #[test]
 fn a_hardware_spin_exit_yields_under_fair_but_not_under_gang() {
-    let mut s = Scheduler::new(&policy("fair:1ms"), &[2, 2], 2).unwrap();
+    let mut s = Scheduler::new(&policy("rr:1ms"), &[2, 2], 2).unwrap();
     s.start(0);
     let a = s.spin_exit(0, 10);
     assert_eq!(a, vec![Action::Preempt { vcpu: 0 }]);
@@ -261,7 +289,7 @@ fn partition_shares_follow_vm_sizes() {
 
 #[test]
 fn a_deferred_slice_end_has_a_deadline_after_the_grace() {
-    let mut s = Scheduler::new(&policy("fair:1ms+safepoint:500us"), &[2, 1], 2).unwrap();
+    let mut s = Scheduler::new(&policy("rr:1ms+safepoint:500us"), &[2, 1], 2).unwrap();
     s.start(0);
     s.sample(
         0,
@@ -336,11 +364,11 @@ fn churn(s: &mut Scheduler, seed: u64, steps: u64, mut check: impl FnMut(&Schedu
 #[test]
 fn a_pinned_vcpu_never_runs_on_another_pcpu() {
     for text in [
-        "fair:1ms",
+        "rr:1ms",
         "spin:1ms",
         "gang:1ms",
         "partition:1ms",
-        "fair:1ms+safepoint:500us",
+        "rr:1ms+safepoint:500us",
     ] {
         // 2 VMs x 2 vCPUs on 2 pCPUs (partition: 2 VMs x 2 vCPUs on 4).
         let pcpus = if text.starts_with("partition") { 4 } else { 2 };
@@ -387,7 +415,7 @@ fn a_pinned_vcpu_never_runs_on_another_pcpu() {
 
 #[test]
 fn a_changed_affinity_takes_effect_at_the_next_dispatch() {
-    let mut s = Scheduler::new(&policy("fair:1ms"), &[2, 2], 2).unwrap();
+    let mut s = Scheduler::new(&policy("rr:1ms"), &[2, 2], 2).unwrap();
     s.start(0);
     assert_eq!(running(&s), vec![Some(0), Some(1)]);
     // vCPU 0 runs on pCPU 0 and may now only use pCPU 1: it leaves at once.
@@ -418,7 +446,7 @@ fn a_changed_affinity_takes_effect_at_the_next_dispatch() {
 
 #[test]
 fn floating_vcpus_are_scheduled_as_without_affinity() {
-    for text in ["fair:1ms", "spin:1ms", "gang:1ms", "partition:1ms"] {
+    for text in ["rr:1ms", "spin:1ms", "gang:1ms", "partition:1ms"] {
         let mut plain = Scheduler::new(&policy(text), &[2, 2], 2).unwrap();
         let mut floating = plain.clone();
         for vm in 0..2 {

@@ -1,7 +1,7 @@
 //! Properties every policy keeps under any sequence of events.
 
 use proptest::prelude::*;
-use smplab_policy::{Action, HostPolicy, PolicyKind, Sample, Scheduler, VcpuState};
+use smplab_policy::{Action, Decider, HostPolicy, PolicyKind, Sample, Scheduler, VcpuState};
 
 #[derive(Debug, Clone)]
 enum Event {
@@ -41,15 +41,18 @@ fn event() -> impl Strategy<Value = Event> {
     ]
 }
 
+/// Every user-level policy of the registry, with a 1 ms slice, alone or
+/// wrapped in safe points (so a new policy is covered once it is named).
 fn policy() -> impl Strategy<Value = HostPolicy> {
-    prop_oneof![
-        Just("fair:1ms"),
-        Just("gang:1ms"),
-        Just("partition:1ms"),
-        Just("spin:1ms"),
-        Just("fair:1ms+safepoint:500us"),
-    ]
-    .prop_map(|t| t.parse().unwrap())
+    let user_level: Vec<PolicyKind> = PolicyKind::ALL
+        .iter()
+        .copied()
+        .filter(|k| k.decider() == Decider::UserLevel)
+        .collect();
+    (prop::sample::select(user_level), any::<bool>()).prop_map(|(kind, safe)| {
+        let grace = if safe { "+safepoint:500us" } else { "" };
+        format!("{}:1ms{grace}", kind.name()).parse().unwrap()
+    })
 }
 
 fn check(s: &Scheduler, vms: usize, vcpus: &[u32]) -> Result<(), TestCaseError> {

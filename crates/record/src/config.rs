@@ -40,7 +40,7 @@ pub mod io;
 pub mod settings;
 mod timeout;
 
-pub use host_policy::{parse_duration, BadDuration, HostPolicy, PolicyKind};
+pub use host_policy::{parse_duration, BadDuration, Decider, HostPolicy, PolicyKind};
 pub use io::{BadIoThreadCpus, BadIrqAffinity, IoThreadCpus, IrqAffinity};
 pub use settings::{
     BadIdlePolicy, BadIrqchip, BadPlacement, BadPle, IdlePolicy, Irqchip, Placement, Ple, SyncMode,

@@ -83,6 +83,8 @@ fn main() {
         let mut s = Scenario::new(k.clone(), 8, vec![v]);
         s.policy = Policy::fair().with_slice(slice);
         if safe {
+            // Safe points are a user-level policy's: the round robin's.
+            s.policy.kind = smplab_sim::PolicyKind::RoundRobin;
             s.policy.safe_point_grace_ns = Some(1_000_000);
         }
         let (w, _, spin) = wall(&s);

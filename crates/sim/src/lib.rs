@@ -19,9 +19,10 @@
 //!   Management in Overcommitted Virtual Machines";
 //! - Partheymüller, "Adding SMP Support to a User-Level VMM" (the Seoul VMM).
 //!
-//! The host's scheduling has two owners. `linux` and plain `fair` are the
-//! simulator's model of the host kernel (per-pCPU run queues, vruntime, load
-//! balancing). The user-level policies — `gang`, `partition`, `spin` and any
+//! The host's scheduling has two owners (`smplab_record::config::Decider`).
+//! `linux` and `fair` are the simulator's model of the host kernel
+//! (per-pCPU run queues, vruntime, load balancing). The user-level policies
+//! — `rr`, `gang`, `partition`, `spin`, ..., each optionally with
 //! `+safepoint:GRACE` — are `smplab_policy::Scheduler`'s decisions, the same
 //! code smplab-vmm's real scheduler runs, which the simulator drives with
 //! simulated events (halts and wakes, PLE/SDB exits, samples, slice ends).
@@ -53,6 +54,8 @@ pub use scenario::{
 };
 pub use smplab_record::RunRecord;
 
+use smplab_record::config::Decider;
+
 use rayon::prelude::*;
 use std::time::Instant;
 
@@ -78,13 +81,15 @@ pub fn simulate_tuned(
     s: &Scenario,
     tuner: &smplab_policy::tune::TunerConfig,
 ) -> Result<(Vec<RunRecord>, TuneLog), SimError> {
-    if matches!(s.policy.kind, PolicyKind::Gang | PolicyKind::Partition) {
-        return Err(SimError::Scenario(format!(
-            "the tuner sets time slices and affinity itself: use a fair-share policy, not {}",
+    // The tuner sets the slice and the affinities of the simulator's model of
+    // the host kernel (engine/tune.rs); a user-level policy keeps its own.
+    match s.policy.kind.decider() {
+        Decider::HostKernel | Decider::SimulatedKernel => simulate_inner(s, Some(tuner)),
+        Decider::UserLevel => Err(SimError::Scenario(format!(
+            "the tuner sets time slices and affinity itself: use the fair-share policy (fair or linux), not {}",
             s.policy
-        )));
+        ))),
     }
-    simulate_inner(s, Some(tuner))
 }
 
 fn simulate_inner(

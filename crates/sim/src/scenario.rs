@@ -280,26 +280,12 @@ impl Scenario {
                 }
             }
         }
-        if self.policy.kind == PolicyKind::Gang {
-            if let Some((i, vm)) = self
-                .vms
-                .iter()
-                .enumerate()
-                .find(|(_, v)| v.vcpus > self.pcpus)
-            {
-                return err(format!(
-                    "VM {i} has {} vCPUs but gang scheduling needs all of them on distinct pCPUs (have {}): use fair or partition, or more pCPUs",
-                    vm.vcpus, self.pcpus
-                ));
-            }
-        }
-        if self.policy.kind == PolicyKind::Partition && (self.vms.len() as u64) > self.pcpus as u64
-        {
-            return err(format!(
-                "logical partitioning needs at least one pCPU per VM ({} VMs, {} pCPUs)",
-                self.vms.len(),
-                self.pcpus
-            ));
+        // What the policy cannot serve (gang: a VM larger than the host;
+        // partition: more VMs than pCPUs; safe points under a kernel-decided
+        // policy), as smplab-policy finds it for every policy.
+        let vcpus: Vec<u32> = self.vms.iter().map(|v| v.vcpus).collect();
+        if let Err(e) = smplab_policy::check(&self.policy, &vcpus, self.pcpus as usize) {
+            return err(format!("policy {}: {e}", self.policy));
         }
         if total > u32::MAX as u64 / 2 {
             return err("too many vCPUs".into());
@@ -335,7 +321,7 @@ mod tests {
         assert_eq!(p.time_slice_ns, Some(100_000));
         assert_eq!(p.safe_point_grace_ns, Some(1_000_000));
         assert_eq!(Policy::parse("gang:10ms").unwrap().kind, PolicyKind::Gang);
-        assert!(Policy::parse("rr").is_err());
+        assert!(Policy::parse("lottery").is_err());
         assert_eq!(parse_duration("1.5ms"), Ok(1_500_000));
         assert_eq!(DeviceSync::from(SyncMode::Global), DeviceSync::Global);
     }

@@ -114,16 +114,20 @@ fn scenarios() -> Vec<(String, Scenario)> {
 /// line transfers of shared write walks (`cache.shared_write_ns_per_line`,
 /// branch `canneal`): the 9 scenarios that run canneal or dedup with two
 /// writer threads on two vCPUs or more changed (8 on kvm2015, 1 on
-/// pvm-here), the other 35 are bit-identical.
+/// pvm-here), the other 35 are bit-identical. Regenerated for a label: the
+/// round robin with safe points, which `fair:200us+safepoint:100us` always
+/// ran, is now printed `rr:200us+safepoint:100us` (`fair` names only the
+/// simulator's kernel model); with the old label put back in the JSON the
+/// 7 scenarios that run it gave the old hashes, and no event count changed.
 const GOLDEN: &[(u64, u64)] = &[
-    (0x553d0ef4fd9e3f1a, 0x8d46284588a9f62e), // random 0
+    (0xe493a88aa71c2514, 0x8d46284588a9f62e), // random 0
     (0xe4518b61abf6fa21, 0x66552537d18acd6e), // random 1
     (0xb76d2dc2c432764a, 0xcb14dc2682111959), // random 2
     (0x87a5cd66ec078bb6, 0x3e8a3999289e59a3), // random 3
     (0x41510acbafa69046, 0xcfcf2cb370f3bd9e), // random 4
     (0xbbb3a44f7df1b9af, 0xf92ae5031d34cf12), // random 5
     (0xe056e7a74195504f, 0x5f492c017ffc89f3), // random 6
-    (0x523dc341ec6b730c, 0x08087ad9f8e10a42), // random 7
+    (0x041a915b65339506, 0x08087ad9f8e10a42), // random 7
     (0xf5936ae4e8bc04f9, 0x71505a7ab800b71f), // random 8
     (0x7eceb773d6d18b96, 0x0d403318307b8d87), // random 9
     (0x224209aac9dbf66a, 0xc589c1e0b4b8e73f), // random 10
@@ -138,22 +142,22 @@ const GOLDEN: &[(u64, u64)] = &[
     (0x74500b79c93bff85, 0x2ef3df40a27c4ba9), // random 19
     (0x2049c3a847d82651, 0xd1bccaf3691227a5), // random 20
     (0xf0979d6a8e8cd411, 0x891dff3700863242), // random 21
-    (0x8dd5c632cb6ba843, 0x93228823c6087f11), // random 22
+    (0x36cbeee6a1435bcf, 0x93228823c6087f11), // random 22
     (0x75053bd0f0cdc413, 0x32e88667d690b347), // random 23
     (0x06ce664683714e42, 0x954e37f153f40366), // random 24
     (0xbe221a8578d25fd9, 0xed26b1502db538ab), // random 25
     (0x07a83e0546acde15, 0xae8233261bc250f4), // random 26
-    (0xe4fe57a2122fba18, 0x40c9e0103ec7e964), // random 27
+    (0x20da220592ef406a, 0x40c9e0103ec7e964), // random 27
     (0xe54137fd5c435ab8, 0x0e597ac9cb9999ef), // random 28
     (0xc0369b549a3b996b, 0xa91546fd5e0c3a2f), // random 29
     (0xb0ee0b93c8a5ed44, 0x247a5a334430a678), // random 30
     (0xb8860af26859a363, 0x63c2b3943536dbeb), // random 31
-    (0xd0c90e2d6559971a, 0x598aa5656d313867), // random 32
+    (0x30b3cfb088e61142, 0x598aa5656d313867), // random 32
     (0x1c59ec9fee31304c, 0x593872abb3c7ea7a), // random 33
-    (0xeb281f2a4010ce05, 0x5cc4076294771efc), // random 34
+    (0x0c4886d8486007c1, 0x5cc4076294771efc), // random 34
     (0xf55c1b6fec3516e2, 0x491fc0360a370eba), // random 35
     (0xb1955df663dc51e9, 0x8649aed251a9282d), // random 36
-    (0x5ba60cdb041b470a, 0x7abc2a593f567aa7), // random 37
+    (0x1b6b84d518770f98, 0x7abc2a593f567aa7), // random 37
     (0xc001a272f4ef246a, 0x682d27cfc1946e7d), // random 38
     (0xa406268249330bd4, 0x5c8a1db1cf6cc26d), // random 39
     (0x1ab9b87d66b4e50c, 0x344e547aeda657ed), // bench model

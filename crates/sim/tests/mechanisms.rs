@@ -280,6 +280,8 @@ fn safe_points_defer_preemption_of_the_lock_holder() {
         s.native_reference = false;
         s.policy = Policy::fair().with_slice(1_000_000);
         if safe {
+            // Safe points are a user-level policy's: the round robin's.
+            s.policy.kind = smplab_sim::PolicyKind::RoundRobin;
             s.policy.safe_point_grace_ns = Some(10_000_000);
         }
         run(&s)

@@ -14,7 +14,7 @@ use clap::Args;
 use serde::Serialize;
 use smplab_experiment::host::{run_host, weighted_speedup, HostRun};
 use smplab_experiment::host::{HostSpec, HostVm};
-use smplab_record::config::{HostPolicy, PolicyKind, SimSettings};
+use smplab_record::config::{Decider, HostPolicy, SimSettings};
 use smplab_record::exit;
 use smplab_vmm::host::Sampling;
 use std::path::PathBuf;
@@ -33,7 +33,7 @@ pub struct BenchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "fair:4ms,gang:4ms,partition,spin:4ms,fair:4ms+safepoint:1ms"
+        default_value = "rr:4ms,gang:4ms,partition,spin:4ms,rr:4ms+safepoint:1ms"
     )]
     pub policies: Vec<String>,
     /// Workload scale (small: guest runs are slow here).
@@ -99,9 +99,9 @@ fn sim_settings(policy: HostPolicy, pcpus: usize, vms: u32, platform: &str) -> S
     let mut s = SimSettings::new(2, platform);
     s.pcpus = u32::try_from(pcpus).ok();
     s.vms = vms;
-    s.policy = match policy.kind {
-        PolicyKind::Linux => HostPolicy::fair(),
-        _ => policy,
+    s.policy = match policy.kind.decider() {
+        Decider::HostKernel | Decider::SimulatedKernel => HostPolicy::fair(),
+        Decider::UserLevel => policy,
     };
     s
 }

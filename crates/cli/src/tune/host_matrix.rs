@@ -4,11 +4,11 @@
 //!
 //! - vCPU affinity × time slice: `linux` with the vCPU threads pinned
 //!   (vCPU i on host CPU i) or floating, the host kernel's own slice; and the
-//!   user-level `fair:SLICE` scheduler at 1, 4 and 16 ms, floating (it grants
+//!   user-level `rr:SLICE` scheduler at 1, 4 and 16 ms, floating (it grants
 //!   any free CPU) or, at 1 and 4 ms, pinned (the scheduler's per-vCPU
 //!   affinity: vCPU i of both VMs on host CPU i).
 //! - interrupt affinity (profiles with `io` ops only): vCPU 0, vCPU 1,
-//!   balanced, and under `fair` `running` (the scheduler keeps the guest's
+//!   balanced, and under `rr` `running` (the scheduler keeps the guest's
 //!   routing page pointed at the VM's running vCPUs: vBalance).
 //!
 //! Repetitions are interleaved (all configurations of rep 0, then rep 1...).
@@ -96,11 +96,11 @@ fn configs(io: bool) -> Vec<HostConfig> {
     for (text, pin, affinity) in [
         ("linux", true, VcpuAffinity::Floating),
         ("linux", false, VcpuAffinity::Floating),
-        ("fair:1ms", false, VcpuAffinity::Floating),
-        ("fair:4ms", false, VcpuAffinity::Floating),
-        ("fair:16ms", false, VcpuAffinity::Floating),
-        ("fair:1ms", false, VcpuAffinity::Pinned),
-        ("fair:4ms", false, VcpuAffinity::Pinned),
+        ("rr:1ms", false, VcpuAffinity::Floating),
+        ("rr:4ms", false, VcpuAffinity::Floating),
+        ("rr:16ms", false, VcpuAffinity::Floating),
+        ("rr:1ms", false, VcpuAffinity::Pinned),
+        ("rr:4ms", false, VcpuAffinity::Pinned),
     ] {
         if let Ok(p) = text.parse::<HostPolicy>() {
             policies.push((p, pin, affinity));
@@ -129,7 +129,7 @@ fn configs(io: bool) -> Vec<HostConfig> {
         }
     }
     // The tuner from the default user-level slice and from the longest.
-    for text in ["fair:4ms", "fair:16ms"] {
+    for text in ["rr:4ms", "rr:16ms"] {
         if let Ok(policy) = text.parse::<HostPolicy>() {
             out.push(HostConfig {
                 policy,

@@ -154,7 +154,7 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
         if *t.get_ref() && !policy.is_user_level() {
             d.push(src.span(
                 t.span(),
-                "tune = true sets the user-level scheduler's slice: use a policy such as fair or spin, not linux",
+                "tune = true sets the user-level scheduler's slice: use a policy such as rr or spin, not linux",
             ));
         }
     }
@@ -436,14 +436,14 @@ mod tests {
         // and its vCPUs may be pinned.
         let ok = parse(
             "h.toml",
-            "cpus = \"0\"\npolicy = \"fair\"\nvcpu_affinity = \"pinned\"\n[[vm]]\nworkload = \"oltp\"\nirq_affinity = \"running\"\n",
+            "cpus = \"0\"\npolicy = \"rr\"\nvcpu_affinity = \"pinned\"\n[[vm]]\nworkload = \"oltp\"\nirq_affinity = \"running\"\n",
         )
         .unwrap();
         assert_eq!(ok.vms[0].irq_affinity, IrqAffinity::Running);
         assert_eq!(ok.vcpu_affinity, VcpuAffinity::Pinned);
         let e = err("cpus = \"0\"\nvcpu_affinity = \"pinned\"\n[[vm]]\nworkload = \"dedup\"\n");
         assert!(e.contains("h.toml:2:17") && e.contains("pin = true"), "{e}");
-        let e = err("cpus = \"0\"\npolicy = \"fair\"\nvcpu_affinity = \"tight\"\n[[vm]]\nworkload = \"dedup\"\n");
+        let e = err("cpus = \"0\"\npolicy = \"rr\"\nvcpu_affinity = \"tight\"\n[[vm]]\nworkload = \"dedup\"\n");
         assert!(
             e.contains("h.toml:3:17") && e.contains("pinned or floating"),
             "{e}"
@@ -460,7 +460,7 @@ mod tests {
         assert!(e.contains("h.toml:2:8") && e.contains("user-level"), "{e}");
         let tuned = parse(
             "h.toml",
-            "cpus = \"0\"\npolicy = \"fair\"\ntune = true\n[[vm]]\nworkload = \"dedup\"\n",
+            "cpus = \"0\"\npolicy = \"rr\"\ntune = true\n[[vm]]\nworkload = \"dedup\"\n",
         )
         .unwrap();
         assert!(tuned.tune);

@@ -199,7 +199,7 @@ mod tests {
             .into_iter()
             .take(2)
             .collect();
-        let policy: HostPolicy = "fair:4ms".parse().unwrap();
+        let policy: HostPolicy = "rr:4ms".parse().unwrap();
         let sched = HostScheduler::new(&policy, &[2, 2], &cpus, Sampling::default()).unwrap();
         let mut applied = setting(VcpuAffinity::Floating, IrqAffinity::default());
         let pinned = setting(VcpuAffinity::Pinned, IrqAffinity::default());

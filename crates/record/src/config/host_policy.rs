@@ -1,46 +1,137 @@
-//! The host's vCPU scheduling policy (seed 002): fair share, gang or logical
-//! partitioning, an optional time slice and safe-point-aware preemption.
-//! Printed and parsed as `fair`, `gang:10ms`, `fair:100us+safepoint:1ms`;
-//! `linux` (no user-level scheduling: the host kernel decides), `spin`
-//! (spin-triggered preemption with directed yield, seed 002's SDB policy) and
-//! `safepoint:GRACE` (short for `fair+safepoint:GRACE`) name the real host's
-//! policies too (smplab-policy, docs/host.md).
+//! The host's vCPU scheduling policy (seed 002): the host kernel's own
+//! scheduler, a user-level round robin, gang or logical partitioning, an
+//! optional time slice and safe-point-aware preemption. Printed and parsed as
+//! `rr`, `gang:10ms`, `rr:100us+safepoint:1ms`; `safepoint:GRACE` is short for
+//! `rr+safepoint:GRACE`.
+//!
+//! [`for_each_host_policy!`](crate::for_each_host_policy) is the one list of
+//! policies: [`PolicyKind`], its names and who decides each kind
+//! ([`Decider`]) follow from it here, and smplab-policy builds each
+//! user-level policy from the same list, so a policy named there and not
+//! written (or written and not named) does not compile.
 
 use super::ConfigError;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 
-/// Host scheduling policy kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum PolicyKind {
-    /// Proportional fair share (CFS/credit-like, equal weights).
-    #[default]
-    FairShare,
-    /// Gang (co-)scheduling: all vCPUs of a VM run together.
-    Gang,
-    /// Logical partitioning: pCPUs split among VMs (seed 002 §6.2).
-    Partition,
-    /// No user-level scheduling: every vCPU thread is runnable and the host
-    /// kernel's scheduler decides (the stock baseline of a real host). The
-    /// simulator models its host as fair share, so there it equals `fair`.
-    Linux,
-    /// Fair share plus spin-triggered preemption: a vCPU detected spinning
-    /// gives its pCPU to a preempted sibling of its VM (directed yield), else
-    /// to the next runnable vCPU (seed 002 §5.2, the SDB's policy).
-    Spin,
+/// The one list of host policies, handed to `$callback` (a `macro_rules!`
+/// macro in scope where this is invoked) as
+/// `kernel { Variant name Decider, ... } user { Variant name, ... }`, each
+/// entry with its doc comment. `name` is the printed name. The kernel group
+/// is decided by a host kernel (a real host's, or the simulator's model of
+/// one: its [`Decider`]); a user-level policy `name` is smplab-policy's,
+/// type `Variant` in `crates/policy/src/policies/name.rs`.
+#[macro_export]
+macro_rules! for_each_host_policy {
+    ($callback:ident) => {
+        $callback! {
+            kernel {
+                /// No user-level scheduling: every vCPU thread is runnable
+                /// and the host kernel's scheduler decides (the stock
+                /// baseline of a real host); the simulator runs its model of
+                /// that kernel (per-pCPU run queues, vruntime, load
+                /// balancing).
+                Linux linux HostKernel,
+                /// Proportional fair share (CFS/credit-like, equal weights)
+                /// at the slice given: the simulator's model of the host
+                /// kernel, which a real host cannot run (use `linux`, or
+                /// `rr` for a user-level round robin).
+                FairShare fair SimulatedKernel,
+            }
+            user {
+                /// Round robin: one FIFO of runnable vCPUs; a vCPU runs a
+                /// slice, then goes to the back if someone waits.
+                RoundRobin rr,
+                /// Gang (co-)scheduling: all vCPUs of a VM run together; VMs
+                /// take turns a slice each.
+                Gang gang,
+                /// Logical partitioning: pCPUs split among VMs, each VM
+                /// round-robin on its share (seed 002 §6.2).
+                Partition partition,
+                /// Round robin plus spin-triggered preemption: a vCPU
+                /// detected spinning gives its pCPU to a preempted sibling
+                /// of its VM (directed yield), else to the next runnable
+                /// vCPU (seed 002 §5.2, the SDB's policy).
+                Spin spin,
+                /// Round robin by VM: VMs take turns a slice each on all
+                /// pCPUs, without co-scheduling (the pCPUs a VM leaves free
+                /// go to the others).
+                RoundRobinByVm rrvm,
+            }
+        }
+    };
 }
 
-impl PolicyKind {
-    /// The name `FromStr` reads.
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::FairShare => "fair",
-            PolicyKind::Gang => "gang",
-            PolicyKind::Partition => "partition",
-            PolicyKind::Linux => "linux",
-            PolicyKind::Spin => "spin",
+/// Who decides a [`PolicyKind`]'s scheduling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Decider {
+    /// The host kernel: on a real host the vCPU threads run unscheduled by
+    /// smplab; the simulator runs its model of the kernel.
+    HostKernel,
+    /// Only the simulator's model of a kernel scheduler: a real host has
+    /// none to run.
+    SimulatedKernel,
+    /// smplab-policy, the same code in the simulator and on a real host.
+    UserLevel,
+}
+
+macro_rules! define_policy_kind {
+    (
+        kernel { $($(#[$kdoc:meta])* $kv:ident $kn:ident $kd:ident,)* }
+        user { $($(#[$udoc:meta])* $uv:ident $un:ident,)* }
+    ) => {
+        /// Host scheduling policy kinds ([`for_each_host_policy!`](crate::for_each_host_policy)).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum PolicyKind {
+            $($(#[$kdoc])* $kv,)*
+            $($(#[$udoc])* $uv,)*
         }
+
+        impl PolicyKind {
+            /// Every kind, in the registry's order.
+            pub const ALL: &'static [PolicyKind] =
+                &[$(PolicyKind::$kv,)* $(PolicyKind::$uv,)*];
+
+            /// The name `FromStr` reads.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(PolicyKind::$kv => stringify!($kn),)*
+                    $(PolicyKind::$uv => stringify!($un),)*
+                }
+            }
+
+            /// Who decides this kind's scheduling.
+            pub fn decider(self) -> Decider {
+                match self {
+                    $(PolicyKind::$kv => Decider::$kd,)*
+                    $(PolicyKind::$uv => Decider::UserLevel,)*
+                }
+            }
+
+            /// Every name, for messages: `linux, fair, rr, ...`.
+            pub fn names() -> String {
+                PolicyKind::ALL
+                    .iter()
+                    .map(|k| k.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+
+            /// The kind printed as `name`.
+            pub fn from_name(name: &str) -> Option<PolicyKind> {
+                PolicyKind::ALL.iter().copied().find(|k| k.name() == name)
+            }
+        }
+    };
+}
+
+for_each_host_policy!(define_policy_kind);
+
+/// `fair`: the simulator's default host, as it always was.
+impl Default for PolicyKind {
+    fn default() -> PolicyKind {
+        PolicyKind::FairShare
     }
 }
 
@@ -67,7 +158,7 @@ pub struct BadDuration(pub String);
 /// A malformed policy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BadPolicy {
-    #[error("unknown policy `{0}`: use linux, fair, gang, partition or spin, optionally with :SLICE (e.g. fair:100us) and +safepoint[:GRACE], or safepoint[:GRACE]")]
+    #[error("unknown policy `{0}`: use {names}, optionally with :SLICE (e.g. rr:100us) and +safepoint[:GRACE], or safepoint[:GRACE]", names = PolicyKind::names())]
     Kind(String),
     #[error("unknown policy modifier `+{0}`: use +safepoint or +safepoint:GRACE")]
     Modifier(String),
@@ -132,9 +223,9 @@ impl HostPolicy {
         s.parse()
     }
 
-    /// Whether a user-level scheduler decides (every kind but `linux`).
+    /// Whether smplab-policy's user-level scheduler decides.
     pub fn is_user_level(&self) -> bool {
-        self.kind != PolicyKind::Linux
+        self.kind.decider() == Decider::UserLevel
     }
 
     /// Checks for a simulated host (the only caller: `SimSettings`).
@@ -143,6 +234,12 @@ impl HostPolicy {
             p.push(ConfigError::new(
                 "policy",
                 "the simulator models spin-triggered preemption as its Spin Detection Buffer: use policy fair with sdb",
+            ));
+        }
+        if self.safe_point_grace_ns.is_some() && !self.is_user_level() {
+            p.push(ConfigError::new(
+                "policy",
+                "safe points are a user-level policy's: use rr+safepoint (or gang, partition with +safepoint)",
             ));
         }
         if self.time_slice_ns == Some(0) {
@@ -158,9 +255,9 @@ impl FromStr for HostPolicy {
     type Err = BadPolicy;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
-        // `safepoint[:GRACE]` alone: fair share with safe-point preemption.
+        // `safepoint[:GRACE]` alone: the round robin with safe points.
         if s == "safepoint" || s.starts_with("safepoint:") {
-            return format!("fair+{s}").parse();
+            return format!("rr+{s}").parse();
         }
         let (main, safe) = match s.split_once('+') {
             Some((m, sp)) => (m, Some(sp)),
@@ -170,13 +267,12 @@ impl FromStr for HostPolicy {
             Some((k, sl)) => (k, Some(sl)),
             None => (main, None),
         };
-        let kind = match kind {
-            "fair" => PolicyKind::FairShare,
-            "gang" => PolicyKind::Gang,
-            "partition" => PolicyKind::Partition,
-            "linux" => PolicyKind::Linux,
-            "spin" => PolicyKind::Spin,
-            _ => return Err(BadPolicy::Kind(kind.to_string())),
+        let kind = match PolicyKind::from_name(kind) {
+            // Safe points need a user-level scheduler: `fair+safepoint`
+            // always ran smplab-policy's round robin, and is read as such.
+            Some(PolicyKind::FairShare) if safe.is_some() => PolicyKind::RoundRobin,
+            Some(k) => k,
+            None => return Err(BadPolicy::Kind(kind.to_string())),
         };
         let time_slice_ns = slice.map(parse_duration).transpose()?;
         let safe_point_grace_ns = match safe {
@@ -231,15 +327,31 @@ mod tests {
             "linux",
             "fair",
             "fair:100us",
+            "rr",
+            "rr:4ms",
             "gang:10ms",
             "partition",
             "spin",
             "spin:2ms",
-            "fair:100us+safepoint:1ms",
+            "rr:100us+safepoint:1ms",
         ] {
             let p: HostPolicy = text.parse().unwrap();
             assert_eq!(p.to_string(), text);
         }
+        for &kind in PolicyKind::ALL {
+            assert_eq!(PolicyKind::from_name(kind.name()), Some(kind));
+        }
+    }
+
+    #[test]
+    fn fair_with_safe_points_reads_as_the_round_robin_it_always_ran() {
+        let p: HostPolicy = "fair:100us+safepoint:1ms".parse().unwrap();
+        assert_eq!(p.kind, PolicyKind::RoundRobin);
+        assert_eq!(p.to_string(), "rr:100us+safepoint:1ms");
+        assert_eq!(PolicyKind::FairShare.decider(), Decider::SimulatedKernel);
+        assert_eq!(PolicyKind::Linux.decider(), Decider::HostKernel);
+        assert!(HostPolicy::parse("rr").unwrap().is_user_level());
+        assert!(!HostPolicy::parse("fair").unwrap().is_user_level());
     }
 
     #[test]
@@ -251,12 +363,16 @@ mod tests {
         problems.clear();
         HostPolicy::parse("linux").unwrap().validate(&mut problems);
         assert!(problems.is_empty());
+        let mut kernel_with_grace = HostPolicy::fair();
+        kernel_with_grace.safe_point_grace_ns = Some(1_000_000);
+        kernel_with_grace.validate(&mut problems);
+        assert!(problems[0].message.contains("rr+safepoint"), "{problems:?}");
     }
 
     #[test]
-    fn safepoint_alone_is_fair_with_grace() {
+    fn safepoint_alone_is_the_round_robin_with_grace() {
         let p: HostPolicy = "safepoint:500us".parse().unwrap();
-        assert_eq!(p.kind, PolicyKind::FairShare);
+        assert_eq!(p.kind, PolicyKind::RoundRobin);
         assert_eq!(p.safe_point_grace_ns, Some(500_000));
         let p: HostPolicy = "safepoint".parse().unwrap();
         assert_eq!(p.safe_point_grace_ns, Some(DEFAULT_SAFE_POINT_GRACE_NS));

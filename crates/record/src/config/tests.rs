@@ -22,7 +22,7 @@ fn every_setting_reads_back_what_it_prints() {
     for p in [
         "fair",
         "gang:10ms",
-        "fair:100us+safepoint:1ms",
+        "rr:100us+safepoint:1ms",
         "partition:1s",
     ] {
         let policy: HostPolicy = p.parse().unwrap();
@@ -47,7 +47,7 @@ fn bad_values_say_what_to_write() {
     assert!("haltpoll:0".parse::<IdlePolicy>().is_err());
     assert!("haltpoll:x".parse::<IdlePolicy>().is_err());
     assert!("compact".parse::<Placement>().is_err());
-    assert!("rr".parse::<HostPolicy>().is_err());
+    assert!("lottery".parse::<HostPolicy>().is_err());
     assert!("fair+nap".parse::<HostPolicy>().is_err());
     assert!("fair:-1ms".parse::<HostPolicy>().is_err());
     assert!(parse_duration("1e30s").is_err());

@@ -1,11 +1,13 @@
-//! The user-level host policies (`gang`, `partition`, `spin`, and any policy
-//! with `+safepoint:GRACE`) driven through smplab-policy, the module
-//! smplab-vmm's real scheduler drives too: a policy is written once.
+//! The user-level host policies (every kind smplab-policy decides: `rr`,
+//! `gang`, `partition`, `spin`, ..., each optionally with `+safepoint:GRACE`)
+//! driven through smplab-policy's `Scheduler`, the one smplab-vmm's real
+//! scheduler drives too: a policy is written once, and `rr:4ms` here is the
+//! same code as `rr:4ms` on a real host.
 //!
 //! The simulator's own host model (`host.rs`: per-pCPU run queues, vruntime,
-//! load balancing) stays for `linux` and plain `fair`, which model the host
-//! kernel. Here the simulator is smplab-policy's driver with simulated time
-//! and events:
+//! load balancing) is the host kernel's scheduler, `linux` and `fair`
+//! (`smplab_record::config::Decider`). Here the simulator is
+//! smplab-policy's driver with simulated time and events:
 //!
 //! - a vCPU that halts leaves its pCPU ([`smplab_policy::Scheduler::block`]),
 //!   a kick makes it runnable ([`smplab_policy::Scheduler::wake`]): the
@@ -17,7 +19,8 @@
 //!   before every tick the running vCPUs' safe-point state (no spin lock
 //!   held, not in a shootdown or IPI handler) is sampled exactly, and a
 //!   vCPU that releases its last spin lock is sampled at once;
-//! - under `spin`, the software spin detector samples every running vCPU
+//! - under a policy that acts on spin samples (`spin`), the software spin
+//!   detector samples every running vCPU
 //!   every `DEFAULT_SAMPLE_NS` (a kick exit each, charged at the platform's
 //!   exit cost as an SDB exit) and calls it spinning when it was spinning in
 //!   user mode at this sample and at the previous one, as smplab-vmm's
@@ -31,9 +34,9 @@
 use super::{Acct, Act, HostState, Sim, Wait};
 use crate::breakdown as cause;
 use crate::events::Kind;
-use crate::scenario::{Policy, PolicyKind, Scenario};
+use crate::scenario::{Policy, Scenario};
 use crate::SimError;
-use smplab_policy::{Action, PreemptCause, Sample, Scheduler, VcpuState};
+use smplab_policy::{Action, Decider, PreemptCause, Sample, Scheduler, VcpuState};
 use std::collections::VecDeque;
 
 /// The driver's state beside the policy's own.
@@ -56,22 +59,25 @@ pub(crate) struct PolicyHost {
 /// Whether `policy` is decided by smplab-policy rather than by the
 /// simulator's model of the host kernel.
 pub(crate) fn is_user_level(policy: &Policy) -> bool {
-    matches!(
-        policy.kind,
-        PolicyKind::Gang | PolicyKind::Partition | PolicyKind::Spin
-    ) || policy.safe_point_grace_ns.is_some()
+    match policy.kind.decider() {
+        Decider::HostKernel | Decider::SimulatedKernel => false,
+        Decider::UserLevel => true,
+    }
 }
 
 impl PolicyHost {
     pub(crate) fn new(s: &Scenario) -> Result<Option<Box<PolicyHost>>, SimError> {
+        let vcpus: Vec<u32> = s.vms.iter().map(|v| v.vcpus).collect();
+        // A kernel-decided policy with safe points is refused here too.
+        smplab_policy::check(&s.policy, &vcpus, s.pcpus as usize)
+            .map_err(|e| SimError::Scenario(e.to_string()))?;
         if !is_user_level(&s.policy) {
             return Ok(None);
         }
-        let vcpus: Vec<u32> = s.vms.iter().map(|v| v.vcpus).collect();
         let sched = Scheduler::new(&s.policy, &vcpus, s.pcpus as usize)
             .map_err(|e| SimError::Scenario(e.to_string()))?;
         let n = sched.vcpus();
-        let sample_ns = if s.policy.kind == PolicyKind::Spin {
+        let sample_ns = if sched.acts_on_spin_samples() {
             smplab_policy::DEFAULT_SAMPLE_NS
         } else {
             0
@@ -373,5 +379,44 @@ impl Sim {
             self.ph().sched.stopped(v as usize, now)
         };
         self.ph().pending.extend(a);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::scenario::{Policy, Scenario, VmSpec};
+    use crate::{simulate, Platform};
+    use smplab_policy::{Decider, PolicyKind};
+
+    /// Every user-level policy of the registry runs here as on a real host,
+    /// alone and with safe points: two VMs overcommit two pCPUs, and every
+    /// operation of each completes.
+    #[test]
+    fn every_user_level_policy_runs_in_the_simulator() {
+        let platform = Platform::builtin("kvm2015").unwrap();
+        let vm = VmSpec::from_workload("dedup", Some(2), 0.05, 2).unwrap();
+        for &kind in PolicyKind::ALL {
+            if kind.decider() != Decider::UserLevel {
+                continue;
+            }
+            for grace in [None, Some(100_000)] {
+                let mut s = Scenario::new(platform.clone(), 2, vec![vm.clone(), vm.clone()]);
+                s.policy = Policy {
+                    kind,
+                    time_slice_ns: Some(200_000),
+                    safe_point_grace_ns: grace,
+                };
+                s.native_reference = false;
+                let records = simulate(&s).unwrap_or_else(|e| panic!("{}: {e}", s.policy));
+                assert_eq!(records.len(), 2);
+                for r in &records {
+                    assert!(r.is_ok(), "{}: {:?}", s.policy, r.outcome);
+                    assert_eq!(
+                        r.sim.as_ref().map(|x| x.policy.as_str()),
+                        Some(s.policy.to_string().as_str())
+                    );
+                }
+            }
+        }
     }
 }

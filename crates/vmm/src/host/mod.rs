@@ -2,8 +2,9 @@
 //! smplab-vmm process, their vCPU threads running KVM_RUN only while the
 //! scheduler grants them a host CPU (docs/host.md).
 //!
-//! The decisions are smplab-policy's [`Scheduler`], the same one the simulator
-//! drives; this module is its real-time driver:
+//! The decisions are smplab-policy's [`Scheduler`] (every user-level policy
+//! behind its `Policy` trait), the same one the simulator drives; this
+//! module is its real-time driver:
 //! - A vCPU thread calls [`VcpuGrant::before_entry`] before every KVM_RUN. It
 //!   blocks there until granted a pCPU, pins itself to that host CPU, serves a
 //!   pending sample (its own `KVM_GET_REGS`, see [`spin`]) and gives up its
@@ -21,7 +22,8 @@
 //!
 //! With policy `linux` there is no scheduler: the hook never blocks and only
 //! collects the kernel's view (per-thread run and run-queue wait from
-//! `/proc/thread-self/schedstat`).
+//! `/proc/thread-self/schedstat`). `fair` is the simulator's model of such a
+//! kernel, and is refused here ([`PolicyError::SimulatorOnly`]).
 //!
 //! Lock order: the scheduler's state, then a vCPU's [`Kicker`] target (kicks
 //! are sent under the state lock; a vCPU thread never takes the state lock
@@ -42,7 +44,7 @@ use crate::vcpu::{ExitAction, Kicker};
 use kvm_ioctls::VcpuFd;
 pub use report::{HostReport, PcpuReport, SpinDetection, VcpuReport, VmReport};
 pub use sensors::{GuestCounters, GuestSensors};
-use smplab_policy::{Action, HostPolicy, PolicyError, Sample, Scheduler};
+use smplab_policy::{Action, Decider, HostPolicy, PolicyError, Sample, Scheduler};
 use spin::{SpinDetector, SpinSettings};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -215,10 +217,17 @@ impl HostScheduler {
                 max: MAX_HOST_VCPUS,
             });
         }
-        let policy_engine = if policy.is_user_level() {
-            Some(Scheduler::new(policy, vcpus_per_vm, host_cpus.len())?)
-        } else {
-            None
+        let policy_engine = match policy.kind.decider() {
+            // The kernel schedules the vCPU threads; safe points need a
+            // user-level scheduler and are refused.
+            Decider::HostKernel => {
+                smplab_policy::check(policy, vcpus_per_vm, host_cpus.len())?;
+                None
+            }
+            // Refused with the names to use instead.
+            Decider::SimulatedKernel | Decider::UserLevel => {
+                Some(Scheduler::new(policy, vcpus_per_vm, host_cpus.len())?)
+            }
         };
         let mut vm_base = Vec::new();
         let mut base = 0;
@@ -677,5 +686,47 @@ impl VcpuGrant {
             slot.proc_stat = None;
         }
         self.shared.finish_vm(&mut st, self.vm);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smplab_policy::PolicyKind;
+
+    /// Every policy of the registry either builds its user-level scheduler
+    /// here (the same as the simulator's), leaves the threads to the kernel
+    /// (`linux`), or is refused with the names to use (`fair`).
+    #[test]
+    fn every_policy_is_built_or_refused_by_its_decider() {
+        let cpu = crate::placement::allowed_cpus()[0];
+        for &kind in PolicyKind::ALL {
+            let policy = HostPolicy {
+                kind,
+                time_slice_ns: Some(1_000_000),
+                safe_point_grace_ns: None,
+            };
+            let built = HostScheduler::new(&policy, &[1], &[cpu], Sampling::default());
+            match kind.decider() {
+                Decider::HostKernel => {
+                    assert!(built.expect("linux").shared.lock().policy.is_none());
+                }
+                Decider::SimulatedKernel => assert!(matches!(
+                    built,
+                    Err(HostError::Policy(PolicyError::SimulatorOnly))
+                )),
+                Decider::UserLevel => {
+                    let sched = built.unwrap_or_else(|e| panic!("{policy}: {e}"));
+                    assert_eq!(sched.policy(), &policy);
+                    assert!(sched.shared.lock().policy.is_some());
+                }
+            }
+        }
+        let mut linux_with_grace = HostPolicy::parse("linux").expect("linux");
+        linux_with_grace.safe_point_grace_ns = Some(1_000_000);
+        assert!(matches!(
+            HostScheduler::new(&linux_with_grace, &[1], &[cpu], Sampling::default()),
+            Err(HostError::Policy(PolicyError::SafePointNeedsUserLevel(_)))
+        ));
     }
 }
