@@ -224,7 +224,7 @@ fn vm_spec(
     }
     if let Some(s) = &v.placement {
         spec.placement = placement_setting(s.get_ref()).map_err(|m| src.at(s.span(), m))?;
-        pcpu_range_of(&spec.placement, pcpus).map_err(|m| src.at(s.span(), m))?;
+        pcpu_range_of(&spec.placement, pcpus).map_err(|e| src.at(s.span(), e.to_string()))?;
     }
     if let Some(s) = &v.ple {
         spec.ple = s
