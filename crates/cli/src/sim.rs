@@ -42,7 +42,7 @@ pub struct SimArgs {
     #[arg(long, conflicts_with = "spec")]
     pub spin_to_block: bool,
     /// Platform profile: a built-in name (pvm-here, this machine; kvm2015, the
-    /// seed papers' 2015 KVM host) or a profile TOML file (e.g. written by
+    /// 2015 KVM host of Ding & Shan) or a profile TOML file (e.g. written by
     /// `smplab calibrate`). Default: pvm-here.
     #[arg(long, conflicts_with = "spec")]
     pub platform: Option<String>,

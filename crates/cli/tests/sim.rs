@@ -126,3 +126,20 @@ fn old_flag_names_are_refused() {
         assert_eq!(status(&o), exit::BAD_INPUT, "{old:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn a_bad_spec_value_is_located_and_bad_input() {
+    let dir = std::env::temp_dir().join(format!("smplab-sim-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("bad.toml");
+    std::fs::write(
+        &spec,
+        "pcpus = 4\n[[vm]]\nworkload = \"dedup\"\nvcpus = 2\nplacement = \"0,2\"\n",
+    )
+    .unwrap();
+    let o = smplab(&["sim", "--spec", spec.to_str().unwrap()]);
+    assert_eq!(status(&o), exit::BAD_INPUT, "{}", stderr(&o));
+    assert!(stderr(&o).contains("bad.toml:5:13"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("contiguous"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}

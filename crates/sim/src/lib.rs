@@ -49,8 +49,8 @@ pub mod spec;
 pub use error::SimError;
 pub use platform::Platform;
 pub use scenario::{
-    DeviceSync, Devices, Idle, Placement, Ple, Policy, PolicyKind, Scenario, Sdb, SyncMode,
-    Topology, VmSpec,
+    BadPlacementRange, DeviceSync, Devices, Idle, Placement, Ple, Policy, PolicyKind, Scenario,
+    Sdb, SyncMode, Topology, VmSpec,
 };
 pub use smplab_record::RunRecord;
 

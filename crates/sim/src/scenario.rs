@@ -55,7 +55,10 @@ impl Idle {
 /// The pCPUs `first .. first + count` a placement's CPU list confines a
 /// VM's vCPUs to (`None` for floating and pinned vCPUs): the simulator
 /// confines vCPUs to one contiguous range of the host's `pcpus`.
-pub fn pcpu_range_of(placement: &Placement, pcpus: u32) -> Result<Option<(u32, u32)>, String> {
+pub fn pcpu_range_of(
+    placement: &Placement,
+    pcpus: u32,
+) -> Result<Option<(u32, u32)>, BadPlacementRange> {
     let Placement::Cpus(cpus) = placement else {
         return Ok(None);
     };
@@ -67,14 +70,21 @@ pub fn pcpu_range_of(placement: &Placement, pcpus: u32) -> Result<Option<(u32, u
         {
             Ok(Some((first, count)))
         }
-        Some(_) => Err(format!(
-            "placement {placement} is outside pCPUs 0-{}",
-            pcpus.saturating_sub(1)
-        )),
-        None => Err(format!(
-            "placement {placement}: the simulator confines vCPUs to a contiguous pCPU range such as 0-3"
-        )),
+        Some(_) => Err(BadPlacementRange::Outside {
+            placement: placement.clone(),
+            last: pcpus.saturating_sub(1),
+        }),
+        None => Err(BadPlacementRange::NotContiguous(placement.clone())),
     }
+}
+
+/// A CPU-list placement the simulator cannot model on its host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadPlacementRange {
+    #[error("placement {placement} is outside pCPUs 0-{last}")]
+    Outside { placement: Placement, last: u32 },
+    #[error("placement {0}: the simulator confines vCPUs to a contiguous pCPU range such as 0-3")]
+    NotContiguous(Placement),
 }
 
 /// Spin Detection Buffer settings (Wells et al.). `None` fields take the platform's.
@@ -311,11 +321,15 @@ mod tests {
         assert!(Idle::from_setting(IdlePolicy::HaltPoll { ns: 5 }, 0).is_err());
         let range: Placement = "2-5".parse().unwrap();
         assert_eq!(pcpu_range_of(&range, 8), Ok(Some((2, 4))));
-        assert!(pcpu_range_of(&range, 4)
-            .unwrap_err()
-            .contains("outside pCPUs 0-3"));
+        assert_eq!(
+            pcpu_range_of(&range, 4).unwrap_err().to_string(),
+            "placement 2,3,4,5 is outside pCPUs 0-3"
+        );
         let gap: Placement = "0,2".parse().unwrap();
-        assert!(pcpu_range_of(&gap, 4).unwrap_err().contains("contiguous"));
+        assert_eq!(
+            pcpu_range_of(&gap, 4),
+            Err(BadPlacementRange::NotContiguous(gap.clone()))
+        );
         assert_eq!(pcpu_range_of(&Placement::Spread, 4), Ok(None));
         let p = Policy::parse("fair:100us+safepoint").unwrap();
         assert_eq!(p.time_slice_ns, Some(100_000));

@@ -10,13 +10,17 @@ use crate::scenario::{
 };
 use serde::Deserialize;
 use serde_spanned::Spanned;
-use smplab_record::config::{BadIdlePolicy, BadPlacement, BadPle, UnknownSyncMode};
+use smplab_record::config::{
+    BadIdlePolicy, BadPlacement, BadPle, UnknownSyncMode, DEFAULT_PLATFORM,
+};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SpecFile {
-    platform: Spanned<String>,
+    /// Default: `smplab_record::config::DEFAULT_PLATFORM`, as everywhere.
+    #[serde(default)]
+    platform: Option<Spanned<String>>,
     pcpus: Spanned<u32>,
     #[serde(default)]
     pcpus_per_llc: Option<Spanned<u32>>,
@@ -129,8 +133,12 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, SimError> {
         locate(file, text, offset, e.message().trim().replace('\n', "; "))
     })?;
     let src = Source { file, text, dir };
-    let platform = Platform::resolve(&src.rel(f.platform.get_ref()))
-        .map_err(|e| src.at(f.platform.span(), e.to_string()))?;
+    let platform = match &f.platform {
+        Some(p) => {
+            Platform::resolve(&src.rel(p.get_ref())).map_err(|e| src.at(p.span(), e.to_string()))?
+        }
+        None => Platform::resolve(DEFAULT_PLATFORM)?,
+    };
     let pcpus = *f.pcpus.get_ref();
     if pcpus == 0 {
         return Err(src.at(f.pcpus.span(), "pcpus must be at least 1".into()));
@@ -224,7 +232,7 @@ fn vm_spec(
     }
     if let Some(s) = &v.placement {
         spec.placement = placement_setting(s.get_ref()).map_err(|m| src.at(s.span(), m))?;
-        pcpu_range_of(&spec.placement, pcpus).map_err(|m| src.at(s.span(), m))?;
+        pcpu_range_of(&spec.placement, pcpus).map_err(|e| src.at(s.span(), e.to_string()))?;
     }
     if let Some(s) = &v.ple {
         spec.ple = s
@@ -485,6 +493,9 @@ hybrid_bypass = 0.25
         let s = parse_str(example).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.vms.len(), 2);
         assert_eq!(s.vms[0].placement, Placement::Float);
+        let without_platform = example.replace("platform = \"kvm2015\"", "");
+        let s = parse_str(&without_platform).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.platform.name, DEFAULT_PLATFORM);
         assert_eq!(s.vms[0].devices.unwrap().sync, DeviceSync::IoThread);
         // The commented-out key is the one `hybrid` takes.
         let hybrid = example
