@@ -194,7 +194,7 @@ pub struct Defaults {
     /// The pause-loop exiting the host's CPUs have (`off` when a profile
     /// does not say: a mechanism is never assumed).
     #[serde(default = "no_ple")]
-    pub ple: crate::scenario::Ple,
+    pub ple: smplab_record::config::Ple,
     /// Fair policy: interval of the periodic load balance of a scheduling
     /// domain (core, LLC, host) per pCPU it spans (Linux `sd_init()`: a
     /// domain's `min_interval` is its weight in ms).
@@ -211,8 +211,8 @@ pub struct Defaults {
     pub host_tick_hz: u32,
 }
 
-fn no_ple() -> crate::scenario::Ple {
-    crate::scenario::Ple::Off
+fn no_ple() -> smplab_record::config::Ple {
+    smplab_record::config::Ple::Off
 }
 
 const KVM2015: &str = include_str!("../platforms/kvm2015.toml");

@@ -12,6 +12,7 @@
 //! event per synchronization op rather than one per op; the counters are
 //! still per op.
 
+use super::flow::Flow;
 use super::{exit, Acct, Act, HostState, Sim, TState, Wait, NONE};
 use crate::breakdown as cause;
 use crate::code::{counter, Ins, NO_SLOT};
@@ -28,20 +29,6 @@ const FUSE_MAX_NS: u64 = 500_000;
 /// against a barrier-to-barrier step of such programs (canneal at 2 threads:
 /// ~0.3 ms), long against one iteration of their loops (~1 µs).
 const SHARED_WRITE_FUSE_MAX_NS: u64 = 20_000;
-
-/// What the interpreter (or a sync op) did with the thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Flow {
-    /// The op completed; keep interpreting.
-    Continue,
-    /// An activity (segment, spin) was started; the vCPU waits for its Step.
-    Started,
-    /// The vCPU's situation changed (thread blocked, overhead added): go
-    /// around the resume loop.
-    Again,
-    /// The vCPU lost its pCPU: stop touching it.
-    Stop,
-}
 
 impl Sim {
     /// A running vCPU decides what to do next.

@@ -145,7 +145,7 @@ impl Sim {
         t: u32,
         device: u32,
         service_ns: u64,
-    ) -> super::guest::Flow {
+    ) -> super::flow::Flow {
         let now = self.now;
         let (vm, local) = self.io_local(t);
         self.vms[vm].ops[crate::code::counter::IO] += 1;

@@ -22,6 +22,7 @@ mod account;
 mod balance;
 mod cache;
 mod event_loop;
+mod flow;
 mod guest;
 mod host;
 mod idle;

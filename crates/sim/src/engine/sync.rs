@@ -9,7 +9,7 @@
 //! barriers, adaptive mutexes) count only time actually spent spinning.
 //! Mutexes and queues block with barging: a woken waiter retries the op.
 
-use super::guest::Flow;
+use super::flow::Flow;
 use super::{Acct, Act, HostState, Sim, TState, Wait, NONE};
 use crate::breakdown as cause;
 use crate::code::counter;

@@ -3,7 +3,7 @@
 //! to its last vCPU's queue, and an idle target is kicked (an IPI if halted, a
 //! flag if polling). The waker pays for the wake and the IPI.
 
-use super::guest::Flow;
+use super::flow::Flow;
 use super::{exit, Acct, Act, HostState, Sim, TState, Wait, NONE};
 use crate::breakdown as cause;
 use crate::events::Kind;
