@@ -536,10 +536,13 @@ fn build_vm(config: &VmConfig) -> Result<BuiltVm, VmmError> {
         if let Some(host) = &config.host {
             let ring = dirty_ring.and_then(|n| crate::host::DirtyRing::map(vcpu.fd(), n, &vm));
             let truth = crate::host::truth::SpinTruth::new(vm.memory().clone(), index, tsc_hz);
-            vcpu.set_grant(
-                host.scheduler
-                    .attach(host.vm, index, vcpu.kicker(), ring, Some(truth)),
-            );
+            vcpu.set_grant(Box::new(host.scheduler.attach(
+                host.vm,
+                index,
+                vcpu.kicker(),
+                ring,
+                Some(truth),
+            )));
         }
         vcpus.push(vcpu);
     }

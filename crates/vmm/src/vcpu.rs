@@ -139,6 +139,17 @@ pub trait VcpuInterrupts: Send {
     fn interrupt_window_open(&mut self, vcpu: &mut VcpuFd);
 }
 
+/// A hold on the host CPU a vCPU thread takes before every KVM_RUN: a
+/// user-level vCPU scheduler (`smplab host`) grants, samples and preempts
+/// vCPUs through it. The vCPU knows only this hook, not the scheduler.
+pub trait EntryGate: Send {
+    /// Before every KVM_RUN, on the vCPU's thread: wait until this vCPU may
+    /// run; `Stop` once its VM stops.
+    fn before_entry(&mut self, fd: &mut VcpuFd, control: &RunControl) -> ExitAction;
+    /// The vCPU thread leaves its run loop.
+    fn finished(&mut self);
+}
+
 /// The real-time signal used to kick vCPU threads out of KVM_RUN.
 fn kick_signal() -> i32 {
     SIGRTMIN()
@@ -264,8 +275,8 @@ pub struct Vcpu {
     mem_bytes: u64,
     /// Splits the counts at the workload window's edges (devices::window).
     window: Option<VcpuWindow>,
-    /// A user-level scheduler's grant (`smplab host`, crate::host).
-    grant: Option<crate::host::VcpuGrant>,
+    /// A user-level scheduler's grant (`smplab host`).
+    grant: Option<Box<dyn EntryGate>>,
 }
 
 impl Vcpu {
@@ -320,8 +331,8 @@ impl Vcpu {
         self.kicker.clone()
     }
 
-    /// Run only while `grant` says so (a user-level scheduler, crate::host).
-    pub fn set_grant(&mut self, grant: crate::host::VcpuGrant) {
+    /// Run only while `grant` says so (a user-level scheduler).
+    pub fn set_grant(&mut self, grant: Box<dyn EntryGate>) {
         self.grant = Some(grant);
     }
 

@@ -5,7 +5,7 @@
 //! The decisions are smplab-policy's [`Scheduler`] (every user-level policy
 //! behind its `Policy` trait), the same one the simulator drives; this
 //! module is its real-time driver:
-//! - A vCPU thread calls [`VcpuGrant::before_entry`] before every KVM_RUN. It
+//! - A vCPU thread calls [`EntryGate::before_entry`](crate::vcpu::EntryGate::before_entry) (implemented by [`VcpuGrant`]) before every KVM_RUN. It
 //!   blocks there until granted a pCPU, pins itself to that host CPU, serves a
 //!   pending sample (its own `KVM_GET_REGS`, see [`spin`]) and gives up its
 //!   pCPU when a preemption is pending.
@@ -40,7 +40,7 @@ pub use dirty::DirtyRing;
 
 use crate::control::RunControl;
 use crate::placement::pin_current_thread;
-use crate::vcpu::{ExitAction, Kicker};
+use crate::vcpu::{EntryGate, ExitAction, Kicker};
 use kvm_ioctls::VcpuFd;
 pub use report::{HostReport, PcpuReport, SpinDetection, VcpuReport, VmReport};
 pub use sensors::{GuestCounters, GuestSensors};
@@ -581,10 +581,20 @@ pub struct VcpuGrant {
     attached: bool,
 }
 
+impl EntryGate for VcpuGrant {
+    fn before_entry(&mut self, fd: &mut VcpuFd, control: &RunControl) -> ExitAction {
+        self.grant_entry(fd, control)
+    }
+
+    fn finished(&mut self) {
+        self.leave();
+    }
+}
+
 impl VcpuGrant {
     /// Before every KVM_RUN, on the vCPU's thread: wait for a grant, serve a
     /// sample, give the pCPU up when preempted. `Stop` once the VM stops.
-    pub fn before_entry(&mut self, fd: &mut VcpuFd, control: &RunControl) -> ExitAction {
+    fn grant_entry(&mut self, fd: &mut VcpuFd, control: &RunControl) -> ExitAction {
         let shared = self.shared.clone();
         let mut st = shared.lock();
         if !self.attached {
@@ -669,7 +679,7 @@ impl VcpuGrant {
 
     /// The vCPU thread leaves its run loop: the VM is stopping. Records the
     /// kernel's view of the thread and frees the VM's pCPUs.
-    pub fn finished(&mut self) {
+    fn leave(&mut self) {
         let sched = own_schedstat();
         let mut st = self.shared.lock();
         let linux = st.policy.is_none();
