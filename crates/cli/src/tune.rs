@@ -1,7 +1,7 @@
 //! The `smplab tune` command: the adaptive tuner against the seed 001
 //! matrix (`tune.rs`), the matrix's winners from results stores (`tune
 //! winners`) and the matrix on the real multi-VM host (`tune host-matrix`,
-//! `tune_host.rs`).
+//! `tune/host_matrix.rs`).
 
 use clap::{Args, Subcommand};
 use smplab_analysis::tune::winners::{cells, winners_table, Cell};
@@ -58,7 +58,7 @@ pub struct TuneRunArgs {
     pub log_all: bool,
     /// Write the study (with every decision) as JSON to this file.
     #[arg(short = 'o', long)]
-    pub out: Option<PathBuf>,
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -112,7 +112,7 @@ fn tune_run(a: &TuneRunArgs) -> i32 {
         }
     };
     outln!("{}", study.summary(a.log_all));
-    if let Some(path) = &a.out {
+    if let Some(path) = &a.output {
         let text = match serde_json::to_string_pretty(&study) {
             Ok(t) => t,
             Err(e) => {

@@ -2,59 +2,166 @@
 //! workload, the best static setting, the runner-up, the default and the
 //! worst, by median throughput.
 
-use super::{median, spread, throughput};
+use super::{median_or_nan as median, spread, throughput};
 use serde::{Deserialize, Serialize};
 use smplab_experiment::store::Store;
-use smplab_record::config::RunConfig;
+use smplab_record::config::{HostPolicy, IrqAffinity, Placement, RunConfig};
+use smplab_record::Executor;
 use std::collections::BTreeMap;
+use std::fmt;
 
-/// One configuration of a stored matrix.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// One configuration of a stored matrix: its runs' throughputs (VM runs per
+/// second, summed over the VMs of a run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Cell {
-    pub executor: String,
+    pub executor: Executor,
     pub workload: String,
-    pub setting: String,
+    pub setting: Setting,
     pub throughput: Vec<f64>,
 }
 
-/// The three parameters of a stored run configuration.
-pub fn config_setting(c: &RunConfig) -> String {
-    match c {
-        RunConfig::Sim(s) => super::setting_label(s),
-        other => other.to_string(),
+impl Cell {
+    /// The executor column: `host` for a host run (smplab-vmm's VMs under a
+    /// host policy), else the executor's name.
+    pub fn executor_column(&self) -> String {
+        match self.setting {
+            Setting::Host(_) => "host".to_string(),
+            _ => self.executor.to_string(),
+        }
+    }
+}
+
+/// What a cell varies: seed 001's three parameters (time slice, vCPU
+/// affinity, interrupt affinity) of a simulated point or of a host run, or
+/// any other stored configuration as a whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Setting {
+    /// A simulated point of the matrix.
+    Sim {
+        /// The policy's slice; `None`: the platform's default.
+        slice_ns: Option<u64>,
+        placement: Placement,
+        irq: IrqAffinity,
+    },
+    /// A host run of `smplab tune host-matrix`.
+    Host(HostSetting),
+    /// Any other configuration.
+    Config(RunConfig),
+}
+
+/// One configuration of the seed 001 matrix on the real multi-VM host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostSetting {
+    pub policy: HostPolicy,
+    /// vCPU i of every VM on host CPU i: the vCPU threads' affinity under
+    /// `linux`, the scheduler's per-vCPU affinity under a user-level policy.
+    pub pinned: bool,
+    pub irq: IrqAffinity,
+    /// Seed 001's tuner sets the slice at run time, starting from the
+    /// policy's (its long one).
+    pub tuner: bool,
+}
+
+impl fmt::Display for HostSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let slice_us = self
+            .policy
+            .time_slice_ns
+            .unwrap_or(smplab_policy::DEFAULT_SLICE_NS)
+            / 1000;
+        if self.tuner {
+            return write!(f, "tuner from {slice_us} us, floating, irq {}", self.irq);
+        }
+        let aff = if self.pinned { "pinned" } else { "floating" };
+        if self.policy.is_user_level() {
+            write!(f, "slice {slice_us} us, {aff}, irq {}", self.irq)
+        } else {
+            write!(f, "slice linux, {aff}, irq {}", self.irq)
+        }
+    }
+}
+
+impl fmt::Display for Setting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Setting::Sim {
+                slice_ns,
+                placement,
+                irq,
+            } => {
+                match slice_ns {
+                    Some(ns) => write!(f, "slice {} us, ", ns / 1000)?,
+                    None => write!(f, "slice default, ")?,
+                }
+                match placement {
+                    Placement::Float => write!(f, "floating")?,
+                    Placement::Spread => write!(f, "pinned")?,
+                    p => write!(f, "cpus {p}")?,
+                }
+                write!(f, ", irq {irq}")
+            }
+            Setting::Host(h) => h.fmt(f),
+            Setting::Config(c) => c.fmt(f),
+        }
+    }
+}
+
+impl Setting {
+    /// The setting of a stored run configuration.
+    pub fn of(c: &RunConfig) -> Setting {
+        match c {
+            RunConfig::Sim(s) => Setting::Sim {
+                slice_ns: s.policy.time_slice_ns,
+                placement: s.placement.clone(),
+                irq: s.irq_affinity.clone(),
+            },
+            other => Setting::Config(other.clone()),
+        }
+    }
+
+    /// The default of its executor's matrix: the simulator's platform slice
+    /// with floating vCPUs, and `smplab host`'s stock `linux` pinning;
+    /// interrupts to vCPU 0.
+    pub fn is_default(&self) -> bool {
+        match self {
+            Setting::Sim {
+                slice_ns,
+                placement,
+                irq,
+            } => {
+                slice_ns.is_none()
+                    && *placement == Placement::Float
+                    && *irq == IrqAffinity::default()
+            }
+            Setting::Host(h) => {
+                !h.policy.is_user_level() && h.pinned && !h.tuner && h.irq == IrqAffinity::default()
+            }
+            Setting::Config(_) => false,
+        }
     }
 }
 
 /// Group a store's finished runs by executor, workload and setting.
 pub fn cells(stores: &[Store]) -> Vec<Cell> {
-    let mut map: BTreeMap<(String, String, String), Vec<f64>> = BTreeMap::new();
+    let mut map: BTreeMap<(Executor, String, String), Cell> = BTreeMap::new();
     for store in stores {
         for e in store.latest().into_iter().filter(|e| e.is_ok()) {
-            let key = (
-                e.point.config.executor().to_string(),
-                e.point.workload.clone(),
-                config_setting(&e.point.config),
-            );
-            map.entry(key).or_default().push(throughput(&e.records));
+            let setting = Setting::of(&e.point.config);
+            let executor = e.point.config.executor();
+            map.entry((executor, e.point.workload.clone(), setting.to_string()))
+                .or_insert_with(|| Cell {
+                    executor,
+                    workload: e.point.workload.clone(),
+                    setting,
+                    throughput: Vec::new(),
+                })
+                .throughput
+                .push(throughput(&e.records));
         }
     }
-    map.into_iter()
-        .map(|((executor, workload, setting), throughput)| Cell {
-            executor,
-            workload,
-            setting,
-            throughput,
-        })
-        .collect()
+    map.into_values().collect()
 }
-
-/// The default setting of each executor's matrix: the simulator's platform
-/// slice with floating vCPUs, and `smplab host`'s stock `linux` pinning;
-/// interrupts to vCPU 0.
-pub const DEFAULT_SETTINGS: &[&str] = &[
-    "slice default, floating, irq 0",
-    "slice linux, pinned, irq 0",
-];
 
 /// Settings within this fraction of the winner's median count as tied.
 const TIE: f64 = 0.01;
@@ -63,10 +170,10 @@ const TIE: f64 = 0.01;
 /// runner-up, the default and the worst, by median throughput.
 pub fn winners_table(cells: &[Cell]) -> String {
     use std::fmt::Write as _;
-    let mut groups: BTreeMap<(&str, &str), Vec<&Cell>> = BTreeMap::new();
+    let mut groups: BTreeMap<(&str, String), Vec<&Cell>> = BTreeMap::new();
     for c in cells {
         groups
-            .entry((c.workload.as_str(), c.executor.as_str()))
+            .entry((c.workload.as_str(), c.executor_column()))
             .or_default()
             .push(c);
     }
@@ -80,7 +187,7 @@ pub fn winners_table(cells: &[Cell]) -> String {
         list.sort_by(|a, b| median(&b.throughput).total_cmp(&median(&a.throughput)));
         let default = list
             .iter()
-            .find(|c| DEFAULT_SETTINGS.contains(&c.setting.as_str()))
+            .find(|c| c.setting.is_default())
             .map(|c| median(&c.throughput));
         let best = list.first().map_or(f64::NAN, |c| median(&c.throughput));
         let ties = list

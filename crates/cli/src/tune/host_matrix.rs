@@ -14,21 +14,21 @@
 //! Repetitions are interleaved (all configurations of rep 0, then rep 1...).
 //! A configuration the host refuses is listed as failed with the reason.
 
+use crate::bench::HostCpus;
 use clap::Args;
-use smplab_analysis::tune::winners::{winners_table, Cell};
+use smplab_analysis::tune::winners::{winners_table, Cell, HostSetting, Setting};
 use smplab_experiment::host::run_host;
 use smplab_experiment::host::spec::{HostSpec, HostVm};
 use smplab_policy::tune::VcpuAffinity;
-use smplab_record::config::{HostPolicy, IrqAffinity};
+use smplab_record::config::{HostPolicy, IrqAffinity, PolicyKind, Timeout};
 use smplab_record::exit::{self, report_error};
-use smplab_record::outln;
+use smplab_record::{outln, Executor};
 use smplab_vmm::host::Sampling;
 use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(Debug, Clone, Args)]
 pub struct HostMatrixArgs {
-    /// Profiles: cache-sensitive, resched-IPI-heavy, I/O-heavy.
+    /// Workloads: cache-sensitive, resched-IPI-heavy, I/O-heavy.
     #[arg(
         long,
         value_delimiter = ',',
@@ -43,121 +43,96 @@ pub struct HostMatrixArgs {
     pub scale: f64,
     /// Host CPUs the VMs share.
     #[arg(long, default_value = "0-1")]
-    pub cpus: String,
-    /// Per-run timeout, seconds.
-    #[arg(long, default_value_t = 120)]
-    pub timeout_s: u64,
+    pub host_cpus: HostCpus,
+    /// Time limit of one run (`120s`, `500ms`; a bare number is seconds).
+    #[arg(long, default_value = "120s")]
+    pub timeout: Timeout,
     /// Write the cells (every run's throughput) as JSON here, for `smplab
     /// tune winners --host FILE`.
     #[arg(short = 'o', long)]
-    pub out: Option<PathBuf>,
+    pub output: Option<PathBuf>,
 }
 
-/// One configuration of the host matrix.
-#[derive(Debug, Clone)]
-struct HostConfig {
-    policy: HostPolicy,
-    pin: bool,
-    irq: IrqAffinity,
-    /// User-level policies: the scheduler's vCPU affinity.
-    affinity: VcpuAffinity,
-    /// Seed 001's tuner sets the slice at run time (starting from the
-    /// policy's slice, its long one).
-    tune: bool,
-}
+const MS: u64 = 1_000_000;
 
-impl HostConfig {
-    fn label(&self) -> String {
-        if self.tune {
-            let long = self
-                .policy
-                .time_slice_ns
-                .unwrap_or(smplab_policy::DEFAULT_SLICE_NS);
-            return format!("tuner from {} us, floating, irq {}", long / 1000, self.irq);
-        }
-        let slice = match (self.policy.is_user_level(), self.policy.time_slice_ns) {
-            (false, _) => "slice linux".to_string(),
-            (true, Some(ns)) => format!("slice {} us", ns / 1000),
-            (true, None) => format!("slice {} us", smplab_policy::DEFAULT_SLICE_NS / 1000),
-        };
-        let pinned = if self.policy.is_user_level() {
-            self.affinity == VcpuAffinity::Pinned
-        } else {
-            self.pin
-        };
-        let aff = if pinned { "pinned" } else { "floating" };
-        format!("{slice}, {aff}, irq {}", self.irq)
+fn linux() -> HostPolicy {
+    HostPolicy {
+        kind: PolicyKind::Linux,
+        ..HostPolicy::default()
     }
 }
 
-fn configs(io: bool) -> Vec<HostConfig> {
-    // (policy, linux pin, user-level affinity)
-    let mut policies: Vec<(HostPolicy, bool, VcpuAffinity)> = Vec::new();
-    for (text, pin, affinity) in [
-        ("linux", true, VcpuAffinity::Floating),
-        ("linux", false, VcpuAffinity::Floating),
-        ("fair:1ms", false, VcpuAffinity::Floating),
-        ("fair:4ms", false, VcpuAffinity::Floating),
-        ("fair:16ms", false, VcpuAffinity::Floating),
-        ("fair:1ms", false, VcpuAffinity::Pinned),
-        ("fair:4ms", false, VcpuAffinity::Pinned),
-    ] {
-        if let Ok(p) = text.parse::<HostPolicy>() {
-            policies.push((p, pin, affinity));
-        }
-    }
+fn fair(slice_ms: u64) -> HostPolicy {
+    HostPolicy::fair().with_slice(slice_ms * MS)
+}
+
+/// The matrix's settings for a workload with (`io`) or without device
+/// interrupts.
+fn configs(io: bool) -> Vec<HostSetting> {
+    // (policy, vCPU i on host CPU i)
+    let policies = [
+        (linux(), true),
+        (linux(), false),
+        (fair(1), false),
+        (fair(4), false),
+        (fair(16), false),
+        (fair(1), true),
+        (fair(4), true),
+    ];
     let irqs = |user_level: bool| -> Vec<IrqAffinity> {
         if !io {
             return vec![IrqAffinity::default()];
         }
-        let mut list = vec!["0", "1", "balanced"];
+        let mut list = vec![
+            IrqAffinity::Vcpus(vec![0]),
+            IrqAffinity::Vcpus(vec![1]),
+            IrqAffinity::Balanced,
+        ];
         if user_level {
-            list.push("running");
+            list.push(IrqAffinity::Running);
         }
-        list.iter().filter_map(|s| s.parse().ok()).collect()
+        list
     };
     let mut out = Vec::new();
-    for (policy, pin, affinity) in &policies {
+    for (policy, pinned) in policies {
         for irq in irqs(policy.is_user_level()) {
-            out.push(HostConfig {
-                policy: *policy,
-                pin: *pin,
+            out.push(HostSetting {
+                policy,
+                pinned,
                 irq,
-                affinity: *affinity,
-                tune: false,
+                tuner: false,
             });
         }
     }
     // The tuner from the default user-level slice and from the longest.
-    for text in ["fair:4ms", "fair:16ms"] {
-        if let Ok(policy) = text.parse::<HostPolicy>() {
-            out.push(HostConfig {
-                policy,
-                pin: false,
-                irq: IrqAffinity::default(),
-                affinity: VcpuAffinity::Floating,
-                tune: true,
-            });
-        }
+    for policy in [fair(4), fair(16)] {
+        out.push(HostSetting {
+            policy,
+            pinned: false,
+            irq: IrqAffinity::default(),
+            tuner: true,
+        });
     }
     out
 }
 
-fn spec_for(
-    a: &HostMatrixArgs,
-    cpus: &[usize],
-    workload: &str,
-    c: &HostConfig,
-) -> Result<HostSpec, String> {
+fn spec_for(a: &HostMatrixArgs, workload: &str, c: &HostSetting) -> Result<HostSpec, String> {
     let vm = HostVm::two_vcpus(workload, 2, a.scale, c.irq.clone())?;
+    let user_level = c.policy.is_user_level();
     Ok(HostSpec {
-        cpus: cpus.to_vec(),
+        cpus: a.host_cpus.0.clone(),
         policy: c.policy,
         sampling: Sampling::default(),
-        timeout: Duration::from_secs(a.timeout_s),
-        pin: c.pin,
-        tune: c.tune,
-        vcpu_affinity: c.affinity,
+        timeout: a.timeout.duration(),
+        // `linux` pins the vCPU threads; a user-level policy grants CPUs
+        // itself, with its own per-vCPU affinity.
+        pin: !user_level && c.pinned,
+        tune: c.tuner,
+        vcpu_affinity: if user_level && c.pinned {
+            VcpuAffinity::Pinned
+        } else {
+            VcpuAffinity::Floating
+        },
         vms: vec![vm.clone(), vm],
     })
 }
@@ -182,17 +157,6 @@ fn throughput(spec: &HostSpec) -> Result<f64, String> {
 }
 
 pub fn host_matrix(a: &HostMatrixArgs) -> i32 {
-    let cpus = match smplab_record::cpus::parse_cpu_list(&a.cpus) {
-        Ok(c) if !c.is_empty() => c,
-        Ok(_) => {
-            report_error("--cpus: name at least one host CPU");
-            return exit::BAD_INPUT;
-        }
-        Err(e) => {
-            report_error(format!("--cpus: {e}"));
-            return exit::BAD_INPUT;
-        }
-    };
     if !(a.scale.is_finite() && a.scale > 0.0) {
         report_error("--scale: give a positive scale");
         return exit::BAD_INPUT;
@@ -201,7 +165,7 @@ pub fn host_matrix(a: &HostMatrixArgs) -> i32 {
         report_error(format!("KVM is not usable here: {why}"));
         return exit::KVM_UNAVAILABLE;
     }
-    let mut plan: Vec<(String, HostConfig)> = Vec::new();
+    let mut plan: Vec<(String, HostSetting)> = Vec::new();
     for w in &a.workloads {
         let program = smplab_workload::Source::resolve(w)
             .map_err(|e| e.to_string())
@@ -220,17 +184,17 @@ pub fn host_matrix(a: &HostMatrixArgs) -> i32 {
     let mut cells: Vec<Cell> = plan
         .iter()
         .map(|(w, c)| Cell {
-            executor: "host".into(),
+            executor: Executor::Vm,
             workload: w.clone(),
-            setting: c.label(),
+            setting: Setting::Host(c.clone()),
             throughput: Vec::new(),
         })
         .collect();
     let mut failures: Vec<(String, String)> = Vec::new();
     for rep in 0..a.reps {
         for ((w, c), cell) in plan.iter().zip(&mut cells) {
-            let label = format!("{w} {} (rep {rep})", c.label());
-            let spec = match spec_for(a, &cpus, w, c) {
+            let label = format!("{w} {c} (rep {rep})");
+            let spec = match spec_for(a, w, c) {
                 Ok(s) => s,
                 Err(e) => {
                     failures.push((label, e));
@@ -254,7 +218,7 @@ pub fn host_matrix(a: &HostMatrixArgs) -> i32 {
             outln!("  {label}: {why}");
         }
     }
-    if let Some(path) = &a.out {
+    if let Some(path) = &a.output {
         match serde_json::to_string_pretty(&cells) {
             Ok(text) => {
                 if let Err(e) = std::fs::write(path, text) {

@@ -137,6 +137,8 @@ pub(super) struct Axes {
     pub(super) apicv: Vec<bool>,
     pub(super) sdb: Vec<bool>,
     pub(super) policy: Vec<HostPolicy>,
+    /// `vm` host runs; `[None]` when the spec gives none.
+    pub(super) host_policy: Vec<Option<HostPolicy>>,
     pub(super) scales: Vec<f64>,
     pub(super) irq_affinity: Vec<IrqAffinity>,
     pub(super) io_thread_cpus: Vec<IoThreadCpus>,
@@ -241,6 +243,19 @@ pub(super) fn parse_axes(loc: &SourceText, m: &MatrixFile, diags: &mut Diagnosti
         apicv: bool_axis(&m.apicv, "apicv", diags),
         sdb: bool_axis(&m.sdb, "sdb", diags),
         policy: axis(loc, "policy", &m.policy, HostPolicy::default(), diags),
+        host_policy: match &m.host_policy {
+            None => vec![None],
+            Some(_) => axis(
+                loc,
+                "host_policy",
+                &m.host_policy,
+                HostPolicy::default(),
+                diags,
+            )
+            .into_iter()
+            .map(Some)
+            .collect(),
+        },
         scales,
         irq_affinity: axis(
             loc,

@@ -141,10 +141,13 @@ fn base_configs(
                 Executor::Vm => {
                     for &sync in &ax.sync {
                         for &irqchip in &ax.irqchip {
-                            out.push(RunConfig::Vm(VmSettings {
-                                irqchip,
-                                ..VmSettings::new(guest.clone(), sync)
-                            }));
+                            for &host_policy in &ax.host_policy {
+                                out.push(RunConfig::Vm(VmSettings {
+                                    irqchip,
+                                    host_policy,
+                                    ..VmSettings::new(guest.clone(), sync)
+                                }));
+                            }
                         }
                     }
                 }
@@ -189,6 +192,7 @@ fn setting_span(m: &Spanned<MatrixFile>, setting: &str) -> Range<usize> {
         "pin" => &f.pin,
         "platform" => &f.platform,
         "policy" => &f.policy,
+        "host_policy" => &f.host_policy,
         "irq_affinity" => &f.irq_affinity,
         "io_thread_cpus" => &f.io_thread_cpus,
         _ => &None,
