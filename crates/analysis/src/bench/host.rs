@@ -47,6 +47,9 @@ pub struct Cell {
     /// over repetitions; user-level policies are smplab-policy's decisions
     /// driven by the simulator).
     pub sim_weighted_speedup: Option<f64>,
+    /// Why the simulator has no figure for the policy (set by the bench,
+    /// which leaves out the configurations the simulator refuses).
+    pub sim_error: Option<String>,
 }
 
 /// The simulator's policy for a host policy's column: `linux` is the
@@ -263,6 +266,9 @@ pub fn table(cells: &[Cell]) -> String {
                 t.episodes_sampled,
                 t.mean_detect_latency_ns() / 1000.0
             );
+        }
+        if let Some(e) = &c.sim_error {
+            let _ = writeln!(out, "    simulator: {e}");
         }
         for f in &c.failures {
             let _ = writeln!(out, "    failed: {f}");

@@ -222,4 +222,112 @@ mod tests {
         assert_eq!(ps.len(), 4);
         assert_eq!(ps[0].config.irq_affinity(), Some(&IrqAffinity::default()));
     }
+
+    fn parse(args: &[&str]) -> IoBenchArgs {
+        let mut argv = vec!["bench", "io"];
+        argv.extend_from_slice(args);
+        match Cmd::try_parse_from(argv).expect("parses").bench {
+            crate::bench::irqchip::BenchCmd::Io(a) => a,
+            other => panic!("parsed as another bench: {other:?}"),
+        }
+    }
+
+    fn config_keys(points: &[Point]) -> std::collections::BTreeSet<String> {
+        points.iter().map(Point::config_key).collect()
+    }
+
+    #[test]
+    fn default_flags_are_the_built_in_spec() {
+        let a = parse(&[]);
+        let spec = smplab_analysis::tune::load_spec(std::path::Path::new("bench-io"))
+            .expect("built-in spec");
+        assert_eq!(config_keys(&configs(&a)), config_keys(&spec.points));
+        assert_eq!(spec.repetitions.min, a.reps);
+        assert_eq!(spec.repetitions.max, a.max_reps);
+        assert_eq!(spec.repetitions.rel_half_width, a.target);
+        assert_eq!(spec.timeout_s, a.timeout.duration().as_secs());
+        assert_eq!(a.store, crate::bench::default_store(&spec.name));
+    }
+
+    #[test]
+    fn a_rerun_resumes_and_the_view_reads_the_store() {
+        let dir = smplab_experiment::testutil::temp_dir("bench-io");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--vcpus",
+            "2",
+            "--irq-affinity",
+            "1",
+            "--reps",
+            "2",
+            "--max-reps",
+            "4",
+            "--scale",
+            "0.01",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let runner = smplab_experiment::runner::fake::FakeRunner::new();
+        assert_eq!(bench_io(&a, &runner), exit::OK);
+        let stored = smplab_experiment::store::Store::read(&store).expect("store");
+        // Two configurations; the fake runner's walls are steady, but fewer
+        // than 6 repetitions never make a 95% interval: up to the maximum.
+        assert_eq!(stored.entries().len(), 8);
+        assert_eq!(bench_io(&a, &runner), exit::OK);
+        let again = smplab_experiment::store::Store::read(&store).expect("store");
+        assert_eq!(again.entries().len(), 8, "a rerun runs nothing new");
+        let entries = crate::bench::entries_of(&again, &configs(&a));
+        let table = smplab_analysis::bench::io::table(&entries, a.target);
+        assert!(table.contains("oltp n=4 scale 0.01"), "{table}");
+        assert!(table.contains("4 repetitions"), "{table}");
+        let rows: Vec<&str> = table
+            .lines()
+            .filter(|l| l.trim_start().starts_with("2 "))
+            .collect();
+        assert_eq!(rows.len(), 2, "{table}");
+        // Fake records carry no interrupt latencies: no figures, not narrow.
+        assert!(rows[1].contains(" no "), "{table}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_real_run_goes_into_the_store() {
+        if let Some(why) = smplab_experiment::availability::kvm_unavailable() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let dir = smplab_experiment::testutil::temp_dir("bench-io-real");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--vcpus",
+            "2",
+            "--threads",
+            "2",
+            "--irq-affinity",
+            "1",
+            "--reps",
+            "1",
+            "--max-reps",
+            "1",
+            "--scale",
+            "0.02",
+            "--timeout",
+            "60",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let runner = smplab_experiment::runner::real::RealRunner::default();
+        assert_eq!(bench_io(&a, &runner), exit::OK);
+        let stored = smplab_experiment::store::Store::read(&store).expect("store");
+        assert_eq!(stored.entries().len(), 2);
+        let entries = crate::bench::entries_of(&stored, &configs(&a));
+        let table = smplab_analysis::bench::io::table(&entries, a.target);
+        let base = table
+            .lines()
+            .find(|l| l.trim_start().starts_with("2         0"))
+            .unwrap_or_else(|| panic!("no baseline row: {table}"));
+        // Measured interrupt latencies, not `-`.
+        assert!(!base.contains("   - "), "{table}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -199,4 +199,132 @@ mod tests {
         assert_eq!(a.workloads, vec!["shootdown", "dedup", "ocean_ncp"]);
         assert!(Cmd::try_parse_from(["bench", "irqchip", "--irqchip", "usr"]).is_err());
     }
+
+    fn parse(args: &[&str]) -> IrqchipBenchArgs {
+        let mut argv = vec!["bench", "irqchip"];
+        argv.extend_from_slice(args);
+        match Cmd::try_parse_from(argv).expect("parses").bench {
+            BenchCmd::Irqchip(a) => a,
+            other => panic!("parsed as another bench: {other:?}"),
+        }
+    }
+
+    fn keys(points: &[Point]) -> std::collections::BTreeSet<String> {
+        points.iter().map(Point::key).collect()
+    }
+
+    #[test]
+    fn default_flags_are_the_built_in_spec() {
+        let a = parse(&[]);
+        let spec = smplab_analysis::tune::load_spec(std::path::Path::new("bench-irqchip"))
+            .expect("built-in spec");
+        let points = crate::bench::repeat(&configs(&a), a.reps);
+        assert_eq!(points.len(), spec.points.len());
+        assert_eq!(keys(&points), keys(&spec.points));
+        assert_eq!(spec.timeout_s, a.timeout.duration().as_secs());
+        assert_eq!(
+            a.store,
+            crate::bench::default_store(&spec.name),
+            "`lab run bench-irqchip` and the bench share a store"
+        );
+    }
+
+    #[test]
+    fn a_rerun_resumes_and_the_view_reads_the_store() {
+        let dir = smplab_experiment::testutil::temp_dir("bench-irqchip");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--workloads",
+            "dedup",
+            "--vcpus",
+            "1,2",
+            "--sync",
+            "global",
+            "--reps",
+            "2",
+            "--scale",
+            "0.01",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let runner = smplab_experiment::runner::fake::FakeRunner::new();
+        assert_eq!(run_irqchip_bench(&a, &runner), exit::OK);
+        let stored = smplab_experiment::store::Store::read(&store).expect("store");
+        // 2 repetitions x 2 vCPU counts x (native + kernel + user).
+        assert_eq!(stored.entries().len(), 12);
+        assert_eq!(run_irqchip_bench(&a, &runner), exit::OK);
+        let again = smplab_experiment::store::Store::read(&store).expect("store");
+        assert_eq!(again.entries().len(), 12, "a rerun runs nothing new");
+        let entries = crate::bench::entries_of(&again, &configs(&a));
+        let table = smplab_analysis::bench::irqchip::table(&entries, 1);
+        assert!(table.contains("== dedup (native P = "), "{table}");
+        let rows: Vec<&str> = table
+            .lines()
+            .filter(|l| l.starts_with("kernel") || l.starts_with("user"))
+            .collect();
+        assert_eq!(rows.len(), 4, "{table}");
+        // The fake runner's user and kernel times are equal: ratio 1.
+        assert!(
+            rows.iter()
+                .any(|r| r.starts_with("user") && r.contains("1.00x [1.00-1.00]")),
+            "{table}"
+        );
+        // 2 vCPUs on a 1-CPU host: marked overcommitted.
+        assert!(rows.iter().any(|r| r.contains("2*")), "{table}");
+        // `smplab lab report --store` reads the bench's store.
+        let files = smplab_report::write_report(
+            &again,
+            &dir.join("report"),
+            &smplab_report::ReportOptions {
+                title: "bench irqchip".into(),
+                ..Default::default()
+            },
+        )
+        .expect("report");
+        let html = std::fs::read_to_string(&files.html).expect("report page");
+        assert!(html.contains("dedup"), "the report names the workload");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_real_run_goes_into_the_store() {
+        if let Some(why) = smplab_experiment::availability::kvm_unavailable() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let dir = smplab_experiment::testutil::temp_dir("bench-irqchip-real");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--workloads",
+            "dedup",
+            "--vcpus",
+            "1",
+            "--sync",
+            "fine",
+            "--irqchip",
+            "kernel",
+            "--reps",
+            "1",
+            "--scale",
+            "0.01",
+            "--timeout",
+            "60",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let runner = RealRunner::default();
+        assert_eq!(run_irqchip_bench(&a, &runner), exit::OK);
+        let stored = smplab_experiment::store::Store::read(&store).expect("store");
+        assert_eq!(stored.entries().len(), 2);
+        assert!(stored.entries().iter().all(|e| e.is_ok()));
+        let entries = crate::bench::entries_of(&stored, &configs(&a));
+        let table = smplab_analysis::bench::irqchip::table(&entries, 2);
+        let row = table
+            .lines()
+            .find(|l| l.starts_with("kernel   fine"))
+            .unwrap_or_else(|| panic!("no kernel/fine row: {table}"));
+        // One vCPU count: its own speedup base.
+        assert!(row.contains("1.00x"), "{row}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

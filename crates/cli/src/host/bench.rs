@@ -78,22 +78,44 @@ fn policies(args: &BenchArgs) -> Vec<HostPolicy> {
     out
 }
 
+/// The simulator's settings for a policy's column: two-vCPU VMs confined
+/// to the host CPUs, on a host with as many pCPUs as vCPUs of one VM unless
+/// the list names higher CPUs.
+fn sim_config(args: &BenchArgs, policy: HostPolicy, vms: u32) -> RunConfig {
+    let max_cpu = args.host_cpus.0.iter().copied().max().unwrap_or(0);
+    let mut s = SimSettings::new(VCPUS, args.platform.clone());
+    s.vms = vms;
+    s.placement = Placement::Cpus(args.host_cpus.0.clone());
+    s.pcpus = u32::try_from(max_cpu + 1).ok().filter(|&n| n > VCPUS);
+    s.policy = sim_policy(policy);
+    RunConfig::Sim(s)
+}
+
+/// Policies the simulator does not run as given, with its reason: their
+/// cells have no simulator figure.
+fn sim_refusals(args: &BenchArgs) -> Vec<(HostPolicy, String)> {
+    policies(args)
+        .into_iter()
+        .filter_map(|p| {
+            let errs = sim_config(args, p, 2).validate(None).err()?;
+            let why: Vec<String> = errs.iter().map(ToString::to_string).collect();
+            Some((p, why.join("; ")))
+        })
+        .collect()
+}
+
 /// The bench's configurations, workload by workload and policy by policy:
 /// one VM alone and two together on smplab-vmm under the policy, then the
-/// same in the simulator (its `fair` for `linux`).
+/// same in the simulator (its `fair` for `linux`) where it runs the policy.
 pub fn configs(args: &BenchArgs) -> Vec<Point> {
-    let placement = Placement::Cpus(args.host_cpus.0.clone());
-    // The simulator's host has as many pCPUs as vCPUs of one VM unless the
-    // list names higher CPUs.
-    let max_cpu = args.host_cpus.0.iter().copied().max().unwrap_or(0);
-    let pcpus = u32::try_from(max_cpu + 1).ok().filter(|&n| n > VCPUS);
+    let refused = sim_refusals(args);
     let mut out: Vec<Point> = Vec::new();
     for w in &args.workloads {
         for policy in policies(args) {
             let mut configs = Vec::new();
             for vms in [1, 2] {
                 let guest = GuestSettings {
-                    placement: placement.clone(),
+                    placement: Placement::Cpus(args.host_cpus.0.clone()),
                     vms,
                     ..GuestSettings::new(VCPUS)
                 };
@@ -102,13 +124,8 @@ pub fn configs(args: &BenchArgs) -> Vec<Point> {
                     ..VmSettings::new(guest, SyncMode::default())
                 }));
             }
-            for vms in [1, 2] {
-                let mut s = SimSettings::new(VCPUS, args.platform.clone());
-                s.vms = vms;
-                s.placement = placement.clone();
-                s.pcpus = pcpus;
-                s.policy = sim_policy(policy);
-                configs.push(RunConfig::Sim(s));
+            if !refused.iter().any(|(p, _)| *p == policy) {
+                configs.extend([1, 2].map(|vms| sim_config(args, policy, vms)));
             }
             for config in configs {
                 let mut p = Point::new(w.clone(), args.threads, args.scale, config);
@@ -142,6 +159,7 @@ pub fn bench_with(args: &BenchArgs, runner: &dyn Runner) -> i32 {
     let configs = configs(args);
     for p in &configs {
         if let Err(errs) = p.config.validate(None) {
+            // A bad flag value (e.g. a CPU list the VMs cannot use).
             for e in errs {
                 exit::report_error(format!("{}: {e}", p.label()));
             }
@@ -162,7 +180,12 @@ pub fn bench_with(args: &BenchArgs, runner: &dyn Runner) -> i32 {
         summary.skipped,
         args.store.display()
     );
-    let cells = cells(&crate::bench::entries_of(&store, &configs));
+    let mut cells = cells(&crate::bench::entries_of(&store, &configs));
+    for (policy, why) in sim_refusals(args) {
+        for c in cells.iter_mut().filter(|c| c.policy == policy.to_string()) {
+            c.sim_error = Some(why.clone());
+        }
+    }
     out!("{}", table(&cells));
     if let Some(path) = &args.output {
         let json = match serde_json::to_string_pretty(&cells) {
@@ -181,5 +204,147 @@ pub fn bench_with(args: &BenchArgs, runner: &dyn Runner) -> i32 {
         exit::PARTIAL
     } else {
         exit::OK
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use smplab_experiment::store::Store;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> BenchArgs {
+        let mut argv = vec!["bench"];
+        argv.extend_from_slice(args);
+        Cmd::try_parse_from(argv).expect("parses").bench
+    }
+
+    fn keys(points: &[Point]) -> std::collections::BTreeSet<String> {
+        points.iter().map(Point::key).collect()
+    }
+
+    #[test]
+    fn flags_are_typed_and_the_defaults_are_the_built_in_spec() {
+        let a = parse(&[]);
+        assert_eq!(a.host_cpus, HostCpus(vec![0, 1]));
+        assert_eq!(a.platform, smplab_record::config::DEFAULT_PLATFORM);
+        assert_eq!(a.policies.len(), 5);
+        let spec = smplab_analysis::tune::load_spec(std::path::Path::new("bench-host"))
+            .expect("built-in spec");
+        let points = crate::bench::repeat(&configs(&a), a.reps);
+        assert_eq!(keys(&points), keys(&spec.points));
+        assert_eq!(spec.timeout_s, a.timeout.duration().as_secs());
+        assert_eq!(a.store, crate::bench::default_store(&spec.name));
+        for bad in [
+            &["--profiles", "dedup"][..],
+            &["--cpus", "0-1"],
+            &["--host-cpus", "1-0"],
+            &["--policies", "fastest"],
+            &["--timeout", "0"],
+            &["--sample", "1ms"],
+        ] {
+            assert!(
+                Cmd::try_parse_from([&["bench"][..], bad].concat()).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rerun_resumes_and_the_view_reads_the_store() {
+        let dir = smplab_experiment::testutil::temp_dir("bench-host");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--workloads",
+            "spinlock",
+            "--policies",
+            "gang:4ms,spin:4ms",
+            "--reps",
+            "2",
+            "--scale",
+            "0.01",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let runner = smplab_experiment::runner::fake::FakeRunner::new();
+        assert_eq!(bench_with(&a, &runner), exit::OK);
+        // 2 repetitions x (alone, shared) x (3 policies on vm + 2 in the
+        // simulator, which refuses `spin` as a policy).
+        let n = Store::read(&store).expect("store").entries().len();
+        assert_eq!(n, 20);
+        assert_eq!(bench_with(&a, &runner), exit::OK);
+        let again = Store::read(&store).expect("store");
+        assert_eq!(again.entries().len(), n, "a rerun runs nothing new");
+        let cells = cells(&crate::bench::entries_of(&again, &configs(&a)));
+        assert_eq!(cells.len(), 3);
+        assert_eq!(cells[0].policy, "linux");
+        assert_eq!(cells[2].policy, "spin:4ms");
+        assert_eq!(
+            sim_refusals(&a).iter().map(|r| r.0).collect::<Vec<_>>(),
+            vec![a.policies[1]]
+        );
+        // The fake runner: a shared VM takes 1.5 times its alone wall, the
+        // same under every policy, so weighted speedup 2/1.5 and 1x linux.
+        for c in &cells {
+            assert_eq!(c.weighted_speedup.len(), 2, "{c:?}");
+            assert!((c.weighted_speedup[0] - 2.0 / 1.5).abs() < 1e-9, "{c:?}");
+            assert!((c.vs_linux[0] - 1.0).abs() < 1e-9, "{c:?}");
+            assert_eq!(
+                c.sim_weighted_speedup.is_some(),
+                c.policy != "spin:4ms",
+                "{c:?}"
+            );
+        }
+        let t = table(&cells);
+        let header: Vec<&str> = t.lines().next().unwrap_or("").split("  ").collect();
+        assert!(t.lines().next().unwrap_or("").ends_with(" sim"), "{t}");
+        assert!(!header.is_empty());
+        let row = t.lines().nth(1).unwrap_or("");
+        assert!(row.starts_with("spinlock       linux"), "{t}");
+        assert!(row.contains("1.33 [1.33..1.33]"), "{t}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_real_run_goes_into_the_store() {
+        if let Some(why) = smplab_experiment::availability::kvm_unavailable() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let dir = smplab_experiment::testutil::temp_dir("bench-host-real");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--workloads",
+            "spinlock",
+            "--policies",
+            "fair:4ms",
+            "--reps",
+            "1",
+            "--scale",
+            "0.01",
+            "--timeout",
+            "60",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let status = bench_with(&a, &RealRunner::default());
+        let stored = Store::read(&store).expect("store");
+        assert_eq!(stored.entries().len(), 8);
+        let failed: Vec<_> = stored.entries().iter().filter(|e| !e.is_ok()).collect();
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(status, exit::OK);
+        let cells = cells(&crate::bench::entries_of(&stored, &configs(&a)));
+        assert_eq!(cells.len(), 2);
+        assert!(cells
+            .iter()
+            .all(|c| c.weighted_speedup.len() == 1 && c.weighted_speedup[0] > 0.0));
+        assert!(cells.iter().all(|c| c.samples.len() == 1));
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
