@@ -4,8 +4,10 @@
 
 use super::{median_or_nan as median, spread, throughput};
 use serde::{Deserialize, Serialize};
-use smplab_experiment::store::Store;
-use smplab_record::config::{HostPolicy, IrqAffinity, Placement, RunConfig};
+use smplab_experiment::store::{Entry, Store};
+use smplab_record::config::{
+    GuestSettings, HostPolicy, IrqAffinity, Placement, RunConfig, SyncMode, VmSettings,
+};
 use smplab_record::Executor;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -116,6 +118,15 @@ impl Setting {
                 placement: s.placement.clone(),
                 irq: s.irq_affinity.clone(),
             },
+            RunConfig::Vm(v) => match v.host_policy {
+                Some(policy) => Setting::Host(HostSetting {
+                    policy,
+                    pinned: v.host_pinned.unwrap_or(!policy.is_user_level()),
+                    irq: v.guest.irq_affinity.clone(),
+                    tuner: v.host_tuner,
+                }),
+                None => Setting::Config(c.clone()),
+            },
             other => Setting::Config(other.clone()),
         }
     }
@@ -142,23 +153,64 @@ impl Setting {
     }
 }
 
+impl HostSetting {
+    /// The host run of `setting` on `host_cpus`: 2 VMs x 2 vCPUs, the
+    /// pinning explicit only where it is not the policy's default (so one
+    /// configuration has one store key).
+    pub fn run_config(&self, host_cpus: &[usize]) -> RunConfig {
+        let guest = GuestSettings {
+            placement: Placement::Cpus(host_cpus.to_vec()),
+            vms: 2,
+            irq_affinity: self.irq.clone(),
+            ..GuestSettings::new(2)
+        };
+        let default_pinned = !self.policy.is_user_level();
+        RunConfig::Vm(VmSettings {
+            host_policy: Some(self.policy),
+            host_pinned: (self.pinned != default_pinned).then_some(self.pinned),
+            host_tuner: self.tuner,
+            ..VmSettings::new(guest, SyncMode::default())
+        })
+    }
+}
+
 /// Group a store's finished runs by executor, workload and setting.
 pub fn cells(stores: &[Store]) -> Vec<Cell> {
+    let entries: Vec<&Entry> = stores.iter().flat_map(Store::latest).collect();
+    cells_of(&entries)
+}
+
+/// Σ over a run's VMs of 1 / wall time: a host run's walls from the shared
+/// start gate's "go" to each guest's "done" on the host clock (time a VM
+/// waited for a pCPU counts), any other run's the record's wall.
+fn run_throughput(e: &Entry) -> f64 {
+    match &e.point.config {
+        RunConfig::Vm(v) if v.host_policy.is_some() => e
+            .records
+            .iter()
+            .map(smplab_experiment::host::workload_wall_s)
+            .filter(|s| *s > 0.0)
+            .map(|s| 1.0 / s)
+            .sum(),
+        _ => throughput(&e.records),
+    }
+}
+
+/// Group finished entries by executor, workload and setting.
+pub fn cells_of(entries: &[&Entry]) -> Vec<Cell> {
     let mut map: BTreeMap<(Executor, String, String), Cell> = BTreeMap::new();
-    for store in stores {
-        for e in store.latest().into_iter().filter(|e| e.is_ok()) {
-            let setting = Setting::of(&e.point.config);
-            let executor = e.point.config.executor();
-            map.entry((executor, e.point.workload.clone(), setting.to_string()))
-                .or_insert_with(|| Cell {
-                    executor,
-                    workload: e.point.workload.clone(),
-                    setting,
-                    throughput: Vec::new(),
-                })
-                .throughput
-                .push(throughput(&e.records));
-        }
+    for e in entries.iter().filter(|e| e.is_ok()) {
+        let setting = Setting::of(&e.point.config);
+        let executor = e.point.config.executor();
+        map.entry((executor, e.point.workload.clone(), setting.to_string()))
+            .or_insert_with(|| Cell {
+                executor,
+                workload: e.point.workload.clone(),
+                setting,
+                throughput: Vec::new(),
+            })
+            .throughput
+            .push(run_throughput(e));
     }
     map.into_values().collect()
 }

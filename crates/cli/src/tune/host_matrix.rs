@@ -11,19 +11,23 @@
 //!   balanced, and under `fair` `running` (the scheduler keeps the guest's
 //!   routing page pointed at the VM's running vCPUs: vBalance).
 //!
-//! Repetitions are interleaved (all configurations of rep 0, then rep 1...).
-//! A configuration the host refuses is listed as failed with the reason.
+//! Every configuration is a host run (`VmSettings::host_policy`,
+//! `host_pinned`, `host_tuner`) run through the one execute path into a
+//! results store, so a rerun resumes and `smplab lab report` and `smplab
+//! tune winners STORE` read it. Repetitions are interleaved (all
+//! configurations of rep 0, then rep 1...). A configuration the host refuses
+//! is listed as failed with the reason.
 
 use crate::bench::HostCpus;
 use clap::Args;
-use smplab_analysis::tune::winners::{winners_table, Cell, HostSetting, Setting};
-use smplab_experiment::host::run_host;
-use smplab_experiment::host::spec::{HostSpec, HostVm};
-use smplab_policy::tune::VcpuAffinity;
+use smplab_analysis::tune::winners::{cells_of, winners_table, HostSetting, Setting};
+use smplab_experiment::point::Point;
+use smplab_experiment::runner::real::RealRunner;
+use smplab_experiment::runner::Runner;
+use smplab_experiment::store::Status;
 use smplab_record::config::{HostPolicy, IrqAffinity, PolicyKind, Timeout};
 use smplab_record::exit::{self, report_error};
-use smplab_record::{outln, Executor};
-use smplab_vmm::host::Sampling;
+use smplab_record::outln;
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Args)]
@@ -48,9 +52,12 @@ pub struct HostMatrixArgs {
     #[arg(long, default_value = "120s")]
     pub timeout: Timeout,
     /// Write the cells (every run's throughput) as JSON here, for `smplab
-    /// tune winners --host FILE`.
+    /// tune winners --host FILE` (`tune winners` also reads the store).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
+    /// Results store (resumed when it exists).
+    #[arg(long, default_value = "lab-results/tune-host-matrix/results.jsonl")]
+    pub store: PathBuf,
 }
 
 const MS: u64 = 1_000_000;
@@ -116,106 +123,88 @@ fn configs(io: bool) -> Vec<HostSetting> {
     out
 }
 
-fn spec_for(a: &HostMatrixArgs, workload: &str, c: &HostSetting) -> Result<HostSpec, String> {
-    let vm = HostVm::two_vcpus(workload, 2, a.scale, c.irq.clone())?;
-    let user_level = c.policy.is_user_level();
-    Ok(HostSpec {
-        cpus: a.host_cpus.0.clone(),
-        policy: c.policy,
-        sampling: Sampling::default(),
-        timeout: a.timeout.duration(),
-        // `linux` pins the vCPU threads; a user-level policy grants CPUs
-        // itself, with its own per-vCPU affinity.
-        pin: !user_level && c.pinned,
-        tune: c.tuner,
-        vcpu_affinity: if user_level && c.pinned {
-            VcpuAffinity::Pinned
-        } else {
-            VcpuAffinity::Floating
-        },
-        vms: vec![vm.clone(), vm],
-    })
-}
-
-/// One host run's throughput (VM runs per second, summed over its VMs), or
-/// why it failed: the first failed VM's first error line.
-fn throughput(spec: &HostSpec) -> Result<f64, String> {
-    match run_host(spec, None, false) {
-        Ok(run) if run.all_ok() => Ok(run.walls_s().iter().flatten().map(|s| 1.0 / s).sum()),
-        Ok(run) => Err(run
-            .records
-            .iter()
-            .find_map(|o| match o {
-                smplab_experiment::host::VmOutcome::Failed { error, .. } => {
-                    Some(error.lines().next().unwrap_or("").to_string())
-                }
-                smplab_experiment::host::VmOutcome::Ok(_) => None,
-            })
-            .unwrap_or_default()),
-        Err(e) => Err(e.to_string()),
+/// The matrix's points (repetition 0): per workload, every setting as a
+/// host run of 2 VMs x 2 vCPUs (2 threads each) on the host CPUs.
+pub fn matrix_points(a: &HostMatrixArgs) -> Result<Vec<Point>, String> {
+    let mut out = Vec::new();
+    for w in &a.workloads {
+        let io = smplab_workload::Source::resolve(w)
+            .map_err(|e| e.to_string())
+            .and_then(|s| s.instantiate(Some(2), a.scale).map_err(|e| e.to_string()))
+            .map_err(|e| format!("workload {w}: {e}"))?
+            .uses_io();
+        for c in configs(io) {
+            let mut p = Point::new(w.clone(), 2, a.scale, c.run_config(&a.host_cpus.0));
+            p.timeout_s = a.timeout.duration().as_secs().max(1);
+            out.push(p);
+        }
     }
+    Ok(out)
 }
 
 pub fn host_matrix(a: &HostMatrixArgs) -> i32 {
+    host_matrix_with(a, &RealRunner::default())
+}
+
+/// Run the matrix's points the store lacks with `runner`; print the winners
+/// table of the store's runs of these points.
+pub fn host_matrix_with(a: &HostMatrixArgs, runner: &dyn Runner) -> i32 {
     if !(a.scale.is_finite() && a.scale > 0.0) {
         report_error("--scale: give a positive scale");
         return exit::BAD_INPUT;
     }
-    if let Some(why) = smplab_experiment::availability::kvm_unavailable() {
-        report_error(format!("KVM is not usable here: {why}"));
-        return exit::KVM_UNAVAILABLE;
-    }
-    let mut plan: Vec<(String, HostSetting)> = Vec::new();
-    for w in &a.workloads {
-        let program = smplab_workload::Source::resolve(w)
-            .map_err(|e| e.to_string())
-            .and_then(|s| s.instantiate(Some(2), a.scale).map_err(|e| e.to_string()));
-        let io = match program {
-            Ok(p) => p.uses_io(),
-            Err(e) => {
-                report_error(format!("workload {w}: {e}"));
-                return exit::BAD_INPUT;
+    let configs = match matrix_points(a) {
+        Ok(p) => p,
+        Err(e) => {
+            report_error(e);
+            return exit::BAD_INPUT;
+        }
+    };
+    for p in &configs {
+        if let Err(errs) = p.config.validate(Some(4)) {
+            for e in errs {
+                report_error(format!("{}: {e}", p.label()));
             }
-        };
-        for c in configs(io) {
-            plan.push((w.clone(), c));
+            return exit::BAD_INPUT;
         }
     }
-    let mut cells: Vec<Cell> = plan
+    let points = crate::bench::repeat(&configs, a.reps);
+    let (store, summary) = match crate::bench::run_into_store(&points, &a.store, runner, None) {
+        Ok(s) => s,
+        Err(status) => return status,
+    };
+    outln!(
+        "{} points: {} already done, {} ok, {} failed, {} skipped (store {})",
+        summary.total,
+        summary.already_done,
+        summary.ok,
+        summary.failed,
+        summary.skipped,
+        a.store.display()
+    );
+    let entries = crate::bench::entries_of(&store, &configs);
+    let cells = cells_of(&entries);
+    outln!("{}", winners_table(&cells));
+    let failures: Vec<String> = entries
         .iter()
-        .map(|(w, c)| Cell {
-            executor: Executor::Vm,
-            workload: w.clone(),
-            setting: Setting::Host(c.clone()),
-            throughput: Vec::new(),
+        .filter_map(|e| {
+            let why = match &e.status {
+                Status::Ok => return None,
+                Status::Failed { reason } | Status::Skipped { reason } => reason,
+            };
+            Some(format!(
+                "{} {} (rep {}): {}",
+                e.point.workload,
+                Setting::of(&e.point.config),
+                e.point.rep,
+                why.lines().next().unwrap_or("")
+            ))
         })
         .collect();
-    let mut failures: Vec<(String, String)> = Vec::new();
-    for rep in 0..a.reps {
-        for ((w, c), cell) in plan.iter().zip(&mut cells) {
-            let label = format!("{w} {c} (rep {rep})");
-            let spec = match spec_for(a, w, c) {
-                Ok(s) => s,
-                Err(e) => {
-                    failures.push((label, e));
-                    continue;
-                }
-            };
-            match throughput(&spec) {
-                Ok(t) => {
-                    eprintln!("{label}: {t:.2} VM runs/s");
-                    cell.throughput.push(t);
-                }
-                Err(why) => failures.push((label, why)),
-            }
-        }
-    }
-    cells.retain(|c| !c.throughput.is_empty());
-    outln!("{}", winners_table(&cells));
     if !failures.is_empty() {
         outln!("{} runs failed:", failures.len());
-        for (label, why) in failures.iter().take(12) {
-            outln!("  {label}: {why}");
+        for f in failures.iter().take(12) {
+            outln!("  {f}");
         }
     }
     if let Some(path) = &a.output {
@@ -232,9 +221,144 @@ pub fn host_matrix(a: &HostMatrixArgs) -> i32 {
             }
         }
     }
-    if failures.is_empty() {
+    if failures.is_empty() && summary.failed + summary.skipped == 0 {
         exit::OK
     } else {
         exit::PARTIAL
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use smplab_experiment::store::Store;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        matrix: HostMatrixArgs,
+    }
+
+    fn parse(args: &[&str]) -> HostMatrixArgs {
+        let mut argv = vec!["host-matrix"];
+        argv.extend_from_slice(args);
+        Cmd::try_parse_from(argv).expect("parses").matrix
+    }
+
+    #[test]
+    fn the_settings_are_typed_and_every_one_is_a_valid_host_run() {
+        // 7 policy/pinning pairs, then the tuner from 4 and 16 ms.
+        assert_eq!(configs(false).len(), 9);
+        // I/O: 3 affinities each, `running` under the 5 user-level ones.
+        assert_eq!(configs(true).len(), 7 * 3 + 5 + 2);
+        let a = parse(&[]);
+        assert_eq!(a.host_cpus, HostCpus(vec![0, 1]));
+        let points = matrix_points(&a).expect("points");
+        assert_eq!(points.len(), 9 + 9 + 28);
+        for p in &points {
+            p.config
+                .validate(Some(4))
+                .unwrap_or_else(|e| panic!("{}: {e:?}", p.label()));
+            // The stored configuration reads back as the setting it was built from.
+            let s = Setting::of(&p.config).to_string();
+            assert!(s.contains("irq "), "{s}");
+        }
+        let labels: std::collections::BTreeSet<String> = points
+            .iter()
+            .filter(|p| p.workload == "dedup")
+            .map(|p| Setting::of(&p.config).to_string())
+            .collect();
+        assert!(labels.contains("slice linux, pinned, irq 0"), "{labels:?}");
+        assert!(
+            labels.contains("slice linux, floating, irq 0"),
+            "{labels:?}"
+        );
+        assert!(
+            labels.contains("slice 1000 us, pinned, irq 0"),
+            "{labels:?}"
+        );
+        assert!(
+            labels.contains("tuner from 16000 us, floating, irq 0"),
+            "{labels:?}"
+        );
+        assert_eq!(labels.len(), 9);
+        for bad in [
+            &["--cpus", "0-1"][..],
+            &["--timeout-s", "9"],
+            &["--out", "x"],
+        ] {
+            assert!(
+                Cmd::try_parse_from([&["m"][..], bad].concat()).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rerun_resumes_and_the_winners_come_from_the_store() {
+        let dir = smplab_experiment::testutil::temp_dir("host-matrix");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--workloads",
+            "dedup",
+            "--reps",
+            "2",
+            "--scale",
+            "0.01",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let runner = smplab_experiment::runner::fake::FakeRunner::new();
+        assert_eq!(host_matrix_with(&a, &runner), exit::OK);
+        assert_eq!(Store::read(&store).expect("store").entries().len(), 18);
+        assert_eq!(host_matrix_with(&a, &runner), exit::OK);
+        let again = Store::read(&store).expect("store");
+        assert_eq!(again.entries().len(), 18, "a rerun runs nothing new");
+        let cells = cells_of(&crate::bench::entries_of(
+            &again,
+            &matrix_points(&a).expect("points"),
+        ));
+        assert_eq!(cells.len(), 9);
+        assert!(cells.iter().all(|c| c.throughput.len() == 2));
+        // `tune winners STORE` groups the same cells.
+        assert_eq!(smplab_analysis::tune::winners::cells(&[again]).len(), 9);
+        let table = winners_table(&cells);
+        assert!(table.contains("dedup          host  win: "), "{table}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_real_run_goes_into_the_store() {
+        if let Some(why) = smplab_experiment::availability::kvm_unavailable() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let dir = smplab_experiment::testutil::temp_dir("host-matrix-real");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--workloads",
+            "oltp",
+            "--reps",
+            "1",
+            "--scale",
+            "0.01",
+            "--timeout",
+            "60",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let status = host_matrix_with(&a, &RealRunner::default());
+        let stored = Store::read(&store).expect("store");
+        assert_eq!(stored.entries().len(), 28);
+        let failed: Vec<String> = stored
+            .entries()
+            .iter()
+            .filter(|e| !e.is_ok())
+            .map(|e| format!("{}: {:?}", e.point.label(), e.status))
+            .collect();
+        assert!(failed.is_empty(), "{failed:#?}");
+        assert_eq!(status, exit::OK);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
