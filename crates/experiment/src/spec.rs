@@ -65,6 +65,8 @@ struct MatrixFile {
     /// `vm` only: run the `vms` VMs in one smplab-vmm process under this
     /// host vCPU policy (`VmSettings::host_policy`); absent, independent VMs.
     host_policy: Option<Spanned<toml::Value>>,
+    /// Busy host threads spinning beside each run (`Point::busy_host_threads`).
+    busy_host_threads: Option<Spanned<toml::Value>>,
     scale: Option<Spanned<toml::Value>>,
     irq_affinity: Option<Spanned<toml::Value>>,
     io_thread_cpus: Option<Spanned<toml::Value>>,

@@ -111,13 +111,14 @@ pub fn table(entries: &[&Entry], target: f64) -> String {
         _ => None,
     }) {
         Some((e, v)) => format!(
-            "smplab bench io: {} n={} scale {}, irqchip {}, pin {}, io thread CPUs {}, \
-             {reps} repetitions (target ±{:.0}%)\n",
+            "smplab bench io: {} n={} scale {}, irqchip {}, pin {}, {} busy host threads, \
+             io thread CPUs {}, {reps} repetitions (target ±{:.0}%)\n",
             e.point.workload,
             e.point.threads,
             e.point.scale,
             v.irqchip.as_str(),
             v.guest.placement,
+            e.point.busy_host_threads,
             v.guest.io_thread_cpus,
             target * 100.0,
         ),

@@ -2,8 +2,9 @@
 //! Kulkarni, "Benchmarking Multiprocessing Parameters in a Virtualized
 //! Multi-Core Environment", on real KVM. An I/O-heavy profile (`oltp` by
 //! default) runs on smplab-vmm at 2 and 3 vCPUs (3 is overcommitted on a
-//! 2-CPU host: the pCPU contention), vCPU i pinned to host CPU i mod the
-//! host's CPUs, under each interrupt affinity (`0`, `1`, `balanced`, ...).
+//! 2-CPU host), vCPU i pinned to host CPU i mod the host's CPUs, with busy
+//! host threads for pCPU contention (`--busy-host-threads`, a setting of
+//! each point), under each interrupt affinity (`0`, `1`, `balanced`, ...).
 //!
 //! The points (built-in spec `bench-io` at the default flags) run through
 //! the one execute path into a results store, repeated adaptively: at least
@@ -45,6 +46,10 @@ pub struct IoBenchArgs {
     /// Host CPUs of the block device's completion thread (`none`: floating).
     #[arg(long, default_value = "none")]
     pub io_thread_cpus: IoThreadCpus,
+    /// Busy host threads (floating) competing with the vCPUs for the pCPUs
+    /// while each run runs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub busy_host_threads: u32,
     /// Repetitions before the intervals are looked at (at least).
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub reps: u32,
@@ -100,6 +105,7 @@ pub fn configs(args: &IoBenchArgs) -> Vec<Point> {
                 config(args, vcpus, affinity),
             );
             p.timeout_s = args.timeout.duration().as_secs().max(1);
+            p.busy_host_threads = args.busy_host_threads;
             out.push(p);
         }
     }
@@ -213,6 +219,8 @@ mod tests {
         assert_eq!(a.timeout.duration().as_secs(), 30);
         assert!(Cmd::try_parse_from(["bench", "io", "--irq-affinity", "everywhere"]).is_err());
         assert!(Cmd::try_parse_from(["bench", "io", "--affinity", "1"]).is_err());
+        assert!(Cmd::try_parse_from(["bench", "io", "--hogs", "1"]).is_err());
+        assert_eq!(a.busy_host_threads, 1);
         assert!(Cmd::try_parse_from(["bench", "io", "--timeout", "0"]).is_err());
         let cfg = config(&a, 3, &IrqAffinity::Balanced);
         assert_eq!(cfg.irq_affinity(), Some(&IrqAffinity::Balanced));
@@ -220,6 +228,7 @@ mod tests {
         // The baseline runs first at every vCPU count, even when not asked for.
         let ps = configs(&a);
         assert_eq!(ps.len(), 4);
+        assert!(ps.iter().all(|p| p.busy_host_threads == 1));
         assert_eq!(ps[0].config.irq_affinity(), Some(&IrqAffinity::default()));
     }
 

@@ -56,11 +56,15 @@ pub(super) fn matrix_configs(
                                         }
                                         continue;
                                     }
-                                    let mut p = Point::new(workload.clone(), n, scale, config);
-                                    p.variant = variant;
-                                    p.timeout_s = timeout_s;
-                                    if seen.insert(p.config_key()) {
-                                        configs.push(p);
+                                    for &busy in &ax.busy_host_threads {
+                                        let mut p =
+                                            Point::new(workload.clone(), n, scale, config.clone());
+                                        p.variant = variant;
+                                        p.timeout_s = timeout_s;
+                                        p.busy_host_threads = busy;
+                                        if seen.insert(p.config_key()) {
+                                            configs.push(p);
+                                        }
                                     }
                                 }
                             }
