@@ -1,7 +1,6 @@
 //! The view of `smplab host bench` (built-in spec `bench-host`): the
 //! weighted speedup of two 2-vCPU VMs sharing the host CPUs under every
-//! policy against `linux` (docs/host.md), after the Seoul thesis and seed
-//! 002's consolidation experiments.
+//! policy against `linux` (docs/host.md).
 //!
 //! Per repetition and workload: one VM alone under each policy (`vms = 1`)
 //! and both together (`vms = 2`). Weighted speedup = Σ over VMs of alone ÷
