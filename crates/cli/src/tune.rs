@@ -63,7 +63,9 @@ pub struct TuneRunArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct WinnersArgs {
-    /// Results stores (results.jsonl files or directories holding one).
+    /// Results stores (results.jsonl files or directories holding one);
+    /// repeat `--store` for several.
+    #[arg(long)]
     pub store: Vec<PathBuf>,
     /// Cells of `smplab tune host-matrix -o FILE`, shown beside the stores'.
     #[arg(long)]
@@ -158,7 +160,9 @@ fn winners(a: &WinnersArgs) -> i32 {
         }
     }
     if cells.is_empty() {
-        report_error("no finished runs in these stores: run `smplab lab run seed001-matrix` first");
+        report_error(
+            "no finished runs in these stores: run `smplab lab run seed001-matrix` (or `smplab tune host-matrix`) first, then give --store",
+        );
         return exit::BAD_INPUT;
     }
     outln!("{}", winners_table(&cells));

@@ -121,6 +121,11 @@ pub struct GuestSettings {
     pub io_thread_cpus: IoThreadCpus,
 }
 
+/// Shortest host-run sampling interval (as `smplab host` specs allow).
+pub const MIN_HOST_SAMPLE_NS: u64 = 100_000;
+/// Longest host-run sampling interval.
+pub const MAX_HOST_SAMPLE_NS: u64 = 1_000_000_000;
+
 /// Settings of a smplab-vmm run.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -153,6 +158,10 @@ pub struct VmSettings {
     /// the policy's.
     #[serde(default, skip_serializing_if = "is_default")]
     pub host_tuner: bool,
+    /// Host runs: the scheduler's sampling interval, ns; `None`: smplab-vmm's
+    /// default (1 ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_sample_ns: Option<u64>,
 }
 
 impl VmSettings {
@@ -167,6 +176,7 @@ impl VmSettings {
             host_policy: None,
             host_pinned: None,
             host_tuner: false,
+            host_sample_ns: None,
         }
     }
 
@@ -178,11 +188,23 @@ impl VmSettings {
     }
 
     fn validate(&self, p: &mut Vec<ConfigError>) {
-        if self.host_policy.is_none() && (self.host_pinned.is_some() || self.host_tuner) {
+        if self.host_policy.is_none()
+            && (self.host_pinned.is_some() || self.host_tuner || self.host_sample_ns.is_some())
+        {
             p.push(ConfigError::new(
                 "host_policy",
-                "host_pinned and host_tuner apply to host runs only: give a host_policy",
+                "host_pinned, host_tuner and host_sample_ns apply to host runs only: give a host_policy",
             ));
+        }
+        if let Some(ns) = self.host_sample_ns {
+            check_range(
+                p,
+                "host_sample_ns",
+                ns,
+                MIN_HOST_SAMPLE_NS,
+                MAX_HOST_SAMPLE_NS,
+                "below 100us sampling costs more in exits than it can save; above 1s it sees nothing",
+            );
         }
         if self.host_tuner && !self.knows_running_vcpus() {
             p.push(ConfigError::new(
@@ -621,6 +643,9 @@ impl RunConfig {
             }
             if v.host_tuner {
                 parts.push("tuner".to_string());
+            }
+            if let Some(ns) = v.host_sample_ns {
+                parts.push(format!("sample={ns}ns"));
             }
         }
         if let Some(i) = self.idle() {

@@ -19,7 +19,9 @@ use smplab_record::config::{
     GuestSettings, HostPolicy, Placement, RunConfig, SimSettings, SyncMode, Timeout, VmSettings,
 };
 use smplab_record::{exit, out, outln};
+use smplab_vmm::host::Sampling;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -49,6 +51,9 @@ pub struct BenchArgs {
     /// Host CPUs the VMs share (the simulator's VMs are confined to the same).
     #[arg(long, default_value = "0-1")]
     pub host_cpus: HostCpus,
+    /// The host scheduler's sampling interval (`1ms`, `500us`).
+    #[arg(long, default_value = "1ms", value_parser = parse_sample)]
+    pub sample: Duration,
     /// Simulator platform profile for the `sim` column: a built-in name or a
     /// profile file (e.g. the one `smplab calibrate` wrote for this host).
     #[arg(long, default_value = smplab_record::config::DEFAULT_PLATFORM)]
@@ -66,6 +71,22 @@ pub struct BenchArgs {
 
 /// vCPUs of each VM.
 const VCPUS: u32 = 2;
+
+/// A sampling interval: a duration of at least 100 us.
+fn parse_sample(s: &str) -> Result<Duration, String> {
+    let ns = smplab_record::config::parse_duration(s).map_err(|e| e.to_string())?;
+    if ns < smplab_record::config::MIN_HOST_SAMPLE_NS {
+        return Err("a sampling interval below 100us costs more in exits than it can save".into());
+    }
+    Ok(Duration::from_nanos(ns))
+}
+
+/// The run configuration's sampling interval: unset at smplab-vmm's
+/// default, so the default bench's points are the built-in spec's.
+fn host_sample_ns(args: &BenchArgs) -> Option<u64> {
+    (args.sample != Sampling::default().interval)
+        .then(|| u64::try_from(args.sample.as_nanos()).unwrap_or(u64::MAX))
+}
 
 /// `linux` (the baseline) first, then the others, each once.
 fn policies(args: &BenchArgs) -> Vec<HostPolicy> {
@@ -121,6 +142,7 @@ pub fn configs(args: &BenchArgs) -> Vec<Point> {
                 };
                 configs.push(RunConfig::Vm(VmSettings {
                     host_policy: Some(policy),
+                    host_sample_ns: host_sample_ns(args),
                     ..VmSettings::new(guest, SyncMode::default())
                 }));
             }
@@ -235,6 +257,11 @@ mod tests {
         assert_eq!(a.host_cpus, HostCpus(vec![0, 1]));
         assert_eq!(a.platform, smplab_record::config::DEFAULT_PLATFORM);
         assert_eq!(a.policies.len(), 5);
+        assert_eq!(host_sample_ns(&a), None);
+        assert_eq!(
+            host_sample_ns(&parse(&["--sample", "500us"])),
+            Some(500_000)
+        );
         let spec = smplab_analysis::tune::load_spec(std::path::Path::new("bench-host"))
             .expect("built-in spec");
         let points = crate::bench::repeat(&configs(&a), a.reps);
@@ -247,7 +274,8 @@ mod tests {
             &["--host-cpus", "1-0"],
             &["--policies", "fastest"],
             &["--timeout", "0"],
-            &["--sample", "1ms"],
+            &["--sample", "10us"],
+            &["--sample", "often"],
         ] {
             assert!(
                 Cmd::try_parse_from([&["bench"][..], bad].concat()).is_err(),

@@ -11,11 +11,12 @@ use smplab_record::config::VmSettings;
 use smplab_record::{RunRecord, WorkloadInfo};
 use smplab_vmm::host::Sampling;
 use smplab_workload::Program;
+use std::time::Duration;
 
 /// The host spec a host-run configuration stands for: `vms` identical VMs
 /// on the placement's CPUs (all of this host's under `float`), sampling at
-/// smplab-vmm's default interval with spin detection, pinned and tuned as
-/// `host_pinned` and `host_tuner` say.
+/// `host_sample_ns` (smplab-vmm's default interval unless set) with spin
+/// detection, pinned and tuned as `host_pinned` and `host_tuner` say.
 pub fn spec_of(
     program: &Program,
     info: &WorkloadInfo,
@@ -40,7 +41,12 @@ pub fn spec_of(
             .cpus(host_cores)
             .unwrap_or_else(|| (0..host_cores.max(1)).collect()),
         policy: v.host_policy.unwrap_or_default(),
-        sampling: Sampling::default(),
+        sampling: Sampling {
+            interval: v
+                .host_sample_ns
+                .map_or(Sampling::default().interval, Duration::from_nanos),
+            ..Sampling::default()
+        },
         timeout: limits.timeout,
         // `linux` pins its vCPU threads unless told not to; a user-level
         // policy places vCPUs itself, floating unless told to pin them.
