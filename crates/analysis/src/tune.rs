@@ -30,23 +30,11 @@ pub const MATRIX_HERE_SPEC: &str = smplab_experiment::builtin::SEED001_MATRIX_HE
 
 /// Built-in experiment specs, by name: what `smplab lab run NAME` finds
 /// when no file of that name exists.
-pub const BUILTIN_SPECS: &[(&str, &str)] = &[
-    ("seed001-matrix", MATRIX_SPEC),
-    ("seed001-matrix-here", MATRIX_HERE_SPEC),
-    ("bench-irqchip", smplab_experiment::builtin::BENCH_IRQCHIP),
-    ("bench-io", smplab_experiment::builtin::BENCH_IO),
-    ("bench-host", smplab_experiment::builtin::BENCH_HOST),
-];
+pub const BUILTIN_SPECS: &[(&str, &str)] = smplab_experiment::builtin::SPECS;
 
 /// A spec file, or a built-in spec when `path` names one and no such file exists.
 pub fn load_spec(path: &Path) -> Result<ExperimentSpec, SpecError> {
-    if !path.exists() {
-        let name = path.to_string_lossy();
-        if let Some((n, text)) = BUILTIN_SPECS.iter().find(|(n, _)| *n == name) {
-            return ExperimentSpec::from_text(&format!("(built-in spec {n})"), text);
-        }
-    }
-    ExperimentSpec::from_file(path)
+    smplab_experiment::builtin::load(path)
 }
 
 /// Why a tuner study could not run.

@@ -339,4 +339,46 @@ mod tests {
         assert!(!base.contains("   - "), "{table}");
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    #[test]
+    fn slurm_tasks_of_the_built_in_spec_are_points_the_bench_resumes_from() {
+        let dir = smplab_experiment::testutil::temp_dir("bench-io-slurm");
+        let store = dir.join("results.jsonl");
+        // What an array task of `smplab lab run bench-io --slurm` runs: points
+        // of the built-in spec by index, into per-point files.
+        let task = smplab_experiment::slurm::RunPointOptions {
+            spec: "bench-io".into(),
+            index: vec![0, 1, 2],
+            store: Some(store.clone()),
+            spec_digest: None,
+            retry_failed: false,
+            qemu: None,
+        };
+        let runner = smplab_experiment::runner::fake::FakeRunner::new();
+        assert_eq!(
+            smplab_experiment::slurm::run_point(&task, &store, &runner),
+            exit::OK
+        );
+        // The bench at its default flags finds them done (the same keys).
+        let a = parse(&[
+            "--max-reps",
+            "6",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let (_, summary) = crate::bench::run_into_store(
+            &configs(&a),
+            &a.store,
+            &runner,
+            Some(&Repetitions {
+                min: a.reps,
+                max: a.max_reps,
+                rel_half_width: a.target,
+            }),
+        )
+        .expect("store");
+        assert_eq!(summary.already_done, 3);
+        assert_eq!(summary.ok, 6 * 6 - 3);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
