@@ -277,3 +277,94 @@ pub fn winners_table(cells: &[Cell]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smplab_record::config::{PolicyKind, SimSettings};
+
+    fn linux() -> HostPolicy {
+        HostPolicy {
+            kind: PolicyKind::Linux,
+            ..HostPolicy::default()
+        }
+    }
+
+    #[test]
+    fn settings_print_as_the_table_always_did_and_read_back_from_the_store() {
+        let mut s = SimSettings::new(2, "pvm-here");
+        assert_eq!(
+            Setting::of(&RunConfig::Sim(s.clone())).to_string(),
+            "slice default, floating, irq 0"
+        );
+        assert!(Setting::of(&RunConfig::Sim(s.clone())).is_default());
+        s.policy = HostPolicy::fair().with_slice(1_000_000);
+        s.placement = Placement::Spread;
+        s.irq_affinity = IrqAffinity::Balanced;
+        assert_eq!(
+            Setting::of(&RunConfig::Sim(s)).to_string(),
+            "slice 1000 us, pinned, irq balanced"
+        );
+        let host = [
+            (linux(), true, false, "slice linux, pinned, irq 0", true),
+            (linux(), false, false, "slice linux, floating, irq 0", false),
+            (
+                HostPolicy::fair().with_slice(4_000_000),
+                true,
+                false,
+                "slice 4000 us, pinned, irq 0",
+                false,
+            ),
+            (
+                HostPolicy::fair(),
+                false,
+                true,
+                "tuner from 4000 us, floating, irq 0",
+                false,
+            ),
+        ];
+        for (policy, pinned, tuner, label, default) in host {
+            let h = HostSetting {
+                policy,
+                pinned,
+                irq: IrqAffinity::default(),
+                tuner,
+            };
+            let setting = Setting::Host(h.clone());
+            assert_eq!(setting.to_string(), label);
+            assert_eq!(setting.is_default(), default, "{label}");
+            // The host run it stands for reads back as the same setting.
+            let config = h.run_config(&[0, 1]);
+            assert_eq!(Setting::of(&config), setting, "{config}");
+            let cell = Cell {
+                executor: Executor::Vm,
+                workload: "dedup".into(),
+                setting,
+                throughput: vec![1.0],
+            };
+            assert_eq!(cell.executor_column(), "host");
+            let json = serde_json::to_string(&cell).expect("encodes");
+            let back: Cell = serde_json::from_str(&json).expect("decodes");
+            assert_eq!(back, cell);
+        }
+        // The policy's default pinning is left out of the configuration.
+        assert!(!HostSetting {
+            policy: linux(),
+            pinned: true,
+            irq: IrqAffinity::default(),
+            tuner: false
+        }
+        .run_config(&[0, 1])
+        .to_string()
+        .contains("host-pinned"));
+        let floating = HostSetting {
+            policy: linux(),
+            pinned: false,
+            irq: IrqAffinity::default(),
+            tuner: false,
+        }
+        .run_config(&[0, 1])
+        .to_string();
+        assert!(floating.contains("host-floating"), "{floating}");
+    }
+}
