@@ -12,9 +12,13 @@
 //!   Multiprocessing Parameters in a Virtualized Multi-Core Environment",
 //!   against their matrix's static settings.
 //!
+//! - [`bench`]: the views of the benches (`smplab bench irqchip`, `bench io`,
+//!   `host bench`): each a table from the bench's stored results.
+//!
 //! Statistics (one median, one interval) are `smplab_stats`'s. See
 //! docs/lab.md for definitions and caveats.
 
+pub mod bench;
 pub mod calibrate;
 pub mod diagnose;
 pub mod metrics;

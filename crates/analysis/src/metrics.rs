@@ -77,14 +77,7 @@ impl Summary {
     }
 }
 
-fn median_sorted(v: &[f64]) -> f64 {
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
+use smplab_stats::median_of_sorted as median_sorted;
 
 /// The successful results of a store grouped by configuration.
 pub struct Results<'a> {

@@ -30,20 +30,11 @@ pub const MATRIX_HERE_SPEC: &str = smplab_experiment::builtin::SEED001_MATRIX_HE
 
 /// Built-in experiment specs, by name: what `smplab lab run NAME` finds
 /// when no file of that name exists.
-pub const BUILTIN_SPECS: &[(&str, &str)] = &[
-    ("seed001-matrix", MATRIX_SPEC),
-    ("seed001-matrix-here", MATRIX_HERE_SPEC),
-];
+pub const BUILTIN_SPECS: &[(&str, &str)] = smplab_experiment::builtin::SPECS;
 
 /// A spec file, or a built-in spec when `path` names one and no such file exists.
 pub fn load_spec(path: &Path) -> Result<ExperimentSpec, SpecError> {
-    if !path.exists() {
-        let name = path.to_string_lossy();
-        if let Some((n, text)) = BUILTIN_SPECS.iter().find(|(n, _)| *n == name) {
-            return ExperimentSpec::from_text(&format!("(built-in spec {n})"), text);
-        }
-    }
-    ExperimentSpec::from_file(path)
+    smplab_experiment::builtin::load(path)
 }
 
 /// Why a tuner study could not run.
@@ -115,16 +106,7 @@ pub struct TuneStudy {
 
 /// Label of a simulator configuration's three parameters.
 pub fn setting_label(s: &SimSettings) -> String {
-    let slice = match s.policy.time_slice_ns {
-        Some(ns) => format!("slice {} us", ns / 1000),
-        None => "slice default".to_string(),
-    };
-    let aff = match &s.placement {
-        Placement::Float => "floating".to_string(),
-        Placement::Spread => "pinned".to_string(),
-        p => format!("cpus {p}"),
-    };
-    format!("{slice}, {aff}, irq {}", s.irq_affinity)
+    winners::Setting::of(&RunConfig::Sim(s.clone())).to_string()
 }
 
 fn is_default(s: &SimSettings) -> bool {
@@ -241,7 +223,9 @@ pub fn study(
         }));
     }
     let best_index = (0..statics.len())
-        .max_by(|&a, &b| median(&statics[a].throughput).total_cmp(&median(&statics[b].throughput)))
+        .max_by(|&a, &b| {
+            median_or_nan(&statics[a].throughput).total_cmp(&median_or_nan(&statics[b].throughput))
+        })
         .unwrap_or(default_index);
     let ratio = |i: usize| -> Vec<f64> {
         tuned
@@ -280,9 +264,10 @@ fn reactions(log: &TuneLog) -> Vec<Option<u64>> {
         .collect()
 }
 
-/// The median of `xs` (NaN when empty).
-pub fn median(xs: &[f64]) -> f64 {
-    crate::metrics::Summary::of(xs).map_or(f64::NAN, |s| s.median)
+/// The median of `xs` (`smplab_stats::median`; NaN when empty, so an empty
+/// cell sorts last and prints as NaN).
+pub fn median_or_nan(xs: &[f64]) -> f64 {
+    smplab_stats::median(xs).unwrap_or(f64::NAN)
 }
 
 /// `median [min..max]` of `xs`.
@@ -292,7 +277,10 @@ pub fn spread(xs: &[f64], digits: usize) -> String {
     }
     let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{:.digits$} [{lo:.digits$}..{hi:.digits$}]", median(xs))
+    format!(
+        "{:.digits$} [{lo:.digits$}..{hi:.digits$}]",
+        median_or_nan(xs)
+    )
 }
 
 impl TuneStudy {
@@ -311,7 +299,8 @@ impl TuneStudy {
         let _ = writeln!(out, "throughput (VM runs/s, median [min..max] over seeds):");
         let mut order: Vec<usize> = (0..self.statics.len()).collect();
         order.sort_by(|&a, &b| {
-            median(&self.statics[b].throughput).total_cmp(&median(&self.statics[a].throughput))
+            median_or_nan(&self.statics[b].throughput)
+                .total_cmp(&median_or_nan(&self.statics[a].throughput))
         });
         let _ = writeln!(out, "  {:<44} {}", "tuner", spread(&self.tuned, 1));
         for i in order {

@@ -1,7 +1,7 @@
 //! The `smplab tune` command: the adaptive tuner against the seed 001
 //! matrix (`tune.rs`), the matrix's winners from results stores (`tune
 //! winners`) and the matrix on the real multi-VM host (`tune host-matrix`,
-//! `tune_host.rs`).
+//! `tune/host_matrix.rs`).
 
 use clap::{Args, Subcommand};
 use smplab_analysis::tune::winners::{cells, winners_table, Cell};
@@ -12,6 +12,7 @@ use smplab_record::config::parse_duration;
 use smplab_record::exit::{self, report_error};
 use smplab_record::outln;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// `smplab tune ...`.
 #[derive(Debug, Clone, Args)]
@@ -50,20 +51,22 @@ pub struct TuneRunArgs {
     /// Seeds: 1..=N.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub seeds: u64,
-    /// The tuner's window (e.g. 1ms, 500us).
-    #[arg(long, default_value = "1ms")]
-    pub window: String,
+    /// The tuner's window (e.g. 1ms, 500us; at least 10us).
+    #[arg(long, default_value = "1ms", value_parser = parse_window)]
+    pub window: Duration,
     /// Print every seed's decisions (default: the first seed's).
     #[arg(long)]
     pub log_all: bool,
     /// Write the study (with every decision) as JSON to this file.
     #[arg(short = 'o', long)]
-    pub out: Option<PathBuf>,
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct WinnersArgs {
-    /// Results stores (results.jsonl files or directories holding one).
+    /// Results stores (results.jsonl files or directories holding one);
+    /// repeat `--store` for several.
+    #[arg(long)]
     pub store: Vec<PathBuf>,
     /// Cells of `smplab tune host-matrix -o FILE`, shown beside the stores'.
     #[arg(long)]
@@ -78,20 +81,18 @@ pub fn tune(args: &TuneArgs) -> i32 {
     }
 }
 
+/// A tuner window: a duration of at least 10 us.
+fn parse_window(s: &str) -> Result<Duration, String> {
+    match parse_duration(s) {
+        Ok(ns) if ns >= 10_000 => Ok(Duration::from_nanos(ns)),
+        Ok(_) => Err("shorter than 10us: such windows see too few events to judge".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn tune_run(a: &TuneRunArgs) -> i32 {
-    let window_ns = match parse_duration(&a.window) {
-        Ok(ns) if ns >= 10_000 => ns,
-        Ok(_) => {
-            report_error(
-                "--window must be at least 10us: shorter windows see too few events to judge",
-            );
-            return exit::BAD_INPUT;
-        }
-        Err(e) => {
-            report_error(format!("--window: {e}"));
-            return exit::BAD_INPUT;
-        }
-    };
+    // At most 10^15 ns (`parse_duration`'s bound): it fits.
+    let window_ns = u64::try_from(a.window.as_nanos()).unwrap_or(u64::MAX);
     let spec = match load_spec(&a.spec) {
         Ok(s) => s,
         Err(e) => {
@@ -112,7 +113,7 @@ fn tune_run(a: &TuneRunArgs) -> i32 {
         }
     };
     outln!("{}", study.summary(a.log_all));
-    if let Some(path) = &a.out {
+    if let Some(path) = &a.output {
         let text = match serde_json::to_string_pretty(&study) {
             Ok(t) => t,
             Err(e) => {
@@ -158,7 +159,9 @@ fn winners(a: &WinnersArgs) -> i32 {
         }
     }
     if cells.is_empty() {
-        report_error("no finished runs in these stores: run `smplab lab run seed001-matrix` first");
+        report_error(
+            "no finished runs in these stores: run `smplab lab run seed001-matrix` (or `smplab tune host-matrix`) first, then give --store",
+        );
         return exit::BAD_INPUT;
     }
     outln!("{}", winners_table(&cells));
@@ -166,3 +169,30 @@ fn winners(a: &WinnersArgs) -> i32 {
 }
 
 pub mod host_matrix;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        tune: TuneArgs,
+    }
+
+    #[test]
+    fn flags_are_typed_and_in_the_vocabulary() {
+        let c = Cmd::try_parse_from(["tune", "--window", "500us", "-o", "s.json"]).expect("parses");
+        assert_eq!(c.tune.run.window, Duration::from_micros(500));
+        assert_eq!(c.tune.run.output, Some(PathBuf::from("s.json")));
+        assert!(Cmd::try_parse_from(["tune", "--window", "5us"]).is_err());
+        assert!(Cmd::try_parse_from(["tune", "--out", "s.json"]).is_err());
+        let w = Cmd::try_parse_from(["tune", "winners", "--store", "a", "--store", "b"])
+            .expect("parses");
+        let Some(TuneCommand::Winners(w)) = w.tune.command else {
+            panic!("not winners")
+        };
+        assert_eq!(w.store, vec![PathBuf::from("a"), PathBuf::from("b")]);
+    }
+}

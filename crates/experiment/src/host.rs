@@ -8,5 +8,5 @@ pub mod launch;
 pub mod spec;
 pub mod tuned;
 
-pub use launch::{run_host, weighted_speedup, HostRun, HostRunError, VmOutcome};
+pub use launch::{run_host, weighted_speedup, workload_wall_s, HostRun, HostRunError, VmOutcome};
 pub use spec::{parse, HostSpec, HostVm};

@@ -71,6 +71,10 @@ pub struct Point {
     /// from identical configurations of other sweeps in the same store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub study: Option<String>,
+    /// Busy host threads (floating) spinning while the point runs: pCPU
+    /// contention from outside the measured VMs (`smplab bench io`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub busy_host_threads: u32,
 }
 
 /// The identity of a point's configuration: everything that changes what
@@ -86,10 +90,16 @@ struct ConfigIdentity<'a> {
     config: &'a RunConfig,
     #[serde(skip_serializing_if = "Option::is_none")]
     study: &'a Option<String>,
+    #[serde(skip_serializing_if = "is_zero")]
+    busy_host_threads: u32,
 }
 
 fn is_as_is(v: &Variant) -> bool {
     *v == Variant::AsIs
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Point {
@@ -104,6 +114,7 @@ impl Point {
             timeout_s: smplab_record::config::DEFAULT_TIMEOUT.duration().as_secs(),
             rep: 0,
             study: None,
+            busy_host_threads: 0,
         }
     }
 
@@ -132,6 +143,7 @@ impl Point {
             scale: self.scale,
             config: &self.config,
             study: &self.study,
+            busy_host_threads: self.busy_host_threads,
         };
         // Plain data with string keys: serialization cannot fail.
         serde_json::to_string(&id).unwrap_or_default()
@@ -172,6 +184,7 @@ impl Point {
             timeout_s: self.timeout_s,
             rep: 0,
             study: self.study.clone(),
+            busy_host_threads: 0,
         }
     }
 }
@@ -202,5 +215,20 @@ mod tests {
             t.config_key(),
             r#"{"workload":"dedup","n":2,"scale":0.1,"executor":"native"}"#
         );
+    }
+
+    #[test]
+    fn busy_host_threads_are_in_the_key_only_when_there_are_some() {
+        let a = vm_point("dedup", 2, 0);
+        let mut b = a.clone();
+        b.busy_host_threads = 1;
+        assert!(!a.config_key().contains("busy_host_threads"));
+        assert!(
+            b.config_key().ends_with(r#","busy_host_threads":1}"#),
+            "{}",
+            b.config_key()
+        );
+        let back: Point = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+        assert_eq!(back, b);
     }
 }

@@ -465,7 +465,11 @@ fn try_submit(
             source,
         })?,
     };
-    let spec_abs = absolute(spec_path)?;
+    // A built-in spec's name stays a name: the tasks find it the same way.
+    let spec_abs = match crate::builtin::named(spec_path) {
+        Some(_) => spec_path.to_path_buf(),
+        None => absolute(spec_path)?,
+    };
     let store_abs = absolute(&store_path)?;
     let digest = spec_digest(&spec.points);
     let ctx = ScriptContext {
@@ -563,7 +567,7 @@ fn sim_batch_size(
 /// per-point files. Exit 0 when every result (ok, failed or skipped) was
 /// stored, so Slurm's task state says whether the task itself worked.
 pub fn run_point(a: &RunPointOptions, store_path: &Path, runner: &dyn Runner) -> i32 {
-    let spec = match ExperimentSpec::from_file(&a.spec) {
+    let spec = match crate::builtin::load(&a.spec) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{e}");

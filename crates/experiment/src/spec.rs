@@ -62,6 +62,11 @@ struct MatrixFile {
     apicv: Option<Spanned<toml::Value>>,
     sdb: Option<Spanned<toml::Value>>,
     policy: Option<Spanned<toml::Value>>,
+    /// `vm` only: run the `vms` VMs in one smplab-vmm process under this
+    /// host vCPU policy (`VmSettings::host_policy`); absent, independent VMs.
+    host_policy: Option<Spanned<toml::Value>>,
+    /// Busy host threads spinning beside each run (`Point::busy_host_threads`).
+    busy_host_threads: Option<Spanned<toml::Value>>,
     scale: Option<Spanned<toml::Value>>,
     irq_affinity: Option<Spanned<toml::Value>>,
     io_thread_cpus: Option<Spanned<toml::Value>>,

@@ -121,6 +121,11 @@ pub struct GuestSettings {
     pub io_thread_cpus: IoThreadCpus,
 }
 
+/// Shortest host-run sampling interval (as `smplab host` specs allow).
+pub const MIN_HOST_SAMPLE_NS: u64 = 100_000;
+/// Longest host-run sampling interval.
+pub const MAX_HOST_SAMPLE_NS: u64 = 1_000_000_000;
+
 /// Settings of a smplab-vmm run.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -142,6 +147,21 @@ pub struct VmSettings {
     /// VMs, the host kernel schedules their vCPU threads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_policy: Option<HostPolicy>,
+    /// Host runs: vCPU i of every VM on host CPU i (`Some(true)`) or
+    /// floating (`Some(false)`): the vCPU threads' affinity under `linux`,
+    /// the scheduler's per-vCPU affinity under a user-level policy. `None`:
+    /// the policy's default (`linux` pinned, a user-level policy floating).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_pinned: Option<bool>,
+    /// Host runs under a user-level policy: seed 001's tuner sets the slice,
+    /// vCPU and interrupt affinity at run time (docs/host.md), starting from
+    /// the policy's.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub host_tuner: bool,
+    /// Host runs: the scheduler's sampling interval, ns; `None`: smplab-vmm's
+    /// default (1 ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_sample_ns: Option<u64>,
 }
 
 impl VmSettings {
@@ -154,10 +174,44 @@ impl VmSettings {
             irqchip: Irqchip::default(),
             vmm_halt_poll_ns: 0,
             host_policy: None,
+            host_pinned: None,
+            host_tuner: false,
+            host_sample_ns: None,
         }
     }
 
+    /// A host run under a user-level policy: its scheduler can keep the
+    /// guest's routing page on the VM's running vCPUs (`irq_affinity =
+    /// running`, vBalance).
+    fn knows_running_vcpus(&self) -> bool {
+        self.host_policy.is_some_and(|h| h.is_user_level())
+    }
+
     fn validate(&self, p: &mut Vec<ConfigError>) {
+        if self.host_policy.is_none()
+            && (self.host_pinned.is_some() || self.host_tuner || self.host_sample_ns.is_some())
+        {
+            p.push(ConfigError::new(
+                "host_policy",
+                "host_pinned, host_tuner and host_sample_ns apply to host runs only: give a host_policy",
+            ));
+        }
+        if let Some(ns) = self.host_sample_ns {
+            check_range(
+                p,
+                "host_sample_ns",
+                ns,
+                MIN_HOST_SAMPLE_NS,
+                MAX_HOST_SAMPLE_NS,
+                "below 100us sampling costs more in exits than it can save; above 1s it sees nothing",
+            );
+        }
+        if self.host_tuner && !self.knows_running_vcpus() {
+            p.push(ConfigError::new(
+                "host_policy",
+                "the tuner adapts a user-level policy: use fair, gang, partition or spin with host_tuner",
+            ));
+        }
         if self.host_policy.is_some() {
             if self.irqchip != Irqchip::default() {
                 p.push(ConfigError::new(
@@ -518,7 +572,9 @@ impl RunConfig {
             RunConfig::Native(_) => {}
             RunConfig::Vm(v) => {
                 v.guest.validate(threads, &mut p);
-                v.guest.refuse_running_affinity(&mut p);
+                if !v.knows_running_vcpus() {
+                    v.guest.refuse_running_affinity(&mut p);
+                }
                 v.validate(&mut p);
             }
             RunConfig::Qemu(QemuSettings { guest }) => {
@@ -574,6 +630,22 @@ impl RunConfig {
             }
             if let Some(h) = v.host_policy {
                 parts.push(format!("host={h}"));
+            }
+            if let Some(pinned) = v.host_pinned {
+                parts.push(
+                    if pinned {
+                        "host-pinned"
+                    } else {
+                        "host-floating"
+                    }
+                    .to_string(),
+                );
+            }
+            if v.host_tuner {
+                parts.push("tuner".to_string());
+            }
+            if let Some(ns) = v.host_sample_ns {
+                parts.push(format!("sample={ns}ns"));
             }
         }
         if let Some(i) = self.idle() {
@@ -668,7 +740,7 @@ impl GuestSettings {
         if self.irq_affinity == IrqAffinity::Running {
             p.push(ConfigError::new(
                 "irq_affinity",
-                "running (vBalance) needs the hypervisor to tell the guest which vCPUs run; only --executor sim models it",
+                "running (vBalance) needs the hypervisor to tell the guest which vCPUs run; only --executor sim and host runs under a user-level policy model it",
             ));
         }
     }

@@ -40,11 +40,7 @@ impl MedianCi {
         }
         v.sort_by(f64::total_cmp);
         let n = v.len();
-        let median = if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        };
+        let median = median_of_sorted(&v);
         let (j, coverage) = order_statistic_index(n, 0.95);
         Some(MedianCi {
             median,
@@ -88,6 +84,27 @@ impl MedianCi {
             self.hi,
             d = digits
         )
+    }
+}
+
+/// The median of `samples` (NaNs ignored; the mean of the two middle values
+/// for an even count); `None` for no samples. The one median every table uses.
+pub fn median(samples: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = samples.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(median_of_sorted(&v))
+}
+
+/// The median of sorted, non-empty `v`.
+pub fn median_of_sorted(v: &[f64]) -> f64 {
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 
@@ -164,5 +181,17 @@ mod tests {
         assert!(a.differs_from(&c));
         assert!(MedianCi::of(&[]).is_none());
         assert!(MedianCi::of(&[f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn median_is_the_middle_or_the_mean_of_the_two_middles() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[f64::NAN, 5.0]), Some(5.0));
+        assert_eq!(median(&[]), None);
+        assert_eq!(
+            median(&[1.0, 9.0, 2.0, 7.0]),
+            MedianCi::of(&[1.0, 9.0, 2.0, 7.0]).map(|c| c.median)
+        );
     }
 }

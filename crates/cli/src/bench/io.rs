@@ -1,31 +1,26 @@
-//! `smplab bench io`: seed 001's interrupt-affinity question on real KVM
-//! (issue 15, "Measure"). An I/O-heavy profile (`oltp` by default) runs on
-//! smplab-vmm at 2 and 3 vCPUs (3 is overcommitted on a 2-CPU host), vCPU i
-//! pinned to host CPU i mod 2, with extra busy host threads for pCPU
-//! contention, under each interrupt affinity (`0`, `1`, `balanced`, ...).
+//! `smplab bench io`: the interrupt-affinity question of Kulkarni &
+//! Kulkarni, "Benchmarking Multiprocessing Parameters in a Virtualized
+//! Multi-Core Environment", on real KVM. An I/O-heavy profile (`oltp` by
+//! default) runs on smplab-vmm at 2 and 3 vCPUs (3 is overcommitted on a
+//! 2-CPU host), vCPU i pinned to host CPU i mod the host's CPUs, with busy
+//! host threads for pCPU contention (`--busy-host-threads`, a setting of
+//! each point), under each interrupt affinity (`0`, `1`, `balanced`, ...).
 //!
-//! Per vCPU count and affinity it prints the guest-measured interrupt
-//! latency (device completion → the guest handler's first instruction, the
-//! record's `io.irq_latency`) at p50 and p99 and the completion → thread
-//! running latency, each as the median over repetitions with its 95%
-//! interval, and the ratio to `vcpu:0` (the baseline: where a guest without
-//! irqbalance routes every interrupt) taken per repetition, so host load
-//! drifts hit both sides of a ratio alike. Repetitions interleave every
-//! configuration and continue until every ratio's interval is within
-//! `--target` of its median or `--max-repetitions` is reached; the table says
-//! which.
+//! The points (built-in spec `bench-io` at the default flags) run through
+//! the one execute path into a results store, repeated adaptively: at least
+//! `--reps`, until every configuration's 95% interval of its median wall
+//! time is within `--target` or `--max-reps` is reached. The table is the
+//! view `smplab_analysis::bench::io::table` of the store.
 
-use smplab_experiment::execute::{execute, RunLimits};
+use smplab_experiment::point::Point;
+use smplab_experiment::runner::Runner;
+use smplab_experiment::sweep::Repetitions;
 use smplab_record::config::{
-    GuestSettings, IoThreadCpus, IrqAffinity, Irqchip, Placement, RunConfig, SyncMode, VmSettings,
+    GuestSettings, IoThreadCpus, IrqAffinity, Irqchip, Placement, RunConfig, SyncMode, Timeout,
+    VmSettings,
 };
-use smplab_record::{exit, RunRecord};
-use smplab_stats::MedianCi;
-use smplab_workload::Source;
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use smplab_record::{exit, out, outln};
+use std::path::PathBuf;
 
 /// Options of `smplab bench io`.
 #[derive(Debug, Clone, clap::Args)]
@@ -44,97 +39,38 @@ pub struct IoBenchArgs {
     pub vcpus: Vec<u32>,
     /// Interrupt affinities, `;`-separated (`0` is the baseline and always run).
     #[arg(long, value_delimiter = ';', default_value = "0;1;balanced")]
-    pub affinity: Vec<IrqAffinity>,
+    pub irq_affinity: Vec<IrqAffinity>,
     /// Interrupt controllers: KVM's (`kernel`) or smplab-vmm's (`user`).
     #[arg(long, default_value = "kernel")]
     pub irqchip: Irqchip,
     /// Host CPUs of the block device's completion thread (`none`: floating).
     #[arg(long, default_value = "none")]
     pub io_thread_cpus: IoThreadCpus,
-    /// Busy host threads (floating) competing with the vCPUs for the pCPUs.
-    #[arg(long, default_value_t = 1)]
-    pub hogs: u32,
-    /// Repetitions before the intervals are looked at.
-    #[arg(long, default_value_t = 6)]
-    pub min_repetitions: u32,
+    /// Busy host threads (floating) competing with the vCPUs for the pCPUs
+    /// while each run runs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub busy_host_threads: u32,
+    /// Repetitions before the intervals are looked at (at least).
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub reps: u32,
     /// Most repetitions.
-    #[arg(long, default_value_t = 20)]
-    pub max_repetitions: u32,
-    /// Stop once every ratio's 95% interval is within ± this fraction of its median.
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_reps: u32,
+    /// Stop repeating a configuration once the 95% interval of its median
+    /// wall time is within ± this fraction of the median; the table says
+    /// whether each ratio's interval is within it too.
+    #[arg(long, default_value_t = smplab_stats::TARGET_REL_HALF_WIDTH)]
     pub target: f64,
-    /// Per-run timeout in seconds.
-    #[arg(long, default_value_t = 120)]
-    pub timeout: u64,
+    /// Time limit of one run (`120s`, `500ms`; a bare number is seconds).
+    #[arg(long, default_value = "120s")]
+    pub timeout: Timeout,
+    /// Results store (resumed when it exists).
+    #[arg(long, default_value = "lab-results/bench-io/results.jsonl")]
+    pub store: PathBuf,
 }
 
-/// One configuration: vCPUs and the affinity's printed form.
-type Key = (u32, String);
-
-/// The figures one run gives, in µs.
-#[derive(Debug, Clone, Copy)]
-struct Point {
-    irq_p50: f64,
-    irq_p99: f64,
-    wake_p50: f64,
-}
-
-fn point(r: &RunRecord) -> Option<Point> {
-    let io = r.io.as_ref()?;
-    (io.irq_latency.count > 0).then(|| Point {
-        irq_p50: io.irq_latency.p50_ns as f64 / 1e3,
-        irq_p99: io.irq_latency.p99_ns as f64 / 1e3,
-        wake_p50: io.wake_latency.p50_ns as f64 / 1e3,
-    })
-}
-
-/// Busy host threads, stopped on drop.
-struct Hogs {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Hogs {
-    fn start(n: u32) -> Hogs {
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = (0..n)
-            .filter_map(|i| {
-                let stop = stop.clone();
-                std::thread::Builder::new()
-                    .name(format!("smplab-hog-{i}"))
-                    .spawn(move || {
-                        let mut x = 0u64;
-                        while !stop.load(Ordering::Relaxed) {
-                            x = std::hint::black_box(x.wrapping_mul(6364136223846793005) + 1);
-                        }
-                    })
-                    .ok()
-            })
-            .collect();
-        Hogs { stop, threads }
-    }
-}
-
-impl Drop for Hogs {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
-    }
-}
-
-/// `smplab bench io`: prints the table; an exit status from `smplab_record::exit`.
-pub fn bench_io(args: &IoBenchArgs) -> i32 {
-    match run(args) {
-        Ok(table) => {
-            print!("{table}");
-            exit::OK
-        }
-        Err(status) => status,
-    }
-}
-
+/// The configuration of one vCPU count and interrupt affinity: smplab-vmm,
+/// vCPUs pinned (vCPU i on host CPU i mod the host's CPUs), fine-grained sync.
 fn config(args: &IoBenchArgs, vcpus: u32, affinity: &IrqAffinity) -> RunConfig {
     let guest = GuestSettings {
         placement: Placement::Spread,
@@ -148,168 +84,95 @@ fn config(args: &IoBenchArgs, vcpus: u32, affinity: &IrqAffinity) -> RunConfig {
     })
 }
 
-fn run(args: &IoBenchArgs) -> Result<String, i32> {
-    let source = Source::resolve(&args.workload).map_err(|e| {
-        eprintln!("smplab: {e}");
-        exit::BAD_INPUT
-    })?;
-    let program = source
-        .instantiate(Some(args.threads), args.scale)
-        .map_err(|e| {
-            eprintln!("smplab: {e}");
-            exit::BAD_INPUT
-        })?;
-    if !program.uses_io() {
-        eprintln!(
-            "smplab: {} has no io ops: nothing to measure",
-            args.workload
-        );
-        return Err(exit::BAD_INPUT);
-    }
-    let info = source.workload_info(&program);
-    let limits = RunLimits {
-        timeout: Duration::from_secs(args.timeout.max(1)),
-        ..RunLimits::default()
-    };
+/// The bench's configurations (repetition 0): per vCPU count, the baseline
+/// affinity (vCPU 0) first, then the others.
+pub fn configs(args: &IoBenchArgs) -> Vec<Point> {
     let baseline = IrqAffinity::default();
     let mut affinities = vec![baseline.clone()];
-    affinities.extend(args.affinity.iter().filter(|a| **a != baseline).cloned());
-    let mut points: BTreeMap<Key, Vec<Option<Point>>> = BTreeMap::new();
-    let mut last_irqs: BTreeMap<Key, Vec<u64>> = BTreeMap::new();
-    let mut failures: BTreeMap<Key, String> = BTreeMap::new();
-    let hogs = Hogs::start(args.hogs);
-    let mut reps = 0;
-    while reps < args.max_repetitions.max(1) {
-        for &vcpus in &args.vcpus {
-            for affinity in &affinities {
-                let key = (vcpus, affinity.to_string());
-                let cfg = config(args, vcpus, affinity);
-                eprintln!("  rep {}: {cfg}", reps + 1);
-                let p = match execute(&program, &info, &cfg, &limits) {
-                    Ok(recs) => {
-                        if let Some(io) = recs.first().and_then(|r| r.io.as_ref()) {
-                            last_irqs.insert(key.clone(), io.irqs_per_cpu.clone());
-                        }
-                        recs.first().and_then(point)
-                    }
-                    Err(e) => {
-                        failures.insert(key.clone(), e.to_string());
-                        None
-                    }
-                };
-                points.entry(key).or_default().push(p);
-            }
-        }
-        reps += 1;
-        if reps >= args.min_repetitions && all_narrow(&points, args.target) {
-            break;
-        }
-    }
-    drop(hogs);
-    Ok(table(
-        args,
-        &program.name,
-        reps,
-        &points,
-        &last_irqs,
-        &failures,
-    ))
-}
-
-/// Per repetition, `figure` of `key` over `figure` of the same vCPUs' vCPU 0 run.
-fn ratios(
-    points: &BTreeMap<Key, Vec<Option<Point>>>,
-    key: &Key,
-    figure: fn(&Point) -> f64,
-) -> Vec<f64> {
-    let base = points.get(&(key.0, IrqAffinity::default().to_string()));
-    let (Some(base), Some(these)) = (base, points.get(key)) else {
-        return Vec::new();
-    };
-    base.iter()
-        .zip(these)
-        .filter_map(|(b, t)| Some((b.as_ref()?, t.as_ref()?)))
-        .map(|(b, t)| figure(t) / figure(b))
-        .filter(|r| r.is_finite())
-        .collect()
-}
-
-fn all_narrow(points: &BTreeMap<Key, Vec<Option<Point>>>, target: f64) -> bool {
-    points
-        .keys()
-        .filter(|k| k.1 != IrqAffinity::default().to_string())
-        .all(|k| {
-            [irq_p50 as fn(&Point) -> f64, irq_p99]
-                .iter()
-                .all(|f| MedianCi::of(&ratios(points, k, *f)).is_some_and(|c| c.is_narrow(target)))
-        })
-}
-
-fn irq_p50(p: &Point) -> f64 {
-    p.irq_p50
-}
-fn irq_p99(p: &Point) -> f64 {
-    p.irq_p99
-}
-fn wake_p50(p: &Point) -> f64 {
-    p.wake_p50
-}
-
-fn ci(values: &[f64], digits: usize) -> String {
-    MedianCi::of(values).map_or("-".into(), |c| c.display(digits))
-}
-
-fn table(
-    args: &IoBenchArgs,
-    name: &str,
-    reps: u32,
-    points: &BTreeMap<Key, Vec<Option<Point>>>,
-    last_irqs: &BTreeMap<Key, Vec<u64>>,
-    failures: &BTreeMap<Key, String>,
-) -> String {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut out = format!(
-        "smplab bench io: {name} n={} scale {}, irqchip {}, vCPU i on host CPU i mod {cores}, \
-         {} busy host threads, io thread CPUs {}, {reps} repetitions (target ±{:.0}%)\n\
-         latencies in µs: median [95% interval] over repetitions; ratios to vcpu:0 per repetition\n",
-        args.threads,
-        args.scale,
-        args.irqchip.as_str(),
-        args.hogs,
-        args.io_thread_cpus,
-        args.target * 100.0,
+    affinities.extend(
+        args.irq_affinity
+            .iter()
+            .filter(|a| **a != baseline)
+            .cloned(),
     );
-    out.push_str(&format!(
-        "{:>5} {:>9} {:>26} {:>26} {:>26} {:>22} {:>22} {:>7} irqs/vCPU (last)\n",
-        "vcpus", "affinity", "irq p50", "irq p99", "wake p50", "p50 ratio", "p99 ratio", "narrow"
-    ));
-    for (key, runs) in points {
-        let got: Vec<Point> = runs.iter().flatten().copied().collect();
-        let col = |f: fn(&Point) -> f64| ci(&got.iter().map(f).collect::<Vec<_>>(), 0);
-        let is_base = key.1 == IrqAffinity::default().to_string();
-        let r50 = ratios(points, key, irq_p50);
-        let r99 = ratios(points, key, irq_p99);
-        let narrow = is_base
-            || [&r50, &r99]
-                .iter()
-                .all(|r| MedianCi::of(r).is_some_and(|c| c.is_narrow(args.target)));
-        out.push_str(&format!(
-            "{:>5} {:>9} {:>26} {:>26} {:>26} {:>22} {:>22} {:>7} {:?}\n",
-            key.0,
-            key.1,
-            col(irq_p50),
-            col(irq_p99),
-            col(wake_p50),
-            if is_base { "1".into() } else { ci(&r50, 2) },
-            if is_base { "1".into() } else { ci(&r99, 2) },
-            if narrow { "yes" } else { "no" },
-            last_irqs.get(key).cloned().unwrap_or_default(),
-        ));
-        if let Some(e) = failures.get(key) {
-            out.push_str(&format!("      last failure: {e}\n"));
+    let mut out = Vec::new();
+    for &vcpus in &args.vcpus {
+        for affinity in &affinities {
+            let mut p = Point::new(
+                args.workload.clone(),
+                args.threads,
+                args.scale,
+                config(args, vcpus, affinity),
+            );
+            p.timeout_s = args.timeout.duration().as_secs().max(1);
+            p.busy_host_threads = args.busy_host_threads;
+            out.push(p);
         }
     }
     out
+}
+
+/// `smplab bench io`: runs what the store lacks, prints the table; an exit
+/// status from `smplab_record::exit`.
+pub fn bench_io(args: &IoBenchArgs, runner: &dyn Runner) -> i32 {
+    let program = smplab_workload::Source::resolve(&args.workload)
+        .map_err(|e| e.to_string())
+        .and_then(|s| {
+            s.instantiate(Some(args.threads), args.scale)
+                .map_err(|e| e.to_string())
+        });
+    match program {
+        Ok(p) if p.uses_io() => {}
+        Ok(_) => {
+            exit::report_error(format!(
+                "{} has no io ops: nothing to measure",
+                args.workload
+            ));
+            return exit::BAD_INPUT;
+        }
+        Err(e) => {
+            exit::report_error(e);
+            return exit::BAD_INPUT;
+        }
+    }
+    if args.max_reps < args.reps {
+        exit::report_error("--max-reps must be at least --reps");
+        return exit::BAD_INPUT;
+    }
+    if !(args.target.is_finite() && args.target > 0.0) {
+        exit::report_error("--target: give a positive fraction, e.g. 0.05");
+        return exit::BAD_INPUT;
+    }
+    let reps = Repetitions {
+        min: args.reps,
+        max: args.max_reps,
+        rel_half_width: args.target,
+    };
+    let configs = configs(args);
+    let (store, summary) =
+        match crate::bench::run_into_store(&configs, &args.store, runner, Some(&reps)) {
+            Ok(s) => s,
+            Err(status) => return status,
+        };
+    outln!(
+        "{} points: {} already done, {} ok, {} failed, {} skipped (store {})",
+        summary.total,
+        summary.already_done,
+        summary.ok,
+        summary.failed,
+        summary.skipped,
+        args.store.display()
+    );
+    let entries = crate::bench::entries_of(&store, &configs);
+    out!(
+        "{}",
+        smplab_analysis::bench::io::table(&entries, args.target)
+    );
+    if summary.failed + summary.skipped > 0 {
+        exit::PARTIAL
+    } else {
+        exit::OK
+    }
 }
 
 #[cfg(test)]
@@ -328,7 +191,7 @@ mod tests {
         let c = Cmd::try_parse_from([
             "bench",
             "io",
-            "--affinity",
+            "--irq-affinity",
             "1;0,2;balanced",
             "--vcpus",
             "3",
@@ -336,13 +199,15 @@ mod tests {
             "user",
             "--io-thread-cpus",
             "1",
+            "--timeout",
+            "30",
         ])
         .expect("parses");
         let crate::bench::irqchip::BenchCmd::Io(a) = c.bench else {
             panic!("parsed as another bench: {:?}", c.bench)
         };
         assert_eq!(
-            a.affinity,
+            a.irq_affinity,
             vec![
                 IrqAffinity::Vcpus(vec![1]),
                 IrqAffinity::Vcpus(vec![0, 2]),
@@ -351,30 +216,169 @@ mod tests {
         );
         assert_eq!((&a.vcpus, a.irqchip), (&vec![3], Irqchip::User));
         assert_eq!(a.io_thread_cpus, IoThreadCpus(vec![1]));
-        assert!(Cmd::try_parse_from(["bench", "io", "--affinity", "everywhere"]).is_err());
+        assert_eq!(a.timeout.duration().as_secs(), 30);
+        assert!(Cmd::try_parse_from(["bench", "io", "--irq-affinity", "everywhere"]).is_err());
+        assert!(Cmd::try_parse_from(["bench", "io", "--affinity", "1"]).is_err());
+        assert!(Cmd::try_parse_from(["bench", "io", "--hogs", "1"]).is_err());
+        assert_eq!(a.busy_host_threads, 1);
+        assert!(Cmd::try_parse_from(["bench", "io", "--timeout", "0"]).is_err());
         let cfg = config(&a, 3, &IrqAffinity::Balanced);
         assert_eq!(cfg.irq_affinity(), Some(&IrqAffinity::Balanced));
         assert!(cfg.validate(Some(4)).is_ok(), "{cfg}");
+        // The baseline runs first at every vCPU count, even when not asked for.
+        let ps = configs(&a);
+        assert_eq!(ps.len(), 4);
+        assert!(ps.iter().all(|p| p.busy_host_threads == 1));
+        assert_eq!(ps[0].config.irq_affinity(), Some(&IrqAffinity::default()));
+    }
+
+    fn parse(args: &[&str]) -> IoBenchArgs {
+        let mut argv = vec!["bench", "io"];
+        argv.extend_from_slice(args);
+        match Cmd::try_parse_from(argv).expect("parses").bench {
+            crate::bench::irqchip::BenchCmd::Io(a) => a,
+            other => panic!("parsed as another bench: {other:?}"),
+        }
+    }
+
+    fn config_keys(points: &[Point]) -> std::collections::BTreeSet<String> {
+        points.iter().map(Point::config_key).collect()
     }
 
     #[test]
-    fn ratios_pair_each_repetition_with_its_own_baseline() {
-        let p = |us: f64| {
-            Some(Point {
-                irq_p50: us,
-                irq_p99: 10.0 * us,
-                wake_p50: 2.0 * us,
-            })
+    fn default_flags_are_the_built_in_spec() {
+        let a = parse(&[]);
+        let spec = smplab_analysis::tune::load_spec(std::path::Path::new("bench-io"))
+            .expect("built-in spec");
+        assert_eq!(config_keys(&configs(&a)), config_keys(&spec.points));
+        assert_eq!(spec.repetitions.min, a.reps);
+        assert_eq!(spec.repetitions.max, a.max_reps);
+        assert_eq!(spec.repetitions.rel_half_width, a.target);
+        assert_eq!(spec.timeout_s, a.timeout.duration().as_secs());
+        assert_eq!(a.store, crate::bench::default_store(&spec.name));
+    }
+
+    #[test]
+    fn a_rerun_resumes_and_the_view_reads_the_store() {
+        let dir = smplab_experiment::testutil::temp_dir("bench-io");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--vcpus",
+            "2",
+            "--irq-affinity",
+            "1",
+            "--reps",
+            "2",
+            "--max-reps",
+            "4",
+            "--scale",
+            "0.01",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let runner = smplab_experiment::runner::fake::FakeRunner::new();
+        assert_eq!(bench_io(&a, &runner), exit::OK);
+        let stored = smplab_experiment::store::Store::read(&store).expect("store");
+        // Two configurations; the fake runner's walls are steady, but fewer
+        // than 6 repetitions never make a 95% interval: up to the maximum.
+        assert_eq!(stored.entries().len(), 8);
+        assert_eq!(bench_io(&a, &runner), exit::OK);
+        let again = smplab_experiment::store::Store::read(&store).expect("store");
+        assert_eq!(again.entries().len(), 8, "a rerun runs nothing new");
+        let entries = crate::bench::entries_of(&again, &configs(&a));
+        let table = smplab_analysis::bench::io::table(&entries, a.target);
+        assert!(table.contains("oltp n=4 scale 0.01"), "{table}");
+        assert!(table.contains("4 repetitions"), "{table}");
+        let rows: Vec<&str> = table
+            .lines()
+            .filter(|l| l.trim_start().starts_with("2 "))
+            .collect();
+        assert_eq!(rows.len(), 2, "{table}");
+        // Fake records carry no interrupt latencies: no figures, not narrow.
+        assert!(rows[1].contains(" no "), "{table}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_real_run_goes_into_the_store() {
+        if let Some(why) = smplab_experiment::availability::kvm_unavailable() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let dir = smplab_experiment::testutil::temp_dir("bench-io-real");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--vcpus",
+            "2",
+            "--threads",
+            "2",
+            "--irq-affinity",
+            "1",
+            "--reps",
+            "1",
+            "--max-reps",
+            "1",
+            "--scale",
+            "0.02",
+            "--timeout",
+            "60",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let runner = smplab_experiment::runner::real::RealRunner::default();
+        assert_eq!(bench_io(&a, &runner), exit::OK);
+        let stored = smplab_experiment::store::Store::read(&store).expect("store");
+        assert_eq!(stored.entries().len(), 2);
+        let entries = crate::bench::entries_of(&stored, &configs(&a));
+        let table = smplab_analysis::bench::io::table(&entries, a.target);
+        let base = table
+            .lines()
+            .find(|l| l.trim_start().starts_with("2         0"))
+            .unwrap_or_else(|| panic!("no baseline row: {table}"));
+        // Measured interrupt latencies, not `-`.
+        assert!(!base.contains("   - "), "{table}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn slurm_tasks_of_the_built_in_spec_are_points_the_bench_resumes_from() {
+        let dir = smplab_experiment::testutil::temp_dir("bench-io-slurm");
+        let store = dir.join("results.jsonl");
+        // What an array task of `smplab lab run bench-io --slurm` runs: points
+        // of the built-in spec by index, into per-point files.
+        let task = smplab_experiment::slurm::RunPointOptions {
+            spec: "bench-io".into(),
+            index: vec![0, 1, 2],
+            store: Some(store.clone()),
+            spec_digest: None,
+            retry_failed: false,
+            qemu: None,
         };
-        let mut points: BTreeMap<Key, Vec<Option<Point>>> = BTreeMap::new();
-        points.insert((2, "0".into()), vec![p(100.0), p(200.0), None]);
-        points.insert((2, "1".into()), vec![p(50.0), p(100.0), p(1.0)]);
-        points.insert((3, "1".into()), vec![p(50.0)]);
-        assert_eq!(ratios(&points, &(2, "1".into()), irq_p50), vec![0.5, 0.5]);
-        assert_eq!(ratios(&points, &(2, "1".into()), irq_p99), vec![0.5, 0.5]);
-        // No vCPU-0 run at 3 vCPUs: no ratio.
-        assert!(ratios(&points, &(3, "1".into()), irq_p50).is_empty());
-        // Two samples never reach 95% coverage.
-        assert!(!all_narrow(&points, 0.5));
+        let runner = smplab_experiment::runner::fake::FakeRunner::new();
+        assert_eq!(
+            smplab_experiment::slurm::run_point(&task, &store, &runner),
+            exit::OK
+        );
+        // The bench at its default flags finds them done (the same keys).
+        let a = parse(&[
+            "--max-reps",
+            "6",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let (_, summary) = crate::bench::run_into_store(
+            &configs(&a),
+            &a.store,
+            &runner,
+            Some(&Repetitions {
+                min: a.reps,
+                max: a.max_reps,
+                rel_half_width: a.target,
+            }),
+        )
+        .expect("store");
+        assert_eq!(summary.already_done, 3);
+        assert_eq!(summary.ok, 6 * 6 - 3);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

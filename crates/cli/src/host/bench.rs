@@ -1,41 +1,44 @@
-//! `smplab host bench`: seed 000's weighted speedup of two 2-vCPU VMs sharing
-//! the host CPUs, for every policy against `linux`, on the spinlock-like,
-//! streamcluster-like and dedup-like profiles (docs/host.md).
+//! `smplab host bench`: the weighted speedup of two 2-vCPU VMs sharing the
+//! host CPUs, for every policy against `linux`, on the spinlock-like,
+//! streamcluster-like and dedup-like profiles (docs/host.md), beside the
+//! simulator's figure for the same configuration.
 //!
-//! Per repetition and profile: one VM alone under `linux` on the same host
-//! CPUs (its "alone" wall), then both VMs together under each policy. Weighted
-//! speedup = Σ over VMs of alone ÷ shared workload wall (1.0: the host's
-//! CPUs are used as well as by the VMs one after the other). Each policy's
-//! figure is also divided by `linux`'s of the same repetition. A policy's
-//! sampling overhead is the alone wall under that policy ÷ the alone wall
-//! under `linux` (one VM, nothing to schedule but the sampling).
+//! The points (built-in spec `bench-host` at the default flags: per
+//! workload and policy, one VM alone and both VMs together, on smplab-vmm
+//! under the policy and in the simulator) run through the one execute path
+//! into a results store, so a rerun resumes and `smplab lab report` reads
+//! it; the table is the view `smplab_analysis::bench::host` of the store.
 
+use crate::bench::HostCpus;
 use clap::Args;
-use serde::Serialize;
-use smplab_experiment::host::{run_host, weighted_speedup, HostRun};
-use smplab_experiment::host::{HostSpec, HostVm};
-use smplab_record::config::{Decider, HostPolicy, SimSettings};
-use smplab_record::exit;
+use smplab_analysis::bench::host::{cells, sim_policy, table};
+use smplab_experiment::point::Point;
+use smplab_experiment::runner::real::RealRunner;
+use smplab_experiment::runner::Runner;
+use smplab_record::config::{
+    GuestSettings, HostPolicy, Placement, RunConfig, SimSettings, SyncMode, Timeout, VmSettings,
+};
+use smplab_record::{exit, out, outln};
 use smplab_vmm::host::Sampling;
 use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Workload profiles (built-in names or files).
+    /// Workloads (built-in names or files).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "spinlock,streamcluster,dedup"
     )]
-    pub profiles: Vec<String>,
+    pub workloads: Vec<String>,
     /// Policies besides `linux` (always measured: the baseline).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "rr:4ms,gang:4ms,partition,spin:4ms,rr:4ms+safepoint:1ms"
     )]
-    pub policies: Vec<String>,
+    pub policies: Vec<HostPolicy>,
     /// Workload scale (small: guest runs are slow here).
     #[arg(long, default_value_t = 0.05)]
     pub scale: f64,
@@ -43,357 +46,333 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 2)]
     pub threads: u32,
     /// Repetitions (the spread is their min..max).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub reps: u32,
-    /// Host CPUs.
+    /// Host CPUs the VMs share (the simulator's VMs are confined to the same).
     #[arg(long, default_value = "0-1")]
-    pub cpus: String,
-    /// Scheduler sampling interval.
-    #[arg(long, default_value = "1ms")]
-    pub sample: String,
+    pub host_cpus: HostCpus,
+    /// The host scheduler's sampling interval (`1ms`, `500us`).
+    #[arg(long, default_value = "1ms", value_parser = parse_sample)]
+    pub sample: Duration,
     /// Simulator platform profile for the `sim` column: a built-in name or a
     /// profile file (e.g. the one `smplab calibrate` wrote for this host).
     #[arg(long, default_value = smplab_record::config::DEFAULT_PLATFORM)]
     pub platform: String,
-    /// Limit per run, seconds.
-    #[arg(long, default_value_t = 240)]
-    pub timeout_s: u64,
-    /// Write every figure and run as JSON here.
+    /// Time limit of one run (`240s`, `500ms`; a bare number is seconds).
+    #[arg(long, default_value = "240s")]
+    pub timeout: Timeout,
+    /// Write every figure as JSON here.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    /// Results store (resumed when it exists).
+    #[arg(long, default_value = "lab-results/bench-host/results.jsonl")]
+    pub store: PathBuf,
 }
 
-/// One policy on one profile.
-#[derive(Debug, Serialize, Default)]
-pub struct Cell {
-    pub profile: String,
-    pub policy: String,
-    /// Per repetition.
-    pub weighted_speedup: Vec<f64>,
-    pub vs_linux: Vec<f64>,
-    pub sampling_overhead: Vec<f64>,
-    pub spins_detected: Vec<u64>,
-    pub samples: Vec<u64>,
-    pub yields: Vec<u64>,
-    pub preemptions: Vec<u64>,
-    /// The guests' own spin iterations (both VMs).
-    pub guest_spin_iterations: Vec<u64>,
-    pub steal_ms: Vec<f64>,
-    /// The spin detector's figures per repetition, with its ground truth
-    /// (the guest's own spin word: true and false positives, misses,
-    /// episodes caught, detection latency).
-    pub spin_detection: Vec<smplab_vmm::host::SpinDetection>,
-    pub failures: Vec<String>,
-    /// The simulator's weighted speedup for the same configuration (default
-    /// platform profile or `--platform`; user-level policies are
-    /// smplab-policy's decisions driven by the simulator).
-    pub sim_weighted_speedup: Option<f64>,
-    pub sim_error: Option<String>,
+/// vCPUs of each VM.
+const VCPUS: u32 = 2;
+
+/// A sampling interval: a duration of at least 100 us.
+fn parse_sample(s: &str) -> Result<Duration, String> {
+    let ns = smplab_record::config::parse_duration(s).map_err(|e| e.to_string())?;
+    if ns < smplab_record::config::MIN_HOST_SAMPLE_NS {
+        return Err("a sampling interval below 100us costs more in exits than it can save".into());
+    }
+    Ok(Duration::from_nanos(ns))
 }
 
-/// The simulator's settings for `policy` on 2-vCPU VMs and `pcpus` pCPUs.
-/// `linux` is the simulator's model of the host kernel (fair share at the
-/// platform's slice); every user-level policy is smplab-policy's, as here,
-/// driven by the simulator (`spin` with its software spin detector).
-fn sim_settings(policy: HostPolicy, pcpus: usize, vms: u32, platform: &str) -> SimSettings {
-    let mut s = SimSettings::new(2, platform);
-    s.pcpus = u32::try_from(pcpus).ok();
+/// The run configuration's sampling interval: unset at smplab-vmm's
+/// default, so the default bench's points are the built-in spec's.
+fn host_sample_ns(args: &BenchArgs) -> Option<u64> {
+    (args.sample != Sampling::default().interval)
+        .then(|| u64::try_from(args.sample.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// `linux` (the baseline) first, then the others, each once.
+fn policies(args: &BenchArgs) -> Vec<HostPolicy> {
+    let mut out = vec![HostPolicy::parse("linux").unwrap_or_default()];
+    for p in &args.policies {
+        if !out.contains(p) {
+            out.push(*p);
+        }
+    }
+    out
+}
+
+/// The simulator's settings for a policy's column: two-vCPU VMs confined
+/// to the host CPUs, on a host with as many pCPUs as vCPUs of one VM unless
+/// the list names higher CPUs.
+fn sim_config(args: &BenchArgs, policy: HostPolicy, vms: u32) -> RunConfig {
+    let max_cpu = args.host_cpus.0.iter().copied().max().unwrap_or(0);
+    let mut s = SimSettings::new(VCPUS, args.platform.clone());
     s.vms = vms;
-    s.policy = match policy.kind.decider() {
-        Decider::HostKernel | Decider::SimulatedKernel => HostPolicy::fair(),
-        Decider::UserLevel => policy,
-    };
-    s
+    s.placement = Placement::Cpus(args.host_cpus.0.clone());
+    s.pcpus = u32::try_from(max_cpu + 1).ok().filter(|&n| n > VCPUS);
+    s.policy = sim_policy(policy);
+    RunConfig::Sim(s)
 }
 
-/// Σ alone/shared in the simulator (alone: one VM under its `linux`).
-fn sim_prediction(
-    vm: &HostVm,
-    policy: HostPolicy,
-    pcpus: usize,
-    timeout: Duration,
-    platform: &str,
-) -> Result<f64, String> {
-    let wall = |s: &SimSettings| -> Result<Vec<f64>, String> {
-        let recs = smplab_experiment::execute::sim::run(&vm.program, &vm.info, s, timeout)
-            .map_err(|e| e.to_string())?;
-        #[allow(clippy::cast_precision_loss)] // seconds
-        Ok(recs.iter().map(|r| r.timing.wall_ns as f64 / 1e9).collect())
-    };
-    let linux = HostPolicy::parse("linux").unwrap_or_default();
-    let alone = wall(&sim_settings(linux, pcpus, 1, platform))?;
-    let shared = wall(&sim_settings(policy, pcpus, 2, platform))?;
-    let a = alone.first().copied().unwrap_or(f64::NAN);
-    weighted_speedup(&[a, a], &shared).ok_or_else(|| "no shared walls".to_string())
+/// Policies the simulator does not run as given, with its reason: their
+/// cells have no simulator figure.
+fn sim_refusals(args: &BenchArgs) -> Vec<(HostPolicy, String)> {
+    policies(args)
+        .into_iter()
+        .filter_map(|p| {
+            let errs = sim_config(args, p, 2).validate(None).err()?;
+            let why: Vec<String> = errs.iter().map(ToString::to_string).collect();
+            Some((p, why.join("; ")))
+        })
+        .collect()
 }
 
-fn spec_for(
-    profile: &str,
-    args: &BenchArgs,
-    policy: HostPolicy,
-    cpus: &[usize],
-) -> Result<HostSpec, String> {
-    let vm = HostVm::two_vcpus(profile, args.threads, args.scale, Default::default())?;
-    let sampling = Sampling {
-        interval: Duration::from_nanos(
-            smplab_record::config::parse_duration(&args.sample).map_err(|e| e.to_string())?,
-        ),
-        ..Sampling::default()
-    };
-    Ok(HostSpec {
-        cpus: cpus.to_vec(),
-        policy,
-        sampling,
-        timeout: Duration::from_secs(args.timeout_s),
-        pin: true,
-        tune: false,
-        vcpu_affinity: smplab_policy::tune::VcpuAffinity::Floating,
-        vms: vec![vm.clone(), vm],
-    })
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if s.is_empty() {
-        return f64::NAN;
+/// The bench's configurations, workload by workload and policy by policy:
+/// one VM alone and two together on smplab-vmm under the policy, then the
+/// same in the simulator (its `fair` for `linux`) where it runs the policy.
+pub fn configs(args: &BenchArgs) -> Vec<Point> {
+    let refused = sim_refusals(args);
+    let mut out: Vec<Point> = Vec::new();
+    for w in &args.workloads {
+        for policy in policies(args) {
+            let mut configs = Vec::new();
+            for vms in [1, 2] {
+                let guest = GuestSettings {
+                    placement: Placement::Cpus(args.host_cpus.0.clone()),
+                    vms,
+                    ..GuestSettings::new(VCPUS)
+                };
+                configs.push(RunConfig::Vm(VmSettings {
+                    host_policy: Some(policy),
+                    host_sample_ns: host_sample_ns(args),
+                    ..VmSettings::new(guest, SyncMode::default())
+                }));
+            }
+            if !refused.iter().any(|(p, _)| *p == policy) {
+                configs.extend([1, 2].map(|vms| sim_config(args, policy, vms)));
+            }
+            for config in configs {
+                let mut p = Point::new(w.clone(), args.threads, args.scale, config);
+                p.timeout_s = args.timeout.duration().as_secs().max(1);
+                if !out.iter().any(|q| q.key() == p.key()) {
+                    out.push(p);
+                }
+            }
+        }
     }
-    s.sort_by(f64::total_cmp);
-    s[s.len() / 2]
-}
-
-fn spread(v: &[f64]) -> String {
-    let s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if s.is_empty() {
-        return "n/a".into();
-    }
-    let lo = s.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{:.2} [{lo:.2}..{hi:.2}]", median(&s))
-}
-
-fn sum_walls(run: &HostRun) -> Option<Vec<f64>> {
-    run.walls_s().into_iter().collect()
+    out
 }
 
 /// Run the bench; the process exit status.
 pub fn bench(args: &BenchArgs) -> i32 {
-    let (cpus, policies) = match parse_cpus_and_policies(args) {
-        Ok(parsed) => parsed,
+    bench_with(args, &RealRunner::default())
+}
+
+/// Run the bench's points the store lacks with `runner`, print the view.
+pub fn bench_with(args: &BenchArgs, runner: &dyn Runner) -> i32 {
+    for w in &args.workloads {
+        if let Err(e) = smplab_workload::Source::resolve(w) {
+            exit::report_error(&e);
+            return exit::BAD_INPUT;
+        }
+    }
+    if let Err(e) = smplab_sim::Platform::resolve(&args.platform) {
+        exit::report_error(format!("--platform: {e}"));
+        return exit::BAD_INPUT;
+    }
+    let configs = configs(args);
+    for p in &configs {
+        if let Err(errs) = p.config.validate(None) {
+            // A bad flag value (e.g. a CPU list the VMs cannot use).
+            for e in errs {
+                exit::report_error(format!("{}: {e}", p.label()));
+            }
+            return exit::BAD_INPUT;
+        }
+    }
+    let points = crate::bench::repeat(&configs, args.reps);
+    let (store, summary) = match crate::bench::run_into_store(&points, &args.store, runner, None) {
+        Ok(s) => s,
         Err(status) => return status,
     };
-    let mut cells: Vec<Cell> = Vec::new();
-    for profile in &args.profiles {
-        let mut row: Vec<Cell> = policies
-            .iter()
-            .map(|p| Cell {
-                profile: profile.clone(),
-                policy: p.to_string(),
-                ..Cell::default()
-            })
-            .collect();
-        for rep in 0..args.reps {
-            if let Err(status) = run_rep(profile, rep, args, &policies, &cpus, &mut row) {
-                return status;
+    outln!(
+        "{} points: {} already done, {} ok, {} failed, {} skipped (store {})",
+        summary.total,
+        summary.already_done,
+        summary.ok,
+        summary.failed,
+        summary.skipped,
+        args.store.display()
+    );
+    let mut cells = cells(&crate::bench::entries_of(&store, &configs));
+    for (policy, why) in sim_refusals(args) {
+        for c in cells.iter_mut().filter(|c| c.policy == policy.to_string()) {
+            c.sim_error = Some(why.clone());
+        }
+    }
+    out!("{}", table(&cells));
+    if let Some(path) = &args.output {
+        let json = match serde_json::to_string_pretty(&cells) {
+            Ok(j) => j,
+            Err(e) => {
+                exit::report_error(format!("cannot encode the cells: {e}"));
+                return exit::INTERNAL;
             }
-        }
-        add_sim_predictions(&mut row, &policies, profile, args, &cpus);
-        cells.extend(row);
-    }
-    print_table(&cells);
-    if let Some(out) = &args.output {
-        let json = serde_json::to_string_pretty(&cells).unwrap_or_default();
-        if let Err(e) = std::fs::write(out, json) {
-            exit::report_error(format!("cannot write {}: {e}", out.display()));
-            return exit::INTERNAL;
+        };
+        if let Err(e) = std::fs::write(path, json) {
+            exit::report_error(format!("cannot write {}: {e}", path.display()));
+            return exit::RUN_FAILED;
         }
     }
-    if cells.iter().any(|c| !c.failures.is_empty()) {
+    if summary.failed + summary.skipped > 0 || cells.iter().any(|c| !c.failures.is_empty()) {
         exit::PARTIAL
     } else {
         exit::OK
     }
 }
 
-/// `--cpus` and the policies to compare, `linux` (the baseline) first; on a
-/// bad value, the error is reported and the exit status returned.
-fn parse_cpus_and_policies(args: &BenchArgs) -> Result<(Vec<usize>, Vec<HostPolicy>), i32> {
-    let cpus = smplab_record::cpus::parse_cpu_list(&args.cpus).map_err(|e| {
-        exit::report_error(format!("--cpus: {e}"));
-        exit::BAD_INPUT
-    })?;
-    let mut policies = vec![HostPolicy::parse("linux").unwrap_or_default()];
-    for p in &args.policies {
-        let policy = p.parse::<HostPolicy>().map_err(|e| {
-            exit::report_error(format!("--policies: {e}"));
-            exit::BAD_INPUT
-        })?;
-        policies.push(policy);
-    }
-    Ok((cpus, policies))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use smplab_experiment::store::Store;
 
-/// Repetition `rep` of `profile` under every policy, in order, into `row`
-/// (one cell per policy): each policy's alone run, then the shared run, with
-/// the linux alone wall and weighted speedup of this repetition as the
-/// references. A run that cannot start ends the bench: its exit status.
-fn run_rep(
-    profile: &str,
-    rep: u32,
-    args: &BenchArgs,
-    policies: &[HostPolicy],
-    cpus: &[usize],
-    row: &mut [Cell],
-) -> Result<(), i32> {
-    let mut alone_linux = f64::NAN;
-    let mut linux_ws = f64::NAN;
-    for (policy, cell) in policies.iter().zip(row.iter_mut()) {
-        let spec = spec_for(profile, args, *policy, cpus).map_err(|e| {
-            exit::report_error(format!("{profile}: {e}"));
-            exit::BAD_INPUT
-        })?;
-        let alone = match run_host(&spec, Some(&[0]), false) {
-            Ok(r) => sum_walls(&r).and_then(|w| w.first().copied()),
-            Err(e) => {
-                exit::report_error(&e);
-                return Err(e.exit_status());
-            }
-        };
-        let Some(alone) = alone else {
-            cell.failures
-                .push(format!("rep {rep}: the alone run failed"));
-            continue;
-        };
-        if !policy.is_user_level() {
-            alone_linux = alone;
-        }
-        cell.sampling_overhead.push(alone / alone_linux);
-        let shared = match run_host(&spec, None, false) {
-            Ok(r) => r,
-            Err(e) => {
-                exit::report_error(&e);
-                return Err(e.exit_status());
-            }
-        };
-        for o in &shared.records {
-            if let smplab_experiment::host::VmOutcome::Failed { vm, error } = o {
-                cell.failures.push(format!("rep {rep} VM {vm}: {error}"));
-            }
-        }
-        let Some(walls) = sum_walls(&shared) else {
-            continue;
-        };
-        // The alone wall under linux is the reference for every policy.
-        let ws = weighted_speedup(&[alone_linux, alone_linux], &walls).unwrap_or(f64::NAN);
-        if !policy.is_user_level() {
-            linux_ws = ws;
-        }
-        cell.weighted_speedup.push(ws);
-        cell.vs_linux.push(ws / linux_ws);
-        record_host_figures(cell, &shared);
-        eprintln!(
-            "{profile} rep {rep} {policy}: alone {alone:.3} s, shared {walls:.3?} s, weighted speedup {ws:.2}"
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> BenchArgs {
+        let mut argv = vec!["bench"];
+        argv.extend_from_slice(args);
+        Cmd::try_parse_from(argv).expect("parses").bench
+    }
+
+    fn keys(points: &[Point]) -> std::collections::BTreeSet<String> {
+        points.iter().map(Point::key).collect()
+    }
+
+    #[test]
+    fn flags_are_typed_and_the_defaults_are_the_built_in_spec() {
+        let a = parse(&[]);
+        assert_eq!(a.host_cpus, HostCpus(vec![0, 1]));
+        assert_eq!(a.platform, smplab_record::config::DEFAULT_PLATFORM);
+        assert_eq!(a.policies.len(), 5);
+        assert_eq!(host_sample_ns(&a), None);
+        assert_eq!(
+            host_sample_ns(&parse(&["--sample", "500us"])),
+            Some(500_000)
         );
-    }
-    Ok(())
-}
-
-/// The host scheduler's and the guests' figures of one shared run: spins
-/// detected, samples, yields, preemptions, steal and guest spin iterations.
-fn record_host_figures(cell: &mut Cell, shared: &HostRun) {
-    let h = &shared.host;
-    cell.spins_detected.push(h.spin_detection.spins_detected);
-    cell.spin_detection.push(h.spin_detection.clone());
-    cell.samples.push(h.spin_detection.samples);
-    cell.yields.push(h.vms.iter().map(|v| v.yields).sum());
-    cell.preemptions
-        .push(h.vms.iter().map(|v| v.preemptions).sum());
-    #[allow(clippy::cast_precision_loss)] // ms
-    cell.steal_ms
-        .push(h.vms.iter().map(|v| v.steal_ns).sum::<u64>() as f64 / 1e6);
-    cell.guest_spin_iterations.push(
-        shared
-            .records
-            .iter()
-            .filter_map(|o| o.record())
-            .map(|r| r.counters.spin_iterations)
-            .sum(),
-    );
-}
-
-/// The simulator's weighted speedup for each policy's cell of a profile.
-fn add_sim_predictions(
-    row: &mut [Cell],
-    policies: &[HostPolicy],
-    profile: &str,
-    args: &BenchArgs,
-    cpus: &[usize],
-) {
-    for (policy, cell) in policies.iter().zip(row.iter_mut()) {
-        if let Ok(spec) = spec_for(profile, args, *policy, cpus) {
-            match sim_prediction(
-                &spec.vms[0],
-                *policy,
-                cpus.len(),
-                spec.timeout,
-                &args.platform,
-            ) {
-                Ok(ws) => cell.sim_weighted_speedup = Some(ws),
-                Err(e) => cell.sim_error = Some(e),
-            }
-        }
-    }
-}
-
-fn print_table(cells: &[Cell]) {
-    println!(
-        "{:<14} {:<24} {:>22} {:>22} {:>22} {:>10} {:>8}",
-        "profile",
-        "policy",
-        "weighted speedup",
-        "vs linux",
-        "sampling overhead",
-        "spins/samples",
-        "yields"
-    );
-    for c in cells {
-        let spins: u64 = c.spins_detected.iter().sum();
-        let samples: u64 = c.samples.iter().sum();
-        let yields: u64 = c.yields.iter().sum();
-        println!(
-            "{:<14} {:<24} {:>22} {:>22} {:>22} {:>6}/{:<6} {:>6} {:>6}",
-            c.profile,
-            c.policy,
-            spread(&c.weighted_speedup),
-            spread(&c.vs_linux),
-            spread(&c.sampling_overhead),
-            spins,
-            samples,
-            yields,
-            c.sim_weighted_speedup
-                .map_or_else(|| "n/a".to_string(), |w| format!("{w:.2}"))
-        );
-        let mut t = smplab_record::hostsched::SpinTruth::default();
-        for d in &c.spin_detection {
-            t.add(&d.truth);
-        }
-        if t.samples > 0 {
-            println!(
-                "    ground truth: {} samples spinning, detected {} (true {} / false {}), missed {}; episodes caught {}/{}, mean latency {:.0} us",
-                t.true_positives + t.false_negatives,
-                t.true_positives + t.false_positives,
-                t.true_positives,
-                t.false_positives,
-                t.false_negatives,
-                t.episodes_detected,
-                t.episodes_sampled,
-                t.mean_detect_latency_ns() / 1000.0
+        let spec = smplab_analysis::tune::load_spec(std::path::Path::new("bench-host"))
+            .expect("built-in spec");
+        let points = crate::bench::repeat(&configs(&a), a.reps);
+        assert_eq!(keys(&points), keys(&spec.points));
+        assert_eq!(spec.timeout_s, a.timeout.duration().as_secs());
+        assert_eq!(a.store, crate::bench::default_store(&spec.name));
+        for bad in [
+            &["--profiles", "dedup"][..],
+            &["--cpus", "0-1"],
+            &["--host-cpus", "1-0"],
+            &["--policies", "fastest"],
+            &["--timeout", "0"],
+            &["--sample", "10us"],
+            &["--sample", "often"],
+        ] {
+            assert!(
+                Cmd::try_parse_from([&["bench"][..], bad].concat()).is_err(),
+                "{bad:?}"
             );
         }
-        if let Some(e) = &c.sim_error {
-            println!("    simulator: {e}");
+    }
+
+    #[test]
+    fn a_rerun_resumes_and_the_view_reads_the_store() {
+        let dir = smplab_experiment::testutil::temp_dir("bench-host");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--workloads",
+            "spinlock",
+            "--policies",
+            "gang:4ms,spin:4ms",
+            "--reps",
+            "2",
+            "--scale",
+            "0.01",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let runner = smplab_experiment::runner::fake::FakeRunner::new();
+        assert_eq!(bench_with(&a, &runner), exit::OK);
+        // 2 repetitions x (alone, shared) x (3 policies on vm + 2 in the
+        // simulator, which refuses `spin` as a policy).
+        let n = Store::read(&store).expect("store").entries().len();
+        assert_eq!(n, 20);
+        assert_eq!(bench_with(&a, &runner), exit::OK);
+        let again = Store::read(&store).expect("store");
+        assert_eq!(again.entries().len(), n, "a rerun runs nothing new");
+        let cells = cells(&crate::bench::entries_of(&again, &configs(&a)));
+        assert_eq!(cells.len(), 3);
+        assert_eq!(cells[0].policy, "linux");
+        assert_eq!(cells[2].policy, "spin:4ms");
+        assert_eq!(
+            sim_refusals(&a).iter().map(|r| r.0).collect::<Vec<_>>(),
+            vec![a.policies[1]]
+        );
+        // The fake runner: a shared VM takes 1.5 times its alone wall, the
+        // same under every policy, so weighted speedup 2/1.5 and 1x linux.
+        for c in &cells {
+            assert_eq!(c.weighted_speedup.len(), 2, "{c:?}");
+            assert!((c.weighted_speedup[0] - 2.0 / 1.5).abs() < 1e-9, "{c:?}");
+            assert!((c.vs_linux[0] - 1.0).abs() < 1e-9, "{c:?}");
+            assert_eq!(
+                c.sim_weighted_speedup.is_some(),
+                c.policy != "spin:4ms",
+                "{c:?}"
+            );
         }
-        for f in &c.failures {
-            println!("    failed: {f}");
+        let t = table(&cells);
+        let header: Vec<&str> = t.lines().next().unwrap_or("").split("  ").collect();
+        assert!(t.lines().next().unwrap_or("").ends_with(" sim"), "{t}");
+        assert!(!header.is_empty());
+        let row = t.lines().nth(1).unwrap_or("");
+        assert!(row.starts_with("spinlock       linux"), "{t}");
+        assert!(row.contains("1.33 [1.33..1.33]"), "{t}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_real_run_goes_into_the_store() {
+        if let Some(why) = smplab_experiment::availability::kvm_unavailable() {
+            eprintln!("skipped: {why}");
+            return;
         }
+        let dir = smplab_experiment::testutil::temp_dir("bench-host-real");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--workloads",
+            "spinlock",
+            "--policies",
+            "rr:4ms",
+            "--reps",
+            "1",
+            "--scale",
+            "0.01",
+            "--timeout",
+            "60",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let status = bench_with(&a, &RealRunner::default());
+        let stored = Store::read(&store).expect("store");
+        assert_eq!(stored.entries().len(), 8);
+        let failed: Vec<_> = stored.entries().iter().filter(|e| !e.is_ok()).collect();
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(status, exit::OK);
+        let cells = cells(&crate::bench::entries_of(&stored, &configs(&a)));
+        assert_eq!(cells.len(), 2);
+        assert!(cells
+            .iter()
+            .all(|c| c.weighted_speedup.len() == 1 && c.weighted_speedup[0] > 0.0));
+        assert!(cells.iter().all(|c| c.samples.len() == 1));
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -11,24 +11,28 @@
 //!   balanced, and under `rr` `running` (the scheduler keeps the guest's
 //!   routing page pointed at the VM's running vCPUs: vBalance).
 //!
-//! Repetitions are interleaved (all configurations of rep 0, then rep 1...).
-//! A configuration the host refuses is listed as failed with the reason.
+//! Every configuration is a host run (`VmSettings::host_policy`,
+//! `host_pinned`, `host_tuner`) run through the one execute path into a
+//! results store, so a rerun resumes and `smplab lab report` and `smplab
+//! tune winners STORE` read it. Repetitions are interleaved (all
+//! configurations of rep 0, then rep 1...). A configuration the host refuses
+//! is listed as failed with the reason.
 
+use crate::bench::HostCpus;
 use clap::Args;
-use smplab_analysis::tune::winners::{winners_table, Cell};
-use smplab_experiment::host::run_host;
-use smplab_experiment::host::spec::{HostSpec, HostVm};
-use smplab_policy::tune::VcpuAffinity;
-use smplab_record::config::{HostPolicy, IrqAffinity};
+use smplab_analysis::tune::winners::{cells_of, winners_table, HostSetting, Setting};
+use smplab_experiment::point::Point;
+use smplab_experiment::runner::real::RealRunner;
+use smplab_experiment::runner::Runner;
+use smplab_experiment::store::Status;
+use smplab_record::config::{HostPolicy, IrqAffinity, PolicyKind, Timeout};
 use smplab_record::exit::{self, report_error};
 use smplab_record::outln;
-use smplab_vmm::host::Sampling;
 use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(Debug, Clone, Args)]
 pub struct HostMatrixArgs {
-    /// Profiles: cache-sensitive, resched-IPI-heavy, I/O-heavy.
+    /// Workloads: cache-sensitive, resched-IPI-heavy, I/O-heavy.
     #[arg(
         long,
         value_delimiter = ',',
@@ -43,218 +47,172 @@ pub struct HostMatrixArgs {
     pub scale: f64,
     /// Host CPUs the VMs share.
     #[arg(long, default_value = "0-1")]
-    pub cpus: String,
-    /// Per-run timeout, seconds.
-    #[arg(long, default_value_t = 120)]
-    pub timeout_s: u64,
+    pub host_cpus: HostCpus,
+    /// Time limit of one run (`120s`, `500ms`; a bare number is seconds).
+    #[arg(long, default_value = "120s")]
+    pub timeout: Timeout,
     /// Write the cells (every run's throughput) as JSON here, for `smplab
-    /// tune winners --host FILE`.
+    /// tune winners --host FILE` (`tune winners` also reads the store).
     #[arg(short = 'o', long)]
-    pub out: Option<PathBuf>,
+    pub output: Option<PathBuf>,
+    /// Results store (resumed when it exists).
+    #[arg(long, default_value = "lab-results/tune-host-matrix/results.jsonl")]
+    pub store: PathBuf,
 }
 
-/// One configuration of the host matrix.
-#[derive(Debug, Clone)]
-struct HostConfig {
-    policy: HostPolicy,
-    pin: bool,
-    irq: IrqAffinity,
-    /// User-level policies: the scheduler's vCPU affinity.
-    affinity: VcpuAffinity,
-    /// Seed 001's tuner sets the slice at run time (starting from the
-    /// policy's slice, its long one).
-    tune: bool,
-}
+const MS: u64 = 1_000_000;
 
-impl HostConfig {
-    fn label(&self) -> String {
-        if self.tune {
-            let long = self
-                .policy
-                .time_slice_ns
-                .unwrap_or(smplab_policy::DEFAULT_SLICE_NS);
-            return format!("tuner from {} us, floating, irq {}", long / 1000, self.irq);
-        }
-        let slice = match (self.policy.is_user_level(), self.policy.time_slice_ns) {
-            (false, _) => "slice linux".to_string(),
-            (true, Some(ns)) => format!("slice {} us", ns / 1000),
-            (true, None) => format!("slice {} us", smplab_policy::DEFAULT_SLICE_NS / 1000),
-        };
-        let pinned = if self.policy.is_user_level() {
-            self.affinity == VcpuAffinity::Pinned
-        } else {
-            self.pin
-        };
-        let aff = if pinned { "pinned" } else { "floating" };
-        format!("{slice}, {aff}, irq {}", self.irq)
+fn linux() -> HostPolicy {
+    HostPolicy {
+        kind: PolicyKind::Linux,
+        ..HostPolicy::default()
     }
 }
 
-fn configs(io: bool) -> Vec<HostConfig> {
-    // (policy, linux pin, user-level affinity)
-    let mut policies: Vec<(HostPolicy, bool, VcpuAffinity)> = Vec::new();
-    for (text, pin, affinity) in [
-        ("linux", true, VcpuAffinity::Floating),
-        ("linux", false, VcpuAffinity::Floating),
-        ("rr:1ms", false, VcpuAffinity::Floating),
-        ("rr:4ms", false, VcpuAffinity::Floating),
-        ("rr:16ms", false, VcpuAffinity::Floating),
-        ("rr:1ms", false, VcpuAffinity::Pinned),
-        ("rr:4ms", false, VcpuAffinity::Pinned),
-    ] {
-        if let Ok(p) = text.parse::<HostPolicy>() {
-            policies.push((p, pin, affinity));
-        }
+/// The user-level round robin at a slice of `slice_ms`.
+fn rr(slice_ms: u64) -> HostPolicy {
+    HostPolicy {
+        kind: PolicyKind::RoundRobin,
+        time_slice_ns: Some(slice_ms * MS),
+        safe_point_grace_ns: None,
     }
+}
+
+/// The matrix's settings for a workload with (`io`) or without device
+/// interrupts.
+fn configs(io: bool) -> Vec<HostSetting> {
+    // (policy, vCPU i on host CPU i)
+    let policies = [
+        (linux(), true),
+        (linux(), false),
+        (rr(1), false),
+        (rr(4), false),
+        (rr(16), false),
+        (rr(1), true),
+        (rr(4), true),
+    ];
     let irqs = |user_level: bool| -> Vec<IrqAffinity> {
         if !io {
             return vec![IrqAffinity::default()];
         }
-        let mut list = vec!["0", "1", "balanced"];
+        let mut list = vec![
+            IrqAffinity::Vcpus(vec![0]),
+            IrqAffinity::Vcpus(vec![1]),
+            IrqAffinity::Balanced,
+        ];
         if user_level {
-            list.push("running");
+            list.push(IrqAffinity::Running);
         }
-        list.iter().filter_map(|s| s.parse().ok()).collect()
+        list
     };
     let mut out = Vec::new();
-    for (policy, pin, affinity) in &policies {
+    for (policy, pinned) in policies {
         for irq in irqs(policy.is_user_level()) {
-            out.push(HostConfig {
-                policy: *policy,
-                pin: *pin,
+            out.push(HostSetting {
+                policy,
+                pinned,
                 irq,
-                affinity: *affinity,
-                tune: false,
+                tuner: false,
             });
         }
     }
     // The tuner from the default user-level slice and from the longest.
-    for text in ["rr:4ms", "rr:16ms"] {
-        if let Ok(policy) = text.parse::<HostPolicy>() {
-            out.push(HostConfig {
-                policy,
-                pin: false,
-                irq: IrqAffinity::default(),
-                affinity: VcpuAffinity::Floating,
-                tune: true,
-            });
-        }
+    for policy in [rr(4), rr(16)] {
+        out.push(HostSetting {
+            policy,
+            pinned: false,
+            irq: IrqAffinity::default(),
+            tuner: true,
+        });
     }
     out
 }
 
-fn spec_for(
-    a: &HostMatrixArgs,
-    cpus: &[usize],
-    workload: &str,
-    c: &HostConfig,
-) -> Result<HostSpec, String> {
-    let vm = HostVm::two_vcpus(workload, 2, a.scale, c.irq.clone())?;
-    Ok(HostSpec {
-        cpus: cpus.to_vec(),
-        policy: c.policy,
-        sampling: Sampling::default(),
-        timeout: Duration::from_secs(a.timeout_s),
-        pin: c.pin,
-        tune: c.tune,
-        vcpu_affinity: c.affinity,
-        vms: vec![vm.clone(), vm],
-    })
-}
-
-/// One host run's throughput (VM runs per second, summed over its VMs), or
-/// why it failed: the first failed VM's first error line.
-fn throughput(spec: &HostSpec) -> Result<f64, String> {
-    match run_host(spec, None, false) {
-        Ok(run) if run.all_ok() => Ok(run.walls_s().iter().flatten().map(|s| 1.0 / s).sum()),
-        Ok(run) => Err(run
-            .records
-            .iter()
-            .find_map(|o| match o {
-                smplab_experiment::host::VmOutcome::Failed { error, .. } => {
-                    Some(error.lines().next().unwrap_or("").to_string())
-                }
-                smplab_experiment::host::VmOutcome::Ok(_) => None,
-            })
-            .unwrap_or_default()),
-        Err(e) => Err(e.to_string()),
+/// The matrix's points (repetition 0): per workload, every setting as a
+/// host run of 2 VMs x 2 vCPUs (2 threads each) on the host CPUs.
+pub fn matrix_points(a: &HostMatrixArgs) -> Result<Vec<Point>, String> {
+    let mut out = Vec::new();
+    for w in &a.workloads {
+        let io = smplab_workload::Source::resolve(w)
+            .map_err(|e| e.to_string())
+            .and_then(|s| s.instantiate(Some(2), a.scale).map_err(|e| e.to_string()))
+            .map_err(|e| format!("workload {w}: {e}"))?
+            .uses_io();
+        for c in configs(io) {
+            let mut p = Point::new(w.clone(), 2, a.scale, c.run_config(&a.host_cpus.0));
+            p.timeout_s = a.timeout.duration().as_secs().max(1);
+            out.push(p);
+        }
     }
+    Ok(out)
 }
 
 pub fn host_matrix(a: &HostMatrixArgs) -> i32 {
-    let cpus = match smplab_record::cpus::parse_cpu_list(&a.cpus) {
-        Ok(c) if !c.is_empty() => c,
-        Ok(_) => {
-            report_error("--cpus: name at least one host CPU");
-            return exit::BAD_INPUT;
-        }
-        Err(e) => {
-            report_error(format!("--cpus: {e}"));
-            return exit::BAD_INPUT;
-        }
-    };
+    host_matrix_with(a, &RealRunner::default())
+}
+
+/// Run the matrix's points the store lacks with `runner`; print the winners
+/// table of the store's runs of these points.
+pub fn host_matrix_with(a: &HostMatrixArgs, runner: &dyn Runner) -> i32 {
     if !(a.scale.is_finite() && a.scale > 0.0) {
         report_error("--scale: give a positive scale");
         return exit::BAD_INPUT;
     }
-    if let Some(why) = smplab_experiment::availability::kvm_unavailable() {
-        report_error(format!("KVM is not usable here: {why}"));
-        return exit::KVM_UNAVAILABLE;
-    }
-    let mut plan: Vec<(String, HostConfig)> = Vec::new();
-    for w in &a.workloads {
-        let program = smplab_workload::Source::resolve(w)
-            .map_err(|e| e.to_string())
-            .and_then(|s| s.instantiate(Some(2), a.scale).map_err(|e| e.to_string()));
-        let io = match program {
-            Ok(p) => p.uses_io(),
-            Err(e) => {
-                report_error(format!("workload {w}: {e}"));
-                return exit::BAD_INPUT;
+    let configs = match matrix_points(a) {
+        Ok(p) => p,
+        Err(e) => {
+            report_error(e);
+            return exit::BAD_INPUT;
+        }
+    };
+    for p in &configs {
+        if let Err(errs) = p.config.validate(Some(4)) {
+            for e in errs {
+                report_error(format!("{}: {e}", p.label()));
             }
-        };
-        for c in configs(io) {
-            plan.push((w.clone(), c));
+            return exit::BAD_INPUT;
         }
     }
-    let mut cells: Vec<Cell> = plan
+    let points = crate::bench::repeat(&configs, a.reps);
+    let (store, summary) = match crate::bench::run_into_store(&points, &a.store, runner, None) {
+        Ok(s) => s,
+        Err(status) => return status,
+    };
+    outln!(
+        "{} points: {} already done, {} ok, {} failed, {} skipped (store {})",
+        summary.total,
+        summary.already_done,
+        summary.ok,
+        summary.failed,
+        summary.skipped,
+        a.store.display()
+    );
+    let entries = crate::bench::entries_of(&store, &configs);
+    let cells = cells_of(&entries);
+    outln!("{}", winners_table(&cells));
+    let failures: Vec<String> = entries
         .iter()
-        .map(|(w, c)| Cell {
-            executor: "host".into(),
-            workload: w.clone(),
-            setting: c.label(),
-            throughput: Vec::new(),
+        .filter_map(|e| {
+            let why = match &e.status {
+                Status::Ok => return None,
+                Status::Failed { reason } | Status::Skipped { reason } => reason,
+            };
+            Some(format!(
+                "{} {} (rep {}): {}",
+                e.point.workload,
+                Setting::of(&e.point.config),
+                e.point.rep,
+                why.lines().next().unwrap_or("")
+            ))
         })
         .collect();
-    let mut failures: Vec<(String, String)> = Vec::new();
-    for rep in 0..a.reps {
-        for ((w, c), cell) in plan.iter().zip(&mut cells) {
-            let label = format!("{w} {} (rep {rep})", c.label());
-            let spec = match spec_for(a, &cpus, w, c) {
-                Ok(s) => s,
-                Err(e) => {
-                    failures.push((label, e));
-                    continue;
-                }
-            };
-            match throughput(&spec) {
-                Ok(t) => {
-                    eprintln!("{label}: {t:.2} VM runs/s");
-                    cell.throughput.push(t);
-                }
-                Err(why) => failures.push((label, why)),
-            }
-        }
-    }
-    cells.retain(|c| !c.throughput.is_empty());
-    outln!("{}", winners_table(&cells));
     if !failures.is_empty() {
         outln!("{} runs failed:", failures.len());
-        for (label, why) in failures.iter().take(12) {
-            outln!("  {label}: {why}");
+        for f in failures.iter().take(12) {
+            outln!("  {f}");
         }
     }
-    if let Some(path) = &a.out {
+    if let Some(path) = &a.output {
         match serde_json::to_string_pretty(&cells) {
             Ok(text) => {
                 if let Err(e) = std::fs::write(path, text) {
@@ -268,9 +226,144 @@ pub fn host_matrix(a: &HostMatrixArgs) -> i32 {
             }
         }
     }
-    if failures.is_empty() {
+    if failures.is_empty() && summary.failed + summary.skipped == 0 {
         exit::OK
     } else {
         exit::PARTIAL
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use smplab_experiment::store::Store;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        matrix: HostMatrixArgs,
+    }
+
+    fn parse(args: &[&str]) -> HostMatrixArgs {
+        let mut argv = vec!["host-matrix"];
+        argv.extend_from_slice(args);
+        Cmd::try_parse_from(argv).expect("parses").matrix
+    }
+
+    #[test]
+    fn the_settings_are_typed_and_every_one_is_a_valid_host_run() {
+        // 7 policy/pinning pairs, then the tuner from 4 and 16 ms.
+        assert_eq!(configs(false).len(), 9);
+        // I/O: 3 affinities each, `running` under the 5 user-level ones.
+        assert_eq!(configs(true).len(), 7 * 3 + 5 + 2);
+        let a = parse(&[]);
+        assert_eq!(a.host_cpus, HostCpus(vec![0, 1]));
+        let points = matrix_points(&a).expect("points");
+        assert_eq!(points.len(), 9 + 9 + 28);
+        for p in &points {
+            p.config
+                .validate(Some(4))
+                .unwrap_or_else(|e| panic!("{}: {e:?}", p.label()));
+            // The stored configuration reads back as the setting it was built from.
+            let s = Setting::of(&p.config).to_string();
+            assert!(s.contains("irq "), "{s}");
+        }
+        let labels: std::collections::BTreeSet<String> = points
+            .iter()
+            .filter(|p| p.workload == "dedup")
+            .map(|p| Setting::of(&p.config).to_string())
+            .collect();
+        assert!(labels.contains("slice linux, pinned, irq 0"), "{labels:?}");
+        assert!(
+            labels.contains("slice linux, floating, irq 0"),
+            "{labels:?}"
+        );
+        assert!(
+            labels.contains("slice 1000 us, pinned, irq 0"),
+            "{labels:?}"
+        );
+        assert!(
+            labels.contains("tuner from 16000 us, floating, irq 0"),
+            "{labels:?}"
+        );
+        assert_eq!(labels.len(), 9);
+        for bad in [
+            &["--cpus", "0-1"][..],
+            &["--timeout-s", "9"],
+            &["--out", "x"],
+        ] {
+            assert!(
+                Cmd::try_parse_from([&["m"][..], bad].concat()).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_rerun_resumes_and_the_winners_come_from_the_store() {
+        let dir = smplab_experiment::testutil::temp_dir("host-matrix");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--workloads",
+            "dedup",
+            "--reps",
+            "2",
+            "--scale",
+            "0.01",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let runner = smplab_experiment::runner::fake::FakeRunner::new();
+        assert_eq!(host_matrix_with(&a, &runner), exit::OK);
+        assert_eq!(Store::read(&store).expect("store").entries().len(), 18);
+        assert_eq!(host_matrix_with(&a, &runner), exit::OK);
+        let again = Store::read(&store).expect("store");
+        assert_eq!(again.entries().len(), 18, "a rerun runs nothing new");
+        let cells = cells_of(&crate::bench::entries_of(
+            &again,
+            &matrix_points(&a).expect("points"),
+        ));
+        assert_eq!(cells.len(), 9);
+        assert!(cells.iter().all(|c| c.throughput.len() == 2));
+        // `tune winners STORE` groups the same cells.
+        assert_eq!(smplab_analysis::tune::winners::cells(&[again]).len(), 9);
+        let table = winners_table(&cells);
+        assert!(table.contains("dedup          host  win: "), "{table}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_real_run_goes_into_the_store() {
+        if let Some(why) = smplab_experiment::availability::kvm_unavailable() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let dir = smplab_experiment::testutil::temp_dir("host-matrix-real");
+        let store = dir.join("results.jsonl");
+        let a = parse(&[
+            "--workloads",
+            "oltp",
+            "--reps",
+            "1",
+            "--scale",
+            "0.01",
+            "--timeout",
+            "60",
+            "--store",
+            store.to_str().expect("utf-8 temp path"),
+        ]);
+        let status = host_matrix_with(&a, &RealRunner::default());
+        let stored = Store::read(&store).expect("store");
+        assert_eq!(stored.entries().len(), 28);
+        let failed: Vec<String> = stored
+            .entries()
+            .iter()
+            .filter(|e| !e.is_ok())
+            .map(|e| format!("{}: {:?}", e.point.label(), e.status))
+            .collect();
+        assert!(failed.is_empty(), "{failed:#?}");
+        assert_eq!(status, exit::OK);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -11,10 +11,12 @@ use smplab_record::config::VmSettings;
 use smplab_record::{RunRecord, WorkloadInfo};
 use smplab_vmm::host::Sampling;
 use smplab_workload::Program;
+use std::time::Duration;
 
 /// The host spec a host-run configuration stands for: `vms` identical VMs
 /// on the placement's CPUs (all of this host's under `float`), sampling at
-/// smplab-vmm's default interval with spin detection.
+/// `host_sample_ns` (smplab-vmm's default interval unless set) with spin
+/// detection, pinned and tuned as `host_pinned` and `host_tuner` say.
 pub fn spec_of(
     program: &Program,
     info: &WorkloadInfo,
@@ -39,11 +41,22 @@ pub fn spec_of(
             .cpus(host_cores)
             .unwrap_or_else(|| (0..host_cores.max(1)).collect()),
         policy: v.host_policy.unwrap_or_default(),
-        sampling: Sampling::default(),
+        sampling: Sampling {
+            interval: v
+                .host_sample_ns
+                .map_or(Sampling::default().interval, Duration::from_nanos),
+            ..Sampling::default()
+        },
         timeout: limits.timeout,
-        pin: true,
-        tune: false,
-        vcpu_affinity: smplab_policy::tune::VcpuAffinity::Floating,
+        // `linux` pins its vCPU threads unless told not to; a user-level
+        // policy places vCPUs itself, floating unless told to pin them.
+        pin: v.host_pinned.unwrap_or(true),
+        tune: v.host_tuner,
+        vcpu_affinity: if v.host_pinned == Some(true) && spec_policy_is_user_level(v) {
+            smplab_policy::tune::VcpuAffinity::Pinned
+        } else {
+            smplab_policy::tune::VcpuAffinity::Floating
+        },
         vms: vec![vm; v.guest.vms.max(1) as usize],
     }
 }
@@ -69,4 +82,8 @@ pub fn run(
         }
     }
     Ok(records)
+}
+
+fn spec_policy_is_user_level(v: &VmSettings) -> bool {
+    v.host_policy.is_some_and(|h| h.is_user_level())
 }

@@ -55,7 +55,7 @@ impl HostRun {
 }
 
 /// Go to done on the host clock, else the guest's wall (s).
-fn workload_wall_s(r: &RunRecord) -> f64 {
+pub fn workload_wall_s(r: &RunRecord) -> f64 {
     let ns = match &r.timing.window {
         Some(w) if w.end_ns > w.start_ns => w.end_ns - w.start_ns,
         _ => r.timing.wall_ns,

@@ -8,6 +8,8 @@ use crate::runner::{prepare, RunError, Runner};
 use smplab_record::config::RunConfig;
 use smplab_record::{Executor, RunRecord};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Runs points on this machine.
@@ -55,15 +57,55 @@ impl Runner for RealRunner {
 
     fn run(&self, point: &Point) -> Result<Vec<RunRecord>, RunError> {
         let (program, info) = prepare(point)?;
-        let mut records = execute(
+        let busy = BusyThreads::start(point.busy_host_threads);
+        let result = execute(
             &program,
             &info,
             &run_config(point),
             &self.limits(point.timeout_s),
-        )?;
+        );
+        drop(busy);
+        let mut records = result?;
         for r in &mut records {
             r.set_config("lab_point", point.key());
         }
         Ok(records)
+    }
+}
+
+/// Busy host threads (floating) for a point's `busy_host_threads`, stopped
+/// and joined on drop.
+struct BusyThreads {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl BusyThreads {
+    fn start(n: u32) -> BusyThreads {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..n)
+            .filter_map(|i| {
+                let stop = stop.clone();
+                std::thread::Builder::new()
+                    .name(format!("smplab-busy-{i}"))
+                    .spawn(move || {
+                        let mut x = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            x = std::hint::black_box(x.wrapping_mul(6364136223846793005) + 1);
+                        }
+                    })
+                    .ok()
+            })
+            .collect();
+        BusyThreads { stop, threads }
+    }
+}
+
+impl Drop for BusyThreads {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
     }
 }

@@ -120,6 +120,9 @@ fn bools(
     out
 }
 
+/// Most busy host threads a point may ask for.
+const MAX_BUSY_HOST_THREADS: i64 = 64;
+
 /// The matrix's axes, each parsed with its setting's own parser.
 pub(super) struct Axes {
     pub(super) executors: Vec<Executor>,
@@ -137,6 +140,9 @@ pub(super) struct Axes {
     pub(super) apicv: Vec<bool>,
     pub(super) sdb: Vec<bool>,
     pub(super) policy: Vec<HostPolicy>,
+    /// `vm` host runs; `[None]` when the spec gives none.
+    pub(super) host_policy: Vec<Option<HostPolicy>>,
+    pub(super) busy_host_threads: Vec<u32>,
     pub(super) scales: Vec<f64>,
     pub(super) irq_affinity: Vec<IrqAffinity>,
     pub(super) io_thread_cpus: Vec<IoThreadCpus>,
@@ -241,6 +247,27 @@ pub(super) fn parse_axes(loc: &SourceText, m: &MatrixFile, diags: &mut Diagnosti
         apicv: bool_axis(&m.apicv, "apicv", diags),
         sdb: bool_axis(&m.sdb, "sdb", diags),
         policy: axis(loc, "policy", &m.policy, HostPolicy::default(), diags),
+        busy_host_threads: opt_nums(
+            &m.busy_host_threads,
+            "busy_host_threads",
+            0,
+            MAX_BUSY_HOST_THREADS,
+            diags,
+        )
+        .unwrap_or_else(|| vec![0]),
+        host_policy: match &m.host_policy {
+            None => vec![None],
+            Some(_) => axis(
+                loc,
+                "host_policy",
+                &m.host_policy,
+                HostPolicy::default(),
+                diags,
+            )
+            .into_iter()
+            .map(Some)
+            .collect(),
+        },
         scales,
         irq_affinity: axis(
             loc,

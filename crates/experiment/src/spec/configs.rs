@@ -56,11 +56,15 @@ pub(super) fn matrix_configs(
                                         }
                                         continue;
                                     }
-                                    let mut p = Point::new(workload.clone(), n, scale, config);
-                                    p.variant = variant;
-                                    p.timeout_s = timeout_s;
-                                    if seen.insert(p.config_key()) {
-                                        configs.push(p);
+                                    for &busy in &ax.busy_host_threads {
+                                        let mut p =
+                                            Point::new(workload.clone(), n, scale, config.clone());
+                                        p.variant = variant;
+                                        p.timeout_s = timeout_s;
+                                        p.busy_host_threads = busy;
+                                        if seen.insert(p.config_key()) {
+                                            configs.push(p);
+                                        }
                                     }
                                 }
                             }
@@ -141,10 +145,13 @@ fn base_configs(
                 Executor::Vm => {
                     for &sync in &ax.sync {
                         for &irqchip in &ax.irqchip {
-                            out.push(RunConfig::Vm(VmSettings {
-                                irqchip,
-                                ..VmSettings::new(guest.clone(), sync)
-                            }));
+                            for &host_policy in &ax.host_policy {
+                                out.push(RunConfig::Vm(VmSettings {
+                                    irqchip,
+                                    host_policy,
+                                    ..VmSettings::new(guest.clone(), sync)
+                                }));
+                            }
                         }
                     }
                 }
@@ -189,6 +196,7 @@ fn setting_span(m: &Spanned<MatrixFile>, setting: &str) -> Range<usize> {
         "pin" => &f.pin,
         "platform" => &f.platform,
         "policy" => &f.policy,
+        "host_policy" => &f.host_policy,
         "irq_affinity" => &f.irq_affinity,
         "io_thread_cpus" => &f.io_thread_cpus,
         _ => &None,
