@@ -450,7 +450,7 @@ mod tests {
     }
 
     #[test]
-    fn missing_kernel_is_a_bad_kernel_status_and_record_says_why() {
+    fn missing_kernel_is_bad_input_and_record_says_why() {
         let options = VmmOptions {
             json: true,
             ..VmmOptions::new("/nonexistent/k.elf".into())
@@ -459,8 +459,9 @@ mod tests {
         let Err(e) = &outcome else {
             panic!("ran a missing kernel")
         };
-        // Without KVM the first failure is KVM_UNAVAILABLE; with it, BAD_KERNEL.
-        assert!([exit::BAD_KERNEL, exit::KVM_UNAVAILABLE].contains(&e.exit_status()));
+        // Without KVM the first failure is KVM_UNAVAILABLE; with it, the
+        // file that is not there (bad input, not an unbootable image).
+        assert!([exit::BAD_INPUT, exit::KVM_UNAVAILABLE].contains(&e.exit_status()));
         let record = record_for(&options, &outcome);
         assert_eq!(record.workload.name, "kernel:k.elf");
         assert!(matches!(record.outcome, Outcome::Failed { .. }));

@@ -86,9 +86,11 @@ impl VmmError {
             VmmError::KvmUnavailable { .. } | VmmError::KvmCapabilityMissing(_) => {
                 exit::KVM_UNAVAILABLE
             }
-            VmmError::KernelRead { .. } | VmmError::BadKernel(_) | VmmError::NoPvhEntry => {
-                exit::BAD_KERNEL
-            }
+            // A file the user named that cannot be read is bad input, like a
+            // missing workload file; BAD_KERNEL means the image is there but
+            // cannot boot.
+            VmmError::KernelRead { .. } => exit::BAD_INPUT,
+            VmmError::BadKernel(_) | VmmError::NoPvhEntry => exit::BAD_KERNEL,
             VmmError::TooManyVcpus { .. }
             | VmmError::Memory { .. }
             | VmmError::BootDataTooLarge(_) => exit::RESOURCE_LIMIT,

@@ -239,7 +239,8 @@ fn bad_kernels_and_limits_have_distinct_statuses() {
     cfg.kernel = KernelImage::Path("/nonexistent/kernel.elf".into());
     assert_eq!(
         run_vm(&cfg).expect_err("missing").exit_status(),
-        exit::BAD_KERNEL
+        exit::BAD_INPUT,
+        "a missing file is bad input, not an unbootable image"
     );
 }
 
