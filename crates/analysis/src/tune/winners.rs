@@ -283,6 +283,16 @@ mod tests {
     use super::*;
     use smplab_record::config::{PolicyKind, SimSettings};
 
+    /// The user-level round robin (a real host's; `fair` is the
+    /// simulator's kernel model).
+    fn rr(slice: Option<u64>) -> HostPolicy {
+        HostPolicy {
+            kind: smplab_record::config::PolicyKind::RoundRobin,
+            time_slice_ns: slice,
+            safe_point_grace_ns: None,
+        }
+    }
+
     fn linux() -> HostPolicy {
         HostPolicy {
             kind: PolicyKind::Linux,
@@ -309,14 +319,14 @@ mod tests {
             (linux(), true, false, "slice linux, pinned, irq 0", true),
             (linux(), false, false, "slice linux, floating, irq 0", false),
             (
-                HostPolicy::fair().with_slice(4_000_000),
+                rr(Some(4_000_000)),
                 true,
                 false,
                 "slice 4000 us, pinned, irq 0",
                 false,
             ),
             (
-                HostPolicy::fair(),
+                rr(None),
                 false,
                 true,
                 "tuner from 4000 us, floating, irq 0",
