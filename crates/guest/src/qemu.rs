@@ -233,10 +233,10 @@ fn run_to_exit(cmd: &mut Command, timeout: Duration) -> Result<QemuExit, GuestEr
 /// The guest's exit status from QEMU's: isa-debug-exit makes QEMU exit with
 /// `(value << 1) | 1`; any other status is QEMU failing.
 // Casts: a Unix exit status is 0..=255, so it is non-negative.
-#[allow(clippy::cast_sign_loss)]
 fn guest_exit_code(run: &QemuExit) -> Result<u32, GuestError> {
-    match run.status.code() {
-        Some(c) if c & 1 == 1 => Ok((c as u32) >> 1),
+    // An odd status is isa-debug-exit's `(code << 1) | 1`: non-negative.
+    match run.status.code().and_then(|c| u32::try_from(c).ok()) {
+        Some(c) if c & 1 == 1 => Ok(c >> 1),
         _ => Err(GuestError::QemuFailed {
             status: run.status.to_string(),
             stderr: run.stderr.clone(),
