@@ -26,8 +26,10 @@
 //! Each log ratio is scaled by its measurement's [`certainty`]: a median
 //! whose 95% interval is wide counts less (docs/sim.md, "Calibration").
 
+use smplab_experiment::execute::sim::scenario_on;
+use smplab_record::config::SimSettings;
 use smplab_sim::platform::KernelCosts;
-use smplab_sim::{Idle, Platform, Scenario, SimError, VmSpec};
+use smplab_sim::{Platform, SimError};
 use smplab_stats::MedianCi;
 use smplab_workload::Program;
 
@@ -152,12 +154,12 @@ pub struct Simulated {
 
 /// Simulated VM and bare-metal wall times and the VM's idle fraction.
 pub fn simulate_with_idle(p: &Platform, c: &SimCase) -> Result<Simulated, SimError> {
-    let idle = Idle::from_setting(c.idle, p.defaults.halt_poll_ns)?;
-    let mut vm = VmSpec::new(c.program.clone(), c.info.clone(), c.vcpus);
-    vm.idle = idle;
-    vm.ple = p.defaults.ple;
-    let sc = Scenario::new(p.clone(), c.pcpus.min(c.vcpus).max(1), vec![vm]);
-    sc.check()?;
+    // The same mapping from settings to a scenario as every simulated run
+    // (`smplab_experiment::execute::sim`), on the candidate platform.
+    let mut settings = SimSettings::new(c.vcpus, p.name.clone());
+    settings.pcpus = Some(c.pcpus.min(c.vcpus).max(1));
+    settings.idle = c.idle;
+    let sc = scenario_on(&c.program, &c.info, &settings, p.clone())?;
     let r = smplab_sim::simulate(&sc)?;
     let rec = r
         .first()

@@ -45,7 +45,18 @@ pub fn scenario(
     info: &WorkloadInfo,
     s: &SimSettings,
 ) -> Result<Scenario, SimError> {
-    let platform = Platform::resolve(&s.platform)?;
+    scenario_on(program, info, s, Platform::resolve(&s.platform)?)
+}
+
+/// The scenario a simulator configuration describes on `platform` instead
+/// of the one it names: calibration tries candidate platforms that have no
+/// name yet, through the same mapping as every other simulated run.
+pub fn scenario_on(
+    program: &Program,
+    info: &WorkloadInfo,
+    s: &SimSettings,
+    platform: Platform,
+) -> Result<Scenario, SimError> {
     // The host's halt-poll window: the setting's, else the platform's, as
     // `SimSettings::host_halt_poll_ns` documents (a calibrated profile
     // carries this host's `kvm.halt_poll_ns`, which its fit assumed).
