@@ -30,8 +30,6 @@ pub mod heldout;
 pub mod micro;
 pub mod probes;
 
-pub use probes::ProbeError;
-
 /// Why a calibration could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrateError {
