@@ -167,11 +167,7 @@ pub fn batch_size(point_s: f64, target_s: f64) -> usize {
 /// CPUs one point occupies on a node: the simulator is single-threaded; a VM
 /// point runs `vcpus` threads per VM; a native point its workload threads.
 fn cpus_of(p: &Point) -> u32 {
-    match p.executor() {
-        Executor::Sim => 1,
-        Executor::Native => p.threads.max(1),
-        Executor::Vm | Executor::Qemu => p.vcpus().unwrap_or(1).max(1) * p.vms().max(1),
-    }
+    p.config.settings().host_cpus_used(p.threads)
 }
 
 /// One job array to submit: the spec indices of each task and the CPUs a task asks for.

@@ -42,6 +42,25 @@ pub enum Executor {
 }
 
 impl Executor {
+    /// Every executor, in the order reports list them.
+    pub const ALL: [Executor; 4] = [
+        Executor::Vm,
+        Executor::Qemu,
+        Executor::Sim,
+        Executor::Native,
+    ];
+
+    /// What a reader calls the executor (reports, charts).
+    pub fn reader_name(self) -> &'static str {
+        match self {
+            Executor::Native => "native",
+            Executor::Vm => "smplab-vmm",
+            Executor::Qemu => "QEMU",
+            Executor::Sim => "simulator",
+        }
+    }
+
+    /// The executor's name on the command line and in records.
     pub fn as_str(self) -> &'static str {
         match self {
             Executor::Native => "native",
@@ -60,13 +79,11 @@ pub struct UnknownExecutor(pub String);
 impl std::str::FromStr for Executor {
     type Err = UnknownExecutor;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "native" => Ok(Executor::Native),
-            "vm" => Ok(Executor::Vm),
-            "qemu" => Ok(Executor::Qemu),
-            "sim" => Ok(Executor::Sim),
-            _ => Err(UnknownExecutor(s.to_string())),
-        }
+        let name = s.trim();
+        Executor::ALL
+            .into_iter()
+            .find(|e| e.as_str() == name)
+            .ok_or_else(|| UnknownExecutor(s.to_string()))
     }
 }
 

@@ -490,7 +490,7 @@ fn every_plot_draws_in_palette_colours_and_executors_keep_theirs() {
     let legends = legend_entries(&html);
     let mut named = 0;
     for (c, text) in &legends {
-        for e in super::data::EXECUTORS {
+        for &e in super::data::EXECUTORS {
             let name = super::data::executor_name(e);
             if text.split([' ', ',', '(']).any(|w| w == name) {
                 assert_eq!(c, crate::data::colour(e).hex(), "legend {text:?}");

@@ -102,6 +102,23 @@ pub fn scenario(
     Ok(scenario)
 }
 
+/// The simulator runs everywhere.
+pub(super) fn availability(_limits: &super::RunLimits) -> Result<(), (String, i32)> {
+    Ok(())
+}
+
+impl super::Execute for SimSettings {
+    fn run(
+        &self,
+        program: &Program,
+        info: &WorkloadInfo,
+        limits: &super::RunLimits,
+        _host_cores: usize,
+    ) -> Result<Vec<RunRecord>, super::ExecuteError> {
+        Ok(run(program, info, self, limits.timeout)?)
+    }
+}
+
 /// Simulate a configuration, giving up after `limit` of host time.
 pub fn run(
     program: &Program,
