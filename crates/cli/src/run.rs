@@ -214,10 +214,8 @@ impl RunArgs {
         c.set("irq-affinity", self.irq_affinity.clone(), |c| {
             c.settings_mut().irq_affinity_mut()
         });
-        c.set("io-thread-cpus", self.io_thread_cpus.clone(), |c| match c {
-            // QEMU runs its own I/O threads.
-            RunConfig::Qemu(_) => None,
-            _ => Some(c.settings_mut().io_thread_cpus_mut()),
+        c.set("io-thread-cpus", self.io_thread_cpus.clone(), |c| {
+            c.settings_mut().io_thread_cpus_mut()
         });
         c.set("platform", self.platform.clone(), |c| {
             sim(c).map(|s| &mut s.platform)

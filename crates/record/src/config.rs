@@ -462,7 +462,9 @@ impl RunConfig {
 
     /// Set the CPUs of the thread completing device requests.
     pub fn set_io_thread_cpus(&mut self, cpus: IoThreadCpus) {
-        *self.settings_mut().io_thread_cpus_mut() = cpus;
+        if let Some(v) = self.settings_mut().io_thread_cpus_mut() {
+            *v = cpus;
+        }
     }
 
     /// Where the interrupt controllers are emulated (smplab-vmm only).

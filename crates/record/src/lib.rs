@@ -60,6 +60,20 @@ impl Executor {
         }
     }
 
+    /// Whether the executor runs a real VM on this host (as opposed to
+    /// native threads or the simulator's model of one).
+    pub fn is_real_vm(self) -> bool {
+        match self {
+            Executor::Vm | Executor::Qemu => true,
+            Executor::Native | Executor::Sim => false,
+        }
+    }
+
+    /// Every executor that runs (or models) a VM, in report order.
+    pub fn virtualized() -> impl Iterator<Item = Executor> {
+        Executor::ALL.into_iter().filter(|&e| e != Executor::Native)
+    }
+
     /// The executor's name on the command line and in records.
     pub fn as_str(self) -> &'static str {
         match self {

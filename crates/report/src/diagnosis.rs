@@ -181,7 +181,7 @@ fn attribution_charts(shown: &Shown, h: &mut String) {
 
 fn correlations(ctx: &Ctx) -> String {
     let mut corr = String::new();
-    for e in [Executor::Vm, Executor::Qemu, Executor::Sim] {
+    for e in Executor::virtualized() {
         let c = smplab_analysis::metrics::correlate_with_slowdown(ctx.results, e);
         let Some(top) = c.first() else {
             continue;

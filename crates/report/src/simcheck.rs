@@ -53,7 +53,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
     // Measured configuration label → its point (for colour and intervals).
     let by_label: BTreeMap<String, &Point> = r
         .points()
-        .filter(|p| matches!(p.executor(), Executor::Vm | Executor::Qemu))
+        .filter(|p| p.executor().is_real_vm())
         .map(|p| (p.label(), p))
         .collect();
     let metrics: BTreeSet<&str> = preds.iter().map(|p| p.metric.as_str()).collect();

@@ -66,7 +66,7 @@ impl Results<'_> {
         let mut out = Vec::new();
         for m in self
             .points()
-            .filter(|p| matches!(p.executor(), Executor::Vm | Executor::Qemu) && p.study.is_none())
+            .filter(|p| p.executor().is_real_vm() && p.study.is_none())
         {
             let Some(s) = self.sim_twin(m, platform) else {
                 continue;

@@ -98,12 +98,9 @@ fn executor_configs(
     cross(&mut out, &ax.irq_affinity, |c| {
         c.settings_mut().irq_affinity_mut()
     });
-    // QEMU runs its own I/O threads: no I/O thread axis.
-    if executor != Executor::Qemu {
-        cross(&mut out, &ax.io_thread_cpus, |c| {
-            Some(c.settings_mut().io_thread_cpus_mut())
-        });
-    }
+    cross(&mut out, &ax.io_thread_cpus, |c| {
+        c.settings_mut().io_thread_cpus_mut()
+    });
     out
 }
 

@@ -29,7 +29,8 @@ pub trait ExecutorSettings {
 
     /// CPUs of the thread that completes device requests.
     fn io_thread_cpus(&self) -> &IoThreadCpus;
-    fn io_thread_cpus_mut(&mut self) -> &mut IoThreadCpus;
+    /// `None` where smplab cannot place that thread (QEMU runs its own).
+    fn io_thread_cpus_mut(&mut self) -> Option<&mut IoThreadCpus>;
 
     /// vCPUs per VM; `None`: no VMs.
     fn vcpus(&self) -> Option<u32> {
@@ -118,8 +119,8 @@ impl ExecutorSettings for NativeSettings {
     fn io_thread_cpus(&self) -> &IoThreadCpus {
         &self.io_thread_cpus
     }
-    fn io_thread_cpus_mut(&mut self) -> &mut IoThreadCpus {
-        &mut self.io_thread_cpus
+    fn io_thread_cpus_mut(&mut self) -> Option<&mut IoThreadCpus> {
+        Some(&mut self.io_thread_cpus)
     }
     // A CPU the host lacks is found when the run starts (`check_host_cpus`,
     // status 5): a spec may run on another host.
@@ -145,8 +146,8 @@ impl ExecutorSettings for VmSettings {
     fn io_thread_cpus(&self) -> &IoThreadCpus {
         &self.guest.io_thread_cpus
     }
-    fn io_thread_cpus_mut(&mut self) -> &mut IoThreadCpus {
-        &mut self.guest.io_thread_cpus
+    fn io_thread_cpus_mut(&mut self) -> Option<&mut IoThreadCpus> {
+        Some(&mut self.guest.io_thread_cpus)
     }
     fn sync(&self) -> Option<SyncMode> {
         Some(self.sync)
@@ -194,8 +195,8 @@ impl ExecutorSettings for QemuSettings {
     fn io_thread_cpus(&self) -> &IoThreadCpus {
         &self.guest.io_thread_cpus
     }
-    fn io_thread_cpus_mut(&mut self) -> &mut IoThreadCpus {
-        &mut self.guest.io_thread_cpus
+    fn io_thread_cpus_mut(&mut self) -> Option<&mut IoThreadCpus> {
+        None
     }
     fn validate(&self, threads: Option<u32>, p: &mut Vec<ConfigError>) {
         self.guest.validate(threads, p);
@@ -222,8 +223,8 @@ impl ExecutorSettings for SimSettings {
     fn io_thread_cpus(&self) -> &IoThreadCpus {
         &self.io_thread_cpus
     }
-    fn io_thread_cpus_mut(&mut self) -> &mut IoThreadCpus {
-        &mut self.io_thread_cpus
+    fn io_thread_cpus_mut(&mut self) -> Option<&mut IoThreadCpus> {
+        Some(&mut self.io_thread_cpus)
     }
     fn vcpus(&self) -> Option<u32> {
         Some(self.vcpus)
