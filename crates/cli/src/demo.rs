@@ -347,7 +347,7 @@ impl<'a> Demo<'a> {
         let calibrated = args.out.join("calibrated.toml");
         let mut cal = Calibrated {
             calibration: None,
-            platform: "pvm-here".to_string(),
+            platform: smplab_record::config::DEFAULT_PLATFORM.to_string(),
             scale: args.scale.min(CALIBRATION_SCALE),
             wide: Vec::new(),
         };
@@ -469,7 +469,7 @@ impl<'a> Demo<'a> {
                 DIAGNOSED,
                 16,
                 scale,
-                "pvm-here",
+                smplab_record::config::DEFAULT_PLATFORM,
             )));
         }
         for plan in &plans {

@@ -8,7 +8,9 @@ use smplab_experiment::runner::real::RealRunner;
 use smplab_experiment::slurm;
 use smplab_experiment::store::Store;
 use smplab_experiment::sweep::{print_summary, run_points, run_repeated, SweepOptions};
+use smplab_record::config::{Timeout, DEFAULT_PLATFORM, DEFAULT_TIMEOUT};
 use smplab_record::exit::{self, report_error};
+use smplab_record::Executor;
 use smplab_record::{out, outln};
 use smplab_report::{write_report, ReportOptions};
 use std::path::{Path, PathBuf};
@@ -81,6 +83,16 @@ pub struct LabStatusArgs {
     pub store: Option<PathBuf>,
 }
 
+/// Where a diagnosis runs: smplab-vmm (measured) or the simulator.
+fn diagnose_executor(s: &str) -> Result<Executor, String> {
+    match s.parse::<Executor>().map_err(|e| e.to_string())? {
+        e @ (Executor::Vm | Executor::Sim) => Ok(e),
+        e => Err(format!(
+            "diagnose runs on vm (measured) or sim (modelled), not {e}"
+        )),
+    }
+}
+
 /// `smplab diagnose`: seed 000's remove-one-factor-at-a-time diagnosis.
 #[derive(Debug, Clone, Args)]
 pub struct DiagnoseArgs {
@@ -89,8 +101,8 @@ pub struct DiagnoseArgs {
     pub workload: String,
     /// Where to diagnose: `vm` (smplab-vmm, measured) or `sim` (the simulator,
     /// which can also switch PLE and APIC virtualization).
-    #[arg(long, default_value = "vm", value_parser = ["vm", "sim"])]
-    pub executor: String,
+    #[arg(long, default_value = "vm", value_parser = diagnose_executor)]
+    pub executor: Executor,
     /// vCPUs (and threads). Default: 2 for vm (this host's cores), 16 for sim.
     #[arg(long)]
     pub vcpus: Option<u32>,
@@ -105,11 +117,12 @@ pub struct DiagnoseArgs {
     #[arg(long, default_value_t = 3)]
     pub reps: u32,
     /// Simulator platform profile (built-in name or file).
-    #[arg(long, default_value = "pvm-here")]
+    #[arg(long, default_value = DEFAULT_PLATFORM)]
     pub platform: String,
-    /// Per-run timeout, seconds.
-    #[arg(long, default_value_t = 300)]
-    pub timeout: u64,
+    /// Per-run time limit: 30s, 500ms, or a number of seconds (whole seconds:
+    /// the diagnosis's points keep them in the store).
+    #[arg(long, default_value_t = DEFAULT_TIMEOUT)]
+    pub timeout: Timeout,
     /// Results store. Default: lab-results/diagnose-WORKLOAD-EXECUTOR/results.jsonl.
     #[arg(long)]
     pub store: Option<PathBuf>,
@@ -492,7 +505,6 @@ fn lab_status(a: &LabStatusArgs) -> i32 {
 
 pub fn diagnose(args: &DiagnoseArgs) -> i32 {
     use smplab_analysis::diagnose::{attribute, baseline, table, Plan};
-    use smplab_record::Executor;
     if let Err(e) = smplab_workload::Source::resolve(&args.workload) {
         report_error(&e);
         return exit::BAD_INPUT;
@@ -501,11 +513,16 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
         report_error("--scale must be positive and --reps at least 1");
         return exit::BAD_INPUT;
     }
-    let executor = if args.executor == "sim" {
-        Executor::Sim
-    } else {
-        Executor::Vm
-    };
+    let executor = args.executor;
+    // The points store whole seconds: a shorter limit is refused, not rounded.
+    let timeout_s = args.timeout.duration().as_secs();
+    if timeout_s == 0 || args.timeout.duration().subsec_nanos() != 0 {
+        report_error(format!(
+            "--timeout {}: give whole seconds (a diagnosis stores its points' limit in seconds)",
+            args.timeout
+        ));
+        return exit::BAD_INPUT;
+    }
     let runner = RealRunner::default();
     if let Err(why) = smplab_experiment::runner::Runner::availability(&runner, executor) {
         report_error(format!("cannot diagnose on {executor}: {why}"));
@@ -519,7 +536,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
         .vcpus
         .unwrap_or(if executor == Executor::Sim { 16 } else { 2 });
     let mut base = baseline(executor, &args.workload, vcpus, args.scale, &args.platform);
-    base.timeout_s = args.timeout;
+    base.timeout_s = timeout_s;
     base.config.set_vms(args.vms);
     let plan = Plan::new(base);
     let path = args.store.clone().unwrap_or_else(|| {
@@ -684,7 +701,9 @@ mod tests {
             "--executor",
             "sim",
         ]);
-        assert!(matches!(t.cmd, Cmd::Diagnose(ref d) if d.executor == "sim" && d.reps == 3));
+        assert!(
+            matches!(t.cmd, Cmd::Diagnose(ref d) if d.executor == Executor::Sim && d.reps == 3)
+        );
         assert!(Top::try_parse_from([
             "smplab",
             "diagnose",

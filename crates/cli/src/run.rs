@@ -6,7 +6,7 @@ use clap::Args;
 use smplab_experiment::execute::{execute, RunLimits};
 use smplab_record::config::{
     HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip, Placement, Ple, RunConfig,
-    SimSettings, SyncMode, VmSettings, DEFAULT_PLATFORM,
+    SimSettings, SyncMode, Timeout, VmSettings, DEFAULT_PLATFORM, DEFAULT_TIMEOUT,
 };
 use smplab_record::{exit, Executor, RunRecord, WorkloadInfo};
 use smplab_workload::{Program, Source};
@@ -95,9 +95,10 @@ pub struct RunArgs {
     /// Random seed (sim). Default 1.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Give up on the run after this many seconds.
-    #[arg(long, default_value_t = 300)]
-    pub timeout: u64,
+    /// Give up on the run after this long: 30s, 500ms, or a number of
+    /// seconds (0 is refused).
+    #[arg(long, default_value_t = DEFAULT_TIMEOUT)]
+    pub timeout: Timeout,
     /// Show the guest console (vm, qemu).
     #[arg(long)]
     pub console: bool,
@@ -292,7 +293,7 @@ pub fn run(args: &RunArgs) -> i32 {
         Err(status) => return status,
     };
     let limits = RunLimits {
-        timeout: std::time::Duration::from_secs(args.timeout.max(1)),
+        timeout: args.timeout.duration(),
         show_console: args.console,
         qemu_binary: None,
     };

@@ -29,7 +29,7 @@ pub struct RunLimits {
 impl Default for RunLimits {
     fn default() -> Self {
         RunLimits {
-            timeout: Duration::from_secs(300),
+            timeout: smplab_record::config::DEFAULT_TIMEOUT.duration(),
             show_console: false,
             qemu_binary: None,
         }

@@ -595,7 +595,7 @@ impl GuestSettings {
         if self.irq_affinity == IrqAffinity::Running {
             p.push(ConfigError::new(
                 "irq_affinity",
-                "running (vBalance) needs the hypervisor to tell the guest which vCPUs run; only --executor sim models it",
+                "running (vBalance) needs the hypervisor to tell the guest which vCPUs run: only --executor sim models it, or a host run under a user-level policy",
             ));
         }
     }

@@ -217,7 +217,7 @@ pub fn record_fit(cal: &mut Calibration, f: &fit::Fit, n_obs: usize) {
         });
     }
     for r in &f.residuals {
-        let (measured, fitted) = if r.executor == "vm idle" {
+        let (measured, fitted) = if r.kind.is_fraction() {
             (
                 format!("{:.3}", r.measured_ns),
                 format!("{:.3}", r.fitted_ns),
@@ -229,7 +229,7 @@ pub fn record_fit(cal: &mut Calibration, f: &fit::Fit, n_obs: usize) {
             )
         };
         cal.info.push((
-            format!("residual {} {}", r.name, r.executor),
+            format!("residual {} {}", r.name, r.kind),
             format!(
                 "measured {measured}, fitted {fitted} ({:+.1}%), weight {:.2} (certainty {:.2})",
                 r.rel() * 100.0,
@@ -242,8 +242,9 @@ pub fn record_fit(cal: &mut Calibration, f: &fit::Fit, n_obs: usize) {
 
 /// The profile a calibration writes, as the simulator reads it.
 pub fn profile(cal: &Calibration) -> Result<Platform, CalibrateError> {
-    let base = smplab_experiment::execute::sim::base_profile_text("pvm-here")
-        .ok_or(CalibrateError::NoSimulator)?;
+    let base =
+        smplab_experiment::execute::sim::base_profile_text(smplab_record::config::DEFAULT_PLATFORM)
+            .ok_or(CalibrateError::NoSimulator)?;
     let text = apply_to_profile(&base, "calibrated", cal)?;
     Platform::from_text("calibrated", &text).map_err(CalibrateError::InvalidProfile)
 }
@@ -318,7 +319,8 @@ pub fn measure(
     if obs.is_empty() {
         return Err(CalibrateError::NothingToFit);
     }
-    let mut base = Platform::builtin("pvm-here").map_err(|_| CalibrateError::NoSimulator)?;
+    let mut base = Platform::builtin(smplab_record::config::DEFAULT_PLATFORM)
+        .map_err(|_| CalibrateError::NoSimulator)?;
     if let Some(w) = host.halt_poll_ns {
         base.defaults.halt_poll_ns = w;
     }
@@ -667,8 +669,9 @@ pub fn as_map(cal: &Calibration) -> BTreeMap<String, f64> {
 
 /// Write the calibrated profile (pvm-here with measured fields replaced).
 pub fn write_profile(cal: &Calibration, out: &std::path::Path) -> Result<(), CalibrateError> {
-    let base = smplab_experiment::execute::sim::base_profile_text("pvm-here")
-        .ok_or(CalibrateError::NoSimulator)?;
+    let base =
+        smplab_experiment::execute::sim::base_profile_text(smplab_record::config::DEFAULT_PLATFORM)
+            .ok_or(CalibrateError::NoSimulator)?;
     let text = apply_to_profile(&base, "calibrated", cal)?;
     smplab_experiment::execute::sim::check_profile_text(&out.display().to_string(), &text)
         .map_err(CalibrateError::InvalidProfile)?;

@@ -160,7 +160,11 @@ impl ExecutorSettings for VmSettings {
     }
     fn validate(&self, threads: Option<u32>, p: &mut Vec<ConfigError>) {
         self.guest.validate(threads, p);
-        self.guest.refuse_running_affinity(p);
+        // A user-level host scheduler knows which vCPU runs and keeps the
+        // guest's routing pointed at one (smplab_vmm::host::actuate).
+        if !self.host_policy.is_some_and(|h| h.is_user_level()) {
+            self.guest.refuse_running_affinity(p);
+        }
         self.validate_vmm(p);
     }
     fn label_own(&self, parts: &mut Vec<String>) {
