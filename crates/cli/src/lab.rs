@@ -63,14 +63,14 @@ pub struct LabRunArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct LabReportArgs {
-    /// Results stores to report on (results.jsonl files, or directories holding
-    /// one); several are merged into one report (a point in more than one
-    /// counts once: the last store given wins).
-    #[arg(required = true)]
+    /// Results store to report on (a results.jsonl file, or a directory
+    /// holding one); give --store again to merge several into one report (a
+    /// point in more than one counts once: the last store given wins).
+    #[arg(long, required = true)]
     pub store: Vec<PathBuf>,
     /// Output directory. Default: `report/` next to the first store.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
     /// Page title.
     #[arg(long)]
     pub title: Option<String>,
@@ -135,13 +135,13 @@ pub struct DiagnoseArgs {
 #[derive(Debug, Clone, Args)]
 pub struct CalibrateArgs {
     /// Where to write the profile.
-    #[arg(long, default_value = "lab-results/calibrated.toml")]
-    pub out: PathBuf,
+    #[arg(long, short, default_value = "lab-results/calibrated.toml")]
+    pub output: PathBuf,
     /// Most repetitions of a micro-run or held-out configuration: each runs
     /// at least 6 times (or this many if fewer) and is repeated until the
     /// 95% interval of its median wall time is within ±5% of the median, or
     /// this many runs.
-    #[arg(long, default_value_t = crate::demo::DEFAULT_MAX_REPS)]
+    #[arg(long = "max-reps", default_value_t = crate::demo::DEFAULT_MAX_REPS)]
     pub reps: u32,
     /// Workload scale of the micro-runs (the held-out runs use half of it).
     #[arg(long, default_value_t = 1.0)]
@@ -162,12 +162,12 @@ pub struct CalibrateArgs {
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
     /// Output directory (store, report, calibrated profile).
-    #[arg(long, default_value = "smplab-demo")]
-    pub out: PathBuf,
+    #[arg(long, short, default_value = "smplab-demo")]
+    pub output: PathBuf,
     /// Most repetitions of a configuration: each runs at least 6 times (or
     /// this many if fewer) and is repeated until the 95% interval of its
     /// median wall time is within ±5% of the median, or this many runs.
-    #[arg(long, default_value_t = crate::demo::DEFAULT_MAX_REPS)]
+    #[arg(long = "max-reps", default_value_t = crate::demo::DEFAULT_MAX_REPS)]
     pub reps: u32,
     /// Workload scale.
     #[arg(long, default_value_t = crate::demo::DEFAULT_SCALE)]
@@ -426,7 +426,7 @@ fn lab_report(a: &LabReportArgs) -> i32 {
     }
     let path = paths[0].clone();
     let store = Store::from_entries_at(entries, &path);
-    let dir = a.out.clone().unwrap_or_else(|| report_dir(&path));
+    let dir = a.output.clone().unwrap_or_else(|| report_dir(&path));
     let title = a.title.clone().unwrap_or_else(|| {
         format!(
             "smplab lab report: {}",
@@ -642,9 +642,9 @@ pub fn calibrate(args: &CalibrateArgs) -> i32 {
     }
     outln!("calibrate took {:.1} s", started.elapsed().as_secs_f64());
     let cal = rep.cal;
-    match write_profile(&cal, &args.out) {
+    match write_profile(&cal, &args.output) {
         Ok(()) => {
-            outln!("profile: {}", args.out.display());
+            outln!("profile: {}", args.output.display());
             if cal.unmeasured.is_empty() {
                 exit::OK
             } else {
@@ -661,7 +661,7 @@ pub fn calibrate(args: &CalibrateArgs) -> i32 {
 /// `smplab demo`.
 pub fn demo(args: &DemoArgs) -> i32 {
     crate::demo::run(&crate::demo::DemoOptions {
-        out: args.out.clone(),
+        out: args.output.clone(),
         reps: args.reps,
         scale: args.scale,
         fresh: args.fresh,
@@ -713,7 +713,7 @@ mod tests {
             "qemu"
         ])
         .is_err());
-        let t = Top::parse_from(["smplab", "demo", "--reps", "1"]);
+        let t = Top::parse_from(["smplab", "demo", "--max-reps", "1"]);
         assert!(matches!(t.cmd, Cmd::Demo(ref d) if d.reps == 1));
         let _ = Top::parse_from(["smplab", "calibrate"]);
     }
@@ -732,7 +732,7 @@ mod tests {
         let code = lab(&LabArgs {
             command: LabCommand::Report(LabReportArgs {
                 store: vec![dir.join("a"), dir.join("b").join("results.jsonl")],
-                out: Some(dir.join("out")),
+                output: Some(dir.join("out")),
                 title: None,
             }),
         });
@@ -742,7 +742,7 @@ mod tests {
         let code = lab(&LabArgs {
             command: LabCommand::Report(LabReportArgs {
                 store: vec![dir.join("missing")],
-                out: None,
+                output: None,
                 title: None,
             }),
         });

@@ -245,21 +245,19 @@ impl RunArgs {
 }
 
 /// Print (and optionally save) records; returns the exit status for them.
+/// JSON is JSON lines, one record per line (one object for one record), in
+/// print and file alike.
 pub fn emit(records: &[RunRecord], json: bool, output: &Option<PathBuf>) -> i32 {
-    let text = if let [one] = records {
-        one.to_json_pretty()
-    } else {
-        serde_json::to_string_pretty(records).unwrap_or_default()
-    };
+    let text: String = records.iter().map(|r| r.to_json_line() + "\n").collect();
     if json {
-        println!("{text}");
+        smplab_record::out!("{text}");
     } else {
         for r in records {
             print!("{}", r.summary());
         }
     }
     if let Some(path) = output {
-        if let Err(e) = std::fs::write(path, text + "\n") {
+        if let Err(e) = std::fs::write(path, text) {
             smplab_record::exit::report_error(format!("cannot write {}: {e}", path.display()));
             return exit::RUN_FAILED;
         }

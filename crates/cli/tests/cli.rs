@@ -123,6 +123,8 @@ fn run_native_json_is_a_record_with_the_expected_counts() {
         "--json",
     ]);
     assert_eq!(status(&o), exit::OK, "{}", stderr(&o));
+    // JSON lines: one record, one line.
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1);
     let record = RunRecord::from_json(&String::from_utf8_lossy(&o.stdout)).expect("record");
     let program = smplab_workload::Source::resolve("dedup")
         .unwrap()
@@ -137,11 +139,14 @@ fn run_native_json_is_a_record_with_the_expected_counts() {
 fn workloads_list_and_show() {
     let o = smplab(&["workloads", "--json"]);
     assert_eq!(status(&o), exit::OK);
-    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(
-        list.as_array().unwrap().len(),
-        smplab_workload::builtin::names().count()
-    );
+    // JSON lines: one object per workload.
+    let text = String::from_utf8_lossy(&o.stdout);
+    let list: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(list.len(), smplab_workload::builtin::names().count());
+    assert!(list.iter().all(|w| w["name"].is_string()));
     let o = smplab(&["workloads", "show", "streamcluster"]);
     assert_eq!(status(&o), exit::OK);
     let text = String::from_utf8_lossy(&o.stdout);

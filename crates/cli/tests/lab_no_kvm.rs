@@ -37,7 +37,7 @@ fn diagnose_and_calibrate_on_the_vm_exit_with_kvm_unavailable() {
     });
     assert_eq!(code, exit::KVM_UNAVAILABLE);
     let code = smplab_cli::lab::calibrate(&CalibrateArgs {
-        out: dir.join("c.toml"),
+        output: dir.join("c.toml"),
         reps: 1,
         scale: 0.02,
         store: dir.join("c.jsonl"),
@@ -71,7 +71,7 @@ fn demo_without_kvm_runs_native_and_simulator() {
     let dir = no_kvm();
     let out = dir.join("demo");
     let code = smplab_cli::lab::demo(&DemoArgs {
-        out: out.clone(),
+        output: out.clone(),
         reps: 1,
         scale: 0.02,
         fresh: true,
