@@ -120,12 +120,27 @@ pub fn load_program(
         smplab_record::exit::report_error(&e);
         exit::BAD_INPUT
     })?;
+    if let Err(why) = threads_taken(&source, workload, threads) {
+        smplab_record::exit::report_error(why);
+        return Err(exit::BAD_INPUT);
+    }
     let program = source.instantiate(threads, scale).map_err(|e| {
         smplab_record::exit::report_error(&e);
         exit::BAD_INPUT
     })?;
     let info = source.workload_info(&program);
     Ok((program, info))
+}
+
+/// `Err` when `--threads` is given for a workload whose threads do not
+/// depend on `n`: the flag would change nothing, so it is refused.
+pub fn threads_taken(source: &Source, workload: &str, threads: Option<u32>) -> Result<(), String> {
+    match threads {
+        Some(n) if n != source.default_threads() && !source.uses_n() => Err(format!(
+            "--threads {n}: {workload}'s thread counts do not depend on n (a traced model keeps the traced program's threads), so it would change nothing; drop --threads or edit the file's [[group]] threads"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A flag given to an executor that has no such setting.

@@ -223,3 +223,24 @@ fn io_workloads_run_natively_and_in_the_sim_with_affinity_flags() {
         assert_eq!(stderr(&o).lines().count(), 1, "{args:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn threads_that_change_nothing_are_refused_not_ignored() {
+    // Thread counts fixed as a traced model writes them: `n` is unused.
+    let fixed = temp_file(
+        "fixed.toml",
+        "name = \"fixed\"\ndescription = \"x\"\n[[groups]]\nname = \"main\"\nthreads = 2\nops = [ { compute = 1000 } ]\n",
+    );
+    let f = fixed.to_str().unwrap();
+    assert_eq!(status(&smplab(&["check", f])), exit::OK);
+    let o = smplab(&["check", f, "--threads", "8"]);
+    assert_eq!(status(&o), exit::BAD_INPUT, "{}", stderr(&o));
+    assert!(stderr(&o).contains("would change nothing"), "{}", stderr(&o));
+    let o = smplab(&["run", "--workload", f, "--threads", "8"]);
+    assert_eq!(status(&o), exit::BAD_INPUT, "{}", stderr(&o));
+    // Every built-in profile takes `n`.
+    for name in smplab_workload::builtin::names() {
+        let o = smplab(&["check", name, "--threads", "3"]);
+        assert_eq!(status(&o), exit::OK, "{name}: {}", stderr(&o));
+    }
+}
