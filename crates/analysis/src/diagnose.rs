@@ -31,7 +31,7 @@ use smplab_experiment::point::{Point, Variant};
 use smplab_record::config::{IdlePolicy, Placement, Ple, RunConfig, SyncMode};
 use smplab_record::Executor;
 
-/// One factor of seed 000 and how to remove it from a point.
+/// One factor of Ding & Shan and how to remove it from a point.
 #[derive(Debug, Clone, Copy)]
 pub struct Factor {
     /// Short name used in tables and the chart legend.
@@ -68,7 +68,7 @@ pub fn factor_rank(name: &str) -> usize {
     }
 }
 
-/// The factors in the order seed 000 examines them.
+/// The factors in the order Ding & Shan examines them.
 pub const FACTORS: &[Factor] = &[
     Factor {
         name: "HLT idle",
@@ -116,7 +116,7 @@ pub const FACTORS: &[Factor] = &[
     },
 ];
 
-/// The baseline configuration of a diagnosis: seed 000's default settings
+/// The baseline configuration of a diagnosis: Ding & Shan's default settings
 /// (HLT idle, floating vCPUs, global device lock, the platform's PLE, no
 /// APICv).
 pub fn baseline(

@@ -93,7 +93,7 @@ fn diagnose_executor(s: &str) -> Result<Executor, String> {
     }
 }
 
-/// `smplab diagnose`: seed 000's remove-one-factor-at-a-time diagnosis.
+/// `smplab diagnose`: Ding & Shan's remove-one-factor-at-a-time diagnosis.
 #[derive(Debug, Clone, Args)]
 pub struct DiagnoseArgs {
     /// Built-in profile name or workload file.
@@ -106,7 +106,7 @@ pub struct DiagnoseArgs {
     /// vCPUs (and threads). Default: 2 for vm (this host's cores), 16 for sim.
     #[arg(long)]
     pub vcpus: Option<u32>,
-    /// VMs running the workload at once (seed 000 §IV-D diagnoses the
+    /// VMs running the workload at once (Ding & Shan §IV-D diagnoses the
     /// overcommitted case, where user-space spinning hurts most).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub vms: u32,
@@ -287,7 +287,7 @@ fn report_dir(store: &Path) -> PathBuf {
         .join("report")
 }
 
-/// `smplab tune`: seed 001's adaptive tuner and matrix (`tune_cli.rs`).
+/// `smplab tune`: Kulkarni & Kulkarni's adaptive tuner and matrix (`tune_cli.rs`).
 pub use crate::tune::{tune, TuneArgs};
 
 pub fn lab(args: &LabArgs) -> i32 {

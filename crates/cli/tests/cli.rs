@@ -235,7 +235,11 @@ fn threads_that_change_nothing_are_refused_not_ignored() {
     assert_eq!(status(&smplab(&["check", f])), exit::OK);
     let o = smplab(&["check", f, "--threads", "8"]);
     assert_eq!(status(&o), exit::BAD_INPUT, "{}", stderr(&o));
-    assert!(stderr(&o).contains("would change nothing"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("would change nothing"),
+        "{}",
+        stderr(&o)
+    );
     let o = smplab(&["run", "--workload", f, "--threads", "8"]);
     assert_eq!(status(&o), exit::BAD_INPUT, "{}", stderr(&o));
     // Every built-in profile takes `n`.

@@ -211,12 +211,12 @@ pub struct SimSettings {
     pub placement: Placement,
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub vms: u32,
-    /// Device-model synchronization (seed 004), modelled for device exits.
+    /// Device-model synchronization (the Seoul thesis), modelled for device exits.
     #[serde(default)]
     pub sync: SyncMode,
     /// Platform profile: a built-in name or a profile file's path.
     pub platform: String,
-    /// Host pCPUs; `None`: as many as one VM has vCPUs (seed 000's set-up, so
+    /// Host pCPUs; `None`: as many as one VM has vCPUs (Ding & Shan's set-up, so
     /// several VMs overcommit the host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcpus: Option<u32>,
@@ -226,7 +226,7 @@ pub struct SimSettings {
     /// APIC virtualization.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub apicv: bool,
-    /// The Spin Detection Buffer with spin-triggered preemption (seed 002).
+    /// The Spin Detection Buffer with spin-triggered preemption (Wells et al. (spin management)).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sdb: bool,
     /// The host's halt-polling window (KVM `halt_poll_ns`); `None`: the

@@ -1,4 +1,4 @@
-//! Speedup versus vCPUs beside seed 004's eq. 5.1 projection and the native
+//! Speedup versus vCPUs beside the Seoul thesis's eq. 5.1 projection and the native
 //! Amdahl bound, one chart per family of configurations.
 
 use super::data::{colour, executor_name, is_default_setup};

@@ -1,4 +1,4 @@
-//! The simulator beside the measurements (seed 003): each measured
+//! The simulator beside the measurements (Ye et al.): each measured
 //! configuration with a simulated twin, per metric, on a predicted-versus-
 //! measured scatter, with the error table.
 

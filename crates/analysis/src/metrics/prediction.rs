@@ -1,4 +1,4 @@
-//! Simulator predictions beside measurements (seed 003): the simulator twin
+//! Simulator predictions beside measurements (Ye et al.): the simulator twin
 //! of a measured configuration, the metrics both have, and the prediction
 //! errors per metric.
 

@@ -82,7 +82,7 @@ fn guest_options(
     }
 }
 
-/// One guest, or K at once on their own threads (seed 000's consolidation
+/// One guest, or K at once on their own threads (Ding & Shan's consolidation
 /// runs).
 ///
 /// smplab-vmm VMs share one [`smplab_guest::StartGate`]: each guest boots,

@@ -1,7 +1,7 @@
 //! Glue from a simulator run configuration to `smplab_sim::simulate`.
 //!
 //! Mapping (docs/lab.md): the host has `pcpus` pCPUs, by default as many as
-//! one VM has vCPUs (seed 000's set-up: a VM as big as the machine), so
+//! one VM has vCPUs (Ding & Shan's set-up: a VM as big as the machine), so
 //! `vms > 1` overcommits it; placement `pinned` is `Affinity::Pin`, a CPU range
 //! confines the vCPUs to it; PLE defaults to the platform's. The device sync
 //! mode is modelled for device exits; the built-in workloads make none inside

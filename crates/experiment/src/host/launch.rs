@@ -196,7 +196,7 @@ fn run_one(
         vcpus: v.vcpus,
         sync: v.sync,
         idle: v.idle,
-        // Under `linux` vCPU i runs on cpus[i % n] (seed 000's pinning), or
+        // Under `linux` vCPU i runs on cpus[i % n] (Ding & Shan's pinning), or
         // anywhere with `pin = false`; a user-level policy re-pins each
         // thread to the CPU it is granted.
         pin: (spec.pin || spec.policy.is_user_level()).then(|| spec.cpus.clone()),
@@ -230,7 +230,7 @@ fn run_one(
     }
 }
 
-/// Σ over VMs of alone ÷ shared wall time (seed 000's weighted speedup).
+/// Σ over VMs of alone ÷ shared wall time (Ding & Shan's weighted speedup).
 pub fn weighted_speedup(alone_s: &[f64], shared_s: &[f64]) -> Option<f64> {
     if alone_s.len() != shared_s.len() || shared_s.iter().any(|&s| s.is_nan() || s <= 0.0) {
         return None;

@@ -61,7 +61,7 @@ struct RawVm {
     /// Extra guest command-line words (docs/guest-abi.md), e.g. `selftest=hang`.
     #[serde(default)]
     cmdline: Option<String>,
-    /// The guest IOAPIC's routing of device interrupts (seed 001).
+    /// The guest IOAPIC's routing of device interrupts (Kulkarni & Kulkarni).
     #[serde(default)]
     irq_affinity: Option<Spanned<String>>,
 }
@@ -85,7 +85,7 @@ pub struct HostVm {
 impl HostVm {
     /// A VM of 2 vCPUs running a built-in profile (or workload file) with
     /// `threads` threads at `scale`, the other settings at their defaults:
-    /// the VMs the host bench and the seed 001 host matrix compare.
+    /// the VMs the host bench and the Kulkarni & Kulkarni host matrix compare.
     pub fn two_vcpus(
         workload: &str,
         threads: u32,
