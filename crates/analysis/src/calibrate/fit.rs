@@ -100,9 +100,10 @@ pub fn get(p: &Platform, field: &str) -> Option<f64> {
 
 /// Set a fitted field (nanosecond fields round to whole ns). False for a
 /// field this module does not know.
-// Casts: values are clamped to the parameter bounds (finite, positive) first.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn set(p: &mut Platform, field: &str, v: f64) -> bool {
+    // Casts: values are clamped to the parameter bounds (finite, positive)
+    // first; `as` saturates.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let ns = v.round().max(1.0) as u64;
     match field {
         "cpu.compute_ns_per_iter" => p.cpu.compute_ns_per_iter = v,

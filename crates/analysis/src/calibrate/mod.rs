@@ -185,10 +185,8 @@ pub fn today() -> String {
 
 /// `YYYY-MM-DD` of a day count since 1970-01-01 (the proleptic Gregorian
 /// calendar, H. Hinnant's days-from-civil inverse).
-// Casts: day counts of real dates are far inside i64 and the results small.
-#[allow(clippy::cast_possible_wrap, clippy::cast_sign_loss)]
 pub fn civil_date(days: u64) -> String {
-    let z = days as i64 + 719_468;
+    let z = i64::try_from(days).unwrap_or(i64::MAX - 719_468) + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
     let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
@@ -511,8 +509,6 @@ pub fn slope(samples: &[(u64, u64)]) -> Option<f64> {
 }
 
 /// Set measured fields in a platform profile's TOML text and rename it.
-// Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
-#[allow(clippy::cast_possible_truncation)]
 pub fn apply_to_profile(
     base: &str,
     name: &str,
@@ -530,6 +526,9 @@ pub fn apply_to_profile(
         let old = sec.get(key).cloned();
         let v = match old {
             Some(toml::Value::Float(_)) => toml::Value::Float(e.value),
+            // Casts: estimates are finite, non-negative ns; f64 `as` i64
+            // saturates (NaN to 0).
+            #[allow(clippy::cast_possible_truncation)]
             _ => toml::Value::Integer(e.value.round().max(0.0) as i64),
         };
         sec.insert(key.to_string(), v);
