@@ -209,6 +209,25 @@ fn io_workloads_run_natively_and_in_the_sim_with_affinity_flags() {
     assert_eq!(run["irq_affinity"], "balanced");
     assert_eq!(run["io_thread_cpus"], "1");
 
+    // A workload without `io` ops keeps the interrupt routing it was given
+    // in its record: a setting never vanishes.
+    let o = smplab(&[
+        "run",
+        "--executor",
+        "sim",
+        "--workload",
+        "dedup",
+        "--scale",
+        "0.01",
+        "--irq-affinity",
+        "running",
+        "--json",
+    ]);
+    assert_eq!(status(&o), exit::OK, "{}", stderr(&o));
+    let rec = RunRecord::from_json(&String::from_utf8_lossy(&o.stdout)).expect("a record");
+    let run = serde_json::to_value(rec.run.expect("run config")).unwrap();
+    assert_eq!(run["irq_affinity"], "running");
+
     // A guest setting on the native executor, a vCPU the VM lacks, and an
     // affinity only the simulator models: each is bad input, never ignored.
     for args in [

@@ -198,7 +198,8 @@ fn show_cmd(s: &ShowArgs) -> i32 {
             "threads": analysis.threads,
             "unmatched_waits": analysis.unmatched_waits,
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        // One JSON object on one line (JSON lines, as every --json).
+        println!("{v}");
     } else {
         print!("{}", show::summary(&trace, &analysis));
     }

@@ -5,7 +5,7 @@
 use super::{Execute, ExecuteError, RunLimits};
 use crate::availability::{kvm_unavailable, on_path};
 use smplab_record::config::{GuestSettings, QemuSettings, VmSettings};
-use smplab_record::{exit, Executor, RunRecord, WorkloadInfo};
+use smplab_record::{exit, RunRecord, WorkloadInfo};
 use smplab_workload::Program;
 use std::time::Duration;
 
@@ -30,6 +30,15 @@ pub(super) fn qemu_availability(limits: &RunLimits) -> Result<(), (String, i32)>
     }
 }
 
+/// Which VMM boots the smplab guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Vmm {
+    /// smplab-vmm (`vm`).
+    Smplab,
+    /// QEMU with KVM (`qemu`).
+    Qemu,
+}
+
 impl Execute for VmSettings {
     fn run(
         &self,
@@ -45,7 +54,7 @@ impl Execute for VmSettings {
         opts.sync = self.sync;
         opts.irqchip = self.irqchip;
         opts.vmm_halt_poll = Duration::from_nanos(self.vmm_halt_poll_ns);
-        run_guests(program, info, &self.guest, &opts, Executor::Vm)
+        run_guests(program, info, &self.guest, &opts, Vmm::Smplab)
     }
 }
 
@@ -58,7 +67,7 @@ impl Execute for QemuSettings {
         host_cores: usize,
     ) -> Result<Vec<RunRecord>, ExecuteError> {
         let opts = guest_options(&self.guest, limits, host_cores);
-        run_guests(program, info, &self.guest, &opts, Executor::Qemu)
+        run_guests(program, info, &self.guest, &opts, Vmm::Qemu)
     }
 }
 
@@ -99,14 +108,14 @@ fn run_guests(
     info: &WorkloadInfo,
     g: &GuestSettings,
     opts: &smplab_guest::VmRunOptions,
-    executor: Executor,
+    vmm: Vmm,
 ) -> Result<Vec<RunRecord>, ExecuteError> {
-    let gate = (g.vms > 1 && executor == Executor::Vm)
+    let gate = (g.vms > 1 && vmm == Vmm::Smplab)
         .then(|| smplab_guest::StartGate::new(g.vms as usize, gate_max_wait(opts.timeout)));
     let one = |vm: u32| -> Result<RunRecord, ExecuteError> {
-        let r = match executor {
-            Executor::Qemu => smplab_guest::run_qemu(program, info.clone(), opts),
-            Executor::Vm | Executor::Native | Executor::Sim => {
+        let r = match vmm {
+            Vmm::Qemu => smplab_guest::run_qemu(program, info.clone(), opts),
+            Vmm::Smplab => {
                 let mut opts = opts.clone();
                 opts.start_gate = gate.clone();
                 smplab_guest::run_vm(program, info.clone(), &opts)
