@@ -267,3 +267,13 @@ fn threads_that_change_nothing_are_refused_not_ignored() {
         assert_eq!(status(&o), exit::OK, "{name}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn a_zero_timeout_is_refused_never_rounded() {
+    for t in ["0", "0s", "0ms"] {
+        let o = smplab(&["run", "--workload", "dedup", "--timeout", t]);
+        assert_eq!(status(&o), exit::BAD_INPUT, "--timeout {t}: {}", stderr(&o));
+    }
+    let o = smplab(&["diagnose", "--workload", "dedup", "--timeout", "0"]);
+    assert_eq!(status(&o), exit::BAD_INPUT, "{}", stderr(&o));
+}
