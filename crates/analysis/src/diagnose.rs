@@ -28,13 +28,10 @@ pub use table::table;
 
 use crate::metrics::Results;
 use smplab_experiment::point::{Point, Variant};
-use smplab_record::config::{
-    GuestSettings, IdlePolicy, NativeSettings, Placement, Ple, QemuSettings, RunConfig,
-    SimSettings, SyncMode, VmSettings,
-};
+use smplab_record::config::{IdlePolicy, Placement, Ple, RunConfig, SyncMode};
 use smplab_record::Executor;
 
-/// One factor of seed 000 and how to remove it from a point.
+/// One factor of Ding & Shan and how to remove it from a point.
 #[derive(Debug, Clone, Copy)]
 pub struct Factor {
     /// Short name used in tables and the chart legend.
@@ -71,7 +68,7 @@ pub fn factor_rank(name: &str) -> usize {
     }
 }
 
-/// The factors in the order seed 000 examines them.
+/// The factors in the order Ding & Shan examines them.
 pub const FACTORS: &[Factor] = &[
     Factor {
         name: "HLT idle",
@@ -119,7 +116,7 @@ pub const FACTORS: &[Factor] = &[
     },
 ];
 
-/// The baseline configuration of a diagnosis: seed 000's default settings
+/// The baseline configuration of a diagnosis: Ding & Shan's default settings
 /// (HLT idle, floating vCPUs, global device lock, the platform's PLE, no
 /// APICv).
 pub fn baseline(
@@ -129,17 +126,8 @@ pub fn baseline(
     scale: f64,
     platform: &str,
 ) -> Point {
-    let guest = GuestSettings::new(vcpus);
-    let config = match executor {
-        Executor::Native => RunConfig::Native(NativeSettings::default()),
-        Executor::Qemu => RunConfig::Qemu(QemuSettings { guest }),
-        Executor::Vm => RunConfig::Vm(VmSettings::new(guest, SyncMode::Global)),
-        Executor::Sim => {
-            let mut s = SimSettings::new(vcpus, platform);
-            s.sync = SyncMode::Global;
-            RunConfig::Sim(s)
-        }
-    };
+    let mut config = RunConfig::defaults(executor, vcpus, platform);
+    config.set_sync(SyncMode::Global);
     let mut p = Point::new(workload, vcpus, scale, config);
     p.study = Some("diagnose".into());
     p

@@ -143,7 +143,7 @@ impl<'a> Results<'a> {
             .map(|(_, v)| v)
     }
 
-    /// Slowdown versus native (seed 000 Fig. 1): `T_exec / T_native - 1`, per
+    /// Slowdown versus native (Ding & Shan Fig. 1): `T_exec / T_native - 1`, per
     /// repetition against the native median. For the simulator the native
     /// time is its own no-virtualization model (`sim.native_wall_ns`) of the
     /// same run, so a prediction needs no native measurement.
@@ -179,7 +179,7 @@ impl<'a> Results<'a> {
         )
     }
 
-    /// Weighted speedup (seed 000 Fig. 2) of a `vms = K` configuration:
+    /// Weighted speedup (Ding & Shan Fig. 2) of a `vms = K` configuration:
     /// `Σ_i T_1 / T_K,i` over its K VMs, where `T_1` is the median wall time of
     /// the same configuration with one VM. 1 means the same throughput as one
     /// VM alone; K means perfect scaling.

@@ -17,14 +17,24 @@ pub struct CheckArgs {
 }
 
 pub fn run(args: &CheckArgs) -> i32 {
-    let program =
-        match Source::resolve(&args.file).and_then(|s| s.instantiate(args.threads, args.scale)) {
-            Ok(p) => p,
-            Err(e) => {
-                smplab_record::exit::report_error(&e);
-                return exit::BAD_INPUT;
-            }
-        };
+    let source = match Source::resolve(&args.file) {
+        Ok(s) => s,
+        Err(e) => {
+            smplab_record::exit::report_error(&e);
+            return exit::BAD_INPUT;
+        }
+    };
+    if let Err(why) = crate::run::threads_taken(&source, &args.file, args.threads) {
+        smplab_record::exit::report_error(why);
+        return exit::BAD_INPUT;
+    }
+    let program = match source.instantiate(args.threads, args.scale) {
+        Ok(p) => p,
+        Err(e) => {
+            smplab_record::exit::report_error(&e);
+            return exit::BAD_INPUT;
+        }
+    };
     println!(
         "{}: ok — workload `{}`, n={}, {} threads in {} group(s)",
         args.file,

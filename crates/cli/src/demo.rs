@@ -51,7 +51,7 @@ pub const CALIBRATION_SCALE: f64 = 1.0;
 /// Default most repetitions of a configuration.
 pub const DEFAULT_MAX_REPS: u32 = 8;
 
-/// The profiles the demo studies: one per behaviour seed 000 found costly
+/// The profiles the demo studies: one per behaviour Ding & Shan found costly
 /// (embarrassingly parallel, pipeline with blocking queues, blocking barriers,
 /// spin-then-block barriers, user-space spin lock).
 pub const WORKLOADS: &[&str] = &[
@@ -61,7 +61,7 @@ pub const WORKLOADS: &[&str] = &[
     "streamcluster",
     "spinlock",
 ];
-/// The profile diagnosed (seed 000's worst case).
+/// The profile diagnosed (Ding & Shan's worst case).
 pub const DIAGNOSED: &str = "dedup";
 
 /// The demo's experiment specs, written into the output directory too so a
@@ -347,7 +347,7 @@ impl<'a> Demo<'a> {
         let calibrated = args.out.join("calibrated.toml");
         let mut cal = Calibrated {
             calibration: None,
-            platform: "pvm-here".to_string(),
+            platform: smplab_record::config::DEFAULT_PLATFORM.to_string(),
             scale: args.scale.min(CALIBRATION_SCALE),
             wide: Vec::new(),
         };
@@ -469,7 +469,7 @@ impl<'a> Demo<'a> {
                 DIAGNOSED,
                 16,
                 scale,
-                "pvm-here",
+                smplab_record::config::DEFAULT_PLATFORM,
             )));
         }
         for plan in &plans {

@@ -258,7 +258,8 @@ fn executor_checks(kvm_usable: bool, qemu_present: bool) -> Vec<Check> {
 pub fn run(args: &DoctorArgs) -> i32 {
     let report = build_report();
     if args.json {
-        match serde_json::to_string_pretty(&report) {
+        // One JSON object, on one line (JSON lines, as every --json).
+        match serde_json::to_string(&report) {
             Ok(s) => println!("{s}"),
             Err(e) => {
                 smplab_record::exit::report_error(e);

@@ -20,9 +20,9 @@ pub struct HostArgs {
     /// Also write the JSON to this file.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
-    /// Show the guests' consoles.
+    /// Copy the guests' consoles to stderr.
     #[arg(long)]
-    pub show_console: bool,
+    pub console: bool,
     #[command(subcommand)]
     pub cmd: Option<HostCmd>,
 }
@@ -56,14 +56,15 @@ pub fn run(args: &HostArgs) -> i32 {
             return exit::BAD_INPUT;
         }
     };
-    let run = match run_host(&spec, None, args.show_console) {
+    let run = match run_host(&spec, None, args.console) {
         Ok(r) => r,
         Err(e) => {
             exit::report_error(&e);
             return e.exit_status();
         }
     };
-    let json = serde_json::to_string_pretty(&run).unwrap_or_default();
+    // One JSON object (every VM's record and the host section) on one line.
+    let json = serde_json::to_string(&run).unwrap_or_default();
     if let Some(out) = &args.output {
         if let Err(e) = std::fs::write(out, &json) {
             exit::report_error(format!("cannot write {}: {e}", out.display()));

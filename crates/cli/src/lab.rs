@@ -8,7 +8,9 @@ use smplab_experiment::runner::real::RealRunner;
 use smplab_experiment::slurm;
 use smplab_experiment::store::Store;
 use smplab_experiment::sweep::{print_summary, run_points, run_repeated, SweepOptions};
+use smplab_record::config::{Timeout, DEFAULT_PLATFORM, DEFAULT_TIMEOUT};
 use smplab_record::exit::{self, report_error};
+use smplab_record::Executor;
 use smplab_record::{out, outln};
 use smplab_report::{write_report, ReportOptions};
 use std::path::{Path, PathBuf};
@@ -61,14 +63,14 @@ pub struct LabRunArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct LabReportArgs {
-    /// Results stores to report on (results.jsonl files, or directories holding
-    /// one); several are merged into one report (a point in more than one
-    /// counts once: the last store given wins).
-    #[arg(required = true)]
+    /// Results store to report on (a results.jsonl file, or a directory
+    /// holding one); give --store again to merge several into one report (a
+    /// point in more than one counts once: the last store given wins).
+    #[arg(long, required = true)]
     pub store: Vec<PathBuf>,
     /// Output directory. Default: `report/` next to the first store.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
     /// Page title.
     #[arg(long)]
     pub title: Option<String>,
@@ -81,7 +83,17 @@ pub struct LabStatusArgs {
     pub store: Option<PathBuf>,
 }
 
-/// `smplab diagnose`: seed 000's remove-one-factor-at-a-time diagnosis.
+/// Where a diagnosis runs: smplab-vmm (measured) or the simulator.
+fn diagnose_executor(s: &str) -> Result<Executor, String> {
+    match s.parse::<Executor>().map_err(|e| e.to_string())? {
+        e @ (Executor::Vm | Executor::Sim) => Ok(e),
+        e => Err(format!(
+            "diagnose runs on vm (measured) or sim (modelled), not {e}"
+        )),
+    }
+}
+
+/// `smplab diagnose`: Ding & Shan's remove-one-factor-at-a-time diagnosis.
 #[derive(Debug, Clone, Args)]
 pub struct DiagnoseArgs {
     /// Built-in profile name or workload file.
@@ -89,12 +101,12 @@ pub struct DiagnoseArgs {
     pub workload: String,
     /// Where to diagnose: `vm` (smplab-vmm, measured) or `sim` (the simulator,
     /// which can also switch PLE and APIC virtualization).
-    #[arg(long, default_value = "vm", value_parser = ["vm", "sim"])]
-    pub executor: String,
+    #[arg(long, default_value = "vm", value_parser = diagnose_executor)]
+    pub executor: Executor,
     /// vCPUs (and threads). Default: 2 for vm (this host's cores), 16 for sim.
     #[arg(long)]
     pub vcpus: Option<u32>,
-    /// VMs running the workload at once (seed 000 §IV-D diagnoses the
+    /// VMs running the workload at once (Ding & Shan §IV-D diagnoses the
     /// overcommitted case, where user-space spinning hurts most).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub vms: u32,
@@ -105,11 +117,12 @@ pub struct DiagnoseArgs {
     #[arg(long, default_value_t = 3)]
     pub reps: u32,
     /// Simulator platform profile (built-in name or file).
-    #[arg(long, default_value = "pvm-here")]
+    #[arg(long, default_value = DEFAULT_PLATFORM)]
     pub platform: String,
-    /// Per-run timeout, seconds.
-    #[arg(long, default_value_t = 300)]
-    pub timeout: u64,
+    /// Per-run time limit: 30s, 500ms, or a number of seconds (whole seconds:
+    /// the diagnosis's points keep them in the store).
+    #[arg(long, default_value_t = DEFAULT_TIMEOUT)]
+    pub timeout: Timeout,
     /// Results store. Default: lab-results/diagnose-WORKLOAD-EXECUTOR/results.jsonl.
     #[arg(long)]
     pub store: Option<PathBuf>,
@@ -122,13 +135,13 @@ pub struct DiagnoseArgs {
 #[derive(Debug, Clone, Args)]
 pub struct CalibrateArgs {
     /// Where to write the profile.
-    #[arg(long, default_value = "lab-results/calibrated.toml")]
-    pub out: PathBuf,
+    #[arg(long, short, default_value = "lab-results/calibrated.toml")]
+    pub output: PathBuf,
     /// Most repetitions of a micro-run or held-out configuration: each runs
     /// at least 6 times (or this many if fewer) and is repeated until the
     /// 95% interval of its median wall time is within ±5% of the median, or
     /// this many runs.
-    #[arg(long, default_value_t = crate::demo::DEFAULT_MAX_REPS)]
+    #[arg(long = "max-reps", default_value_t = crate::demo::DEFAULT_MAX_REPS)]
     pub reps: u32,
     /// Workload scale of the micro-runs (the held-out runs use half of it).
     #[arg(long, default_value_t = 1.0)]
@@ -149,12 +162,12 @@ pub struct CalibrateArgs {
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
     /// Output directory (store, report, calibrated profile).
-    #[arg(long, default_value = "smplab-demo")]
-    pub out: PathBuf,
+    #[arg(long, short, default_value = "smplab-demo")]
+    pub output: PathBuf,
     /// Most repetitions of a configuration: each runs at least 6 times (or
     /// this many if fewer) and is repeated until the 95% interval of its
     /// median wall time is within ±5% of the median, or this many runs.
-    #[arg(long, default_value_t = crate::demo::DEFAULT_MAX_REPS)]
+    #[arg(long = "max-reps", default_value_t = crate::demo::DEFAULT_MAX_REPS)]
     pub reps: u32,
     /// Workload scale.
     #[arg(long, default_value_t = crate::demo::DEFAULT_SCALE)]
@@ -274,7 +287,7 @@ fn report_dir(store: &Path) -> PathBuf {
         .join("report")
 }
 
-/// `smplab tune`: seed 001's adaptive tuner and matrix (`tune_cli.rs`).
+/// `smplab tune`: Kulkarni & Kulkarni's adaptive tuner and matrix (`tune_cli.rs`).
 pub use crate::tune::{tune, TuneArgs};
 
 pub fn lab(args: &LabArgs) -> i32 {
@@ -413,7 +426,7 @@ fn lab_report(a: &LabReportArgs) -> i32 {
     }
     let path = paths[0].clone();
     let store = Store::from_entries_at(entries, &path);
-    let dir = a.out.clone().unwrap_or_else(|| report_dir(&path));
+    let dir = a.output.clone().unwrap_or_else(|| report_dir(&path));
     let title = a.title.clone().unwrap_or_else(|| {
         format!(
             "smplab lab report: {}",
@@ -492,7 +505,6 @@ fn lab_status(a: &LabStatusArgs) -> i32 {
 
 pub fn diagnose(args: &DiagnoseArgs) -> i32 {
     use smplab_analysis::diagnose::{attribute, baseline, table, Plan};
-    use smplab_record::Executor;
     if let Err(e) = smplab_workload::Source::resolve(&args.workload) {
         report_error(&e);
         return exit::BAD_INPUT;
@@ -501,11 +513,16 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
         report_error("--scale must be positive and --reps at least 1");
         return exit::BAD_INPUT;
     }
-    let executor = if args.executor == "sim" {
-        Executor::Sim
-    } else {
-        Executor::Vm
-    };
+    let executor = args.executor;
+    // The points store whole seconds: a shorter limit is refused, not rounded.
+    let timeout_s = args.timeout.duration().as_secs();
+    if timeout_s == 0 || args.timeout.duration().subsec_nanos() != 0 {
+        report_error(format!(
+            "--timeout {}: give whole seconds (a diagnosis stores its points' limit in seconds)",
+            args.timeout
+        ));
+        return exit::BAD_INPUT;
+    }
     let runner = RealRunner::default();
     if let Err(why) = smplab_experiment::runner::Runner::availability(&runner, executor) {
         report_error(format!("cannot diagnose on {executor}: {why}"));
@@ -519,7 +536,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
         .vcpus
         .unwrap_or(if executor == Executor::Sim { 16 } else { 2 });
     let mut base = baseline(executor, &args.workload, vcpus, args.scale, &args.platform);
-    base.timeout_s = args.timeout;
+    base.timeout_s = timeout_s;
     base.config.set_vms(args.vms);
     let plan = Plan::new(base);
     let path = args.store.clone().unwrap_or_else(|| {
@@ -625,9 +642,9 @@ pub fn calibrate(args: &CalibrateArgs) -> i32 {
     }
     outln!("calibrate took {:.1} s", started.elapsed().as_secs_f64());
     let cal = rep.cal;
-    match write_profile(&cal, &args.out) {
+    match write_profile(&cal, &args.output) {
         Ok(()) => {
-            outln!("profile: {}", args.out.display());
+            outln!("profile: {}", args.output.display());
             if cal.unmeasured.is_empty() {
                 exit::OK
             } else {
@@ -644,7 +661,7 @@ pub fn calibrate(args: &CalibrateArgs) -> i32 {
 /// `smplab demo`.
 pub fn demo(args: &DemoArgs) -> i32 {
     crate::demo::run(&crate::demo::DemoOptions {
-        out: args.out.clone(),
+        out: args.output.clone(),
         reps: args.reps,
         scale: args.scale,
         fresh: args.fresh,
@@ -684,7 +701,9 @@ mod tests {
             "--executor",
             "sim",
         ]);
-        assert!(matches!(t.cmd, Cmd::Diagnose(ref d) if d.executor == "sim" && d.reps == 3));
+        assert!(
+            matches!(t.cmd, Cmd::Diagnose(ref d) if d.executor == Executor::Sim && d.reps == 3)
+        );
         assert!(Top::try_parse_from([
             "smplab",
             "diagnose",
@@ -694,7 +713,7 @@ mod tests {
             "qemu"
         ])
         .is_err());
-        let t = Top::parse_from(["smplab", "demo", "--reps", "1"]);
+        let t = Top::parse_from(["smplab", "demo", "--max-reps", "1"]);
         assert!(matches!(t.cmd, Cmd::Demo(ref d) if d.reps == 1));
         let _ = Top::parse_from(["smplab", "calibrate"]);
     }
@@ -713,7 +732,7 @@ mod tests {
         let code = lab(&LabArgs {
             command: LabCommand::Report(LabReportArgs {
                 store: vec![dir.join("a"), dir.join("b").join("results.jsonl")],
-                out: Some(dir.join("out")),
+                output: Some(dir.join("out")),
                 title: None,
             }),
         });
@@ -723,7 +742,7 @@ mod tests {
         let code = lab(&LabArgs {
             command: LabCommand::Report(LabReportArgs {
                 store: vec![dir.join("missing")],
-                out: None,
+                output: None,
                 title: None,
             }),
         });

@@ -2,32 +2,22 @@
 //! flags become one typed `RunConfig` (smplab_record::config), which goes
 //! through the lab's one execute path like every lab point.
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use smplab_experiment::execute::{execute, RunLimits};
 use smplab_record::config::{
-    GuestSettings, HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip, NativeSettings,
-    Placement, Ple, QemuSettings, RunConfig, SimSettings, SyncMode, VmSettings, DEFAULT_PLATFORM,
+    HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip, Placement, Ple, RunConfig,
+    SimSettings, SyncMode, Timeout, VmSettings, DEFAULT_PLATFORM, DEFAULT_TIMEOUT,
 };
-use smplab_record::{exit, RunRecord, WorkloadInfo};
+use smplab_record::{exit, Executor, RunRecord, WorkloadInfo};
 use smplab_workload::{Program, Source};
 use std::path::PathBuf;
 
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub enum ExecutorArg {
-    /// Host threads on this machine.
-    Native,
-    /// The smplab guest kernel in smplab-vmm.
-    Vm,
-    /// The smplab guest kernel in QEMU with KVM.
-    Qemu,
-    /// The discrete-event simulator.
-    Sim,
-}
-
 #[derive(Args)]
 pub struct RunArgs {
-    #[arg(long, value_enum, default_value = "native")]
-    pub executor: ExecutorArg,
+    /// native (host threads), vm (the smplab guest in smplab-vmm), qemu (the
+    /// smplab guest in QEMU with KVM) or sim (the discrete-event simulator).
+    #[arg(long, default_value = "native")]
+    pub executor: Executor,
     /// Built-in profile name (`smplab workloads`) or path to a workload .toml.
     #[arg(long)]
     pub workload: String,
@@ -105,9 +95,10 @@ pub struct RunArgs {
     /// Random seed (sim). Default 1.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Give up on the run after this many seconds.
-    #[arg(long, default_value_t = 300)]
-    pub timeout: u64,
+    /// Give up on the run after this long: 30s, 500ms, or a number of
+    /// seconds (0 is refused).
+    #[arg(long, default_value_t = DEFAULT_TIMEOUT)]
+    pub timeout: Timeout,
     /// Show the guest console (vm, qemu).
     #[arg(long)]
     pub console: bool,
@@ -129,6 +120,10 @@ pub fn load_program(
         smplab_record::exit::report_error(&e);
         exit::BAD_INPUT
     })?;
+    if let Err(why) = threads_taken(&source, workload, threads) {
+        smplab_record::exit::report_error(why);
+        return Err(exit::BAD_INPUT);
+    }
     let program = source.instantiate(threads, scale).map_err(|e| {
         smplab_record::exit::report_error(&e);
         exit::BAD_INPUT
@@ -137,145 +132,147 @@ pub fn load_program(
     Ok((program, info))
 }
 
+/// `Err` when `--threads` is given for a workload whose threads do not
+/// depend on `n`: the flag would change nothing, so it is refused.
+pub fn threads_taken(source: &Source, workload: &str, threads: Option<u32>) -> Result<(), String> {
+    match threads {
+        Some(n) if n != source.default_threads() && !source.uses_n() => Err(format!(
+            "--threads {n}: {workload}'s thread counts do not depend on n (a traced model keeps the traced program's threads), so it would change nothing; drop --threads or edit the file's [[group]] threads"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// A flag given to an executor that has no such setting.
-fn not_taken(flag: &str, executor: ExecutorArg, takes: &str) -> String {
-    let name = format!("{executor:?}").to_lowercase();
-    format!("--{flag} does not apply to --executor {name} (it applies to {takes})")
+fn not_taken(flag: &str, executor: Executor, takes: &str) -> String {
+    format!("--{flag} does not apply to --executor {executor} (it applies to {takes})")
+}
+
+/// Where a flag's value goes in a configuration: `None` when the
+/// configuration's executor has no such setting.
+type Slot<T> = fn(&mut RunConfig) -> Option<&mut T>;
+
+/// Sets flags on a configuration, collecting the flags its executor lacks.
+struct Setter {
+    config: RunConfig,
+    bad: Vec<String>,
+}
+
+impl Setter {
+    /// Put `value` (when the flag was given) into `slot`, or note the flag
+    /// as not taken, with the executors that take it.
+    fn set<T>(&mut self, flag: &str, value: Option<T>, slot: Slot<T>) {
+        let Some(value) = value else { return };
+        match slot(&mut self.config) {
+            Some(setting) => *setting = value,
+            None => self.refuse(flag, |c| slot(c).is_some()),
+        }
+    }
+
+    /// Note `flag` as not taken by this executor; `takes` tells which
+    /// executors' default configurations take it.
+    fn refuse(&mut self, flag: &str, takes: impl Fn(&mut RunConfig) -> bool) {
+        let takers: Vec<&str> = Executor::ALL
+            .into_iter()
+            .filter(|&e| takes(&mut RunConfig::defaults(e, 1, DEFAULT_PLATFORM)))
+            .map(Executor::as_str)
+            .collect();
+        let e = self.config.executor();
+        self.bad.push(not_taken(flag, e, &takers.join(", ")));
+    }
+}
+
+/// The simulator's own settings.
+fn sim(c: &mut RunConfig) -> Option<&mut SimSettings> {
+    match c {
+        RunConfig::Sim(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// smplab-vmm's own settings.
+fn vmm(c: &mut RunConfig) -> Option<&mut VmSettings> {
+    match c {
+        RunConfig::Vm(s) => Some(s),
+        _ => None,
+    }
 }
 
 impl RunArgs {
-    /// Flags that the chosen executor does not take, each an error: a
-    /// setting is never silently dropped.
-    fn unused_flags(&self) -> Vec<String> {
-        use ExecutorArg::*;
-        let e = self.executor;
-        let mut bad = Vec::new();
-        let mut check = |given: bool, flag: &str, allowed: &[ExecutorArg], takes: &str| {
-            if given && !allowed.contains(&e) {
-                bad.push(not_taken(flag, e, takes));
-            }
-        };
-        check(
-            self.vcpus.is_some(),
-            "vcpus",
-            &[Vm, Qemu, Sim],
-            "vm, qemu, sim",
-        );
-        check(self.vms.is_some(), "vms", &[Vm, Qemu, Sim], "vm, qemu, sim");
-        check(self.sync.is_some(), "sync", &[Vm, Sim], "vm, sim");
-        check(self.irqchip.is_some(), "irqchip", &[Vm], "vm");
-        check(
-            self.vmm_halt_poll_ns.is_some(),
-            "vmm-halt-poll-ns",
-            &[Vm],
-            "vm",
-        );
-        check(
-            self.idle.is_some(),
-            "idle",
-            &[Vm, Qemu, Sim],
-            "vm, qemu, sim",
-        );
-        check(self.timer_hz.is_some(), "timer-hz", &[Vm, Qemu], "vm, qemu");
-        check(self.mem.is_some(), "mem", &[Vm, Qemu], "vm, qemu");
-        check(self.console, "console", &[Vm, Qemu], "vm, qemu");
-        check(
-            self.irq_affinity.is_some(),
-            "irq-affinity",
-            &[Vm, Qemu, Sim],
-            "vm, qemu, sim",
-        );
-        check(
-            self.io_thread_cpus.is_some(),
-            "io-thread-cpus",
-            &[Native, Vm, Sim],
-            "native, vm, sim",
-        );
-        let sim_only = [
-            (self.platform.is_some(), "platform"),
-            (self.pcpus.is_some(), "pcpus"),
-            (self.ple.is_some(), "ple"),
-            (self.apicv, "apicv"),
-            (self.sdb, "sdb"),
-            (self.host_halt_poll_ns.is_some(), "host-halt-poll-ns"),
-            (self.policy.is_some(), "policy"),
-            (self.seed.is_some(), "seed"),
-        ];
-        for (given, flag) in sim_only {
-            check(given, flag, &[Sim], "sim");
-        }
-        bad
-    }
-
-    /// The run configuration the flags describe.
+    /// The run configuration the flags describe. A flag the executor does
+    /// not take is an error: a setting is never silently dropped.
     pub fn config(&self) -> Result<RunConfig, Vec<String>> {
-        let bad = self.unused_flags();
-        if !bad.is_empty() {
-            return Err(bad);
-        }
-        let placement = self.pin.clone().unwrap_or_default();
-        let guest = || GuestSettings {
-            vcpus: self.vcpus.unwrap_or(2),
-            idle: self.idle.unwrap_or_default(),
-            placement: placement.clone(),
-            vms: self.vms.unwrap_or(1),
-            timer_hz: self.timer_hz,
-            mem_bytes: self.mem,
-            irq_affinity: self.irq_affinity.clone().unwrap_or_default(),
-            io_thread_cpus: self.io_thread_cpus.clone().unwrap_or_default(),
+        let mut c = Setter {
+            config: RunConfig::defaults(self.executor, 2, DEFAULT_PLATFORM),
+            bad: Vec::new(),
         };
-        Ok(match self.executor {
-            ExecutorArg::Native => RunConfig::Native(NativeSettings {
-                placement: placement.clone(),
-                io_thread_cpus: self.io_thread_cpus.clone().unwrap_or_default(),
-            }),
-            ExecutorArg::Vm => RunConfig::Vm(VmSettings {
-                irqchip: self.irqchip.unwrap_or_default(),
-                vmm_halt_poll_ns: self.vmm_halt_poll_ns.unwrap_or(0),
-                ..VmSettings::new(guest(), self.sync.unwrap_or_default())
-            }),
-            ExecutorArg::Qemu => RunConfig::Qemu(QemuSettings { guest: guest() }),
-            ExecutorArg::Sim => {
-                let g = guest();
-                let mut s = SimSettings::new(
-                    g.vcpus,
-                    self.platform.as_deref().unwrap_or(DEFAULT_PLATFORM),
-                );
-                s.idle = g.idle;
-                s.placement = g.placement;
-                s.vms = g.vms;
-                s.sync = self.sync.unwrap_or_default();
-                s.pcpus = self.pcpus;
-                s.ple = self.ple;
-                s.apicv = self.apicv;
-                s.sdb = self.sdb;
-                s.host_halt_poll_ns = self.host_halt_poll_ns;
-                s.policy = self.policy.unwrap_or_default();
-                s.seed = self.seed.unwrap_or(1);
-                s.irq_affinity = g.irq_affinity;
-                s.io_thread_cpus = g.io_thread_cpus;
-                RunConfig::Sim(s)
-            }
-        })
+        c.set("pin", self.pin.clone(), |c| {
+            Some(c.settings_mut().placement_mut())
+        });
+        c.set("vcpus", self.vcpus, |c| c.settings_mut().vcpus_mut());
+        c.set("vms", self.vms, |c| c.settings_mut().vms_mut());
+        c.set("sync", self.sync, |c| c.settings_mut().sync_mut());
+        c.set("irqchip", self.irqchip, |c| vmm(c).map(|v| &mut v.irqchip));
+        c.set("vmm-halt-poll-ns", self.vmm_halt_poll_ns, |c| {
+            vmm(c).map(|v| &mut v.vmm_halt_poll_ns)
+        });
+        c.set("idle", self.idle, |c| c.settings_mut().idle_mut());
+        c.set("timer-hz", self.timer_hz.map(Some), |c| {
+            c.settings_mut().guest_mut().map(|g| &mut g.timer_hz)
+        });
+        c.set("mem", self.mem.map(Some), |c| {
+            c.settings_mut().guest_mut().map(|g| &mut g.mem_bytes)
+        });
+        // The console is the booted guest's (a run limit, not a setting).
+        if self.console && c.config.guest().is_none() {
+            c.refuse("console", |c| c.guest().is_some());
+        }
+        c.set("irq-affinity", self.irq_affinity.clone(), |c| {
+            c.settings_mut().irq_affinity_mut()
+        });
+        c.set("io-thread-cpus", self.io_thread_cpus.clone(), |c| {
+            c.settings_mut().io_thread_cpus_mut()
+        });
+        c.set("platform", self.platform.clone(), |c| {
+            sim(c).map(|s| &mut s.platform)
+        });
+        c.set("pcpus", self.pcpus.map(Some), |c| {
+            sim(c).map(|s| &mut s.pcpus)
+        });
+        c.set("ple", self.ple.map(Some), |c| sim(c).map(|s| &mut s.ple));
+        c.set("apicv", self.apicv.then_some(true), |c| {
+            sim(c).map(|s| &mut s.apicv)
+        });
+        c.set("sdb", self.sdb.then_some(true), |c| {
+            sim(c).map(|s| &mut s.sdb)
+        });
+        c.set("host-halt-poll-ns", self.host_halt_poll_ns.map(Some), |c| {
+            sim(c).map(|s| &mut s.host_halt_poll_ns)
+        });
+        c.set("policy", self.policy, |c| sim(c).map(|s| &mut s.policy));
+        c.set("seed", self.seed, |c| sim(c).map(|s| &mut s.seed));
+        if c.bad.is_empty() {
+            Ok(c.config)
+        } else {
+            Err(c.bad)
+        }
     }
 }
 
 /// Print (and optionally save) records; returns the exit status for them.
+/// JSON is JSON lines, one record per line (one object for one record), in
+/// print and file alike.
 pub fn emit(records: &[RunRecord], json: bool, output: &Option<PathBuf>) -> i32 {
-    let text = if let [one] = records {
-        one.to_json_pretty()
-    } else {
-        serde_json::to_string_pretty(records).unwrap_or_default()
-    };
+    let text: String = records.iter().map(|r| r.to_json_line() + "\n").collect();
     if json {
-        println!("{text}");
+        smplab_record::out!("{text}");
     } else {
         for r in records {
             print!("{}", r.summary());
         }
     }
     if let Some(path) = output {
-        if let Err(e) = std::fs::write(path, text + "\n") {
+        if let Err(e) = std::fs::write(path, text) {
             smplab_record::exit::report_error(format!("cannot write {}: {e}", path.display()));
             return exit::RUN_FAILED;
         }
@@ -309,7 +306,7 @@ pub fn run(args: &RunArgs) -> i32 {
         Err(status) => return status,
     };
     let limits = RunLimits {
-        timeout: std::time::Duration::from_secs(args.timeout.max(1)),
+        timeout: args.timeout.duration(),
         show_console: args.console,
         qemu_binary: None,
     };

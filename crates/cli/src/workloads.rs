@@ -64,11 +64,13 @@ fn list(json: bool) -> i32 {
         rows.push((name, threads.join(" + "), src.spec.description.clone()));
     }
     if json {
-        let v: Vec<_> = rows
-            .iter()
-            .map(|(n, t, d)| serde_json::json!({"name": n, "threads": t, "description": d}))
-            .collect();
-        println!("{}", serde_json::Value::Array(v));
+        // JSON lines: one object per workload.
+        for (n, t, d) in &rows {
+            println!(
+                "{}",
+                serde_json::json!({"name": n, "threads": t, "description": d})
+            );
+        }
         return exit::OK;
     }
     let width = rows.iter().map(|r| r.1.len()).max().unwrap_or(7).max(7);

@@ -124,6 +124,8 @@ fn run_native_json_is_a_record_with_the_expected_counts() {
         "--json",
     ]);
     assert_eq!(status(&o), exit::OK, "{}", stderr(&o));
+    // JSON lines: one record, one line.
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 1);
     let record = RunRecord::from_json(&String::from_utf8_lossy(&o.stdout)).expect("record");
     let program = smplab_workload::Source::resolve("dedup")
         .unwrap()
@@ -138,11 +140,14 @@ fn run_native_json_is_a_record_with_the_expected_counts() {
 fn workloads_list_and_show() {
     let o = smplab(&["workloads", "--json"]);
     assert_eq!(status(&o), exit::OK);
-    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(
-        list.as_array().unwrap().len(),
-        smplab_workload::builtin::names().count()
-    );
+    // JSON lines: one object per workload.
+    let text = String::from_utf8_lossy(&o.stdout);
+    let list: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(list.len(), smplab_workload::builtin::names().count());
+    assert!(list.iter().all(|w| w["name"].is_string()));
     let o = smplab(&["workloads", "show", "streamcluster"]);
     assert_eq!(status(&o), exit::OK);
     let text = String::from_utf8_lossy(&o.stdout);
@@ -205,6 +210,25 @@ fn io_workloads_run_natively_and_in_the_sim_with_affinity_flags() {
     assert_eq!(run["irq_affinity"], "balanced");
     assert_eq!(run["io_thread_cpus"], "1");
 
+    // A workload without `io` ops keeps the interrupt routing it was given
+    // in its record: a setting never vanishes.
+    let o = smplab(&[
+        "run",
+        "--executor",
+        "sim",
+        "--workload",
+        "dedup",
+        "--scale",
+        "0.01",
+        "--irq-affinity",
+        "running",
+        "--json",
+    ]);
+    assert_eq!(status(&o), exit::OK, "{}", stderr(&o));
+    let rec = RunRecord::from_json(&String::from_utf8_lossy(&o.stdout)).expect("a record");
+    let run = serde_json::to_value(rec.run.expect("run config")).unwrap();
+    assert_eq!(run["irq_affinity"], "running");
+
     // A guest setting on the native executor, a vCPU the VM lacks, and an
     // affinity only the simulator models: each is bad input, never ignored.
     for args in [
@@ -218,4 +242,39 @@ fn io_workloads_run_natively_and_in_the_sim_with_affinity_flags() {
         assert_eq!(status(&o), exit::BAD_INPUT, "{args:?}: {}", stderr(&o));
         assert_eq!(stderr(&o).lines().count(), 1, "{args:?}: {}", stderr(&o));
     }
+}
+
+#[test]
+fn threads_that_change_nothing_are_refused_not_ignored() {
+    // Thread counts fixed as a traced model writes them: `n` is unused.
+    let fixed = temp_file(
+        "fixed.toml",
+        "name = \"fixed\"\ndescription = \"x\"\n[[groups]]\nname = \"main\"\nthreads = 2\nops = [ { compute = 1000 } ]\n",
+    );
+    let f = fixed.to_str().unwrap();
+    assert_eq!(status(&smplab(&["check", f])), exit::OK);
+    let o = smplab(&["check", f, "--threads", "8"]);
+    assert_eq!(status(&o), exit::BAD_INPUT, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("would change nothing"),
+        "{}",
+        stderr(&o)
+    );
+    let o = smplab(&["run", "--workload", f, "--threads", "8"]);
+    assert_eq!(status(&o), exit::BAD_INPUT, "{}", stderr(&o));
+    // Every built-in profile takes `n`.
+    for name in smplab_workload::builtin::names() {
+        let o = smplab(&["check", name, "--threads", "3"]);
+        assert_eq!(status(&o), exit::OK, "{name}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn a_zero_timeout_is_refused_never_rounded() {
+    for t in ["0", "0s", "0ms"] {
+        let o = smplab(&["run", "--workload", "dedup", "--timeout", t]);
+        assert_eq!(status(&o), exit::BAD_INPUT, "--timeout {t}: {}", stderr(&o));
+    }
+    let o = smplab(&["diagnose", "--workload", "dedup", "--timeout", "0"]);
+    assert_eq!(status(&o), exit::BAD_INPUT, "{}", stderr(&o));
 }

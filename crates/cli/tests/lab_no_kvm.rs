@@ -25,19 +25,19 @@ fn diagnose_and_calibrate_on_the_vm_exit_with_kvm_unavailable() {
     let dir = no_kvm();
     let code = smplab_cli::lab::diagnose(&DiagnoseArgs {
         workload: "dedup".into(),
-        executor: "vm".into(),
+        executor: smplab_record::Executor::Vm,
         vcpus: None,
         vms: 1,
         scale: 0.02,
         reps: 1,
-        platform: "pvm-here".into(),
-        timeout: 30,
+        platform: smplab_record::config::DEFAULT_PLATFORM.into(),
+        timeout: smplab_record::config::Timeout::from_secs(30).expect("30 s is positive"),
         store: Some(dir.join("d.jsonl")),
         quiet: true,
     });
     assert_eq!(code, exit::KVM_UNAVAILABLE);
     let code = smplab_cli::lab::calibrate(&CalibrateArgs {
-        out: dir.join("c.toml"),
+        output: dir.join("c.toml"),
         reps: 1,
         scale: 0.02,
         store: dir.join("c.jsonl"),
@@ -52,13 +52,13 @@ fn simulator_diagnosis_needs_no_kvm() {
     let dir = no_kvm();
     let code = smplab_cli::lab::diagnose(&DiagnoseArgs {
         workload: "spinlock".into(),
-        executor: "sim".into(),
+        executor: smplab_record::Executor::Sim,
         vcpus: Some(4),
         vms: 2,
         scale: 0.02,
         reps: 1,
         platform: "kvm2015".into(),
-        timeout: 30,
+        timeout: smplab_record::config::Timeout::from_secs(30).expect("30 s is positive"),
         store: Some(dir.join("sim.jsonl")),
         quiet: true,
     });
@@ -71,7 +71,7 @@ fn demo_without_kvm_runs_native_and_simulator() {
     let dir = no_kvm();
     let out = dir.join("demo");
     let code = smplab_cli::lab::demo(&DemoArgs {
-        out: out.clone(),
+        output: out.clone(),
         reps: 1,
         scale: 0.02,
         fresh: true,

@@ -260,6 +260,7 @@ fn calibrate_fits_real_micro_runs_and_checks_held_out_points() {
     if !have("KVM", "SMPLAB_REQUIRE_KVM", kvm_unavailable()) {
         return;
     }
+    use smplab_analysis::calibrate::fit::ResidualKind;
     use smplab_analysis::calibrate::{measure, micro, profile, write_profile};
     let dir = scratch("calibrate");
     let mut store = Store::open(&dir.join("results.jsonl")).expect("store");
@@ -281,12 +282,12 @@ fn calibrate_fits_real_micro_runs_and_checks_held_out_points() {
         .iter()
         .map(|m| 1 + usize::from(m.native))
         .sum();
-    let walls = fit.residuals.iter().filter(|r| r.executor != "vm idle");
+    let walls = fit.residuals.iter().filter(|r| !r.kind.is_fraction());
     assert_eq!(walls.count(), expected, "{:?}", fit.residuals);
     assert!(fit
         .residuals
         .iter()
-        .filter(|r| r.executor == "vm idle")
+        .filter(|r| r.kind == ResidualKind::VmIdle)
         .all(|r| micro::MICROS
             .iter()
             .any(|m| m.idle_fitted && m.name == r.name)));
@@ -375,7 +376,7 @@ fn vm_and_sim_count_exits_and_idle_over_the_same_span() {
         .expect("vm point")
         .clone();
     let sim = results
-        .sim_twin(&vm, Some("pvm-here"))
+        .sim_twin(&vm, Some(smplab_record::config::DEFAULT_PLATFORM))
         .expect("sim twin")
         .clone();
     let idle = |p| results.idle_fraction(p).expect("idle fraction").median;

@@ -41,5 +41,18 @@ fn trace_passes_the_program_through_and_reports_its_own_failures() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a smplab trace"));
     let o = smplab(&["trace", "model", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(exit::BAD_TRACE));
+
+    // A program killed by a signal leaves an incomplete trace: `show` says
+    // so, with the partial-result status, not "corrupt".
+    let o = smplab(&["trace", "-o", out_s, "--", "sh", "-c", "kill -9 $$"]);
+    assert_eq!(o.status.code(), Some(exit::SIGNAL_BASE + 9));
+    let o = smplab(&["trace", "show", out_s]);
+    assert_eq!(
+        o.status.code(),
+        Some(exit::PARTIAL),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("incomplete trace"));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,12 +3,12 @@
 //! so availability checks, host checks and the record's configuration are
 //! done once, the same for every caller.
 
-use crate::availability::{kvm_unavailable, on_path};
-
+mod guest;
 pub mod host;
+mod native;
 pub mod sim;
 
-use smplab_record::config::{GuestSettings, RunConfig};
+use smplab_record::config::RunConfig;
 use smplab_record::{exit, Executor, RunRecord, WorkloadInfo};
 use smplab_workload::Program;
 use std::path::PathBuf;
@@ -29,7 +29,7 @@ pub struct RunLimits {
 impl Default for RunLimits {
     fn default() -> Self {
         RunLimits {
-            timeout: Duration::from_secs(300),
+            timeout: smplab_record::config::DEFAULT_TIMEOUT.duration(),
             show_console: false,
             qemu_binary: None,
         }
@@ -105,36 +105,46 @@ impl ExecuteError {
     }
 }
 
+/// One executor's way of running a workload, implemented on its settings
+/// type, one file each (`native.rs`, `guest.rs` for vm and qemu, `sim.rs`),
+/// and registered in [`executor_of`] and [`availability`].
+pub trait Execute {
+    /// Run `program` with these settings: one record per VM (one for
+    /// native). The configuration is valid and the executor available.
+    fn run(
+        &self,
+        program: &Program,
+        info: &WorkloadInfo,
+        limits: &RunLimits,
+        host_cores: usize,
+    ) -> Result<Vec<RunRecord>, ExecuteError>;
+}
+
+/// The registry: the executor a configuration runs on. The match is
+/// exhaustive, so an executor that is not registered does not compile.
+fn executor_of(config: &RunConfig) -> &dyn Execute {
+    match config {
+        RunConfig::Native(s) => s,
+        RunConfig::Vm(s) => s,
+        RunConfig::Qemu(s) => s,
+        RunConfig::Sim(s) => s,
+    }
+}
+
 /// `Err` when `executor` cannot run on this host at all: the one check of
 /// KVM and QEMU every caller uses.
 pub fn availability(executor: Executor, limits: &RunLimits) -> Result<(), ExecuteError> {
-    let unavailable = |reason: String, status: i32| ExecuteError::Unavailable {
+    let check = match executor {
+        Executor::Native => native::availability,
+        Executor::Vm => guest::vm_availability,
+        Executor::Qemu => guest::qemu_availability,
+        Executor::Sim => sim::availability,
+    };
+    check(limits).map_err(|(reason, status)| ExecuteError::Unavailable {
         executor,
         reason,
         status,
-    };
-    match executor {
-        Executor::Native | Executor::Sim => Ok(()),
-        Executor::Vm => {
-            kvm_unavailable().map_or(Ok(()), |r| Err(unavailable(r, exit::KVM_UNAVAILABLE)))
-        }
-        Executor::Qemu => {
-            if let Some(r) = kvm_unavailable() {
-                return Err(unavailable(r, exit::KVM_UNAVAILABLE));
-            }
-            if on_path(&limits.qemu()) {
-                Ok(())
-            } else {
-                Err(unavailable(
-                    format!(
-                        "QEMU ({}) is not installed: apt-get install qemu-system-x86",
-                        limits.qemu()
-                    ),
-                    exit::EXTERNAL_TOOL,
-                ))
-            }
-        }
-    }
+    })
 }
 
 fn host_cores() -> usize {
@@ -155,118 +165,11 @@ pub fn execute(
         .validate(Some(program.total_threads()))
         .map_err(ExecuteError::Invalid)?;
     availability(config.executor(), limits)?;
-    config.check_host_cpus(host_cores())?;
-    let mut records = match config {
-        RunConfig::Native(n) => {
-            let opts = smplab_native::NativeOptions {
-                pin: n.placement.cpus(host_cores()),
-                timeout: Some(limits.timeout),
-                io_thread_cpus: n.io_thread_cpus.0.clone(),
-            };
-            vec![smplab_native::run(program, info.clone(), &opts)?]
-        }
-        RunConfig::Vm(v) if v.host_policy.is_some() => {
-            host::run(program, info, v, limits, host_cores())?
-        }
-        RunConfig::Vm(v) => {
-            let mut opts = guest_options(&v.guest, limits);
-            opts.sync = v.sync;
-            opts.irqchip = v.irqchip;
-            opts.vmm_halt_poll = Duration::from_nanos(v.vmm_halt_poll_ns);
-            run_guests(program, info, &v.guest, &opts, Executor::Vm)?
-        }
-        RunConfig::Qemu(q) => {
-            let opts = guest_options(&q.guest, limits);
-            run_guests(program, info, &q.guest, &opts, Executor::Qemu)?
-        }
-        RunConfig::Sim(s) => sim::run(program, info, s, limits.timeout)?,
-    };
+    let cores = host_cores();
+    config.check_host_cpus(cores)?;
+    let mut records = executor_of(config).run(program, info, limits, cores)?;
     for r in &mut records {
         r.run = Some(config.clone());
     }
     Ok(records)
-}
-
-fn guest_options(g: &GuestSettings, limits: &RunLimits) -> smplab_guest::VmRunOptions {
-    smplab_guest::VmRunOptions {
-        vcpus: g.vcpus,
-        idle: g.idle,
-        pin: g.placement.cpus(host_cores()),
-        timeout: limits.timeout,
-        show_console: limits.show_console,
-        timer_hz: g.timer_hz,
-        mem_bytes: g.mem_bytes,
-        qemu_binary: limits.qemu_binary.clone(),
-        irq_affinity: g.irq_affinity.clone(),
-        io_thread_cpus: g.io_thread_cpus.0.clone(),
-        ..Default::default()
-    }
-}
-
-/// One guest, or K at once on their own threads (seed 000's consolidation
-/// runs).
-///
-/// smplab-vmm VMs share one [`smplab_guest::StartGate`]: each guest boots,
-/// creates its workers and waits until every sibling is ready, so the K
-/// workloads start together instead of one boot time apart. QEMU has no such
-/// gate (its guests release their own workers, and their windows are on each
-/// guest's own TSC, so their overlap cannot be computed either): the record
-/// says `start_gate = "none"`. After the runs, each record gets
-/// `window_overlap`, the fraction of the union of the K workload windows
-/// during which all K ran ([`smplab_record::overlap_of_records`]), or
-/// `window_overlap_error` when it cannot be computed.
-fn run_guests(
-    program: &Program,
-    info: &WorkloadInfo,
-    g: &GuestSettings,
-    opts: &smplab_guest::VmRunOptions,
-    executor: Executor,
-) -> Result<Vec<RunRecord>, ExecuteError> {
-    let gate = (g.vms > 1 && executor == Executor::Vm)
-        .then(|| smplab_guest::StartGate::new(g.vms as usize, gate_max_wait(opts.timeout)));
-    let one = |vm: u32| -> Result<RunRecord, ExecuteError> {
-        let r = match executor {
-            Executor::Qemu => smplab_guest::run_qemu(program, info.clone(), opts),
-            _ => {
-                let mut opts = opts.clone();
-                opts.start_gate = gate.clone();
-                smplab_guest::run_vm(program, info.clone(), &opts)
-            }
-        };
-        let mut r = r.map_err(|source| ExecuteError::Guest {
-            vm: (g.vms > 1).then_some(vm),
-            source,
-        })?;
-        r.set_config("vm_index", vm);
-        Ok(r)
-    };
-    if g.vms <= 1 {
-        return Ok(vec![one(0)?]);
-    }
-    let mut records = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..g.vms).map(|vm| s.spawn(move || one(vm))).collect();
-        handles
-            .into_iter()
-            .zip(0..)
-            .map(|(h, vm)| h.join().unwrap_or(Err(ExecuteError::Panicked(vm))))
-            .collect::<Result<Vec<_>, _>>()
-    })?;
-    let overlap = smplab_record::overlap_of_records(&records);
-    for r in &mut records {
-        if gate.is_none() {
-            r.set_config("start_gate", "none");
-        }
-        match &overlap {
-            Ok(x) => r.set_config("window_overlap", *x),
-            Err(e) => r.set_config("window_overlap_error", e.to_string()),
-        }
-    }
-    Ok(records)
-}
-
-/// How long the first VM at the start gate waits for its siblings: their
-/// boots run in parallel, so a quarter of the run's time limit is far more
-/// than any boot spread and still leaves the run most of its time.
-fn gate_max_wait(timeout: Duration) -> Duration {
-    timeout / 4
 }

@@ -1,6 +1,6 @@
 //! `smplab host`: K VMs of the smplab guest in one smplab-vmm process under a
 //! user-level vCPU scheduler (smplab-vmm's `host` module, smplab-policy's
-//! decisions): the host spec, launching its VMs, and seed 001's tuner inside
+//! decisions): the host spec, launching its VMs, and Kulkarni & Kulkarni's tuner inside
 //! the host (docs/host.md).
 
 pub mod indicators;

@@ -16,7 +16,7 @@ pub enum Variant {
     #[default]
     AsIs,
     /// `Program::spin_to_block()`: every spin wait replaced by a blocking one
-    /// (seed 000 §IV-D, the "remove user-space spinning" factor).
+    /// (Ding & Shan §IV-D, the "remove user-space spinning" factor).
     SpinToBlock,
 }
 

@@ -155,23 +155,21 @@ pub fn spec_digest(points: &[Point]) -> String {
 
 /// Simulator points per task so that a task runs about `target_s` when one
 /// point costs `point_s` host seconds: at least one, at most [`MAX_BATCH`].
-// Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn batch_size(point_s: f64, target_s: f64) -> usize {
     if !(point_s.is_finite() && point_s > 0.0 && target_s.is_finite() && target_s > 0.0) {
         return 1;
     }
-    ((target_s / point_s).ceil() as usize).clamp(1, MAX_BATCH)
+    // Casts: the ratio is finite and positive; f64 `as` usize saturates,
+    // and the clamp bounds it anyway.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let batch = (target_s / point_s).ceil() as usize;
+    batch.clamp(1, MAX_BATCH)
 }
 
 /// CPUs one point occupies on a node: the simulator is single-threaded; a VM
 /// point runs `vcpus` threads per VM; a native point its workload threads.
 fn cpus_of(p: &Point) -> u32 {
-    match p.executor() {
-        Executor::Sim => 1,
-        Executor::Native => p.threads.max(1),
-        Executor::Vm | Executor::Qemu => p.vcpus().unwrap_or(1).max(1) * p.vms().max(1),
-    }
+    p.config.settings().host_cpus_used(p.threads)
 }
 
 /// One job array to submit: the spec indices of each task and the CPUs a task asks for.

@@ -5,7 +5,7 @@
 //! - one round of a 2-thread spinning barrier: `Barrier` (spin, PAUSE) vs a
 //!   minimal hand-written sense-reversing spin barrier.
 //!
-//! Targets (issue 2): both within 1.2x of the plain version. Compare the
+//! Targets: both within 1.2x of the plain version. Compare the
 //! numbers of one run with each other, never across runs or machines. After
 //! the criterion benchmarks, the binary prints *paired* ratios: the two
 //! versions timed in alternating chunks, median of the per-pair ratios, which

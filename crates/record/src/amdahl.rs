@@ -105,7 +105,7 @@ mod tests {
         (x * m).round() / m
     }
 
-    /// Figure 3.7 of seed 004, reproduced from Table 3.1's raw numbers.
+    /// Figure 3.7 of the Seoul thesis, reproduced from Table 3.1's raw numbers.
     #[test]
     fn figure_3_7() {
         // Figure 3.6: 867341 exits in 470 s at 2301 cycles each, 2.67 GHz.

@@ -35,11 +35,13 @@ macro_rules! serde_as_string {
     };
 }
 
+mod executor_settings;
 mod host_policy;
 pub mod io;
 pub mod settings;
 mod timeout;
 
+pub use executor_settings::ExecutorSettings;
 pub use host_policy::{parse_duration, BadDuration, Decider, HostPolicy, PolicyKind};
 pub use io::{BadIoThreadCpus, BadIrqAffinity, IoThreadCpus, IrqAffinity};
 pub use settings::{
@@ -183,11 +185,11 @@ impl VmSettings {
     /// A host run under a user-level policy: its scheduler can keep the
     /// guest's routing page on the VM's running vCPUs (`irq_affinity =
     /// running`, vBalance).
-    fn knows_running_vcpus(&self) -> bool {
+    pub(crate) fn knows_running_vcpus(&self) -> bool {
         self.host_policy.is_some_and(|h| h.is_user_level())
     }
 
-    fn validate(&self, p: &mut Vec<ConfigError>) {
+    fn validate_vmm(&self, p: &mut Vec<ConfigError>) {
         if self.host_policy.is_none()
             && (self.host_pinned.is_some() || self.host_tuner || self.host_sample_ns.is_some())
         {
@@ -209,7 +211,7 @@ impl VmSettings {
         if self.host_tuner && !self.knows_running_vcpus() {
             p.push(ConfigError::new(
                 "host_policy",
-                "the tuner adapts a user-level policy: use fair, gang, partition or spin with host_tuner",
+                "the tuner adapts a user-level policy: use rr, gang, partition, spin or rrvm with host_tuner",
             ));
         }
         if self.host_policy.is_some() {
@@ -263,12 +265,12 @@ pub struct SimSettings {
     pub placement: Placement,
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub vms: u32,
-    /// Device-model synchronization (seed 004), modelled for device exits.
+    /// Device-model synchronization (the Seoul thesis), modelled for device exits.
     #[serde(default)]
     pub sync: SyncMode,
     /// Platform profile: a built-in name or a profile file's path.
     pub platform: String,
-    /// Host pCPUs; `None`: as many as one VM has vCPUs (seed 000's set-up, so
+    /// Host pCPUs; `None`: as many as one VM has vCPUs (Ding & Shan's set-up, so
     /// several VMs overcommit the host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcpus: Option<u32>,
@@ -278,7 +280,7 @@ pub struct SimSettings {
     /// APIC virtualization.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub apicv: bool,
-    /// The Spin Detection Buffer with spin-triggered preemption (seed 002).
+    /// The Spin Detection Buffer with spin-triggered preemption (Wells et al. (spin management)).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub sdb: bool,
     /// The host's halt-polling window (KVM `halt_poll_ns`); `None`: the
@@ -388,177 +390,145 @@ fn check_range(
 }
 
 impl RunConfig {
-    /// The executor this configuration runs on.
-    pub fn executor(&self) -> crate::Executor {
+    /// The executor's settings, behind the one trait every executor's
+    /// settings implement: the only match over the variants besides
+    /// [`RunConfig::settings_mut`] and [`RunConfig::defaults`].
+    pub fn settings(&self) -> &dyn ExecutorSettings {
         match self {
-            RunConfig::Native(_) => crate::Executor::Native,
-            RunConfig::Vm(_) => crate::Executor::Vm,
-            RunConfig::Qemu(_) => crate::Executor::Qemu,
-            RunConfig::Sim(_) => crate::Executor::Sim,
+            RunConfig::Native(s) => s,
+            RunConfig::Vm(s) => s,
+            RunConfig::Qemu(s) => s,
+            RunConfig::Sim(s) => s,
         }
     }
 
-    /// The guest settings of a vm or qemu run.
-    pub fn guest(&self) -> Option<&GuestSettings> {
+    /// The executor's settings, to change.
+    pub fn settings_mut(&mut self) -> &mut dyn ExecutorSettings {
         match self {
-            RunConfig::Vm(v) => Some(&v.guest),
-            RunConfig::Qemu(q) => Some(&q.guest),
-            _ => None,
+            RunConfig::Native(s) => s,
+            RunConfig::Vm(s) => s,
+            RunConfig::Qemu(s) => s,
+            RunConfig::Sim(s) => s,
         }
+    }
+
+    /// `executor` with `vcpus` vCPUs (where it has vCPUs) and every other
+    /// setting at its default; `platform` is the simulator's profile.
+    pub fn defaults(executor: crate::Executor, vcpus: u32, platform: &str) -> RunConfig {
+        use crate::Executor;
+        match executor {
+            Executor::Native => RunConfig::Native(NativeSettings::default()),
+            Executor::Vm => RunConfig::Vm(VmSettings::new(
+                GuestSettings::new(vcpus),
+                SyncMode::default(),
+            )),
+            Executor::Qemu => RunConfig::Qemu(QemuSettings {
+                guest: GuestSettings::new(vcpus),
+            }),
+            Executor::Sim => RunConfig::Sim(SimSettings::new(vcpus, platform)),
+        }
+    }
+
+    /// The executor this configuration runs on.
+    pub fn executor(&self) -> crate::Executor {
+        self.settings().executor()
+    }
+
+    /// The guest settings of a run that boots the smplab guest.
+    pub fn guest(&self) -> Option<&GuestSettings> {
+        self.settings().guest()
     }
 
     /// vCPUs per VM (`None` for native).
     pub fn vcpus(&self) -> Option<u32> {
-        match self {
-            RunConfig::Native(_) => None,
-            RunConfig::Vm(v) => Some(v.guest.vcpus),
-            RunConfig::Qemu(q) => Some(q.guest.vcpus),
-            RunConfig::Sim(s) => Some(s.vcpus),
-        }
+        self.settings().vcpus()
     }
 
     /// VMs running at once (1 for native).
     pub fn vms(&self) -> u32 {
-        match self {
-            RunConfig::Native(_) => 1,
-            RunConfig::Vm(v) => v.guest.vms,
-            RunConfig::Qemu(q) => q.guest.vms,
-            RunConfig::Sim(s) => s.vms,
-        }
+        self.settings().vms().unwrap_or(1)
     }
 
     /// Set the number of VMs run at once (a native run has no VMs).
     pub fn set_vms(&mut self, vms: u32) {
-        match self {
-            RunConfig::Native(_) => {}
-            RunConfig::Vm(v) => v.guest.vms = vms,
-            RunConfig::Qemu(q) => q.guest.vms = vms,
-            RunConfig::Sim(s) => s.vms = vms,
+        if let Some(v) = self.settings_mut().vms_mut() {
+            *v = vms;
         }
     }
 
     /// Set the vCPUs per VM (a native run has no vCPUs).
     pub fn set_vcpus(&mut self, vcpus: u32) {
-        match self {
-            RunConfig::Native(_) => {}
-            RunConfig::Vm(v) => v.guest.vcpus = vcpus,
-            RunConfig::Qemu(q) => q.guest.vcpus = vcpus,
-            RunConfig::Sim(s) => s.vcpus = vcpus,
+        if let Some(v) = self.settings_mut().vcpus_mut() {
+            *v = vcpus;
         }
     }
 
     /// Set the placement.
     pub fn set_placement(&mut self, placement: Placement) {
-        match self {
-            RunConfig::Native(n) => n.placement = placement,
-            RunConfig::Vm(v) => v.guest.placement = placement,
-            RunConfig::Qemu(q) => q.guest.placement = placement,
-            RunConfig::Sim(s) => s.placement = placement,
-        }
+        *self.settings_mut().placement_mut() = placement;
     }
 
     /// Set the guest idle policy (a native run has no guest).
     pub fn set_idle(&mut self, idle: IdlePolicy) {
-        match self {
-            RunConfig::Native(_) => {}
-            RunConfig::Vm(v) => v.guest.idle = idle,
-            RunConfig::Qemu(q) => q.guest.idle = idle,
-            RunConfig::Sim(s) => s.idle = idle,
+        if let Some(v) = self.settings_mut().idle_mut() {
+            *v = idle;
         }
     }
 
     /// Set the device sync mode, where the executor has one.
     pub fn set_sync(&mut self, sync: SyncMode) {
-        match self {
-            RunConfig::Vm(v) => v.sync = sync,
-            RunConfig::Sim(s) => s.sync = sync,
-            RunConfig::Native(_) | RunConfig::Qemu(_) => {}
+        if let Some(v) = self.settings_mut().sync_mut() {
+            *v = sync;
         }
     }
 
     /// The simulator's platform profile (`None` for real executors).
     pub fn platform(&self) -> Option<&str> {
-        match self {
-            RunConfig::Sim(s) => Some(&s.platform),
-            _ => None,
-        }
+        self.settings().platform()
     }
 
     /// The placement setting.
     pub fn placement(&self) -> &Placement {
-        match self {
-            RunConfig::Native(n) => &n.placement,
-            RunConfig::Vm(v) => &v.guest.placement,
-            RunConfig::Qemu(q) => &q.guest.placement,
-            RunConfig::Sim(s) => &s.placement,
-        }
+        self.settings().placement()
     }
 
     /// The guest idle policy (`None` for native).
     pub fn idle(&self) -> Option<IdlePolicy> {
-        match self {
-            RunConfig::Native(_) => None,
-            RunConfig::Vm(v) => Some(v.guest.idle),
-            RunConfig::Qemu(q) => Some(q.guest.idle),
-            RunConfig::Sim(s) => Some(s.idle),
-        }
+        self.settings().idle()
     }
 
     /// The guest interrupt affinity (`None` for native).
     pub fn irq_affinity(&self) -> Option<&IrqAffinity> {
-        match self {
-            RunConfig::Native(_) => None,
-            RunConfig::Vm(v) => Some(&v.guest.irq_affinity),
-            RunConfig::Qemu(q) => Some(&q.guest.irq_affinity),
-            RunConfig::Sim(s) => Some(&s.irq_affinity),
-        }
+        self.settings().irq_affinity()
     }
 
     /// Set the guest interrupt affinity (a native run has no guest).
     pub fn set_irq_affinity(&mut self, a: IrqAffinity) {
-        match self {
-            RunConfig::Native(_) => {}
-            RunConfig::Vm(v) => v.guest.irq_affinity = a,
-            RunConfig::Qemu(q) => q.guest.irq_affinity = a,
-            RunConfig::Sim(s) => s.irq_affinity = a,
+        if let Some(v) = self.settings_mut().irq_affinity_mut() {
+            *v = a;
         }
     }
 
     /// The CPUs of the thread completing device requests.
     pub fn io_thread_cpus(&self) -> &IoThreadCpus {
-        match self {
-            RunConfig::Native(n) => &n.io_thread_cpus,
-            RunConfig::Vm(v) => &v.guest.io_thread_cpus,
-            RunConfig::Qemu(q) => &q.guest.io_thread_cpus,
-            RunConfig::Sim(s) => &s.io_thread_cpus,
-        }
+        self.settings().io_thread_cpus()
     }
 
     /// Set the CPUs of the thread completing device requests.
     pub fn set_io_thread_cpus(&mut self, cpus: IoThreadCpus) {
-        match self {
-            RunConfig::Native(n) => n.io_thread_cpus = cpus,
-            RunConfig::Vm(v) => v.guest.io_thread_cpus = cpus,
-            RunConfig::Qemu(q) => q.guest.io_thread_cpus = cpus,
-            RunConfig::Sim(s) => s.io_thread_cpus = cpus,
+        if let Some(v) = self.settings_mut().io_thread_cpus_mut() {
+            *v = cpus;
         }
     }
 
     /// Where the interrupt controllers are emulated (smplab-vmm only).
     pub fn irqchip(&self) -> Option<Irqchip> {
-        match self {
-            RunConfig::Vm(v) => Some(v.irqchip),
-            _ => None,
-        }
+        self.settings().irqchip()
     }
 
     /// The device sync mode, where the executor has one.
     pub fn sync(&self) -> Option<SyncMode> {
-        match self {
-            RunConfig::Vm(v) => Some(v.sync),
-            RunConfig::Sim(s) => Some(s.sync),
-            _ => None,
-        }
+        self.settings().sync()
     }
 
     /// Every problem with this configuration that does not depend on the host
@@ -566,29 +536,7 @@ impl RunConfig {
     /// known, checked against what the executor supports.
     pub fn validate(&self, threads: Option<u32>) -> Result<(), Vec<ConfigError>> {
         let mut p = Vec::new();
-        match self {
-            // A CPU the host lacks is found when the run starts
-            // (`check_host_cpus`, status 5): a spec may run on another host.
-            RunConfig::Native(_) => {}
-            RunConfig::Vm(v) => {
-                v.guest.validate(threads, &mut p);
-                if !v.knows_running_vcpus() {
-                    v.guest.refuse_running_affinity(&mut p);
-                }
-                v.validate(&mut p);
-            }
-            RunConfig::Qemu(QemuSettings { guest }) => {
-                guest.validate(threads, &mut p);
-                guest.refuse_running_affinity(&mut p);
-                if !guest.io_thread_cpus.is_float() {
-                    p.push(ConfigError::new(
-                        "io_thread_cpus",
-                        "QEMU runs its own I/O threads; smplab cannot pin them (use --executor vm)",
-                    ));
-                }
-            }
-            RunConfig::Sim(s) => s.validate(&mut p),
-        }
+        self.settings().validate(threads, &mut p);
         if p.is_empty() {
             Ok(())
         } else {
@@ -599,8 +547,8 @@ impl RunConfig {
     /// Check the host CPUs a placement names exist on a host with `cores`
     /// logical CPUs (a run-time check: a spec may be run on another host).
     pub fn check_host_cpus(&self, cores: usize) -> Result<(), crate::cpus::CpuListError> {
-        if matches!(self, RunConfig::Sim(_)) {
-            return Ok(()); // modelled pCPUs, not this host's
+        if !self.settings().uses_host_cpus() {
+            return Ok(());
         }
         crate::cpus::check_cpus_exist(&self.io_thread_cpus().0, cores)?;
         match self.placement() {
@@ -611,72 +559,33 @@ impl RunConfig {
 
     /// A short label of the settings that differ from their defaults.
     pub fn label(&self) -> String {
+        let s = self.settings();
         let mut parts: Vec<String> = Vec::new();
-        if let Some(v) = self.vcpus() {
+        if let Some(v) = s.vcpus() {
             parts.push(format!("{v}vcpu"));
         }
         if self.vms() > 1 {
             parts.push(format!("×{}vm", self.vms()));
         }
-        if let Some(s) = self.sync() {
-            parts.push(s.to_string());
+        if let Some(sync) = s.sync() {
+            parts.push(sync.to_string());
         }
-        if let RunConfig::Vm(v) = self {
-            if v.irqchip != Irqchip::default() {
-                parts.push(format!("irqchip={}", v.irqchip));
-            }
-            if v.vmm_halt_poll_ns > 0 {
-                parts.push(format!("vmm-halt-poll={}", v.vmm_halt_poll_ns));
-            }
-            if let Some(h) = v.host_policy {
-                parts.push(format!("host={h}"));
-            }
-            if let Some(pinned) = v.host_pinned {
-                parts.push(
-                    if pinned {
-                        "host-pinned"
-                    } else {
-                        "host-floating"
-                    }
-                    .to_string(),
-                );
-            }
-            if v.host_tuner {
-                parts.push("tuner".to_string());
-            }
-            if let Some(ns) = v.host_sample_ns {
-                parts.push(format!("sample={ns}ns"));
-            }
-        }
-        if let Some(i) = self.idle() {
+        s.label_own(&mut parts);
+        if let Some(i) = s.idle() {
             parts.push(i.to_string());
         }
-        if !self.placement().is_float() {
-            parts.push(format!("pin={}", self.placement()));
+        if !s.placement().is_float() {
+            parts.push(format!("pin={}", s.placement()));
         }
-        if let Some(a) = self.irq_affinity() {
+        if let Some(a) = s.irq_affinity() {
             if *a != IrqAffinity::default() {
                 parts.push(format!("irq={a}"));
             }
         }
-        if !self.io_thread_cpus().is_float() {
-            parts.push(format!("iothread={}", self.io_thread_cpus()));
+        if !s.io_thread_cpus().is_float() {
+            parts.push(format!("iothread={}", s.io_thread_cpus()));
         }
-        if let RunConfig::Sim(s) = self {
-            parts.push(s.platform.clone());
-            if let Some(ple) = s.ple {
-                parts.push(format!("ple={ple}"));
-            }
-            if s.apicv {
-                parts.push("apicv".into());
-            }
-            if s.sdb {
-                parts.push("sdb".into());
-            }
-            if s.policy != HostPolicy::default() {
-                parts.push(s.policy.to_string());
-            }
-        }
+        s.label_tail(&mut parts);
         parts.join(" ")
     }
 }
@@ -740,14 +649,14 @@ impl GuestSettings {
         if self.irq_affinity == IrqAffinity::Running {
             p.push(ConfigError::new(
                 "irq_affinity",
-                "running (vBalance) needs the hypervisor to tell the guest which vCPUs run; only --executor sim and host runs under a user-level policy model it",
+                "running (vBalance) needs the hypervisor to tell the guest which vCPUs run: only --executor sim models it, or a host run under a user-level policy",
             ));
         }
     }
 }
 
 impl SimSettings {
-    fn validate(&self, p: &mut Vec<ConfigError>) {
+    fn validate_model(&self, p: &mut Vec<ConfigError>) {
         check_range(
             p,
             "vcpus",

@@ -21,7 +21,8 @@ pub const TIMEOUT: i32 = 7;
 pub const EXTERNAL_TOOL: i32 = 8;
 /// The workload failed at run time (e.g. a thread could not be created or pinned).
 pub const RUN_FAILED: i32 = 9;
-/// Some points of a lab sweep failed; the others were stored.
+/// A partial result: some points of a lab sweep failed (the others were
+/// stored), or an incomplete trace was shown as far as it was recorded.
 pub const PARTIAL: i32 = 10;
 /// `smplab trace`: the program to trace does not exist or cannot be executed.
 pub const PROGRAM_NOT_FOUND: i32 = 11;

@@ -42,6 +42,39 @@ pub enum Executor {
 }
 
 impl Executor {
+    /// Every executor, in the order reports list them.
+    pub const ALL: [Executor; 4] = [
+        Executor::Vm,
+        Executor::Qemu,
+        Executor::Sim,
+        Executor::Native,
+    ];
+
+    /// What a reader calls the executor (reports, charts).
+    pub fn reader_name(self) -> &'static str {
+        match self {
+            Executor::Native => "native",
+            Executor::Vm => "smplab-vmm",
+            Executor::Qemu => "QEMU",
+            Executor::Sim => "simulator",
+        }
+    }
+
+    /// Whether the executor runs a real VM on this host (as opposed to
+    /// native threads or the simulator's model of one).
+    pub fn is_real_vm(self) -> bool {
+        match self {
+            Executor::Vm | Executor::Qemu => true,
+            Executor::Native | Executor::Sim => false,
+        }
+    }
+
+    /// Every executor that runs (or models) a VM, in report order.
+    pub fn virtualized() -> impl Iterator<Item = Executor> {
+        Executor::ALL.into_iter().filter(|&e| e != Executor::Native)
+    }
+
+    /// The executor's name on the command line and in records.
     pub fn as_str(self) -> &'static str {
         match self {
             Executor::Native => "native",
@@ -60,13 +93,11 @@ pub struct UnknownExecutor(pub String);
 impl std::str::FromStr for Executor {
     type Err = UnknownExecutor;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "native" => Ok(Executor::Native),
-            "vm" => Ok(Executor::Vm),
-            "qemu" => Ok(Executor::Qemu),
-            "sim" => Ok(Executor::Sim),
-            _ => Err(UnknownExecutor(s.to_string())),
-        }
+        let name = s.trim();
+        Executor::ALL
+            .into_iter()
+            .find(|e| e.as_str() == name)
+            .ok_or_else(|| UnknownExecutor(s.to_string()))
     }
 }
 

@@ -44,7 +44,7 @@ pub struct SimSection {
     /// Time spent refilling caches after placements (cache model).
     #[serde(default)]
     pub warmup_ns: u64,
-    /// Time vCPUs waited for the serialized device emulation (seed 004).
+    /// Time vCPUs waited for the serialized device emulation (the Seoul thesis).
     #[serde(default)]
     pub device_wait_ns: u64,
     /// Exact accounting: the VM's vCPU time by cause, summed over its vCPUs

@@ -12,12 +12,7 @@ use std::collections::BTreeSet;
 /// Every executor, in the order the report lists them; the i-th is drawn
 /// in the palette's i-th series colour (smplab-vmm blue, QEMU orange, the
 /// simulator bluish green, native black).
-pub const EXECUTORS: [Executor; 4] = [
-    Executor::Vm,
-    Executor::Qemu,
-    Executor::Sim,
-    Executor::Native,
-];
+pub const EXECUTORS: &[Executor] = &Executor::ALL;
 
 /// The colour of an executor: the same in every plot.
 pub fn colour(e: Executor) -> Colour {
@@ -34,12 +29,7 @@ pub fn executor_rank(e: Executor) -> usize {
 
 /// What a reader calls the executor.
 pub fn executor_name(e: Executor) -> &'static str {
-    match e {
-        Executor::Native => "native",
-        Executor::Vm => "smplab-vmm",
-        Executor::Qemu => "QEMU",
-        Executor::Sim => "simulator",
-    }
+    e.reader_name()
 }
 
 /// A legend of the executors in `used`, in the report's order, each in its
@@ -141,22 +131,15 @@ pub fn weighted_speedup_ci(results: &Results, p: &Point) -> Option<MedianCi> {
 /// study: the configuration headline numbers are quoted for. Compared through
 /// the store key, never setting by setting.
 pub fn is_default_setup(p: &Point) -> bool {
-    use smplab_record::config::{GuestSettings, QemuSettings, RunConfig, SimSettings, VmSettings};
+    use smplab_record::config::{RunConfig, DEFAULT_PLATFORM};
     if p.study.is_some() || p.variant != Variant::AsIs {
         return false;
     }
-    let vcpus = p.vcpus().unwrap_or(1);
-    let mut default = match &p.config {
-        RunConfig::Native(_) => return p.native_twin().config_key() == p.config_key(),
-        RunConfig::Vm(_) => RunConfig::Vm(VmSettings::new(
-            GuestSettings::new(vcpus),
-            Default::default(),
-        )),
-        RunConfig::Qemu(_) => RunConfig::Qemu(QemuSettings {
-            guest: GuestSettings::new(vcpus),
-        }),
-        RunConfig::Sim(s) => RunConfig::Sim(SimSettings::new(vcpus, s.platform.clone())),
-    };
+    if p.executor() == Executor::Native {
+        return p.native_twin().config_key() == p.config_key();
+    }
+    let platform = p.config.platform().unwrap_or(DEFAULT_PLATFORM);
+    let mut default = RunConfig::defaults(p.executor(), p.vcpus().unwrap_or(1), platform);
     default.set_vms(p.vms());
     let mut b = p.clone();
     b.config = default;

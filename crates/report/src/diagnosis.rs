@@ -1,7 +1,7 @@
-//! Diagnoses found in the store (seed 000 §IV, Fig. 3): the slowdown of the
+//! Diagnoses found in the store (Ding & Shan §IV, Fig. 3): the slowdown of the
 //! baseline and of each factor removed, with intervals; the baseline
 //! decomposed into credits; and which low-level rates move with the slowdown
-//! across configurations (seed 003's macro versus micro).
+//! across configurations (Ye et al.'s macro versus micro).
 
 use super::data::{colour, executor_legend, executor_name, noise_badge, pct_ci, slug};
 use super::findings::{credits, diag_slowdown_ci, Credit};
@@ -181,7 +181,7 @@ fn attribution_charts(shown: &Shown, h: &mut String) {
 
 fn correlations(ctx: &Ctx) -> String {
     let mut corr = String::new();
-    for e in [Executor::Vm, Executor::Qemu, Executor::Sim] {
+    for e in Executor::virtualized() {
         let c = smplab_analysis::metrics::correlate_with_slowdown(ctx.results, e);
         let Some(top) = c.first() else {
             continue;

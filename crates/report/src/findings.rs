@@ -230,7 +230,7 @@ fn slowdown_cell(r: &Results, w: &str, hp: &Point, ci: Option<MedianCi>) -> Stri
     );
     // The other executors at the same size; the simulator also at its largest.
     let mut seen = vec![hp.config_key()];
-    for e in [Executor::Vm, Executor::Qemu, Executor::Sim] {
+    for e in Executor::virtualized() {
         let same = headline(r, w, e, hp.vcpus()).filter(|q| q.vcpus() == hp.vcpus());
         let largest = (e == Executor::Sim)
             .then(|| headline(r, w, e, None))
@@ -305,9 +305,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
     let mut rows: Vec<IntervalRow> = Vec::new();
     let mut used = Vec::new();
     for w in &ctx.workloads {
-        let primary = [Executor::Vm, Executor::Qemu, Executor::Sim]
-            .into_iter()
-            .find_map(|e| headline(r, w, e, None));
+        let primary = Executor::virtualized().find_map(|e| headline(r, w, e, None));
         let wid = slug(w);
         let Some(hp) = primary else {
             let _ = write!(

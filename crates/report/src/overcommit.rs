@@ -1,4 +1,4 @@
-//! Weighted speedup as VMs are added (seed 000 Fig. 2): one chart per workload
+//! Weighted speedup as VMs are added (Ding & Shan Fig. 2): one chart per workload
 //! and VM size, one line per executor, whiskers the 95% interval.
 
 use super::data::{colour, executor_name, executor_rank, is_default_setup, weighted_speedup_ci};

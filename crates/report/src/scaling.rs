@@ -1,4 +1,4 @@
-//! Speedup versus vCPUs beside seed 004's eq. 5.1 projection and the native
+//! Speedup versus vCPUs beside the Seoul thesis's eq. 5.1 projection and the native
 //! Amdahl bound, one chart per family of configurations.
 
 use super::data::{colour, executor_name, is_default_setup};
@@ -20,11 +20,10 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
     let mut families = BTreeSet::new();
     let mut charts = Vec::new();
     let mut skipped = 0;
-    for p in r.points().filter(|p| {
-        matches!(p.executor(), Executor::Vm | Executor::Sim | Executor::Qemu)
-            && p.vms() == 1
-            && is_default_setup(p)
-    }) {
+    for p in r
+        .points()
+        .filter(|p| p.executor() != Executor::Native && p.vms() == 1 && is_default_setup(p))
+    {
         // One chart per family: everything but vCPUs and threads.
         let mut f = p.clone();
         f.config.set_vcpus(0);

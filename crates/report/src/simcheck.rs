@@ -1,4 +1,4 @@
-//! The simulator beside the measurements (seed 003): each measured
+//! The simulator beside the measurements (Ye et al.): each measured
 //! configuration with a simulated twin, per metric, on a predicted-versus-
 //! measured scatter, with the error table.
 
@@ -53,7 +53,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
     // Measured configuration label → its point (for colour and intervals).
     let by_label: BTreeMap<String, &Point> = r
         .points()
-        .filter(|p| matches!(p.executor(), Executor::Vm | Executor::Qemu))
+        .filter(|p| p.executor().is_real_vm())
         .map(|p| (p.label(), p))
         .collect();
     let metrics: BTreeSet<&str> = preds.iter().map(|p| p.metric.as_str()).collect();

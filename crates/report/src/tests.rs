@@ -75,7 +75,10 @@ pub fn sample_store() -> Store {
                     rec(Executor::Vm, wl, 2, vm * s / 7),
                 ],
             ));
-            let sp = smplab_experiment::testutil::as_sim(&vm_point(wl, 2, rep), "pvm-here");
+            let sp = smplab_experiment::testutil::as_sim(
+                &vm_point(wl, 2, rep),
+                smplab_record::config::DEFAULT_PLATFORM,
+            );
             let mut sr = rec(Executor::Sim, wl, 2, vm * s / 9);
             let mut ex = BTreeMap::new();
             ex.insert("hlt".to_string(), 3000);
@@ -144,8 +147,10 @@ pub fn big_sim_store(n: usize, reps: u32) -> Store {
                         if es.len() == n {
                             break 'all;
                         }
-                        let mut p =
-                            smplab_experiment::testutil::as_sim(&vm_point(wl, v, rep), "pvm-here");
+                        let mut p = smplab_experiment::testutil::as_sim(
+                            &vm_point(wl, v, rep),
+                            smplab_record::config::DEFAULT_PLATFORM,
+                        );
                         p.scale = 0.05 * (si + 1) as f64;
                         p.config.set_vms(k);
                         let native = 1_000_000 * (10 + wi as u64) * (si as u64 + 1);
@@ -490,7 +495,7 @@ fn every_plot_draws_in_palette_colours_and_executors_keep_theirs() {
     let legends = legend_entries(&html);
     let mut named = 0;
     for (c, text) in &legends {
-        for e in super::data::EXECUTORS {
+        for &e in super::data::EXECUTORS {
             let name = super::data::executor_name(e);
             if text.split([' ', ',', '(']).any(|w| w == name) {
                 assert_eq!(c, crate::data::colour(e).hex(), "legend {text:?}");

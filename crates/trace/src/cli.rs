@@ -118,8 +118,11 @@ fn record_cmd(a: &TraceArgs) -> i32 {
 fn load(path: &std::path::Path) -> Result<(format::Trace, analyze::Analysis), TraceError> {
     let trace = format::read(path)?;
     if trace.event_count() == 0 {
-        return Err(TraceError::Empty {
-            path: path.display().to_string(),
+        let path = path.display().to_string();
+        return Err(if trace.complete() {
+            TraceError::Empty { path }
+        } else {
+            TraceError::IncompleteEmpty { path }
         });
     }
     let analysis = analyze::analyze(&trace);
@@ -195,7 +198,8 @@ fn show_cmd(s: &ShowArgs) -> i32 {
             "threads": analysis.threads,
             "unmatched_waits": analysis.unmatched_waits,
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        // One JSON object on one line (JSON lines, as every --json).
+        println!("{v}");
     } else {
         print!("{}", show::summary(&trace, &analysis));
     }
@@ -208,5 +212,14 @@ fn show_cmd(s: &ShowArgs) -> i32 {
         }
         eprintln!("smplab: wrote {}", p.display());
     }
-    exit::OK
+    if trace.complete() {
+        exit::OK
+    } else {
+        // Shown as far as it was recorded: a partial result, said so.
+        eprintln!(
+            "smplab: {} is an incomplete trace: shown as far as it was recorded",
+            s.trace.display()
+        );
+        exit::PARTIAL
+    }
 }

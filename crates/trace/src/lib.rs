@@ -51,6 +51,11 @@ pub enum TraceError {
     },
     #[error("{path}: the trace has no events (was the program linked against libpthread?)")]
     Empty { path: String },
+    /// The traced program ended before the interposer wrote any event (it
+    /// was killed, or never reached a pthread call): nothing to show, and not
+    /// a corrupt file.
+    #[error("{path}: an incomplete trace with no events: the program ended before the interposer flushed (killed by a signal, or exec'd away)")]
+    IncompleteEmpty { path: String },
     #[error("the model built from the trace does not validate (a bug in smplab trace): {0}")]
     Model(String),
 }
@@ -64,6 +69,7 @@ impl TraceError {
             }
             TraceError::StaticBinary { .. } | TraceError::NotElf { .. } => exit::NOT_TRACEABLE,
             TraceError::Corrupt { .. } | TraceError::Empty { .. } => exit::BAD_TRACE,
+            TraceError::IncompleteEmpty { .. } => exit::PARTIAL,
             TraceError::Io { .. } => exit::BAD_INPUT,
             TraceError::Spawn { .. } => exit::RUN_FAILED,
             TraceError::Model(_) => exit::INTERNAL,

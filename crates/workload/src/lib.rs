@@ -85,6 +85,26 @@ impl Source {
         }
     }
 
+    /// Whether the thread parameter `n` changes the program: `false` when
+    /// no thread count or amount mentions `n` (e.g. a model `smplab trace
+    /// model` wrote, which keeps the traced program's threads as they were).
+    pub fn uses_n(&self) -> bool {
+        let d = self.spec.default_threads;
+        let at = |n: u32| self.instantiate(Some(n), 1.0).ok();
+        match (at(d), at(d.saturating_add(1))) {
+            (Some(a), Some(b)) => {
+                a.total_threads() != b.total_threads() || a.expected_counts() != b.expected_counts()
+            }
+            // One of them does not instantiate: `n` matters to validation.
+            _ => true,
+        }
+    }
+
+    /// The file's default thread parameter `n`.
+    pub fn default_threads(&self) -> u32 {
+        self.spec.default_threads
+    }
+
     /// Instantiate with thread parameter `n` (None: the file's default) and scale.
     pub fn instantiate(&self, n: Option<u32>, scale: f64) -> Result<Program, WorkloadError> {
         let n = n.unwrap_or(self.spec.default_threads);

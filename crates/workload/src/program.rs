@@ -400,7 +400,7 @@ impl Program {
         self.groups.get(group).map(|g| walk(&g.ops)).unwrap_or(0)
     }
 
-    /// The spin → block variant (seed 000's "remove user-space spinning"):
+    /// The spin → block variant (Ding & Shan's "remove user-space spinning"):
     /// spinning and spin-then-block barriers block at once, adaptive mutexes
     /// block at once. Spin locks stay (they have no blocking form in the program),
     /// so a profile whose spinning lives in spin locks is unaffected.

@@ -102,9 +102,10 @@ pub fn get(p: &Platform, field: &str) -> Option<f64> {
 
 /// Set a fitted field (nanosecond fields round to whole ns). False for a
 /// field this module does not know.
-// Casts: values are clamped to the parameter bounds (finite, positive) first.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn set(p: &mut Platform, field: &str, v: f64) -> bool {
+    // Casts: values are clamped to the parameter bounds (finite, positive)
+    // first; `as` saturates.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let ns = v.round().max(1.0) as u64;
     match field {
         "cpu.compute_ns_per_iter" => p.cpu.compute_ns_per_iter = v,
@@ -230,14 +231,42 @@ pub fn certainty(ci: Option<&MedianCi>) -> f64 {
     ROBUST_SCALE / (ROBUST_SCALE.powi(2) + sigma.powi(2)).sqrt()
 }
 
+/// What one residual of the fit compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResidualKind {
+    /// The micro-run's wall time in smplab-vmm, ns.
+    VmWall,
+    /// The micro-run's wall time natively, ns.
+    NativeWall,
+    /// The fraction of the VM run its vCPUs were idle.
+    VmIdle,
+}
+
+impl ResidualKind {
+    /// Whether the values are idle fractions rather than ns.
+    pub fn is_fraction(self) -> bool {
+        self == ResidualKind::VmIdle
+    }
+}
+
+impl std::fmt::Display for ResidualKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ResidualKind::VmWall => "vm",
+            ResidualKind::NativeWall => "native",
+            ResidualKind::VmIdle => "vm idle",
+        })
+    }
+}
+
 /// One residual of the fit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Residual {
     /// Micro-run name.
     pub name: String,
-    /// `vm`, `native` or `vm idle` (then the two values below are idle
+    /// What it compares (idle rows: the two values below are idle
     /// fractions, not ns).
-    pub executor: &'static str,
+    pub kind: ResidualKind,
     pub measured_ns: f64,
     pub fitted_ns: f64,
     /// Its weight in the robust fit's last iteration (1: full; small: the
@@ -541,15 +570,20 @@ fn damped_step(
 fn report_residuals(obs: &[Observation], pairs: Vec<Simulated>) -> Vec<Residual> {
     let mut res = Vec::new();
     for (o, sim) in obs.iter().zip(pairs) {
-        for (executor, m, s, ci) in [
-            ("vm", o.vm_ns, sim.vm_ns, o.vm_ci),
-            ("native", o.native_ns, sim.native_ns, o.native_ci),
+        for (kind, m, s, ci) in [
+            (ResidualKind::VmWall, o.vm_ns, sim.vm_ns, o.vm_ci),
+            (
+                ResidualKind::NativeWall,
+                o.native_ns,
+                sim.native_ns,
+                o.native_ci,
+            ),
         ] {
             if let Some(m) = m.filter(|m| *m > 0.0) {
                 let u = certainty(ci.as_ref());
                 res.push(Residual {
                     name: o.name.clone(),
-                    executor,
+                    kind,
                     measured_ns: m,
                     fitted_ns: s,
                     weight: (u * cauchy_weight(u * (s.max(1.0) / m).ln())).powi(2),
@@ -560,7 +594,7 @@ fn report_residuals(obs: &[Observation], pairs: Vec<Simulated>) -> Vec<Residual>
         if let Some(m) = idle_row(o) {
             res.push(Residual {
                 name: o.name.clone(),
-                executor: "vm idle",
+                kind: ResidualKind::VmIdle,
                 measured_ns: m,
                 fitted_ns: sim.vm_idle,
                 weight: cauchy_weight((sim.vm_idle.max(IDLE_FLOOR) / m).ln()).powi(2),

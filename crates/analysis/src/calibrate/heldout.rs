@@ -152,7 +152,7 @@ pub fn evaluate(
 }
 
 /// Median |relative error| of wall time and of slowdown over every row: the
-/// headline figure (issue 10 §4), whatever the rows' certainty.
+/// headline figure of the calibration (docs/lab.md), whatever the rows' certainty.
 pub fn medians(rows: &[Row]) -> Option<(f64, f64)> {
     let w = Summary::of(&rows.iter().map(Row::wall_error).collect::<Vec<_>>())?;
     let s = Summary::of(&rows.iter().map(Row::slowdown_error).collect::<Vec<_>>())?;

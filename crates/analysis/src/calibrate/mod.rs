@@ -183,10 +183,8 @@ pub fn today() -> String {
 
 /// `YYYY-MM-DD` of a day count since 1970-01-01 (the proleptic Gregorian
 /// calendar, H. Hinnant's days-from-civil inverse).
-// Casts: day counts of real dates are far inside i64 and the results small.
-#[allow(clippy::cast_possible_wrap, clippy::cast_sign_loss)]
 pub fn civil_date(days: u64) -> String {
-    let z = days as i64 + 719_468;
+    let z = i64::try_from(days).unwrap_or(i64::MAX - 719_468) + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
     let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
@@ -215,7 +213,7 @@ pub fn record_fit(cal: &mut Calibration, f: &fit::Fit, n_obs: usize) {
         });
     }
     for r in &f.residuals {
-        let (measured, fitted) = if r.executor == "vm idle" {
+        let (measured, fitted) = if r.kind.is_fraction() {
             (
                 format!("{:.3}", r.measured_ns),
                 format!("{:.3}", r.fitted_ns),
@@ -227,7 +225,7 @@ pub fn record_fit(cal: &mut Calibration, f: &fit::Fit, n_obs: usize) {
             )
         };
         cal.info.push((
-            format!("residual {} {}", r.name, r.executor),
+            format!("residual {} {}", r.name, r.kind),
             format!(
                 "measured {measured}, fitted {fitted} ({:+.1}%), weight {:.2} (certainty {:.2})",
                 r.rel() * 100.0,
@@ -240,8 +238,9 @@ pub fn record_fit(cal: &mut Calibration, f: &fit::Fit, n_obs: usize) {
 
 /// The profile a calibration writes, as the simulator reads it.
 pub fn profile(cal: &Calibration) -> Result<Platform, CalibrateError> {
-    let base = smplab_experiment::execute::sim::base_profile_text("pvm-here")
-        .ok_or(CalibrateError::NoSimulator)?;
+    let base =
+        smplab_experiment::execute::sim::base_profile_text(smplab_record::config::DEFAULT_PLATFORM)
+            .ok_or(CalibrateError::NoSimulator)?;
     let text = apply_to_profile(&base, "calibrated", cal)?;
     Platform::from_text("calibrated", &text).map_err(CalibrateError::InvalidProfile)
 }
@@ -316,7 +315,8 @@ pub fn measure(
     if obs.is_empty() {
         return Err(CalibrateError::NothingToFit);
     }
-    let mut base = Platform::builtin("pvm-here").map_err(|_| CalibrateError::NoSimulator)?;
+    let mut base = Platform::builtin(smplab_record::config::DEFAULT_PLATFORM)
+        .map_err(|_| CalibrateError::NoSimulator)?;
     if let Some(w) = host.halt_poll_ns {
         base.defaults.halt_poll_ns = w;
     }
@@ -507,8 +507,6 @@ pub fn slope(samples: &[(u64, u64)]) -> Option<f64> {
 }
 
 /// Set measured fields in a platform profile's TOML text and rename it.
-// Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
-#[allow(clippy::cast_possible_truncation)]
 pub fn apply_to_profile(
     base: &str,
     name: &str,
@@ -526,6 +524,9 @@ pub fn apply_to_profile(
         let old = sec.get(key).cloned();
         let v = match old {
             Some(toml::Value::Float(_)) => toml::Value::Float(e.value),
+            // Casts: estimates are finite, non-negative ns; f64 `as` i64
+            // saturates (NaN to 0).
+            #[allow(clippy::cast_possible_truncation)]
             _ => toml::Value::Integer(e.value.round().max(0.0) as i64),
         };
         sec.insert(key.to_string(), v);
@@ -665,8 +666,9 @@ pub fn as_map(cal: &Calibration) -> BTreeMap<String, f64> {
 
 /// Write the calibrated profile (pvm-here with measured fields replaced).
 pub fn write_profile(cal: &Calibration, out: &std::path::Path) -> Result<(), CalibrateError> {
-    let base = smplab_experiment::execute::sim::base_profile_text("pvm-here")
-        .ok_or(CalibrateError::NoSimulator)?;
+    let base =
+        smplab_experiment::execute::sim::base_profile_text(smplab_record::config::DEFAULT_PLATFORM)
+            .ok_or(CalibrateError::NoSimulator)?;
     let text = apply_to_profile(&base, "calibrated", cal)?;
     smplab_experiment::execute::sim::check_profile_text(&out.display().to_string(), &text)
         .map_err(CalibrateError::InvalidProfile)?;

@@ -68,7 +68,7 @@ fn the_fit_recovers_the_vm_wake_cost_too() {
 }
 
 fn check_fit_recovers(perturbed: &[(&str, f64)]) {
-    let base = Platform::builtin("pvm-here").unwrap();
+    let base = Platform::builtin(smplab_record::config::DEFAULT_PLATFORM).unwrap();
     let mut truth = base.clone();
     for &(field, factor) in perturbed {
         let v = fit::get(&base, field).unwrap();
@@ -129,7 +129,7 @@ fn check_fit_recovers(perturbed: &[(&str, f64)]) {
 #[test]
 fn held_out_rows_compare_stored_runs_with_predictions() {
     let scale = 0.05;
-    let platform = Platform::builtin("pvm-here").unwrap();
+    let platform = Platform::builtin(smplab_record::config::DEFAULT_PLATFORM).unwrap();
     let mut es = Vec::new();
     for &(w, n) in heldout::HELDOUT.iter().take(2) {
         for (vm, ms) in [(true, 30), (false, 10)] {
@@ -267,7 +267,7 @@ fn reps_of(
 #[test]
 fn held_out_rows_carry_intervals_and_wide_ones_are_marked() {
     let scale = 0.05;
-    let platform = Platform::builtin("pvm-here").unwrap();
+    let platform = Platform::builtin(smplab_record::config::DEFAULT_PLATFORM).unwrap();
     let steady: &[u64] = &[30, 30, 31, 30, 30, 31];
     // Alternating ±20%: never within ±5%.
     let noisy: &[u64] = &[10, 15];

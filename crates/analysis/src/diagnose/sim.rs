@@ -110,7 +110,13 @@ mod tests {
     /// factors".
     #[test]
     fn sim_diagnosis_names_the_remainder_by_cause() {
-        let plan = Plan::new(baseline(Executor::Sim, "dedup", 4, 0.1, "pvm-here"));
+        let plan = Plan::new(baseline(
+            Executor::Sim,
+            "dedup",
+            4,
+            0.1,
+            smplab_record::config::DEFAULT_PLATFORM,
+        ));
         // Baseline +100%: 60 ms of APIC ICR exits, 40 ms of spin on locks.
         let mut es = vec![Entry::new(
             plan.baseline.clone(),

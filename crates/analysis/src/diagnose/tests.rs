@@ -18,7 +18,13 @@ fn plan_has_the_factors_for_each_executor() {
             "global device lock"
         ]
     );
-    let sim = Plan::new(baseline(Executor::Sim, "dedup", 16, 0.1, "pvm-here"));
+    let sim = Plan::new(baseline(
+        Executor::Sim,
+        "dedup",
+        16,
+        0.1,
+        smplab_record::config::DEFAULT_PLATFORM,
+    ));
     assert_eq!(sim.removed.len(), 6);
     match &sim.all_removed.config {
         RunConfig::Sim(s) => {
@@ -215,7 +221,10 @@ fn sim_native_reference_uses_the_same_platform() {
     use smplab_experiment::store::{Entry, Status};
     use smplab_experiment::testutil::rec;
     let mut es = vec![];
-    for (platform, native_ms, wall_ms) in [("pvm-here", 100u64, 150u64), ("kvm2015", 50, 60)] {
+    for (platform, native_ms, wall_ms) in [
+        (smplab_record::config::DEFAULT_PLATFORM, 100u64, 150u64),
+        ("kvm2015", 50, 60),
+    ] {
         let b = baseline(Executor::Sim, "dedup", 16, 0.1, platform);
         let mut r = rec(Executor::Sim, "dedup", 16, wall_ms * 1_000_000);
         r.sim = Some(smplab_record::sim::SimSection {
@@ -226,7 +235,10 @@ fn sim_native_reference_uses_the_same_platform() {
     }
     let store = Store::from_entries(es);
     let results = Results::new(&store);
-    for (platform, want) in [("pvm-here", 0.5), ("kvm2015", 0.2)] {
+    for (platform, want) in [
+        (smplab_record::config::DEFAULT_PLATFORM, 0.5),
+        ("kvm2015", 0.2),
+    ] {
         let plan = Plan::new(baseline(Executor::Sim, "dedup", 16, 0.1, platform));
         let a = attribute(&results, &plan).unwrap();
         assert!((a.baseline.median - want).abs() < 1e-9, "{platform}: {a:?}");

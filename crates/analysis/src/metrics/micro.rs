@@ -1,4 +1,4 @@
-//! Macro versus micro (seed 003): which low-level rate moves with the
+//! Macro versus micro (Ye et al.): which low-level rate moves with the
 //! slowdown? Per-second rates of low-level events per configuration and
 //! their Pearson correlation with the slowdown across configurations.
 

@@ -1,4 +1,4 @@
-//! Simulator predictions beside measurements (seed 003): the simulator twin
+//! Simulator predictions beside measurements (Ye et al.): the simulator twin
 //! of a measured configuration, the metrics both have, and the prediction
 //! errors per metric.
 
@@ -66,7 +66,7 @@ impl Results<'_> {
         let mut out = Vec::new();
         for m in self
             .points()
-            .filter(|p| matches!(p.executor(), Executor::Vm | Executor::Qemu) && p.study.is_none())
+            .filter(|p| p.executor().is_real_vm() && p.study.is_none())
         {
             let Some(s) = self.sim_twin(m, platform) else {
                 continue;

@@ -1,4 +1,4 @@
-//! Speedup versus vCPUs and seed 004's Amdahl projection (eq. 5.1): work
+//! Speedup versus vCPUs and the Seoul thesis's Amdahl projection (eq. 5.1): work
 //! per run, time per unit of work, the native parallel fraction, and the
 //! projection's inputs (exit handling per vCPU, the share of exits the VMM
 //! serializes).
@@ -46,7 +46,7 @@ pub fn work(records: &[RunRecord]) -> f64 {
     }
 }
 
-/// Share of exits the VMM serializes, by sync mode (seed 004 §3.4).
+/// Share of exits the VMM serializes, by sync mode (the Seoul thesis §3.4).
 pub fn sync_share(r: &RunRecord) -> f64 {
     let Some(v) = &r.vmm else {
         return 1.0;
@@ -154,7 +154,7 @@ impl Results<'_> {
     /// Wall time per unit of work (per compute-kernel iteration, when the
     /// records count them): speedups divide these, so a profile whose work
     /// grows with its thread count (weak scaling) is judged by throughput,
-    /// as seed 004's kernel compile with a fixed job is.
+    /// as the Seoul thesis's kernel compile with a fixed job is.
     pub fn time_per_work(&self, p: &Point) -> Option<Summary> {
         Summary::of(&self.time_per_work_samples(p))
     }

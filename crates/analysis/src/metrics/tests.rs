@@ -83,7 +83,10 @@ fn failed_entries_are_ignored() {
 
 #[test]
 fn sim_slowdown_uses_its_own_native_model() {
-    let p = smplab_experiment::testutil::as_sim(&vm_point("dedup", 2, 0), "pvm-here");
+    let p = smplab_experiment::testutil::as_sim(
+        &vm_point("dedup", 2, 0),
+        smplab_record::config::DEFAULT_PLATFORM,
+    );
     let mut r0 = rec(Executor::Sim, "dedup", 2, 3 * S);
     r0.sim = Some(SimSection {
         native_wall_ns: Some(2 * S),
@@ -387,7 +390,7 @@ fn exits_per_s_counts_the_same_reasons_over_the_same_span_for_vm_and_sim() {
     }
     vm.timing.wall_ns = 2 * S;
     let p = vm_point("dedup", 2, 0);
-    let sp = smplab_experiment::testutil::as_sim(&p, "pvm-here");
+    let sp = smplab_experiment::testutil::as_sim(&p, smplab_record::config::DEFAULT_PLATFORM);
     let mut sim = rec(Executor::Sim, "dedup", 2, 2 * S);
     let sim_exits: BTreeMap<String, u64> = [
         ("hlt", 40),

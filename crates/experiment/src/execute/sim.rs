@@ -1,7 +1,7 @@
 //! Glue from a simulator run configuration to `smplab_sim::simulate`.
 //!
 //! Mapping (docs/lab.md): the host has `pcpus` pCPUs, by default as many as
-//! one VM has vCPUs (seed 000's set-up: a VM as big as the machine), so
+//! one VM has vCPUs (Ding & Shan's set-up: a VM as big as the machine), so
 //! `vms > 1` overcommits it; the placement goes to the model as is (`pinned`:
 //! vCPU i on its own pCPU, spread evenly; a CPU list must be one contiguous
 //! range, which confines the vCPUs); PLE defaults to the platform's. The device sync
@@ -95,6 +95,23 @@ pub fn scenario_on(
     scenario.seed = s.seed;
     scenario.check()?;
     Ok(scenario)
+}
+
+/// The simulator runs everywhere.
+pub(super) fn availability(_limits: &super::RunLimits) -> Result<(), (String, i32)> {
+    Ok(())
+}
+
+impl super::Execute for SimSettings {
+    fn run(
+        &self,
+        program: &Program,
+        info: &WorkloadInfo,
+        limits: &super::RunLimits,
+        _host_cores: usize,
+    ) -> Result<Vec<RunRecord>, super::ExecuteError> {
+        Ok(run(program, info, self, limits.timeout)?)
+    }
 }
 
 /// Simulate a configuration, giving up after `limit` of host time.

@@ -1,5 +1,5 @@
 //! The input side of the host's tuner (`host::tuned`): per VM and 20 ms
-//! window, seed 001's indicators from what the real host can read while
+//! window, Kulkarni & Kulkarni's indicators from what the real host can read while
 //! its VMs run, smoothed over the last few windows.
 //!
 //! - spin detections: the user-level scheduler's sampler

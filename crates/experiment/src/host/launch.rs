@@ -72,15 +72,29 @@ pub enum HostRunError {
     Host(#[from] HostError),
     #[error("KVM is not usable here: {0}")]
     KvmUnavailable(String),
+    /// The spec names a host CPU this process may not use (a run-time
+    /// check: a spec may be run on another host).
+    #[error("host CPU {cpu} is not among the CPUs this process may use {allowed:?}")]
+    NoSuchCpu { cpu: usize, allowed: Vec<usize> },
 }
 
 impl HostRunError {
     pub fn exit_status(&self) -> i32 {
         match self {
             HostRunError::KvmUnavailable(_) => smplab_record::exit::KVM_UNAVAILABLE,
+            HostRunError::NoSuchCpu { .. } => smplab_record::exit::RESOURCE_LIMIT,
             HostRunError::Host(HostError::Thread(_)) => smplab_record::exit::INTERNAL,
             HostRunError::Host(_) => smplab_record::exit::BAD_INPUT,
         }
+    }
+}
+
+/// `Err` when `spec` names a host CPU this process may not use.
+pub fn check_cpus(spec: &HostSpec) -> Result<(), HostRunError> {
+    let allowed = smplab_vmm::placement::allowed_cpus();
+    match spec.cpus.iter().find(|c| !allowed.contains(c)) {
+        Some(&cpu) => Err(HostRunError::NoSuchCpu { cpu, allowed }),
+        None => Ok(()),
     }
 }
 
@@ -94,6 +108,7 @@ pub fn run_host(
     if let Some(why) = crate::availability::kvm_unavailable() {
         return Err(HostRunError::KvmUnavailable(why));
     }
+    check_cpus(spec)?;
     let chosen: Vec<usize> = match only {
         Some(list) => list
             .iter()
@@ -181,7 +196,7 @@ fn run_one(
         vcpus: v.vcpus,
         sync: v.sync,
         idle: v.idle,
-        // Under `linux` vCPU i runs on cpus[i % n] (seed 000's pinning), or
+        // Under `linux` vCPU i runs on cpus[i % n] (Ding & Shan's pinning), or
         // anywhere with `pin = false`; a user-level policy re-pins each
         // thread to the CPU it is granted.
         pin: (spec.pin || spec.policy.is_user_level()).then(|| spec.cpus.clone()),
@@ -215,7 +230,7 @@ fn run_one(
     }
 }
 
-/// Σ over VMs of alone ÷ shared wall time (seed 000's weighted speedup).
+/// Σ over VMs of alone ÷ shared wall time (Ding & Shan's weighted speedup).
 pub fn weighted_speedup(alone_s: &[f64], shared_s: &[f64]) -> Option<f64> {
     if alone_s.len() != shared_s.len() || shared_s.iter().any(|&s| s.is_nan() || s <= 0.0) {
         return None;

@@ -5,7 +5,9 @@
 use serde::Deserialize;
 use serde_spanned::Spanned;
 use smplab_policy::tune::VcpuAffinity;
-use smplab_record::config::{HostPolicy, IdlePolicy, IrqAffinity, SyncMode, MAX_GUEST_VCPUS};
+use smplab_record::config::{
+    GuestSettings, HostPolicy, IdlePolicy, IrqAffinity, RunConfig, SyncMode, VmSettings,
+};
 use smplab_record::diag::{Diagnostics, SourceText};
 use smplab_vmm::host::{Sampling, MAX_HOST_VCPUS};
 use smplab_workload::{Program, Source};
@@ -27,7 +29,7 @@ struct RawSpec {
     /// `linux` only: pin vCPU i to `cpus[i % n]` (default) or let the host
     /// kernel float the vCPU threads over `cpus`.
     #[serde(default)]
-    pin: Option<bool>,
+    pin: Option<Spanned<bool>>,
     /// Seed 001's tuner sets the slice at run time (user-level policies).
     #[serde(default)]
     tune: Option<Spanned<bool>>,
@@ -59,7 +61,7 @@ struct RawVm {
     /// Extra guest command-line words (docs/guest-abi.md), e.g. `selftest=hang`.
     #[serde(default)]
     cmdline: Option<String>,
-    /// The guest IOAPIC's routing of device interrupts (seed 001).
+    /// The guest IOAPIC's routing of device interrupts (Kulkarni & Kulkarni).
     #[serde(default)]
     irq_affinity: Option<Spanned<String>>,
 }
@@ -83,7 +85,7 @@ pub struct HostVm {
 impl HostVm {
     /// A VM of 2 vCPUs running a built-in profile (or workload file) with
     /// `threads` threads at `scale`, the other settings at their defaults:
-    /// the VMs the host bench and the seed 001 host matrix compare.
+    /// the VMs the host bench and the Kulkarni & Kulkarni host matrix compare.
     pub fn two_vcpus(
         workload: &str,
         threads: u32,
@@ -124,8 +126,8 @@ pub struct HostSpec {
     pub vms: Vec<HostVm>,
 }
 
-/// Default limit for the whole host run.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default limit for the whole host run: the one default time limit.
+pub const DEFAULT_TIMEOUT: Duration = smplab_record::config::DEFAULT_TIMEOUT.duration();
 
 /// Parse and check a host spec; `file` names it in messages.
 pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
@@ -148,7 +150,15 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
     };
     let (sampling, timeout) = timing(&src, &raw, &mut d);
     let vms = vms(&src, &raw, &policy, cpus.len(), &mut d);
-    let pin = raw.pin.unwrap_or(true);
+    let pin = raw.pin.as_ref().is_none_or(|p| *p.get_ref());
+    if let Some(p) = &raw.pin {
+        if policy.is_user_level() {
+            d.push(src.span(
+                p.span(),
+                "pin is the linux policy's: under a user-level policy use vcpu_affinity = \"pinned\" or \"floating\"",
+            ));
+        }
+    }
     let tune = raw.tune.as_ref().is_some_and(|t| *t.get_ref());
     if let Some(t) = &raw.tune {
         if *t.get_ref() && !policy.is_user_level() {
@@ -173,23 +183,14 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
 
 /// The host CPUs the VMs run on: a non-empty list of CPUs this process may use.
 fn host_cpus(src: &SourceText<'_>, raw: &RawSpec, d: &mut Diagnostics) -> Vec<usize> {
-    let allowed = smplab_vmm::placement::allowed_cpus();
     match smplab_record::cpus::parse_cpu_list(raw.cpus.get_ref()) {
         Ok(c) if c.is_empty() => {
             d.push(src.span(raw.cpus.span(), "name at least one host CPU"));
             Vec::new()
         }
-        Ok(c) => {
-            if let Some(cpu) = c.iter().find(|c| !allowed.contains(c)) {
-                d.push(src.span(
-                    raw.cpus.span(),
-                    format!(
-                        "host CPU {cpu} is not among the CPUs this process may use {allowed:?}"
-                    ),
-                ));
-            }
-            c
-        }
+        // A CPU this host lacks is found when the run starts
+        // (`HostRunError::NoSuchCpu`, status 5), as for `smplab run`.
+        Ok(c) => c,
         Err(e) => {
             d.push(src.span(raw.cpus.span(), e.to_string()));
             Vec::new()
@@ -244,7 +245,7 @@ fn vms(
         d.push(src.at(0, "no VMs: add at least one [[vm]] table"));
     }
     for raw_vm in &raw.vm {
-        if let Some(vm) = parse_vm(src, raw_vm.get_ref(), policy.is_user_level(), d) {
+        if let Some(vm) = parse_vm(src, raw_vm.get_ref(), policy, d) {
             let count = raw_vm.get_ref().count.as_ref().map_or(1, |c| *c.get_ref());
             vms.extend(std::iter::repeat_n(vm, count as usize));
         }
@@ -296,68 +297,27 @@ fn vcpu_affinity(
 fn parse_vm(
     src: &SourceText<'_>,
     raw: &RawVm,
-    user_level: bool,
+    policy: &HostPolicy,
     d: &mut Diagnostics,
 ) -> Option<HostVm> {
     let before = d.len();
+    fn setting<T>(src: &SourceText<'_>, value: &Option<Spanned<String>>, d: &mut Diagnostics) -> T
+    where
+        T: std::str::FromStr + Default,
+        T::Err: std::fmt::Display,
+    {
+        match value {
+            None => T::default(),
+            Some(s) => s.get_ref().parse().unwrap_or_else(|e| {
+                d.push(src.span(s.span(), format!("{e}")));
+                T::default()
+            }),
+        }
+    }
     let vcpus = raw.vcpus.as_ref().map_or(2, |v| *v.get_ref());
-    if let Some(v) = &raw.vcpus {
-        if vcpus == 0 || vcpus > MAX_GUEST_VCPUS {
-            d.push(src.span(v.span(), format!("use 1..={MAX_GUEST_VCPUS} vCPUs")));
-        }
-    }
-    if let Some(c) = &raw.count {
-        if *c.get_ref() == 0 || *c.get_ref() > smplab_record::config::MAX_REAL_VMS {
-            d.push(src.span(
-                c.span(),
-                format!("use 1..={} VMs", smplab_record::config::MAX_REAL_VMS),
-            ));
-        }
-    }
-    let sync = match &raw.sync {
-        None => SyncMode::default(),
-        Some(s) => s.get_ref().parse().unwrap_or_else(|e| {
-            d.push(src.span(s.span(), format!("{e}")));
-            SyncMode::default()
-        }),
-    };
-    let idle = match &raw.idle {
-        None => IdlePolicy::default(),
-        Some(s) => s.get_ref().parse().unwrap_or_else(|e| {
-            d.push(src.span(s.span(), format!("{e}")));
-            IdlePolicy::default()
-        }),
-    };
-    let irq_affinity = match &raw.irq_affinity {
-        None => IrqAffinity::default(),
-        Some(s) => match s.get_ref().parse::<IrqAffinity>() {
-            // The user-level scheduler knows who runs and keeps the guest's
-            // routing page pointed at them (smplab_vmm::host::actuate).
-            Ok(IrqAffinity::Running) if user_level => IrqAffinity::Running,
-            Ok(IrqAffinity::Running) => {
-                d.push(src.span(
-                    s.span(),
-                    "irq_affinity running (vBalance) needs a user-level policy (the host must know which vCPU runs); use a vCPU, a list like 0,1 or balanced",
-                ));
-                IrqAffinity::default()
-            }
-            Ok(IrqAffinity::Vcpus(set)) if set.iter().any(|&v| v >= vcpus) => {
-                d.push(src.span(
-                    s.span(),
-                    format!(
-                        "irq_affinity names a vCPU the VM does not have (vCPUs 0-{})",
-                        vcpus.saturating_sub(1)
-                    ),
-                ));
-                IrqAffinity::default()
-            }
-            Ok(a) => a,
-            Err(e) => {
-                d.push(src.span(s.span(), e.to_string()));
-                IrqAffinity::default()
-            }
-        },
-    };
+    let sync: SyncMode = setting(src, &raw.sync, d);
+    let idle: IdlePolicy = setting(src, &raw.idle, d);
+    let irq_affinity: IrqAffinity = setting(src, &raw.irq_affinity, d);
     let scale = raw.scale.as_ref().map_or(1.0, |s| *s.get_ref());
     if let Some(s) = &raw.scale {
         if !(scale.is_finite() && scale > 0.0) {
@@ -378,6 +338,42 @@ fn parse_vm(
             None
         }
     };
+    // The one validation of a VM's settings: the run configuration's, as
+    // the lab's host runs (`vm` with a host policy) are checked.
+    let config = RunConfig::Vm(VmSettings {
+        host_policy: Some(*policy),
+        ..VmSettings::new(
+            GuestSettings {
+                idle,
+                vms: raw.count.as_ref().map_or(1, |c| *c.get_ref()),
+                irq_affinity: irq_affinity.clone(),
+                ..GuestSettings::new(vcpus)
+            },
+            sync,
+        )
+    });
+    let threads = program.as_ref().map(|(_, p)| p.total_threads());
+    if let Err(problems) = config.validate(threads) {
+        for e in problems {
+            let span = match e.setting {
+                "vcpus" => raw.vcpus.as_ref().map(Spanned::span),
+                "vms" => raw.count.as_ref().map(Spanned::span),
+                "idle" => raw.idle.as_ref().map(Spanned::span),
+                "irq_affinity" => raw.irq_affinity.as_ref().map(Spanned::span),
+                "threads" => raw.threads.as_ref().map(Spanned::span),
+                _ => None,
+            };
+            let what = if e.setting == "vms" {
+                "count"
+            } else {
+                e.setting
+            };
+            d.push(src.span(
+                span.unwrap_or_else(|| raw.workload.span()),
+                format!("{what}: {}", e.message),
+            ));
+        }
+    }
     let (info, program) = program?;
     (d.len() == before).then(|| HostVm {
         workload: name.clone(),
@@ -415,8 +411,22 @@ mod tests {
     fn errors_point_at_the_value() {
         let e = err("cpus = \"0\"\npolicy = \"fast\"\n[[vm]]\nworkload = \"spinlock\"\n");
         assert!(e.contains("h.toml:2:10"), "{e}");
-        let e = err("cpus = \"0-4095\"\n[[vm]]\nworkload = \"spinlock\"\n");
-        assert!(e.contains("h.toml:1:8") && e.contains("not among"), "{e}");
+        // A CPU this host lacks is the run's problem (status 5), not the
+        // spec's: the spec may be run on another host.
+        let far = parse(
+            "h.toml",
+            "cpus = \"0-4095\"\n[[vm]]\nworkload = \"spinlock\"\n",
+        )
+        .unwrap();
+        let e = crate::host::launch::check_cpus(&far).unwrap_err();
+        assert!(e.to_string().contains("not among"), "{e}");
+        assert_eq!(e.exit_status(), smplab_record::exit::RESOURCE_LIMIT);
+        // `pin` is the linux policy's: under a user-level one it is refused.
+        let e = err("cpus = \"0\"\npolicy = \"fair\"\npin = false\n[[vm]]\nworkload = \"dedup\"\n");
+        assert!(
+            e.contains("h.toml:3:7") && e.contains("vcpu_affinity"),
+            "{e}"
+        );
         let e = err("cpus = \"0\"\n[[vm]]\nworkload = \"nosuch\"\n");
         assert!(e.contains("h.toml:3:12"), "{e}");
         let e = err("cpus = \"0\"\n[[vm]]\nworkload = \"spinlock\"\nvcpus = 65\n");

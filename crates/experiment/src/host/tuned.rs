@@ -1,4 +1,4 @@
-//! The host spec's `tune = true`: seed 001's tuner (`smplab_policy::tune`)
+//! The host spec's `tune = true`: Kulkarni & Kulkarni's tuner (`smplab_policy::tune`)
 //! watching a real `smplab host` run. Every window it reads the user-level
 //! scheduler's counts per VM (the input side) and carries out each VM's
 //! setting (the output side, [`apply_setting`]): the host slice (the

@@ -148,7 +148,7 @@ pub(super) struct Axes {
     pub(super) io_thread_cpus: Vec<IoThreadCpus>,
 }
 
-/// `ple` takes true (Intel PLE, seed 000's hosts), false, or a mode name;
+/// `ple` takes true (Intel PLE, Ding & Shan's hosts), false, or a mode name;
 /// absent, a simulated host has what its platform has.
 fn ple_axis(
     loc: &SourceText,

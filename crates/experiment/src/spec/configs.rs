@@ -7,10 +7,7 @@ use super::axes::Axes;
 use super::MatrixFile;
 use crate::point::Point;
 use serde_spanned::Spanned;
-use smplab_record::config::{
-    GuestSettings, IoThreadCpus, IrqAffinity, NativeSettings, Placement, QemuSettings, RunConfig,
-    SimSettings, VmSettings,
-};
+use smplab_record::config::{Placement, RunConfig, DEFAULT_PLATFORM};
 use smplab_record::Executor;
 use std::collections::BTreeSet;
 use std::ops::Range;
@@ -85,104 +82,67 @@ fn executor_configs(
     vcpus: u32,
     placement: &Placement,
 ) -> Vec<RunConfig> {
-    let base = base_configs(ax, executor, vcpus, placement);
-    // The interrupt affinity axes, where the executor takes them.
-    let default_irq = [IrqAffinity::default()];
-    let default_io = [IoThreadCpus::default()];
-    let irqs: &[IrqAffinity] = if executor == Executor::Native {
-        &default_irq
-    } else {
-        &ax.irq_affinity
-    };
-    let ios: &[IoThreadCpus] = if executor == Executor::Qemu {
-        &default_io
-    } else {
-        &ax.io_thread_cpus
-    };
-    let mut out = Vec::with_capacity(base.len() * irqs.len() * ios.len());
-    for c in base {
-        for irq in irqs {
-            for io in ios {
-                let mut c = c.clone();
-                c.set_irq_affinity(irq.clone());
-                c.set_io_thread_cpus(io.clone());
-                out.push(c);
-            }
-        }
-    }
+    let mut base = RunConfig::defaults(executor, vcpus, DEFAULT_PLATFORM);
+    base.set_placement(placement.clone());
+    let mut out = vec![base];
+    // In the matrix's nesting order: each axis multiplies the configurations
+    // so far, where the executor has the setting.
+    cross(&mut out, &ax.vms, |c| c.settings_mut().vms_mut());
+    cross(&mut out, &ax.idle, |c| c.settings_mut().idle_mut());
+    cross(&mut out, &ax.sync, |c| c.settings_mut().sync_mut());
+    cross(&mut out, &ax.irqchip, |c| match c {
+        RunConfig::Vm(s) => Some(&mut s.irqchip),
+        _ => None,
+    });
+    cross(&mut out, &ax.host_policy, |c| match c {
+        RunConfig::Vm(s) => Some(&mut s.host_policy),
+        _ => None,
+    });
+    cross(&mut out, &ax.platform, |c| sim(c).map(|s| &mut s.platform));
+    cross(&mut out, &ax.ple, |c| sim(c).map(|s| &mut s.ple));
+    cross(&mut out, &ax.apicv, |c| sim(c).map(|s| &mut s.apicv));
+    cross(&mut out, &ax.sdb, |c| sim(c).map(|s| &mut s.sdb));
+    cross(&mut out, &ax.policy, |c| sim(c).map(|s| &mut s.policy));
+    cross(&mut out, &ax.irq_affinity, |c| {
+        c.settings_mut().irq_affinity_mut()
+    });
+    cross(&mut out, &ax.io_thread_cpus, |c| {
+        c.settings_mut().io_thread_cpus_mut()
+    });
     out
 }
 
-fn base_configs(
-    ax: &Axes,
-    executor: Executor,
-    vcpus: u32,
-    placement: &Placement,
-) -> Vec<RunConfig> {
-    let mut out = Vec::new();
-    if executor == Executor::Native {
-        out.push(RunConfig::Native(NativeSettings {
-            placement: placement.clone(),
-            ..NativeSettings::default()
-        }));
-        return out;
+/// The simulator's own settings (its axes collapse for other executors).
+fn sim(c: &mut RunConfig) -> Option<&mut smplab_record::config::SimSettings> {
+    match c {
+        RunConfig::Sim(s) => Some(s),
+        _ => None,
     }
-    for &vms in &ax.vms {
-        for &idle in &ax.idle {
-            let guest = GuestSettings {
-                vcpus,
-                idle,
-                placement: placement.clone(),
-                vms,
-                timer_hz: None,
-                mem_bytes: None,
-                ..GuestSettings::new(vcpus)
-            };
-            match executor {
-                Executor::Native => {}
-                // QEMU has its own device model locking: no sync axis.
-                Executor::Qemu => out.push(RunConfig::Qemu(QemuSettings { guest })),
-                Executor::Vm => {
-                    for &sync in &ax.sync {
-                        for &irqchip in &ax.irqchip {
-                            for &host_policy in &ax.host_policy {
-                                out.push(RunConfig::Vm(VmSettings {
-                                    irqchip,
-                                    host_policy,
-                                    ..VmSettings::new(guest.clone(), sync)
-                                }));
-                            }
-                        }
-                    }
-                }
-                Executor::Sim => {
-                    for &sync in &ax.sync {
-                        for platform in &ax.platform {
-                            for &ple in &ax.ple {
-                                for &apicv in &ax.apicv {
-                                    for &sdb in &ax.sdb {
-                                        for &policy in &ax.policy {
-                                            let mut s = SimSettings::new(vcpus, platform.clone());
-                                            s.idle = idle;
-                                            s.placement = placement.clone();
-                                            s.vms = vms;
-                                            s.sync = sync;
-                                            s.ple = ple;
-                                            s.apicv = apicv;
-                                            s.sdb = sdb;
-                                            s.policy = policy;
-                                            out.push(RunConfig::Sim(s));
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
+}
+
+/// Multiply `configs` by the values of one axis; `slot` is the setting the
+/// axis sets, `None` when the executor has no such setting (the axis then
+/// collapses).
+fn cross<T: Clone>(
+    configs: &mut Vec<RunConfig>,
+    values: &[T],
+    slot: fn(&mut RunConfig) -> Option<&mut T>,
+) {
+    let mut out = Vec::with_capacity(configs.len() * values.len().max(1));
+    for c in configs.iter() {
+        if slot(&mut c.clone()).is_none() {
+            out.push(c.clone());
+            continue;
+        }
+        for v in values {
+            let mut c = c.clone();
+            if let Some(setting) = slot(&mut c) {
+                *setting = v.clone();
             }
+            out.push(c);
         }
     }
-    out
+    *configs = out;
 }
 
 /// Where a configuration problem points: the axis the setting came from.

@@ -70,7 +70,10 @@ sync = ["global", "hybrid"]
         .iter()
         .find(|p| p.executor() == Executor::Sim)
         .unwrap();
-    assert_eq!(sim.config.platform(), Some("pvm-here"));
+    assert_eq!(
+        sim.config.platform(),
+        Some(smplab_record::config::DEFAULT_PLATFORM)
+    );
     // PLE follows the platform unless the spec says.
     assert!(matches!(&sim.config, RunConfig::Sim(s) if s.ple.is_none()));
 }

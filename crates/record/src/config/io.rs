@@ -1,4 +1,4 @@
-//! Interrupt affinity (seed 001): which vCPUs a device's interrupts are routed
+//! Interrupt affinity (Kulkarni & Kulkarni): which vCPUs a device's interrupts are routed
 //! to inside the guest (`irq_affinity`, the IOAPIC redirection entry's
 //! destination) and which host CPUs the thread that completes device requests
 //! runs on (`io_thread_cpus`). Each serializes as its printed form, which its
@@ -17,7 +17,7 @@ pub enum IrqAffinity {
     Vcpus(Vec<u32>),
     /// Every vCPU in turn, one interrupt each (irqbalance's aim, per interrupt).
     Balanced,
-    /// vBalance (seed 001 ref. [10]): a vCPU the host is running at that
+    /// vBalance (Kulkarni & Kulkarni ref. [10]): a vCPU the host is running at that
     /// moment (the guest learns which from the hypervisor), taken in turn;
     /// vCPU 0 when none runs. Only the simulator models it.
     Running,

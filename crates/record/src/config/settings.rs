@@ -6,7 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
 
-/// How smplab-vmm serializes device emulation (seed 004).
+/// How smplab-vmm serializes device emulation (the Seoul thesis).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum SyncMode {
     /// One lock around every device access.
@@ -69,7 +69,7 @@ impl FromStr for SyncMode {
 }
 serde_as_string!(SyncMode);
 
-/// Where smplab-vmm emulates the interrupt controllers (seed 004 §4.4).
+/// Where smplab-vmm emulates the interrupt controllers (the Seoul thesis §4.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub enum Irqchip {
     /// KVM's in-kernel LAPIC, IOAPIC and PIC (`KVM_CREATE_IRQCHIP`).
@@ -125,7 +125,7 @@ pub enum IdlePolicy {
     /// `hlt`: exit to the hypervisor until an interrupt (wakeups need an IPI).
     #[default]
     Hlt,
-    /// `poll`: spin watching the run queue (seed 000's polling idle loop);
+    /// `poll`: spin watching the run queue (Ding & Shan's polling idle loop);
     /// wakers need no IPI and the vCPU never exits.
     Poll,
     /// `haltpoll:NS`: poll in the guest for `ns` nanoseconds, then halt (like
@@ -259,7 +259,7 @@ impl Placement {
     }
 }
 
-/// Pause-loop exiting (seed 000 §IV-B, seed 002).
+/// Pause-loop exiting (Ding & Shan §IV-B, Wells et al. (spin management)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Ple {
     Off,

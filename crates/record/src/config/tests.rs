@@ -158,3 +158,37 @@ fn a_host_policy_makes_a_vm_run_a_host_run() {
     let errs = RunConfig::Vm(v).validate(None).unwrap_err();
     assert_eq!(errs[0].setting, "host_policy");
 }
+
+#[test]
+fn running_affinity_is_kept_by_a_user_level_host_run_only() {
+    let mut guest = GuestSettings::new(2);
+    guest.irq_affinity = IrqAffinity::Running;
+    let mut v = VmSettings::new(guest, SyncMode::Fine);
+    let errs = RunConfig::Vm(v.clone()).validate(None).unwrap_err();
+    assert_eq!(errs[0].setting, "irq_affinity");
+    v.host_policy = Some("linux".parse().unwrap());
+    assert!(RunConfig::Vm(v.clone()).validate(None).is_err());
+    v.host_policy = Some("fair".parse().unwrap());
+    assert!(RunConfig::Vm(v).validate(None).is_ok());
+}
+
+#[test]
+fn defaults_and_the_settings_trait_agree_with_each_executor() {
+    for e in crate::Executor::ALL {
+        let mut c = RunConfig::defaults(e, 3, DEFAULT_PLATFORM);
+        assert_eq!(c.executor(), e);
+        assert!(c.validate(None).is_ok(), "{e}: {:?}", c.validate(None));
+        // A setting the executor lacks reads as None and cannot be set.
+        let has_vms = c.settings().vms().is_some();
+        assert_eq!(has_vms, e != crate::Executor::Native, "{e}");
+        c.set_vms(2);
+        assert_eq!(c.vms(), if has_vms { 2 } else { 1 }, "{e}");
+        assert_eq!(c.vcpus(), has_vms.then_some(3), "{e}");
+        assert_eq!(c.platform().is_some(), e == crate::Executor::Sim, "{e}");
+        assert_eq!(
+            c.settings_mut().io_thread_cpus_mut().is_some(),
+            e != crate::Executor::Qemu,
+            "{e}"
+        );
+    }
+}
