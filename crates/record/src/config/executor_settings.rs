@@ -178,7 +178,14 @@ impl ExecutorSettings for VmSettings {
             parts.push(format!("host={h}"));
         }
         if let Some(pinned) = self.host_pinned {
-            parts.push(if pinned { "host-pinned" } else { "host-floating" }.to_string());
+            parts.push(
+                if pinned {
+                    "host-pinned"
+                } else {
+                    "host-floating"
+                }
+                .to_string(),
+            );
         }
         if self.host_tuner {
             parts.push("tuner".to_string());
