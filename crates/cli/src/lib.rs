@@ -12,6 +12,7 @@ pub mod host;
 pub mod lab;
 pub mod run;
 pub mod sim;
+pub mod trace;
 pub mod tune;
 pub mod vmm;
 pub mod workloads;
@@ -57,7 +58,7 @@ pub enum Cmd {
     /// Seed 001's adaptive tuner against the static settings of its matrix.
     Tune(lab::TuneArgs),
     /// Trace a real pthreads program; `trace model` turns the trace into a workload.
-    Trace(smplab_trace::cli::TraceArgs),
+    Trace(trace::TraceArgs),
     /// Benchmarks on real workloads (`bench irqchip`: user-space vs in-kernel
     /// interrupt controllers under the four sync modes).
     #[command(subcommand)]
@@ -78,7 +79,7 @@ pub fn run_command(cli: &Cli) -> i32 {
         Cmd::Diagnose(a) => lab::diagnose(a),
         Cmd::Calibrate(a) => lab::calibrate(a),
         Cmd::Demo(a) => lab::demo(a),
-        Cmd::Trace(a) => smplab_trace::cli::run(a),
+        Cmd::Trace(a) => trace::run(a),
         Cmd::Host(a) => host::run(a),
         Cmd::Tune(a) => lab::tune(a),
         Cmd::Bench(a) => bench::irqchip::bench(a),

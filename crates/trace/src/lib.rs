@@ -6,7 +6,6 @@
 //! model that every executor runs ([`model`]).
 
 pub mod analyze;
-pub mod cli;
 pub mod format;
 pub mod model;
 pub mod run;

@@ -1,8 +1,8 @@
 //! `smplab trace`: record a program, `trace model`, `trace show`.
 
-use crate::{analyze, format, model, run, show, TraceError};
 use clap::{Args, Subcommand};
 use smplab_record::exit;
+use smplab_trace::{analyze, format, model, run, show, TraceError};
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -62,9 +62,7 @@ pub struct ShowArgs {
 }
 
 fn report(e: &impl std::fmt::Display) {
-    for line in e.to_string().lines() {
-        eprintln!("smplab: {line}");
-    }
+    smplab_record::exit::report_error(e);
 }
 
 fn fail(e: TraceError) -> i32 {
