@@ -5,8 +5,6 @@ use super::{Ctx, Page};
 use smplab_chart::{esc, fmt_ns};
 use std::fmt::Write;
 
-// Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub fn render(ctx: &Ctx, page: &mut Page) {
     let Some(cal) = &ctx.opts.calibration else {
         return;
@@ -18,7 +16,10 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
             if e.field.ends_with("_per_iter") {
                 format!("{v:.1} ns/iter")
             } else {
-                fmt_ns(v.max(0.0).round() as u64)
+                // Non-negative; f64 `as` u64 saturates (NaN to 0).
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let ns = v.max(0.0).round() as u64;
+                fmt_ns(ns)
             }
         };
         let _ = write!(

@@ -9,8 +9,6 @@ use smplab_chart::{self as chart, esc};
 use smplab_experiment::store::Status;
 use std::fmt::Write;
 
-// Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn configurations(ctx: &Ctx) -> String {
     let r = ctx.results;
     let mut h = format!(
@@ -76,11 +74,11 @@ fn configurations(ctx: &Ctx) -> String {
             sort_value(el.map(|e| e[0].median)),
             el.map_or("–".into(), |e| format!(
                 "{} / {}",
-                chart::fmt_ns(e[0].median as u64),
-                chart::fmt_ns(e[2].median as u64)
+                ns_of(e[0].median),
+                ns_of(e[2].median)
             )),
             sort_value(lw.map(|e| e[2].median)),
-            lw.map_or("–".into(), |e| chart::fmt_ns(e[2].median as u64)),
+            lw.map_or("–".into(), |e| ns_of(e[2].median)),
         );
     }
     h.push_str("</tbody></table></div><p class=\"muted\">Brackets: 95% interval of the median († fewer than 6 repetitions: the range). Spin: simulated spin time share, or spin-loop iterations per second for measured runs.</p></details>");
@@ -162,4 +160,12 @@ pub fn text_summary(results: &Results, max_rows: usize) -> String {
         ));
     }
     out
+}
+
+/// A median in ns, printed in scaled units.
+fn ns_of(median: f64) -> String {
+    // Latency medians are non-negative; f64 `as` u64 saturates (NaN to 0).
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let ns = median as u64;
+    chart::fmt_ns(ns)
 }

@@ -20,14 +20,16 @@ const MAX_ROWS: usize = 24;
 const MAX_TABLE_ROWS: usize = 16;
 
 /// Quantile of sorted values (linear interpolation).
-// Casts: statistics are finite and non-negative; f64 `as` integer saturates (NaN to 0), which is the clamp wanted; counts are small.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
     let x = q * (sorted.len() - 1) as f64;
-    let (i, f) = (x.floor() as usize, x - x.floor());
+    // In 0..len for q in 0..=1; f64 `as` usize saturates (NaN to 0), which
+    // is the clamp wanted.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let i = x.floor() as usize;
+    let f = x - x.floor();
     let next = sorted[(i + 1).min(sorted.len() - 1)];
     sorted[i] + (next - sorted[i]) * f
 }

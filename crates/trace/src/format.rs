@@ -71,10 +71,10 @@ impl Kind {
     ];
 
     /// The byte in the file (1-based, as in trace.h).
-    // Casts: Kind::ALL has far fewer than 256 entries.
-    #[allow(clippy::cast_possible_truncation)]
     pub fn code(self) -> u8 {
-        Self::ALL.iter().position(|k| *k == self).unwrap_or(0) as u8 + 1
+        let index = Self::ALL.iter().position(|k| *k == self).unwrap_or(0);
+        // Kind::ALL has far fewer than 255 entries.
+        u8::try_from(index).map_or(u8::MAX, |i| i + 1)
     }
 
     pub fn from_code(code: u8) -> Option<Kind> {

@@ -53,8 +53,6 @@ pub enum ExprError {
 
 impl Count {
     /// Evaluate with thread parameter and scale `env`.
-    // Casts: the value was checked finite and not negative just above; f64 `as` u64 saturates at the top.
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     pub fn eval(&self, env: Env) -> Result<u64, ExprError> {
         match self {
             Count::Int(v) => Ok(*v),
@@ -78,7 +76,11 @@ impl Count {
                         value: v.to_string(),
                     });
                 }
-                Ok(v.round() as u64)
+                // Checked finite and not negative just above; f64 `as` u64
+                // saturates at the top.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let count = v.round() as u64;
+                Ok(count)
             }
         }
     }
