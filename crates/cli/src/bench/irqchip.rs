@@ -62,8 +62,8 @@ pub struct IrqchipBenchArgs {
     /// With --irqchip user: the VMM's halt-poll window in ns.
     #[arg(long, default_value_t = 0)]
     pub vmm_halt_poll_ns: u64,
-    /// Time limit of one run (`300s`, `500ms`; a bare number is seconds).
-    #[arg(long, default_value = "300s")]
+    /// Time limit of one run (`30s`, `500ms`; a bare number is seconds).
+    #[arg(long, default_value_t = smplab_record::config::DEFAULT_TIMEOUT)]
     pub timeout: Timeout,
     /// Results store (resumed when it exists).
     #[arg(long, default_value = "lab-results/bench-irqchip/results.jsonl")]
