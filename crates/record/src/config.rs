@@ -190,6 +190,14 @@ impl VmSettings {
     }
 
     fn validate_vmm(&self, p: &mut Vec<ConfigError>) {
+        if let Some(h) = self.host_policy {
+            if h.kind.decider() == Decider::SimulatedKernel {
+                p.push(ConfigError::new(
+                    "host_policy",
+                    "fair is the simulator's model of a kernel scheduler: a real host runs linux (its kernel decides) or a user-level policy such as rr",
+                ));
+            }
+        }
         if self.host_policy.is_none()
             && (self.host_pinned.is_some() || self.host_tuner || self.host_sample_ns.is_some())
         {

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_spanned::Spanned;
 use smplab_policy::tune::VcpuAffinity;
 use smplab_record::config::{
-    GuestSettings, HostPolicy, IdlePolicy, IrqAffinity, RunConfig, SyncMode, VmSettings,
+    Decider, GuestSettings, HostPolicy, IdlePolicy, IrqAffinity, RunConfig, SyncMode, VmSettings,
 };
 use smplab_record::diag::{Diagnostics, SourceText};
 use smplab_vmm::host::{Sampling, MAX_HOST_VCPUS};
@@ -143,10 +143,22 @@ pub fn parse(file: &str, text: &str) -> Result<HostSpec, Diagnostics> {
     let cpus = host_cpus(&src, &raw, &mut d);
     let policy = match &raw.policy {
         None => HostPolicy::parse("linux").unwrap_or_default(),
-        Some(p) => p.get_ref().parse().unwrap_or_else(|e| {
-            d.push(src.span(p.span(), format!("{e}")));
-            HostPolicy::default()
-        }),
+        Some(p) => match p.get_ref().parse::<HostPolicy>() {
+            Ok(policy) if policy.kind.decider() == Decider::SimulatedKernel => {
+                d.push(src.span(
+                    p.span(),
+                    format!(
+                        "`{policy}` is the simulator's model of a kernel scheduler: a real host runs `linux` (its kernel decides) or a user-level policy such as `rr`"
+                    ),
+                ));
+                policy
+            }
+            Ok(policy) => policy,
+            Err(e) => {
+                d.push(src.span(p.span(), format!("{e}")));
+                HostPolicy::default()
+            }
+        },
     };
     let (sampling, timeout) = timing(&src, &raw, &mut d);
     let vms = vms(&src, &raw, &policy, cpus.len(), &mut d);
@@ -422,7 +434,12 @@ mod tests {
         assert!(e.to_string().contains("not among"), "{e}");
         assert_eq!(e.exit_status(), smplab_record::exit::RESOURCE_LIMIT);
         // `pin` is the linux policy's: under a user-level one it is refused.
-        let e = err("cpus = \"0\"\npolicy = \"fair\"\npin = false\n[[vm]]\nworkload = \"dedup\"\n");
+        let e = err("cpus = \"0\"\npolicy = \"fair\"\n[[vm]]\nworkload = \"dedup\"\n");
+        assert!(
+            e.contains("h.toml:2:10") && e.contains("simulator's model"),
+            "{e}"
+        );
+        let e = err("cpus = \"0\"\npolicy = \"rr\"\npin = false\n[[vm]]\nworkload = \"dedup\"\n");
         assert!(
             e.contains("h.toml:3:7") && e.contains("vcpu_affinity"),
             "{e}"

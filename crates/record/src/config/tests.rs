@@ -168,7 +168,7 @@ fn running_affinity_is_kept_by_a_user_level_host_run_only() {
     assert_eq!(errs[0].setting, "irq_affinity");
     v.host_policy = Some("linux".parse().unwrap());
     assert!(RunConfig::Vm(v.clone()).validate(None).is_err());
-    v.host_policy = Some("fair".parse().unwrap());
+    v.host_policy = Some("rr".parse().unwrap());
     assert!(RunConfig::Vm(v).validate(None).is_ok());
 }
 
