@@ -5,6 +5,7 @@
 //! - a `# comment` is dropped, and `a && b` are two commands;
 //! - an optional part `[--flag VALUE]` is included, and where VALUE lists
 //!   alternatives (`global|iothread|hybrid|fine`) the first is taken;
+//! - a value quoted for the shell (`'0;1;balanced'`) loses its quotes;
 //! - file names (`my.toml`, `spec.toml`, `results.jsonl`, `rec.json`, ...)
 //!   stay as written: the runnable lines run in a scratch directory where
 //!   [`scratch`] put those files.
@@ -60,6 +61,11 @@ fn substitute(line: &str) -> Vec<String> {
     let mut out = Vec::new();
     for word in line.split_whitespace() {
         let word = word.trim_start_matches('[').trim_end_matches(']');
+        // A value quoted for the shell (`'0;1;balanced'`) is one word.
+        let word = word
+            .strip_prefix('\'')
+            .and_then(|w| w.strip_suffix('\''))
+            .unwrap_or(word);
         if word.is_empty() {
             continue;
         }
