@@ -1,6 +1,6 @@
-//! `smplab tune`: seed 001's adaptive tuner (`smplab_policy::tune`) on a
+//! `smplab tune`: Kulkarni & Kulkarni's adaptive tuner (`smplab_policy::tune`) on a
 //! workload whose behaviour changes, against the static settings of the
-//! seed 001 matrix (`specs/seed001-matrix.toml`, docs/lab.md "The seed 001
+//! Kulkarni & Kulkarni matrix (`specs/seed001-matrix.toml`, docs/lab.md "The Kulkarni & Kulkarni
 //! matrix and the tuner").
 //!
 //! For every seed it simulates each static configuration of the matrix for
@@ -22,7 +22,7 @@ use smplab_record::RunRecord;
 use smplab_sim::{Scenario, SimError, TuneLog};
 use std::path::Path;
 
-/// The seed 001 matrix (simulator, the seed's scale).
+/// The Kulkarni & Kulkarni matrix (simulator, the seed's scale).
 pub const MATRIX_SPEC: &str = smplab_experiment::builtin::SEED001_MATRIX;
 
 /// The same matrix at this machine's scale, beside `smplab tune host-matrix`.

@@ -1,4 +1,4 @@
-//! The `smplab tune` command: the adaptive tuner against the seed 001
+//! The `smplab tune` command: the adaptive tuner against the Kulkarni & Kulkarni
 //! matrix (`tune.rs`), the matrix's winners from results stores (`tune
 //! winners`) and the matrix on the real multi-VM host (`tune host-matrix`,
 //! `tune/host_matrix.rs`).
@@ -29,7 +29,7 @@ pub enum TuneCommand {
     /// Which setting of the matrix wins for which workload, from results
     /// stores of `smplab lab run seed001-matrix` (and of `tune host-matrix`).
     Winners(WinnersArgs),
-    /// The seed 001 matrix on the real multi-VM host at this machine's scale.
+    /// The Kulkarni & Kulkarni matrix on the real multi-VM host at this machine's scale.
     HostMatrix(crate::tune::host_matrix::HostMatrixArgs),
 }
 

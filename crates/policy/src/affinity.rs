@@ -1,5 +1,5 @@
-//! Per-vCPU affinity (seed 001 §2.2.2): the pCPUs a vCPU may run on, set at
-//! run time by whoever tunes the host (seed 001's tuner, `smplab host`'s
+//! Per-vCPU affinity (Kulkarni & Kulkarni §2.2.2): the pCPUs a vCPU may run on, set at
+//! run time by whoever tunes the host (Kulkarni & Kulkarni's tuner, `smplab host`'s
 //! `tune = true`). Every policy honours it where it places a vCPU
 //! (dispatch, directed yields, gang turns) and where it asks whether someone
 //! waits for a pCPU, so a slice never ends for a vCPU that could not take
@@ -70,7 +70,7 @@ impl Scheduler {
         Ok(actions)
     }
 
-    /// Seed 001's two vCPU affinities for every vCPU of VM `vm`: pinned =
+    /// Kulkarni & Kulkarni's two vCPU affinities for every vCPU of VM `vm`: pinned =
     /// its vCPU `i` on pCPU `lo + i mod (hi - lo)` of its share `[lo, hi)`
     /// (all pCPUs but under `partition`, so vCPU `i` of every VM shares pCPU
     /// `i mod n`), floating = anywhere.

@@ -1,4 +1,4 @@
-//! smplab-policy: the host's vCPU scheduling policies of seed 002 as pure
+//! smplab-policy: the host's vCPU scheduling policies of Wells et al. as pure
 //! decisions, written once and driven by whoever owns the clock — the real
 //! scheduler of `smplab host` (smplab-vmm, real time and real KVM exits) or the
 //! simulator (simulated time and events).
@@ -23,12 +23,12 @@
 //! `+safepoint:GRACE` wraps any of them ([`policies::safepoint`]): a vCPU
 //! whose slice ended while in the guest kernel (maybe holding a kernel lock)
 //! keeps running until it is back in user mode, at most GRACE (Uhlig et al.,
-//! seed 002 §5.1). `linux` and `fair` are decided by a host kernel (a real
+//! Wells et al. §5.1). `linux` and `fair` are decided by a host kernel (a real
 //! one, or the simulator's model of one: [`Decider`]); [`Scheduler::new`]
 //! refuses them.
 //!
 //! Per-vCPU affinity ([`Affinity`], [`Scheduler::set_affinity`],
-//! [`Scheduler::set_vm_affinity`]: seed 001's pinned or floating vCPUs) can
+//! [`Scheduler::set_vm_affinity`]: Kulkarni & Kulkarni's pinned or floating vCPUs) can
 //! be changed at run time; every policy honours it when it places a vCPU.
 //!
 //! Every policy yields a pCPU whose vCPU is sampled halted (it has nothing to

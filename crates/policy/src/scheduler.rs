@@ -86,7 +86,7 @@ impl Scheduler {
         self.core.slice_ns
     }
 
-    /// Change the slice from now on (seed 001's tuner, [`crate::tune`]):
+    /// Change the slice from now on (Kulkarni & Kulkarni's tuner, [`crate::tune`]):
     /// running vCPUs are measured against the new length at the next tick.
     pub fn set_slice_ns(&mut self, slice_ns: Ns) {
         self.core.slice_ns = slice_ns.max(1);

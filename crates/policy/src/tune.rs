@@ -1,4 +1,4 @@
-//! Seed 001's adaptive tuner (§5.4 "host indicators") as a pure decision:
+//! Kulkarni & Kulkarni's adaptive tuner (§5.4 "host indicators") as a pure decision:
 //! per window the driver reports what the host saw of one VM — rescheduling
 //! IPIs, the cost of refilling caches after a dispatch, device-interrupt
 //! delivery latency, spin detections — and the tuner answers with the three
@@ -82,7 +82,7 @@ impl fmt::Display for VcpuAffinity {
     }
 }
 
-/// The three multiprocessing parameters of seed 001.
+/// The three multiprocessing parameters of Kulkarni & Kulkarni.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Setting {
     pub slice_ns: u64,
@@ -108,7 +108,7 @@ impl fmt::Display for Setting {
 pub struct TunerConfig {
     /// How often the driver reports indicators, ns.
     pub window_ns: u64,
-    /// The short slice: 100 us, seed 001 §5.3's micro-slice.
+    /// The short slice: 100 us, Kulkarni & Kulkarni §5.3's micro-slice.
     pub short_slice_ns: u64,
     /// The long slice: the host's default (the driver fills it in).
     pub long_slice_ns: u64,
@@ -338,7 +338,7 @@ struct Memories {
     cache_bound: Memory,
 }
 
-/// Seed 001's tuner for one VM.
+/// Kulkarni & Kulkarni's tuner for one VM.
 #[derive(Debug, Clone)]
 pub struct Tuner {
     config: TunerConfig,
@@ -487,7 +487,7 @@ impl Tuner {
         let wants_short = k.io_late || k.sync_heavy || k.spinning;
         // A refill per dispatch costlier than a good part of the short slice
         // makes short slices lose more than they save (streamcluster in
-        // seed 001 §4.3.1 and §5.3): the footprint wins.
+        // Kulkarni & Kulkarni §4.3.1 and §5.3): the footprint wins.
         let slice_ns = if wants_short && !k.cache_bound {
             c.short_slice_ns
         } else {
@@ -533,7 +533,7 @@ impl Tuner {
     /// Judge `io-late`'s cure `cure_check_windows` after it was applied:
     /// a latency that did not fall by `cure_min_gain` switches `io-late`
     /// off for `io_penalty` windows (doubling at each failure, at most
-    /// `max_hold_windows`). Seed 001's rule (late interrupts → short
+    /// `max_hold_windows`). Kulkarni & Kulkarni's rule (late interrupts → short
     /// slices) holds where a dispatch is cheap; on a host where it is not,
     /// the shorter slice only costs.
     fn judge_cure(&mut self, i: &Indicators) {

@@ -155,7 +155,7 @@ pub struct VmSettings {
     /// the policy's default (`linux` pinned, a user-level policy floating).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_pinned: Option<bool>,
-    /// Host runs under a user-level policy: seed 001's tuner sets the slice,
+    /// Host runs under a user-level policy: Kulkarni & Kulkarni's tuner sets the slice,
     /// vCPU and interrupt affinity at run time (docs/host.md), starting from
     /// the policy's.
     #[serde(default, skip_serializing_if = "is_default")]

@@ -13,7 +13,8 @@
 use serde::{Deserialize, Serialize};
 
 /// Target relative half-width of a measured point's interval: ±5% of the
-/// median (DEVELOPERS.md, "How we measure").
+/// median: the project's rule for every measured point (docs/lab.md,
+/// "Experiment specs": adaptive repetitions).
 pub const TARGET_REL_HALF_WIDTH: f64 = 0.05;
 
 /// The median of some samples with its confidence interval.

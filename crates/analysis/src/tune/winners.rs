@@ -33,7 +33,7 @@ impl Cell {
     }
 }
 
-/// What a cell varies: seed 001's three parameters (time slice, vCPU
+/// What a cell varies: Kulkarni & Kulkarni's three parameters (time slice, vCPU
 /// affinity, interrupt affinity) of a simulated point or of a host run, or
 /// any other stored configuration as a whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,7 +52,7 @@ pub enum Setting {
     Config(RunConfig),
 }
 
-/// One configuration of the seed 001 matrix on the real multi-VM host.
+/// One configuration of the Kulkarni & Kulkarni matrix on the real multi-VM host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostSetting {
     pub policy: HostPolicy,
@@ -60,7 +60,7 @@ pub struct HostSetting {
     /// `linux`, the scheduler's per-vCPU affinity under a user-level policy.
     pub pinned: bool,
     pub irq: IrqAffinity,
-    /// Seed 001's tuner sets the slice at run time, starting from the
+    /// Kulkarni & Kulkarni's tuner sets the slice at run time, starting from the
     /// policy's (its long one).
     pub tuner: bool,
 }

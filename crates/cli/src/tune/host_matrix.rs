@@ -1,4 +1,4 @@
-//! `smplab tune host-matrix`: the seed 001 matrix on the real multi-VM host
+//! `smplab tune host-matrix`: the Kulkarni & Kulkarni matrix on the real multi-VM host
 //! (`smplab host`, docs/host.md) at this machine's scale: 2 VMs of 2 vCPUs
 //! on 2 host CPUs (overcommit 2), per profile:
 //!

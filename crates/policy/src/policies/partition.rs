@@ -1,6 +1,6 @@
 //! `partition[:SLICE]`: the pCPUs are split among the VMs in contiguous
 //! shares proportional to their sizes; each VM is round-robin on its own
-//! share (seed 002 §6). The core keeps every vCPU inside its VM's share.
+//! share (Wells et al. §6). The core keeps every vCPU inside its VM's share.
 
 use crate::{PcpuId, Policy, PolicyError};
 
@@ -25,7 +25,7 @@ impl Policy for Partition {
 }
 
 /// Split `pcpus` into contiguous shares proportional to each VM's vCPUs, at
-/// least one pCPU each (seed 002 §6 gives each VM the pCPUs its size asks
+/// least one pCPU each (Wells et al. §6 gives each VM the pCPUs its size asks
 /// for). Needs `vcpus_per_vm.len() <= pcpus`.
 pub fn partition_shares(vcpus_per_vm: &[u32], pcpus: usize) -> Vec<(PcpuId, PcpuId)> {
     let total: u64 = vcpus_per_vm.iter().map(|&v| u64::from(v)).sum();

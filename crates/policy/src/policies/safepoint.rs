@@ -1,5 +1,5 @@
 //! `+safepoint:GRACE`, a wrapper around any user-level policy (Uhlig et al.,
-//! seed 002 §5.1): a vCPU whose slice ended while it was in the guest
+//! Wells et al. §5.1): a vCPU whose slice ended while it was in the guest
 //! kernel (maybe holding a kernel lock) keeps running until a sample finds
 //! it back in user mode, at most GRACE longer. Policies that end no single
 //! vCPU's slice (gang's turns) are unchanged. Every other hook is the

@@ -1,4 +1,4 @@
-//! `spin[:SLICE]`: the round robin plus spin-triggered preemption (seed 002
+//! `spin[:SLICE]`: the round robin plus spin-triggered preemption (Wells et al.
 //! §5.2, the SDB's policy): a vCPU sampled spinning gives its pCPU to a
 //! preempted sibling of its VM (a directed yield to the likely lock holder
 //! or barrier partner), else to the next in line.

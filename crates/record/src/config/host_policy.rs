@@ -1,4 +1,4 @@
-//! The host's vCPU scheduling policy (seed 002): the host kernel's own
+//! The host's vCPU scheduling policy (Wells et al.): the host kernel's own
 //! scheduler, a user-level round robin, gang or logical partitioning, an
 //! optional time slice and safe-point-aware preemption. Printed and parsed as
 //! `rr`, `gang:10ms`, `rr:100us+safepoint:1ms`; `safepoint:GRACE` is short for
@@ -47,12 +47,12 @@ macro_rules! for_each_host_policy {
                 /// take turns a slice each.
                 Gang gang,
                 /// Logical partitioning: pCPUs split among VMs, each VM
-                /// round-robin on its share (seed 002 §6.2).
+                /// round-robin on its share (Wells et al. §6.2).
                 Partition partition,
                 /// Round robin plus spin-triggered preemption: a vCPU
                 /// detected spinning gives its pCPU to a preempted sibling
                 /// of its VM (directed yield), else to the next runnable
-                /// vCPU (seed 002 §5.2, the SDB's policy).
+                /// vCPU (Wells et al. §5.2, the SDB's policy).
                 Spin spin,
                 /// Round robin by VM: VMs take turns a slice each on all
                 /// pCPUs, without co-scheduling (the pCPUs a VM leaves free
@@ -141,13 +141,13 @@ pub struct HostPolicy {
     pub kind: PolicyKind,
     /// Host time slice; `None` takes the platform default.
     pub time_slice_ns: Option<u64>,
-    /// Safe-point-aware preemption (Uhlig et al., seed 002 §5.1): at the end
+    /// Safe-point-aware preemption (Uhlig et al., Wells et al. §5.1): at the end
     /// of a slice a vCPU holding a lock or in the kernel keeps running until it
     /// is safe, at most this grace period.
     pub safe_point_grace_ns: Option<u64>,
 }
 
-/// Grace period of `+safepoint` without a value (seed 002 §5.1).
+/// Grace period of `+safepoint` without a value (Wells et al. §5.1).
 pub const DEFAULT_SAFE_POINT_GRACE_NS: u64 = 1_000_000;
 
 /// A malformed duration.

@@ -1,5 +1,5 @@
-//! The host's run-time actuators (seed 001 §2.2): a VM's vCPU affinity and
-//! its guest's interrupt routing, changed while the VMs run — by seed 001's
+//! The host's run-time actuators (Kulkarni & Kulkarni §2.2): a VM's vCPU affinity and
+//! its guest's interrupt routing, changed while the VMs run — by Kulkarni & Kulkarni's
 //! tuner (`smplab host` with `tune = true`) or any caller holding the
 //! [`HostScheduler`].
 //!

@@ -136,7 +136,7 @@ struct Slot {
     /// Under `linux`: the host CPUs it was last told to use, applied when
     /// its thread attaches if it did not exist yet.
     linux_cpus: Option<Vec<usize>>,
-    /// The guest's published counters (seed 001's indicators), while its VM runs.
+    /// The guest's published counters (Kulkarni & Kulkarni's indicators), while its VM runs.
     sensors: Option<GuestSensors>,
 }
 
@@ -353,7 +353,7 @@ impl HostScheduler {
             .collect()
     }
 
-    /// Change the user-level policy's slice from now on (seed 001's tuner);
+    /// Change the user-level policy's slice from now on (Kulkarni & Kulkarni's tuner);
     /// no effect under `linux`.
     pub fn set_slice_ns(&self, slice_ns: u64) {
         if let Some(p) = self.shared.lock().policy.as_mut() {

@@ -1,4 +1,4 @@
-//! Host indicators the smplab guest publishes for seed 001's tuner
+//! Host indicators the smplab guest publishes for Kulkarni & Kulkarni's tuner
 //! (docs/guest-abi.md, "Host indicators"): per-vCPU running counters in
 //! guest memory that the host reads while the guest runs, without an exit.
 //!

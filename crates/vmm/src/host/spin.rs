@@ -1,4 +1,4 @@
-//! Software spin detection: seed 002's Spin Detection Buffer in software.
+//! Software spin detection: Wells et al.'s Spin Detection Buffer in software.
 //!
 //! The SDB calls a vCPU spinning when it commits fewer than 8 unique stores
 //! (and, in user mode, loads) in 1024 instructions. Software cannot count
