@@ -290,7 +290,7 @@ impl TuneStudy {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "{}: the tuner (window {} us) vs {} static settings of the seed 001 matrix, seeds {:?}",
+            "{}: the tuner (window {} us) vs {} static settings of the Kulkarni & Kulkarni matrix, seeds {:?}",
             self.workload,
             self.window_ns / 1000,
             self.statics.len(),

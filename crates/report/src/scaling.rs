@@ -44,7 +44,7 @@ pub fn render(ctx: &Ctx, page: &mut Page) {
     if charts.is_empty() {
         return;
     }
-    let mut h = String::from("<p>Measured speedup per unit of work (median over repetitions; whiskers: its 95% interval, widened by the interval of the smallest configuration every repetition is divided by) beside seed 004's projection S(N) = 1/((1−P(N)) + P(N)/N), P(N) = P·(1 − h·N·q), with the native parallel fraction P, exit handling per vCPU h and synchronous share q from the smallest run. Without device exits the projection coincides with the native Amdahl bound.</p><div class=\"grid\">");
+    let mut h = String::from("<p>Measured speedup per unit of work (median over repetitions; whiskers: its 95% interval, widened by the interval of the smallest configuration every repetition is divided by) beside the projection of Partheymüller's thesis (Adding SMP Support to a User-Level VMM, eq. 5.1) S(N) = 1/((1−P(N)) + P(N)/N), P(N) = P·(1 − h·N·q), with the native parallel fraction P, exit handling per vCPU h and synchronous share q from the smallest run. Without device exits the projection coincides with the native Amdahl bound.</p><div class=\"grid\">");
     for c in &charts {
         h.push_str(c);
     }
