@@ -366,7 +366,9 @@ fn parse_vm(
     });
     let threads = program.as_ref().map(|(_, p)| p.total_threads());
     if let Err(problems) = config.validate(threads) {
-        for e in problems {
+        // The policy is the spec's, checked (and located) once above, not
+        // once per VM.
+        for e in problems.into_iter().filter(|e| e.setting != "host_policy") {
             let span = match e.setting {
                 "vcpus" => raw.vcpus.as_ref().map(Spanned::span),
                 "vms" => raw.count.as_ref().map(Spanned::span),
