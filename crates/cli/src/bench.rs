@@ -13,24 +13,6 @@ use smplab_experiment::sweep::{self, Repetitions, SweepOptions, SweepSummary};
 use smplab_record::exit;
 use std::path::{Path, PathBuf};
 
-/// Host CPUs as a list (`0,1`, `0-3`): the type of `--host-cpus`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostCpus(pub Vec<usize>);
-
-impl std::str::FromStr for HostCpus {
-    type Err = smplab_record::cpus::CpuListError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        smplab_record::cpus::parse_cpu_list(s).map(HostCpus)
-    }
-}
-
-impl std::fmt::Display for HostCpus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let parts: Vec<String> = self.0.iter().map(usize::to_string).collect();
-        f.write_str(&parts.join(","))
-    }
-}
-
 /// Where a bench stores its results unless `--store` says otherwise: the
 /// store `smplab lab run bench-NAME` uses too.
 pub fn default_store(bench: &str) -> PathBuf {

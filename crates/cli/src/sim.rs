@@ -137,7 +137,7 @@ pub fn run(args: &SimArgs) -> i32 {
         None => simulate_flags(args),
     };
     match records {
-        Ok(records) => emit(&records, args.json, args.output.as_deref()),
+        Ok(records) => crate::run::emit(&records, args.json, &args.output),
         Err(status) => status,
     }
 }
@@ -180,30 +180,6 @@ fn simulate_spec(path: &Path, timeout: Timeout) -> Result<Vec<RunRecord>, i32> {
         smplab_record::exit::report_error(&e);
         e.exit_status()
     })
-}
-
-/// Print the records (a summary each, or JSON lines), optionally write them
-/// to a file as JSON lines; the exit status says whether all finished.
-fn emit(records: &[RunRecord], json: bool, output: Option<&Path>) -> i32 {
-    let lines: String = records.iter().map(|r| r.to_json_line() + "\n").collect();
-    if json {
-        print!("{lines}");
-    } else {
-        for r in records {
-            print!("{}", r.summary());
-        }
-    }
-    if let Some(path) = output {
-        if let Err(e) = std::fs::write(path, lines) {
-            smplab_record::exit::report_error(format!("cannot write {}: {e}", path.display()));
-            return exit::RUN_FAILED;
-        }
-    }
-    if records.iter().all(RunRecord::is_ok) {
-        exit::OK
-    } else {
-        exit::RUN_FAILED
-    }
 }
 
 #[cfg(test)]

@@ -72,3 +72,19 @@ pub fn vm_point(workload: &str, vcpus: u32, rep: u32) -> Point {
     p.rep = rep;
     p
 }
+
+/// Whether a test that needs KVM can run here. With
+/// `SMPLAB_REQUIRE_KVM=1` (as CI sets it) an unusable KVM fails the test
+/// instead of skipping it.
+pub fn have_kvm() -> bool {
+    match crate::availability::kvm_unavailable() {
+        None => true,
+        Some(why) if std::env::var("SMPLAB_REQUIRE_KVM").as_deref() == Ok("1") => {
+            panic!("SMPLAB_REQUIRE_KVM=1 but KVM is unusable: {why}")
+        }
+        Some(why) => {
+            eprintln!("note: KVM unusable ({why}); test not run (set SMPLAB_REQUIRE_KVM=1 to make this fail)");
+            false
+        }
+    }
+}

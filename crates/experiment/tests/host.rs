@@ -1,21 +1,8 @@
 //! `smplab host` on real KVM: several VMs under the user-level scheduler.
 //! Fails instead of skipping when SMPLAB_REQUIRE_KVM=1 and KVM is unusable.
 
-use smplab_experiment::availability::kvm_unavailable;
 use smplab_experiment::host::{parse, run_host, VmOutcome};
-
-fn have_kvm() -> bool {
-    match kvm_unavailable() {
-        None => true,
-        Some(why) if std::env::var("SMPLAB_REQUIRE_KVM").as_deref() == Ok("1") => {
-            panic!("SMPLAB_REQUIRE_KVM=1 but KVM is unusable: {why}")
-        }
-        Some(why) => {
-            eprintln!("note: KVM unusable ({why}); test not run (set SMPLAB_REQUIRE_KVM=1 to make this fail)");
-            false
-        }
-    }
-}
+use smplab_experiment::testutil::have_kvm;
 
 fn spec(policy: &str, extra: &str) -> String {
     format!(

@@ -56,6 +56,25 @@ pub fn check_cpus_exist(cpus: &[usize], cores: usize) -> Result<(), CpuListError
     }
 }
 
+/// A host CPU list as a user writes it (`0,2-3`): the type of every flag
+/// that names host CPUs (`--host-cpus`, `smplab vmm --pin`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+impl std::str::FromStr for CpuList {
+    type Err = CpuListError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_cpu_list(s).map(CpuList)
+    }
+}
+
+impl std::fmt::Display for CpuList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(usize::to_string).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

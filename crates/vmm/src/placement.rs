@@ -33,20 +33,8 @@ impl Placement {
     }
 }
 
-/// A host CPU list as given on the command line (`0,2-3`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuList(pub Vec<usize>);
-
-impl std::str::FromStr for CpuList {
-    type Err = CpuListError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        parse_cpu_list(s).map(CpuList)
-    }
-}
-
-/// The one CPU-list parser (`0,2-3`), shared by every crate.
-pub use smplab_record::cpus::{parse_cpu_list, CpuListError};
+/// The one CPU-list parser (`0,2-3`) and its type, shared by every crate.
+pub use smplab_record::cpus::{parse_cpu_list, CpuList, CpuListError};
 
 /// Restrict the calling thread to `cpus`.
 pub fn pin_current_thread(cpus: &[usize]) -> std::io::Result<()> {

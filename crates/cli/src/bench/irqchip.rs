@@ -288,8 +288,7 @@ mod tests {
 
     #[test]
     fn a_real_run_goes_into_the_store() {
-        if let Some(why) = smplab_experiment::availability::kvm_unavailable() {
-            eprintln!("skipped: {why}");
+        if !smplab_experiment::testutil::have_kvm() {
             return;
         }
         let dir = smplab_experiment::testutil::temp_dir("bench-irqchip-real");

@@ -9,7 +9,6 @@
 //! into a results store, so a rerun resumes and `smplab lab report` reads
 //! it; the table is the view `smplab_analysis::bench::host` of the store.
 
-use crate::bench::HostCpus;
 use clap::Args;
 use smplab_analysis::bench::host::{cells, sim_policy, table};
 use smplab_experiment::point::Point;
@@ -18,6 +17,7 @@ use smplab_experiment::runner::Runner;
 use smplab_record::config::{
     GuestSettings, HostPolicy, Placement, RunConfig, SimSettings, SyncMode, Timeout, VmSettings,
 };
+use smplab_record::cpus::CpuList;
 use smplab_record::{exit, out, outln};
 use smplab_vmm::host::Sampling;
 use std::path::PathBuf;
@@ -50,7 +50,7 @@ pub struct BenchArgs {
     pub reps: u32,
     /// Host CPUs the VMs share (the simulator's VMs are confined to the same).
     #[arg(long, default_value = "0-1")]
-    pub host_cpus: HostCpus,
+    pub host_cpus: CpuList,
     /// The host scheduler's sampling interval (`1ms`, `500us`).
     #[arg(long, default_value = "1ms", value_parser = parse_sample)]
     pub sample: Duration,
@@ -254,7 +254,7 @@ mod tests {
     #[test]
     fn flags_are_typed_and_the_defaults_are_the_built_in_spec() {
         let a = parse(&[]);
-        assert_eq!(a.host_cpus, HostCpus(vec![0, 1]));
+        assert_eq!(a.host_cpus, CpuList(vec![0, 1]));
         assert_eq!(a.platform, smplab_record::config::DEFAULT_PLATFORM);
         assert_eq!(a.policies.len(), 5);
         assert_eq!(host_sample_ns(&a), None);
@@ -341,8 +341,7 @@ mod tests {
 
     #[test]
     fn a_real_run_goes_into_the_store() {
-        if let Some(why) = smplab_experiment::availability::kvm_unavailable() {
-            eprintln!("skipped: {why}");
+        if !smplab_experiment::testutil::have_kvm() {
             return;
         }
         let dir = smplab_experiment::testutil::temp_dir("bench-host-real");

@@ -18,7 +18,6 @@
 //! configurations of rep 0, then rep 1...). A configuration the host refuses
 //! is listed as failed with the reason.
 
-use crate::bench::HostCpus;
 use clap::Args;
 use smplab_analysis::tune::winners::{cells_of, winners_table, HostSetting, Setting};
 use smplab_experiment::point::Point;
@@ -26,6 +25,7 @@ use smplab_experiment::runner::real::RealRunner;
 use smplab_experiment::runner::Runner;
 use smplab_experiment::store::Status;
 use smplab_record::config::{HostPolicy, IrqAffinity, PolicyKind, Timeout};
+use smplab_record::cpus::CpuList;
 use smplab_record::exit::{self, report_error};
 use smplab_record::outln;
 use std::path::PathBuf;
@@ -47,7 +47,7 @@ pub struct HostMatrixArgs {
     pub scale: f64,
     /// Host CPUs the VMs share.
     #[arg(long, default_value = "0-1")]
-    pub host_cpus: HostCpus,
+    pub host_cpus: CpuList,
     /// Time limit of one run (`120s`, `500ms`; a bare number is seconds).
     #[arg(long, default_value = "120s")]
     pub timeout: Timeout,
@@ -258,7 +258,7 @@ mod tests {
         // I/O: 3 affinities each, `running` under the 5 user-level ones.
         assert_eq!(configs(true).len(), 7 * 3 + 5 + 2);
         let a = parse(&[]);
-        assert_eq!(a.host_cpus, HostCpus(vec![0, 1]));
+        assert_eq!(a.host_cpus, CpuList(vec![0, 1]));
         let points = matrix_points(&a).expect("points");
         assert_eq!(points.len(), 9 + 9 + 28);
         for p in &points {
@@ -335,8 +335,7 @@ mod tests {
 
     #[test]
     fn a_real_run_goes_into_the_store() {
-        if let Some(why) = smplab_experiment::availability::kvm_unavailable() {
-            eprintln!("skipped: {why}");
+        if !smplab_experiment::testutil::have_kvm() {
             return;
         }
         let dir = smplab_experiment::testutil::temp_dir("host-matrix-real");
