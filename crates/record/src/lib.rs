@@ -15,6 +15,7 @@ pub mod guest;
 pub mod histogram;
 pub mod host;
 pub mod hostsched;
+pub mod interference;
 pub mod io;
 pub mod sim;
 pub mod summary;

@@ -196,3 +196,57 @@ mod tests {
         );
     }
 }
+
+/// The interval of the median of per-pair ratios `b / a` of interleaved
+/// pairs `(a, b)` (a baseline run, then its variant, back to back). Pairing
+/// cancels the slow drift of a shared host (another tenant's load lasts
+/// longer than one pair), which two independent intervals cannot: their
+/// widths add the drift twice. Pairs with a non-positive or NaN baseline are
+/// dropped. `None` when no pair is left.
+pub fn paired_ratio(pairs: &[(f64, f64)]) -> Option<MedianCi> {
+    let ratios: Vec<f64> = pairs
+        .iter()
+        .filter(|(a, b)| *a > 0.0 && a.is_finite() && b.is_finite())
+        .map(|(a, b)| b / a)
+        .collect();
+    MedianCi::of(&ratios)
+}
+
+impl MedianCi {
+    /// The interval reaches 95% coverage and does not hold `x`: for a paired
+    /// ratio, `excludes(1.0)` is "the difference is outside the noise".
+    pub fn excludes(&self, x: f64) -> bool {
+        self.coverage >= 0.95 && (x < self.lo || x > self.hi)
+    }
+}
+
+#[cfg(test)]
+mod paired_tests {
+    use super::*;
+
+    #[test]
+    fn paired_ratio_cancels_a_shared_drift() {
+        // The host slows down 2x halfway; every variant is 10% slower than its
+        // baseline. Independent intervals overlap; the paired one does not.
+        let pairs: Vec<(f64, f64)> = (0..8)
+            .map(|i| {
+                let drift = if i < 4 { 1.0 } else { 2.0 };
+                (100.0 * drift, 110.0 * drift)
+            })
+            .collect();
+        let a = MedianCi::of(&pairs.iter().map(|p| p.0).collect::<Vec<_>>()).unwrap();
+        let b = MedianCi::of(&pairs.iter().map(|p| p.1).collect::<Vec<_>>()).unwrap();
+        assert!(!a.differs_from(&b));
+        let r = paired_ratio(&pairs).unwrap();
+        assert!((r.median - 1.1).abs() < 1e-12);
+        assert!(r.excludes(1.0));
+    }
+
+    #[test]
+    fn paired_ratio_drops_bad_baselines_and_needs_coverage() {
+        assert!(paired_ratio(&[(0.0, 1.0), (f64::NAN, 1.0)]).is_none());
+        let r = paired_ratio(&[(1.0, 1.2), (1.0, 1.3)]).unwrap();
+        // Two pairs cannot reach 95% coverage: nothing is excluded.
+        assert!(!r.excludes(1.0));
+    }
+}
