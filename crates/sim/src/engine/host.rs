@@ -32,7 +32,7 @@ impl Sim {
         if self.pcpus.len() > 1 {
             let spans = self.domain_spans();
             self.balance_failed = vec![0; spans.len() * self.pcpus.len()];
-            for (level, &span) in (0u32..).zip(&spans) {
+            for (level, &span) in (0u32..).zip(spans.iter()) {
                 let every = self.balance_interval(span);
                 self.push(every, Kind::Balance { level });
             }

@@ -417,6 +417,8 @@ pub(crate) struct Sim {
     /// Load balancing: failed attempts per scheduling domain (Linux's
     /// `nr_balance_failed`), indexed by level × pCPUs + the domain's first pCPU.
     pub balance_failed: Vec<u32>,
+    /// Load balancing's working arrays, reused from tick to tick.
+    pub balance_scratch: balance::BalanceScratch,
     /// Compiled programs by program (see `add_vm`), with the index in
     /// `code` of each group's first instruction.
     pub code_cache: Vec<(smplab_workload::Program, Arc<Vec<GroupCode>>, Vec<u32>)>,

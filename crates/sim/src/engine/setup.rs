@@ -71,6 +71,7 @@ impl Sim {
             kind_counts: [0; 14],
             stale: 0,
             balance_failed: Vec::new(),
+            balance_scratch: super::balance::BalanceScratch::default(),
             code_cache: Vec::new(),
             code: Vec::new(),
             io: Vec::new(),
