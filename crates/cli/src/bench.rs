@@ -5,6 +5,7 @@
 
 pub mod io;
 pub mod irqchip;
+pub mod sim_scale;
 
 use smplab_experiment::point::Point;
 use smplab_experiment::runner::Runner;

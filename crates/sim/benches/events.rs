@@ -11,7 +11,8 @@
 mod shared;
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use shared::{bare_heap, model};
+use shared::model;
+use smplab_sim::bare_heap;
 use smplab_sim::simulate_raw;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

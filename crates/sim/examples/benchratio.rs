@@ -12,7 +12,8 @@
 #[path = "../benches/shared/mod.rs"]
 mod shared;
 
-use shared::{bare_heap, model};
+use shared::model;
+use smplab_sim::bare_heap;
 use smplab_sim::simulate_raw;
 use std::hint::black_box;
 

@@ -47,6 +47,7 @@ pub mod scenario;
 pub mod spec;
 
 pub use error::SimError;
+pub use events::bare_heap;
 pub use platform::Platform;
 pub use scenario::{
     BadPlacementRange, DeviceSync, Devices, Idle, Placement, Ple, Policy, PolicyKind, Scenario,

@@ -27,6 +27,9 @@ pub enum BenchCmd {
     Irqchip(IrqchipBenchArgs),
     /// Interrupt delivery latency by interrupt affinity under pCPU contention.
     Io(crate::bench::io::IoBenchArgs),
+    /// The simulator's cost per event from 512 to 16,384 host CPUs
+    /// (one child process per size; docs/sim-performance.md).
+    SimScale(crate::bench::sim_scale::SimScaleArgs),
 }
 
 /// Options of `smplab bench irqchip`.
@@ -75,6 +78,7 @@ pub fn bench(cmd: &BenchCmd) -> i32 {
     match cmd {
         BenchCmd::Irqchip(args) => run_irqchip_bench(args, &RealRunner::default()),
         BenchCmd::Io(args) => crate::bench::io::bench_io(args, &RealRunner::default()),
+        BenchCmd::SimScale(args) => crate::bench::sim_scale::bench_sim_scale(args),
     }
 }
 

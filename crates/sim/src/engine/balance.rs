@@ -11,13 +11,17 @@ impl Sim {
     /// spans: the SMT siblings of a core (when the platform has SMT), an LLC
     /// domain, the whole host. Levels spanning one pCPU, or no more than the
     /// level below, are left out, as Linux degenerates them.
-    pub(super) fn domain_spans(&self) -> Vec<u32> {
+    pub(super) fn domain_spans(&self) -> DomainSpans {
         let n = u32::try_from(self.pcpus.len()).unwrap_or(u32::MAX);
-        let mut spans: Vec<u32> = Vec::with_capacity(3);
+        let mut spans = DomainSpans {
+            spans: [0; 3],
+            len: 0,
+        };
         let core = self.platform.cache.pcpus_per_core.max(1);
         for span in [core.min(self.per_llc), self.per_llc.min(n), n] {
             if span > spans.last().copied().unwrap_or(1) {
-                spans.push(span);
+                spans.spans[spans.len] = span;
+                spans.len += 1;
             }
         }
         spans
@@ -77,7 +81,10 @@ impl Sim {
             .checked_sub(1)
             .and_then(|l| spans.get(l as usize).copied())
             .unwrap_or(1);
-        let mut load = vec![0.0f64; n as usize];
+        // The scratch arrays are the engine's (no allocation per tick).
+        let mut load = std::mem::take(&mut self.balance_scratch.load);
+        load.clear();
+        load.resize(n as usize, 0.0);
         for v in 0..u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX) {
             let vc = &self.vcpus[v as usize];
             let (p, runnable) = match vc.host {
@@ -99,6 +106,7 @@ impl Sim {
             self.balance_range(level, lo, hi, child, &mut load);
             lo = hi;
         }
+        self.balance_scratch.load = load;
         let every = self.balance_interval(span);
         self.push(self.now + every, Kind::Balance { level });
         true
@@ -186,33 +194,48 @@ impl Sim {
         let shift = f64::from(1u32 << failed.min(16));
         let pct = f64::from(self.platform.defaults.imbalance_pct) / 100.0;
         let child = child.max(1);
-        let groups: Vec<(u32, u32)> = (lo..hi)
-            .step_by(child as usize)
-            .map(|g| (g, (g + child).min(hi)))
-            .collect();
-        let mut sum: Vec<f64> = groups
-            .iter()
-            .map(|&(a, b)| (a..b).map(|p| load[p as usize]).sum())
-            .collect();
+        let mut scratch = std::mem::take(&mut self.balance_scratch);
+        let BalanceScratch {
+            groups,
+            sum,
+            spent,
+            group_spent,
+            ..
+        } = &mut scratch;
+        groups.clear();
+        groups.extend(
+            (lo..hi)
+                .step_by(child as usize)
+                .map(|g| (g, (g + child).min(hi))),
+        );
+        sum.clear();
+        sum.extend(
+            groups
+                .iter()
+                .map(|&(a, b)| (a..b).map(|p| load[p as usize]).sum::<f64>()),
+        );
         // pCPUs found with nothing to give in this pass.
-        let mut spent = vec![false; (hi - lo) as usize];
-        let mut group_spent = vec![false; groups.len()];
+        spent.clear();
+        spent.resize((hi - lo) as usize, false);
+        group_spent.clear();
+        group_spent.resize(groups.len(), false);
+        let (groups, sum, spent, group_spent) = (&*groups, sum, spent, group_spent);
         let (mut moved, mut imbalanced) = (false, false);
         let avg = |k: usize, sum: &[f64]| sum[k] / f64::from(groups[k].1 - groups[k].0);
         // Bounded: each pass moves a vCPU or retires a pCPU.
         for _ in 0..4 * (hi - lo) {
             let Some(local) =
-                (0..groups.len()).min_by(|&a, &b| avg(a, &sum).total_cmp(&avg(b, &sum)))
+                (0..groups.len()).min_by(|&a, &b| avg(a, sum).total_cmp(&avg(b, sum)))
             else {
                 break;
             };
             let Some(busiest) = (0..groups.len())
                 .filter(|&k| !group_spent[k] && k != local)
-                .max_by(|&a, &b| avg(a, &sum).total_cmp(&avg(b, &sum)))
+                .max_by(|&a, &b| avg(a, sum).total_cmp(&avg(b, sum)))
             else {
                 break;
             };
-            let (lb, ll) = (avg(busiest, &sum), avg(local, &sum));
+            let (lb, ll) = (avg(busiest, sum), avg(local, sum));
             if lb <= ll * pct || lb - ll < 1e-9 {
                 break;
             }
@@ -263,6 +286,7 @@ impl Sim {
             sum[busiest] -= lv;
             sum[local] += lv;
         }
+        self.balance_scratch = scratch;
         if let Some(f) = self.balance_failed.get_mut(slot) {
             *f = if moved {
                 0
@@ -273,4 +297,34 @@ impl Sim {
             };
         }
     }
+}
+
+/// The scheduling domains' spans, smallest first (at most three levels:
+/// core, LLC, machine), without a heap allocation per balance tick.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DomainSpans {
+    spans: [u32; 3],
+    len: usize,
+}
+
+impl std::ops::Deref for DomainSpans {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        &self.spans[..self.len]
+    }
+}
+
+/// Load balancing's working arrays, kept by the engine between ticks so a
+/// tick allocates nothing (the event loop's steady state is
+/// allocation-free; `examples/allocs.rs`).
+#[derive(Debug, Default)]
+pub(crate) struct BalanceScratch {
+    /// Per pCPU: the runnable load.
+    load: Vec<f64>,
+    /// The domain's groups (pCPU ranges) and their summed loads.
+    groups: Vec<(u32, u32)>,
+    sum: Vec<f64>,
+    /// Per pCPU and per group: found with nothing to give in this pass.
+    spent: Vec<bool>,
+    group_spent: Vec<bool>,
 }

@@ -44,8 +44,14 @@ impl Sim {
             debug_assert!(ev.time >= self.now);
             self.now = ev.time;
             if prefetch {
+                // Two stages: the event after next gets its first lines
+                // asked for; the next one, whose lines were asked for one
+                // event ago, has what they point at asked for too.
+                if let Some(second) = self.q.peek_current_second() {
+                    self.prefetch_for(second);
+                }
                 if let Some(next) = self.q.peek_current() {
-                    self.prefetch_for(next);
+                    self.prefetch_deep(next);
                 }
             }
             self.handle(ev.kind);

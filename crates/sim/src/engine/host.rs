@@ -32,7 +32,7 @@ impl Sim {
         if self.pcpus.len() > 1 {
             let spans = self.domain_spans();
             self.balance_failed = vec![0; spans.len() * self.pcpus.len()];
-            for (level, &span) in (0u32..).zip(&spans) {
+            for (level, &span) in (0u32..).zip(spans.iter()) {
                 let every = self.balance_interval(span);
                 self.push(every, Kind::Balance { level });
             }
@@ -42,14 +42,14 @@ impl Sim {
     #[inline]
     pub(super) fn set_bit_idle(&mut self, p: u32, idle: bool) {
         self.pcpu_idle_acct(p, idle);
-        assign_bit(&mut self.idle_bits, p, idle);
+        self.idle_bits.assign(p, idle);
     }
 
     /// After a change of `p`'s run queue: its busy bit and its load.
     #[inline]
     pub(super) fn set_bit_busy_rq(&mut self, p: u32) {
         let busy = !self.pcpus[p as usize].rq.is_empty();
-        assign_bit(&mut self.busy_rq_bits, p, busy);
+        self.busy_rq_bits.assign(p, busy);
         self.note_pcpu_load(p);
     }
 
@@ -60,12 +60,6 @@ impl Sim {
         // A run queue holds at most the vCPUs, fewer than 2^32.
         let load = u32::try_from(pc.rq.len()).unwrap_or(u32::MAX) + u32::from(pc.cur != NONE);
         self.pcpu_load[p as usize] = load;
-    }
-
-    /// First set bit of `bits` in `lo..hi`, searching from `from` and wrapping.
-    fn find_bit(bits: &[u64], lo: u32, hi: u32, from: u32) -> Option<u32> {
-        let from = from.clamp(lo, hi.saturating_sub(1));
-        next_bit(bits, from, hi).or_else(|| next_bit(bits, lo, from))
     }
 
     /// A vCPU that was halted (or parked) becomes runnable.
@@ -97,7 +91,7 @@ impl Sim {
         } else {
             lo + (vc.index % (hi - lo))
         };
-        if let Some(p) = Self::find_bit(&self.idle_bits, lo, hi, from) {
+        if let Some(p) = self.idle_bits.find(lo, hi, from) {
             return p;
         }
         // No idle pCPU: the shortest run queue in the LLC domain it last ran
@@ -362,7 +356,7 @@ impl Sim {
 
     /// A queued vCPU from another pCPU that may run on `p`.
     fn steal(&mut self, p: u32) -> Option<u32> {
-        if self.busy_rq_bits.iter().all(|&w| w == 0) {
+        if !self.busy_rq_bits.any() {
             // No run queue holds a vCPU (the common case when a pCPU goes
             // idle on a host that is not overcommitted): the scan below
             // would find nothing.
@@ -376,7 +370,7 @@ impl Sim {
         // Bounded: in huge hosts give up after a few candidate queues rather
         // than scanning them all on every idle transition.
         for _ in 0..64 {
-            let c = Self::find_bit(&self.busy_rq_bits, 0, n, q)?;
+            let c = self.busy_rq_bits.find(0, n, q)?;
             let rq = &self.pcpus[c as usize].rq;
             if let Some(pos) = rq.iter().take(8).position(|&v| {
                 let vc = &self.vcpus[v as usize];

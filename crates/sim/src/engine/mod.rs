@@ -20,6 +20,7 @@
 
 mod account;
 mod balance;
+mod bits;
 mod cache;
 mod event_loop;
 mod flow;
@@ -389,9 +390,9 @@ pub(crate) struct Sim {
     pub threads: Vec<Thread>,
     pub vms: Vec<Vm>,
     /// One bit per pCPU: idle.
-    pub idle_bits: Vec<u64>,
+    pub idle_bits: bits::HostBits,
     /// One bit per pCPU: run queue not empty.
-    pub busy_rq_bits: Vec<u64>,
+    pub busy_rq_bits: bits::HostBits,
     /// Per pCPU: queued vCPUs plus one if one runs (`Sim::note_pcpu_load`
     /// keeps it with `Pcpu::rq` and `Pcpu::cur`). Wake balancing compares
     /// the pCPUs of a domain: one compact array instead of two cache lines
@@ -416,6 +417,8 @@ pub(crate) struct Sim {
     /// Load balancing: failed attempts per scheduling domain (Linux's
     /// `nr_balance_failed`), indexed by level × pCPUs + the domain's first pCPU.
     pub balance_failed: Vec<u32>,
+    /// Load balancing's working arrays, reused from tick to tick.
+    pub balance_scratch: balance::BalanceScratch,
     /// Compiled programs by program (see `add_vm`), with the index in
     /// `code` of each group's first instruction.
     pub code_cache: Vec<(smplab_workload::Program, Arc<Vec<GroupCode>>, Vec<u32>)>,

@@ -67,4 +67,67 @@ impl Sim {
             _ => {}
         }
     }
+
+    /// Prefetch, for the next event, what its vCPU, pCPU or thread points
+    /// at: the vCPU's third line, accounting and vruntime, its current
+    /// thread and the thread's accounting, its pCPU (or the pCPU's current
+    /// vCPU, or the thread's vCPU). `prefetch_for` asked for the entity
+    /// itself an event earlier, so reading its indices here rarely waits.
+    /// On hosts of thousands of pCPUs these lines are in neither the L1 nor
+    /// the L2 cache (the model's state is tens of MiB), and asking for them
+    /// while the current event is handled overlaps the misses.
+    #[inline]
+    pub(super) fn prefetch_deep(&self, kind: Kind) {
+        let vcpu = match kind {
+            Kind::Step { vcpu, .. } | Kind::Wake { vcpu } | Kind::Ipi { vcpu, .. } => vcpu,
+            Kind::Slice { pcpu, .. } | Kind::SdbFalse { pcpu, .. } => {
+                match self.pcpus.get(pcpu as usize) {
+                    Some(pc) => pc.cur,
+                    None => return,
+                }
+            }
+            Kind::Timer { thread } | Kind::WakeThread { thread, .. } => {
+                if let Some(ta) = self.tacct.get(thread as usize) {
+                    prefetch_line((ta as *const super::ThreadAcct).cast::<u8>());
+                }
+                match self.threads.get(thread as usize) {
+                    Some(th) => th.vcpu,
+                    None => return,
+                }
+            }
+            _ => return,
+        };
+        let Some(vc) = self.vcpus.get(vcpu as usize) else {
+            return;
+        };
+        let p = (vc as *const super::Vcpu).cast::<u8>();
+        prefetch_line(p);
+        prefetch_line(p.wrapping_add(64));
+        prefetch_line(p.wrapping_add(128));
+        if let Some(va) = self.vacct.get(vcpu as usize) {
+            prefetch_line((va as *const super::VcpuAcct).cast::<u8>());
+        }
+        if let Some(vr) = self.vruntime.get(vcpu as usize) {
+            prefetch_line((vr as *const u64).cast::<u8>());
+        }
+        if let Some(th) = self.threads.get(vc.cur as usize) {
+            let t = (th as *const super::Thread).cast::<u8>();
+            prefetch_line(t);
+            prefetch_line(t.wrapping_add(64));
+        }
+        // The guest run queue's buffer (its own allocation): where the
+        // guest scheduler takes the next thread from.
+        if let Some(head) = vc.rq.as_slices().0.first() {
+            prefetch_line((head as *const u32).cast::<u8>());
+        }
+        if let Some(ta) = self.tacct.get(vc.cur as usize) {
+            let t = (ta as *const super::ThreadAcct).cast::<u8>();
+            prefetch_line(t);
+            // `seg_k`, the second half.
+            prefetch_line(t.wrapping_add(std::mem::size_of::<super::ThreadAcct>() / 2));
+        }
+        if let Some(pc) = self.pcpus.get(vc.pcpu as usize) {
+            prefetch_line((pc as *const super::Pcpu).cast::<u8>());
+        }
+    }
 }

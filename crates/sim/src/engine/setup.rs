@@ -25,7 +25,6 @@ impl Sim {
             .max(1);
         let domains = s.pcpus.div_ceil(per_llc);
         let slice_ns = s.policy.time_slice_ns.unwrap_or(p.defaults.time_slice_ns);
-        let words = (s.pcpus as usize).div_ceil(64);
         let mut sim = Sim {
             now: 0,
             vacct: Vec::new(),
@@ -58,8 +57,8 @@ impl Sim {
             vruntime: Vec::new(),
             threads: Vec::new(),
             vms: Vec::new(),
-            idle_bits: vec![0; words],
-            busy_rq_bits: vec![0; words],
+            idle_bits: super::bits::HostBits::new(s.pcpus as usize),
+            busy_rq_bits: super::bits::HostBits::new(s.pcpus as usize),
             pcpu_load: vec![0; s.pcpus as usize],
             vcpu_rq_bits: Vec::new(),
             domains,
@@ -72,6 +71,7 @@ impl Sim {
             kind_counts: [0; 14],
             stale: 0,
             balance_failed: Vec::new(),
+            balance_scratch: super::balance::BalanceScratch::default(),
             code_cache: Vec::new(),
             code: Vec::new(),
             io: Vec::new(),
