@@ -162,7 +162,7 @@ fn ocean_ple_off() -> Result<f64, FigureError> {
 /// APIC-access exits: ICR writes, EOI writes and timer programming.
 pub fn apic_exits(r: &RunRecord) -> u64 {
     r.sim.as_ref().map_or(0, |s| {
-        ["apic_icr", "apic_eoi", "apic_timer"]
+        ["apic_icr", "apic_eoi", "timer"]
             .iter()
             .map(|k| s.exits.get(*k).copied().unwrap_or(0))
             .sum()
