@@ -259,14 +259,14 @@ fn list(ledger: &Ledger) -> String {
         String::from("| claim | paper | ours | kind | status |\n| --- | --- | --- | --- | --- |\n");
     for c in &ledger.claims {
         let paper = match (&c.paper, &c.goal) {
-            (Some(p), _) => format!("{} ({}, {})", p.value, p.source, p.at),
+            (Some(p), _) => render::cell(&format!("{} ({}, {})", p.value, p.source, p.at)),
             (None, Some(g)) => render::goal_text(*g.get_ref()),
             (None, None) => "—".to_string(),
         };
         s.push_str(&format!(
             "| `{}` {} | {} | {} | {} | {} |\n",
             c.id(),
-            c.what,
+            render::cell(&c.what),
             paper,
             render::value_text(c.value, &c.unit),
             c.kind.label(),

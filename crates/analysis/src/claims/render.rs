@@ -44,15 +44,20 @@ pub fn value_text(value: f64, unit: &str) -> String {
     }
 }
 
+/// A table cell: a `|` in the text would end the cell.
+pub fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
 fn row(c: &Claim) -> String {
     let (paper, at) = match (&c.paper, &c.goal) {
-        (Some(p), _) => (format!("{} ({})", p.value, p.source), p.at.clone()),
+        (Some(p), _) => (cell(&format!("{} ({})", p.value, p.source)), cell(&p.at)),
         (None, Some(g)) => (goal_text(*g.get_ref()), "— (our goal)".to_string()),
         (None, None) => ("—".to_string(), "—".to_string()),
     };
     format!(
         "| {} (`{}`) | {} | {} | {} | {} | {} |",
-        c.what,
+        cell(&c.what),
         c.id(),
         paper,
         at,
@@ -240,6 +245,7 @@ table = "t"
             "{new}"
         );
         assert!(!new.contains("old"));
+        assert_eq!(cell("median |error|"), "median \\|error\\|");
         assert!(new.ends_with("<!-- claims:end -->\nafter\n"));
         // Rendering is idempotent.
         assert_eq!(render_text("d.md", &new, &l).expect("renders").0, new);
