@@ -12,6 +12,9 @@
 //!   Multiprocessing Parameters in a Virtualized Multi-Core Environment",
 //!   against their matrix's static settings.
 //!
+//! - [`claims`]: the claims ledger (docs/claims.toml): every figure the docs
+//!   state, recomputed or re-measured, and the docs' figure tables from it;
+//!
 //! - [`bench`]: the views of the benches (`smplab bench irqchip`, `bench io`,
 //!   `host bench`): each a table from the bench's stored results.
 //!
@@ -20,6 +23,7 @@
 
 pub mod bench;
 pub mod calibrate;
+pub mod claims;
 pub mod diagnose;
 pub mod metrics;
 pub mod tune;

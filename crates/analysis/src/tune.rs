@@ -270,13 +270,22 @@ pub fn median_or_nan(xs: &[f64]) -> f64 {
     smplab_stats::median(xs).unwrap_or(f64::NAN)
 }
 
-/// `median [min..max]` of `xs`.
+/// `median [min..max]` of `xs`; `value (all N equal)` where the runs do
+/// not vary (the seeds move only the simulator's slice jitter, which a run
+/// that is never preempted does not feel), so an interval is printed only
+/// where there is one.
 pub fn spread(xs: &[f64], digits: usize) -> String {
     if xs.is_empty() {
         return "-".into();
     }
     let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if lo == hi {
+        return match xs.len() {
+            1 => format!("{lo:.digits$}"),
+            n => format!("{lo:.digits$} (all {n} equal)"),
+        };
+    }
     format!(
         "{:.digits$} [{lo:.digits$}..{hi:.digits$}]",
         median_or_nan(xs)
@@ -366,6 +375,14 @@ impl TuneStudy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn intervals_only_where_runs_vary() {
+        assert_eq!(spread(&[1.0, 2.0, 3.0], 1), "2.0 [1.0..3.0]");
+        assert_eq!(spread(&[2.0, 2.0], 1), "2.0 (all 2 equal)");
+        assert_eq!(spread(&[2.0], 2), "2.00");
+        assert_eq!(spread(&[], 2), "-");
+    }
 
     #[test]
     fn the_matrix_spec_parses_and_sweeps_the_three_parameters() {

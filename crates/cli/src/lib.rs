@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod claims;
 pub mod demo;
 pub mod doctor;
 pub mod host;
@@ -57,6 +58,9 @@ pub enum Cmd {
     Host(host::HostArgs),
     /// Seed 001's adaptive tuner against the static settings of its matrix.
     Tune(lab::TuneArgs),
+    /// The claims ledger (docs/claims.toml): every figure the docs state,
+    /// recomputed (`check`), re-measured (`measure`), rendered into the docs.
+    Claims(claims::ClaimsArgs),
     /// Trace a real pthreads program; `trace model` turns the trace into a workload.
     Trace(trace::TraceArgs),
     /// Benchmarks on real workloads (`bench irqchip`: user-space vs in-kernel
@@ -80,6 +84,7 @@ pub fn run_command(cli: &Cli) -> i32 {
         Cmd::Calibrate(a) => lab::calibrate(a),
         Cmd::Demo(a) => lab::demo(a),
         Cmd::Trace(a) => trace::run(a),
+        Cmd::Claims(a) => claims::run(a),
         Cmd::Host(a) => host::run(a),
         Cmd::Tune(a) => lab::tune(a),
         Cmd::Bench(a) => bench::irqchip::bench(a),

@@ -31,6 +31,12 @@ pub const PROGRAM_NOT_FOUND: i32 = 11;
 pub const NOT_TRACEABLE: i32 = 12;
 /// A trace file is corrupt, truncated or not a smplab trace.
 pub const BAD_TRACE: i32 = 13;
+/// `smplab claims check`: a recomputed figure differs from the ledger's
+/// stated value by more than its tolerance.
+pub const CLAIM_DRIFT: i32 = 14;
+/// `smplab claims check`: a docs table of figures differs from what the
+/// ledger renders (run `smplab claims render`).
+pub const STALE_DOCS: i32 = 15;
 /// `smplab trace`: the traced program was killed by signal N: the status is
 /// 128 + N (as a shell reports it); the trace so far is kept, marked incomplete.
 pub const SIGNAL_BASE: i32 = 128;

@@ -442,6 +442,68 @@ ops = [ { compute = 1000 }, { shootdown = 1 } ]
     assert_eq!(r.sim.unwrap().exits["irq"], 0);
 }
 
+/// APICv as the mechanism (Intel SDM vol. 3, ch. 30 "APIC Virtualization and
+/// Virtual Interrupts"), so the share of APIC-access exits it removes
+/// depends on the workload: it removes the EOI exit of every (edge-triggered)
+/// interrupt receipt, but an IPI's ICR write still exits (before IPI
+/// virtualization) and so does programming the LAPIC timer (a sleep's
+/// TSC-deadline write). One shootdown and two sleeps on a halted vCPU: 6
+/// APIC exits without APICv (the ICR write, three EOIs: the IPI's and the
+/// two timer interrupts', two timer writes), 3 with it; device completions
+/// (no ICR write: the IOAPIC delivers them) lose every APIC exit. So the cut
+/// is 50% for a program whose APIC traffic is IPIs and timers, and more the
+/// larger its share of device interrupts.
+#[test]
+fn apicv_cut_of_apic_exits_depends_on_what_exits() {
+    let shoot_and_sleep = r#"
+name = "shoot-sleep"
+[[groups]]
+name = "g"
+threads = 1
+ops = [ { sleep_us = 1 }, { shootdown = 1 }, { sleep_us = 1 } ]
+[[groups]]
+name = "busy"
+threads = 1
+ops = [ { compute = 200000 } ]
+"#;
+    let exits = |w: &str, apicv: bool| {
+        let mut v = vm(w, 2);
+        v.apicv = apicv;
+        let r = run(&Scenario::new(platform(), 2, vec![v]));
+        let e = r.sim.unwrap().exits;
+        (e["apic_icr"], e["apic_eoi"], e["timer"])
+    };
+    assert_eq!(exits(shoot_and_sleep, false), (1, 3, 2));
+    assert_eq!(exits(shoot_and_sleep, true), (1, 0, 2));
+    // Bare metal: no exits at all.
+    let mut v = vm(shoot_and_sleep, 2);
+    v.apicv = true;
+    let mut s = Scenario::new(platform(), 2, vec![v]);
+    s.virtualized = false;
+    let e = run(&s).sim.unwrap().exits;
+    assert_eq!(e.values().sum::<u64>(), 0, "{e:?}");
+    let io = r#"
+name = "io"
+[devices.disk]
+[[groups]]
+name = "g"
+threads = 1
+ops = [ { repeat = { count = 3, ops = [ { io = { device = "disk", service_us = 5 } } ] } } ]
+[[groups]]
+name = "busy"
+threads = 1
+ops = [ { compute = 200000 } ]
+"#;
+    let (icr, eoi, timer) = exits(io, false);
+    assert_eq!(
+        (icr, timer),
+        (0, 0),
+        "a device completion needs no ICR write"
+    );
+    assert!(eoi >= 3, "each completion's EOI exits without APICv: {eoi}");
+    assert_eq!(exits(io, true), (0, 0, 0));
+}
+
 /// An idle vCPU given a woken thread first switches to it
 /// (`[vm_kernel] switch_in_ns`): kernel work on the woken vCPU, after its
 /// wakeup, never on the waker.

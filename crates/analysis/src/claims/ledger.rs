@@ -1,0 +1,351 @@
+//! The ledger's types and its parser: `docs/claims.toml` holds one
+//! `[[claim]]` table per figure the README and docs state. Every problem is
+//! reported as `file:line:col` (the TOML spans), all at once.
+
+use serde::Deserialize;
+use serde_spanned::Spanned;
+use smplab_record::diag::{Diagnostics, SourceText};
+use std::collections::HashSet;
+
+/// Where a figure comes from, which decides how it is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// A deterministic simulator figure: `claims check` recomputes it exactly.
+    Simulated,
+    /// Measured on a host: `claims measure` re-measures it; never checked in CI.
+    Measured,
+    /// A deterministic figure something in the model was fitted to (a
+    /// calibration, not evidence): checked for drift, never counted as reproduced.
+    Fitted,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Simulated => "simulated",
+            Kind::Measured => "measured",
+            Kind::Fitted => "fitted",
+        }
+    }
+
+    /// Recomputed by `claims check` (deterministic).
+    pub fn deterministic(self) -> bool {
+        matches!(self, Kind::Simulated | Kind::Fitted)
+    }
+}
+
+/// How the figure stands against the paper it comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// Within the paper's band, and nothing was fitted to it.
+    Reproduced,
+    /// The paper's direction or ordering holds; its magnitude is outside the
+    /// band or the paper gives none.
+    Shape,
+    /// Outside the paper's band (or against its direction): checked for drift
+    /// at our value, so a change that moves it shows.
+    Missed,
+    /// Matches the paper's band but the model was fitted to it.
+    Calibration,
+    /// Our own figure, no paper value (speed, costs, the tuner's goals).
+    Stated,
+}
+
+impl Status {
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::Reproduced => "reproduced",
+            Status::Shape => "shape only",
+            Status::Missed => "missed",
+            Status::Calibration => "calibration",
+            Status::Stated => "stated",
+        }
+    }
+}
+
+/// The paper's figure a claim reproduces (or misses).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Paper {
+    /// Authors, as the docs cite them: "Ding & Shan".
+    pub source: String,
+    /// The value as the paper states it ("173%", "about 2x", "no gain").
+    pub value: String,
+    /// Where: section, figure or table ("§IV.A, Fig. 3").
+    #[serde(rename = "where")]
+    pub at: String,
+    /// The band a figure must fall in to count as reproduced, in the claim's
+    /// unit: the paper's value with the stated tolerance. None when the paper
+    /// gives a direction, not a number.
+    pub band: Option<Spanned<[f64; 2]>>,
+}
+
+/// One figure.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    /// Unique; the key `claims run ID` takes.
+    pub id: Spanned<String>,
+    /// What the figure is, for the tables.
+    pub what: String,
+    pub kind: Kind,
+    pub status: Spanned<Status>,
+    /// The command a user runs to get the figure.
+    pub command: String,
+    /// The in-process producer of a deterministic figure (`claims::figures`).
+    pub figure: Option<Spanned<String>>,
+    /// The value the docs state.
+    pub value: f64,
+    /// "%", "x", "runs/s", "ms", "" ...
+    #[serde(default)]
+    pub unit: String,
+    /// Absolute, in the claim's unit: a recomputed value further from `value`
+    /// than this has drifted. Deterministic figures: the stated value's rounding.
+    pub tolerance: Spanned<f64>,
+    /// The docs table (`<!-- claims:begin TABLE -->`) the claim appears in.
+    pub table: Option<String>,
+    pub paper: Option<Paper>,
+    /// For a figure no paper gives (the tuner's ratios, held-out errors):
+    /// the band the project set as its goal, in the claim's unit; `status`
+    /// says whether the stated value is in it (`stated`) or not (`missed`).
+    pub goal: Option<Spanned<[f64; 2]>>,
+    /// Why the figure stands where it does (fitted to what, missed by how much).
+    #[serde(default)]
+    pub note: String,
+}
+
+impl Claim {
+    pub fn id(&self) -> &str {
+        self.id.get_ref()
+    }
+    pub fn status(&self) -> Status {
+        *self.status.get_ref()
+    }
+    pub fn tolerance(&self) -> f64 {
+        *self.tolerance.get_ref()
+    }
+    /// The paper's band, if it gives one.
+    pub fn band(&self) -> Option<[f64; 2]> {
+        self.paper
+            .as_ref()
+            .and_then(|p| p.band.as_ref().map(|b| *b.get_ref()))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LedgerFile {
+    #[serde(default)]
+    claim: Vec<Claim>,
+}
+
+/// The parsed ledger.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    /// The file name used in messages.
+    pub file: String,
+    pub claims: Vec<Claim>,
+}
+
+impl Ledger {
+    /// Parse and validate `text` (named `file` in messages). `known_figure`
+    /// says whether a producer name exists.
+    pub fn parse(
+        file: &str,
+        text: &str,
+        known_figure: impl Fn(&str) -> bool,
+    ) -> Result<Ledger, Diagnostics> {
+        let src = SourceText::new(file, text);
+        let parsed: LedgerFile = toml::from_str(text)
+            .map_err(|e| Diagnostics::from(src.parse_error(e.span(), e.message())))?;
+        let mut problems = Diagnostics::default();
+        let mut ids = HashSet::new();
+        for c in &parsed.claim {
+            validate(&src, c, &known_figure, &mut ids, &mut problems);
+        }
+        problems.into_result(Ledger {
+            file: file.to_string(),
+            claims: parsed.claim,
+        })
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Claim> {
+        self.claims.iter().find(|c| c.id() == id)
+    }
+}
+
+fn validate(
+    src: &SourceText<'_>,
+    c: &Claim,
+    known_figure: &impl Fn(&str) -> bool,
+    ids: &mut HashSet<String>,
+    problems: &mut Diagnostics,
+) {
+    let id = c.id.get_ref();
+    if id.is_empty()
+        || !id
+            .chars()
+            .all(|ch| ch.is_ascii_alphanumeric() || matches!(ch, '-' | '.' | '_'))
+    {
+        problems.push(src.span(
+            c.id.span(),
+            format!("claim id `{id}`: use letters, digits, `-`, `_` and `.` only"),
+        ));
+    }
+    if !ids.insert(id.clone()) {
+        problems.push(src.span(c.id.span(), format!("claim id `{id}` appears twice")));
+    }
+    let tol = c.tolerance();
+    if !(tol.is_finite() && tol >= 0.0) {
+        problems.push(src.span(
+            c.tolerance.span(),
+            format!("claim `{id}`: tolerance must be a finite number ≥ 0, not {tol}"),
+        ));
+    }
+    match (&c.figure, c.kind.deterministic()) {
+        (None, true) => problems.push(src.span(
+            c.id.span(),
+            format!(
+                "claim `{id}` is {} (deterministic) but names no `figure` to recompute it with",
+                c.kind.label()
+            ),
+        )),
+        (Some(f), _) if !known_figure(f.get_ref()) => problems.push(src.span(
+            f.span(),
+            format!(
+                "claim `{id}`: no figure named `{}` (`smplab claims figures` lists them)",
+                f.get_ref()
+            ),
+        )),
+        _ => {}
+    }
+    if c.kind == Kind::Fitted && c.status() == Status::Reproduced {
+        problems.push(src.span(
+            c.status.span(),
+            format!("claim `{id}` is fitted: it counts as `calibration`, never as `reproduced`"),
+        ));
+    }
+    if c.kind != Kind::Fitted && c.status() == Status::Calibration {
+        problems.push(src.span(
+            c.status.span(),
+            format!("claim `{id}`: status `calibration` is for kind `fitted` only"),
+        ));
+    }
+    let band = match (&c.paper, &c.goal) {
+        (Some(p), None) => p.band.as_ref(),
+        (None, Some(g)) => Some(g),
+        (Some(_), Some(g)) => {
+            problems.push(src.span(
+                g.span(),
+                format!("claim `{id}`: a paper figure's band is paper.band, not goal"),
+            ));
+            return;
+        }
+        (None, None) => {
+            if c.status() != Status::Stated {
+                problems.push(src.span(
+                    c.status.span(),
+                    format!(
+                        "claim `{id}`: status `{}` needs a paper (paper.band) or a goal to compare with",
+                        c.status().label()
+                    ),
+                ));
+            }
+            return;
+        }
+    };
+    if c.paper.is_none()
+        && matches!(
+            c.status(),
+            Status::Reproduced | Status::Shape | Status::Calibration
+        )
+    {
+        problems.push(src.span(
+            c.status.span(),
+            format!("claim `{id}`: status `{}` is for a paper's figure; against a goal say `stated` (met) or `missed`", c.status().label()),
+        ));
+    }
+    if let Some(b) = band {
+        let [lo, hi] = *b.get_ref();
+        if lo.is_nan() || hi.is_nan() || lo > hi {
+            problems.push(src.span(
+                b.span(),
+                format!("claim `{id}`: band [{lo}, {hi}] is not an interval"),
+            ));
+            return;
+        }
+        // The status must say what the band says about the stated value.
+        let inside = (lo..=hi).contains(&c.value);
+        let ok = match c.status() {
+            Status::Reproduced | Status::Calibration => inside,
+            Status::Missed => !inside,
+            Status::Stated => c.paper.is_some() || inside,
+            Status::Shape => true,
+        };
+        if !ok {
+            problems.push(src.span(
+                c.status.span(),
+                format!(
+                    "claim `{id}`: status `{}` but the stated value {} is {} the paper's band [{lo}, {hi}]",
+                    c.status().label(),
+                    c.value,
+                    if inside { "inside" } else { "outside" }
+                ),
+            ));
+        }
+    } else if matches!(c.status(), Status::Reproduced | Status::Calibration) {
+        problems.push(src.span(
+            c.status.span(),
+            format!(
+                "claim `{id}`: `{}` needs the paper's band (paper.band)",
+                c.status().label()
+            ),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &str = r#"
+[[claim]]
+id = "a"
+what = "x"
+kind = "simulated"
+status = "reproduced"
+command = "smplab claims run a"
+figure = "f"
+value = 1.5
+tolerance = 0.05
+paper = { source = "Ding & Shan", value = "1.4", where = "Fig. 1", band = [1.0, 2.0] }
+"#;
+
+    #[test]
+    fn a_valid_claim_parses() {
+        let l = Ledger::parse("c.toml", ONE, |f| f == "f").expect("parses");
+        assert_eq!(l.claims.len(), 1);
+        assert_eq!(l.get("a").map(Claim::tolerance), Some(0.05));
+    }
+
+    #[test]
+    fn problems_are_located() {
+        let e = Ledger::parse("c.toml", ONE, |_| false).unwrap_err();
+        assert_eq!(e.len(), 1);
+        assert!(e.to_string().starts_with("c.toml:8:10: "), "{e}");
+        let bad = ONE.replace("value = 1.5", "value = 2.5");
+        let e = Ledger::parse("c.toml", &bad, |_| true).unwrap_err();
+        assert!(e.to_string().contains("outside the paper's band"), "{e}");
+        assert!(e.to_string().starts_with("c.toml:6:10: "), "{e}");
+        let twice = format!("{ONE}{ONE}");
+        let e = Ledger::parse("c.toml", &twice, |_| true).unwrap_err();
+        assert!(e.to_string().contains("appears twice"), "{e}");
+        let fitted = ONE.replace("\"simulated\"", "\"fitted\"");
+        let e = Ledger::parse("c.toml", &fitted, |_| true).unwrap_err();
+        assert!(e.to_string().contains("never as `reproduced`"), "{e}");
+        let e = Ledger::parse("c.toml", "[[claim]]\nid = 3\n", |_| true).unwrap_err();
+        assert!(e.to_string().starts_with("c.toml:"), "{e}");
+    }
+}

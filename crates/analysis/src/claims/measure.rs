@@ -1,0 +1,186 @@
+//! `smplab claims measure`: re-measure the ledger's host figures here and
+//! append what was found (with the date, the host and its load) to a results
+//! file, never to the ledger. Figures with an in-process producer are
+//! measured; the others are listed with the command that measures them
+//! (minutes of runs each: a bench, a calibration, a demo).
+
+use super::ledger::{Claim, Kind, Ledger};
+use serde::Serialize;
+
+/// One measured producer: the figure in the claim's unit.
+pub struct Measure {
+    pub name: &'static str,
+    pub what: &'static str,
+    pub produce: fn() -> Result<f64, String>,
+}
+
+/// Every in-process measurement.
+pub static MEASURES: &[Measure] = &[
+    Measure {
+        name: "host.port_exit_us",
+        what: "a port-I/O exit to smplab-vmm and back from guest CPL0, µs: (wall of 20,000 reads − wall of 2,000) ÷ 18,000, smplab-vmm's port-loop guest, median of 3 pairs",
+        produce: port_exit_us,
+    },
+    Measure {
+        name: "calibrate.sealed_wall",
+        what: "median over 3 whole calibrate-and-check runs (calibration scale 0.2, 3 repetitions, fresh stores under lab-results/claims-sealed/) of the calibrated profile's median |wall error| over the sealed held-out set (crates/analysis/src/calibrate/sealed.toml)",
+        produce: || sealed_check().map(|(w, _)| 100.0 * w),
+    },
+    Measure {
+        name: "calibrate.sealed_slowdown",
+        what: "the same check's median slowdown error (points of overhead where the measured ratio < 1.25, else %)",
+        produce: || sealed_check().map(|(_, s)| 100.0 * s),
+    },
+];
+
+/// Scale of the calibrations `claims measure` runs for the sealed check
+/// (the held-out and sealed runs use `heldout::SCALE_FACTOR` of it): small,
+/// so three whole calibrate-and-check runs fit in minutes on a loaded host.
+const SEALED_CAL_SCALE: f64 = 0.2;
+
+/// How many whole calibrate-and-check runs the sealed figures are the median of.
+const SEALED_RUNS: usize = 3;
+
+/// Three whole calibrate-and-check runs, each in a fresh store: calibrate
+/// (micro-runs, fit, written profile), then that profile's predictions of
+/// the sealed set against fresh measurements of it; the median over runs of
+/// each run's median errors. Shared by the two claims that read it.
+fn sealed_check() -> Result<(f64, f64), String> {
+    static DONE: std::sync::OnceLock<Result<(f64, f64), String>> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        use crate::calibrate::{self, heldout, sealed};
+        let (_, configs) = sealed::load()?;
+        let runner = smplab_experiment::runner::real::RealRunner { qemu_binary: None };
+        let reps = smplab_experiment::repetitions::Repetitions::fixed(3);
+        let mut runs = Vec::new();
+        for run in 0..SEALED_RUNS {
+            let dir = std::path::PathBuf::from(format!("lab-results/claims-sealed/run-{run}"));
+            // A whole run: nothing carried over from an earlier one.
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let mut store = smplab_experiment::store::Store::open(&dir.join("results.jsonl"))
+                .map_err(|e| e.to_string())?;
+            let report = calibrate::measure(&runner, &mut store, SEALED_CAL_SCALE, &reps, false)
+                .map_err(|e| e.to_string())?;
+            let platform = calibrate::profile(&report.cal).map_err(|e| e.to_string())?;
+            let (rows, problems) = sealed::run_check(
+                &runner,
+                &mut store,
+                &configs,
+                &platform,
+                SEALED_CAL_SCALE * heldout::SCALE_FACTOR,
+                &reps,
+                false,
+            )
+            .map_err(|e| e.to_string())?;
+            eprintln!("calibrate-and-check run {} of {SEALED_RUNS} (load {:.1}):", run + 1, load_average().unwrap_or(f64::NAN));
+            if let Some((w, s)) = heldout::medians(&report.heldout) {
+                eprintln!(
+                    "  older held-out set (not sealed): median wall {:.0}%, slowdown {:.0}% over {} points",
+                    w * 100.0,
+                    s * 100.0,
+                    report.heldout.len()
+                );
+            }
+            eprint!("{}", sealed::table(&rows));
+            for p in &problems {
+                eprintln!("  {p}");
+            }
+            if let Some(m) = sealed::medians(&rows) {
+                runs.push(m);
+            }
+        }
+        sealed::median_over_runs(&runs, SEALED_RUNS)
+            .ok_or_else(|| format!("only {} of {SEALED_RUNS} runs measured the sealed set", runs.len()))
+    })
+    .clone()
+}
+
+pub fn find(name: &str) -> Option<&'static Measure> {
+    MEASURES.iter().find(|m| m.name == name)
+}
+
+fn port_exit_us() -> Result<f64, String> {
+    let wall =
+        |reads| crate::calibrate::probes::port_loop_wall_ns(reads).map_err(|e| e.to_string());
+    let mut per_read = Vec::new();
+    for _ in 0..3 {
+        let (short, long) = (wall(2_000)?, wall(20_000)?);
+        // Differences of wall times below 2^53 ns: exact in an f64.
+        #[allow(clippy::cast_precision_loss)]
+        per_read.push((long.saturating_sub(short)) as f64 / 18_000.0 / 1e3);
+    }
+    smplab_stats::median(&per_read).ok_or_else(|| "no samples".to_string())
+}
+
+/// One line of the results file.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    pub date: String,
+    pub host: String,
+    /// 1-minute load average when the figure was taken.
+    pub load: Option<f64>,
+    pub claim: String,
+    pub command: String,
+    pub stated: f64,
+    pub tolerance: f64,
+    /// None: not measured in-process (`note` says how to).
+    pub got: Option<f64>,
+    pub within: Option<bool>,
+    pub note: String,
+}
+
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn measure_one(c: &Claim) -> Measured {
+    let load = load_average();
+    let (got, note) = match c.figure.as_ref().and_then(|f| find(f.get_ref())) {
+        Some(m) => match (m.produce)() {
+            Ok(v) => (Some(v), m.what.to_string()),
+            Err(e) => (None, format!("failed: {e}")),
+        },
+        None => (
+            None,
+            format!(
+                "not measured in-process: run `{}` and read the figure",
+                c.command
+            ),
+        ),
+    };
+    Measured {
+        date: crate::calibrate::today(),
+        host: host_name(),
+        load,
+        claim: c.id().to_string(),
+        command: c.command.clone(),
+        stated: c.value,
+        tolerance: c.tolerance(),
+        within: got.map(|g| (g - c.value).abs() <= c.tolerance()),
+        got,
+        note,
+    }
+}
+
+/// Measure every measured claim (those with `filter` in their id).
+pub fn measure(ledger: &Ledger, filter: Option<&str>) -> Vec<Measured> {
+    ledger
+        .claims
+        .iter()
+        .filter(|c| c.kind == Kind::Measured)
+        .filter(|c| filter.is_none_or(|f| c.id().contains(f)))
+        .map(measure_one)
+        .collect()
+}

@@ -1,0 +1,330 @@
+//! `smplab claims`: the claims ledger (docs/claims.toml), its check, its
+//! docs tables and its host measurements. The ledger and the logic are
+//! `smplab_analysis::claims`'s; this file holds the flags and the output.
+
+use clap::{Args, Subcommand};
+use smplab_analysis::claims::{self, check, figures, measure, render, Ledger};
+use smplab_record::exit::{self, report_error};
+use smplab_record::outln;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Args)]
+pub struct ClaimsArgs {
+    #[command(subcommand)]
+    pub command: ClaimsCommand,
+    /// The repository root (holding README.md and docs/); default: the
+    /// nearest directory at or above the current one holding docs/claims.toml.
+    #[arg(long, global = true)]
+    pub root: Option<PathBuf>,
+    /// The ledger; default: ROOT/docs/claims.toml.
+    #[arg(long, global = true)]
+    pub ledger: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum ClaimsCommand {
+    /// Recompute every deterministic figure and compare the docs' tables with
+    /// the ledger: exit 14 on drift, 15 on a stale table.
+    Check(FilterArgs),
+    /// Print one claim's recomputed figure.
+    Run { id: String },
+    /// The ledger as one table: claim, paper, ours, kind, status.
+    List,
+    /// The in-process producers a claim's `figure` may name.
+    Figures,
+    /// Rewrite the docs' figure tables from the ledger.
+    Render,
+    /// Re-measure the host figures here; append them to a results file.
+    Measure {
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Results file (JSON lines), appended to.
+        #[arg(short = 'o', long, default_value = "lab-results/claims-measured.jsonl")]
+        output: PathBuf,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FilterArgs {
+    /// Only claims whose id contains this.
+    #[arg(long)]
+    pub only: Option<String>,
+}
+
+/// The nearest directory at or above the current one holding the ledger.
+fn find_root() -> Option<PathBuf> {
+    let mut dir = std::env::current_dir().ok()?;
+    loop {
+        if dir.join(claims::LEDGER_PATH).is_file() {
+            return Some(dir);
+        }
+        if !dir.pop() {
+            return None;
+        }
+    }
+}
+
+fn load(args: &ClaimsArgs) -> Result<(PathBuf, Ledger), i32> {
+    let root = match args.root.clone().or_else(find_root) {
+        Some(r) => r,
+        None => {
+            report_error(format!(
+                "no {} here or above: give --root (the repository) or --ledger",
+                claims::LEDGER_PATH
+            ));
+            return Err(exit::BAD_INPUT);
+        }
+    };
+    let path = args
+        .ledger
+        .clone()
+        .unwrap_or_else(|| root.join(claims::LEDGER_PATH));
+    let shown = path
+        .strip_prefix(&root)
+        .unwrap_or(&path)
+        .display()
+        .to_string();
+    match claims::load(&path, &shown) {
+        Ok(l) => Ok((root, l)),
+        Err(e) => {
+            report_error(&e);
+            Err(exit::BAD_INPUT)
+        }
+    }
+}
+
+pub fn run(args: &ClaimsArgs) -> i32 {
+    match &args.command {
+        ClaimsCommand::Figures => {
+            for f in figures::FIGURES {
+                outln!("{:42} {}", f.name, f.what);
+            }
+            for m in measure::MEASURES {
+                outln!("{:42} (measured) {}", m.name, m.what);
+            }
+            exit::OK
+        }
+        ClaimsCommand::Check(f) => {
+            let (root, ledger) = match load(args) {
+                Ok(x) => x,
+                Err(s) => return s,
+            };
+            check_cmd(&root, &ledger, f.only.as_deref())
+        }
+        ClaimsCommand::Run { id } => {
+            let (_, ledger) = match load(args) {
+                Ok(x) => x,
+                Err(s) => return s,
+            };
+            run_one(&ledger, id)
+        }
+        ClaimsCommand::List => {
+            let (_, ledger) = match load(args) {
+                Ok(x) => x,
+                Err(s) => return s,
+            };
+            outln!("{}", list(&ledger));
+            exit::OK
+        }
+        ClaimsCommand::Render => {
+            let (root, ledger) = match load(args) {
+                Ok(x) => x,
+                Err(s) => return s,
+            };
+            match render::render(&root, &ledger) {
+                Ok(paths) => {
+                    for p in &paths {
+                        outln!("rewrote {}", p.display());
+                    }
+                    if paths.is_empty() {
+                        outln!("every docs table matches the ledger");
+                    }
+                    exit::OK
+                }
+                Err(e) => {
+                    report_error(&e);
+                    exit::BAD_INPUT
+                }
+            }
+        }
+        ClaimsCommand::Measure { filter, output } => {
+            let (_, ledger) = match load(args) {
+                Ok(x) => x,
+                Err(s) => return s,
+            };
+            measure_cmd(&ledger, filter.only.as_deref(), output)
+        }
+    }
+}
+
+fn check_cmd(root: &Path, ledger: &Ledger, only: Option<&str>) -> i32 {
+    let start = std::time::Instant::now();
+    let outcomes = check::check(ledger, only);
+    let drifted = outcomes.iter().filter(|o| !o.holds()).count();
+    for o in &outcomes {
+        let got = match &o.got {
+            Ok(g) => format!("{g:.4}"),
+            Err(e) => format!("error: {e}"),
+        };
+        outln!(
+            "{:5} {:44} stated {:>10} got {:>12} ±{} ({:.2} s)",
+            if o.holds() { "ok" } else { "DRIFT" },
+            o.id,
+            o.stated,
+            got,
+            o.tolerance,
+            o.seconds
+        );
+    }
+    let t = claims::tally(ledger);
+    outln!(
+        "{} deterministic figures recomputed in {:.1} s; {} paper figures in the ledger: {} reproduced (nothing fitted to them), {} shape only, {} calibration (fitted), {} missed; {} figures of our own, {} missing their goal",
+        outcomes.len(),
+        start.elapsed().as_secs_f64(),
+        t.paper_figures,
+        t.reproduced,
+        t.shape,
+        t.calibration,
+        t.missed,
+        t.own,
+        t.own_missed
+    );
+    if drifted > 0 {
+        report_error(format!(
+            "{drifted} figure(s) drifted from docs/claims.toml:\n{}\nfix the model, or state the new value in the ledger (and `smplab claims render`)",
+            check::drift_table(&outcomes)
+        ));
+        return exit::CLAIM_DRIFT;
+    }
+    if only.is_some() {
+        return exit::OK;
+    }
+    match render::stale_docs(root, ledger) {
+        Ok(stale) if stale.is_empty() => exit::OK,
+        Ok(stale) => {
+            let names: Vec<String> = stale.iter().map(|s| s.path.display().to_string()).collect();
+            report_error(format!(
+                "figure tables differ from the ledger in {}: run `smplab claims render`",
+                names.join(", ")
+            ));
+            exit::STALE_DOCS
+        }
+        Err(e) => {
+            report_error(&e);
+            exit::BAD_INPUT
+        }
+    }
+}
+
+fn run_one(ledger: &Ledger, id: &str) -> i32 {
+    let Some(c) = ledger.get(id) else {
+        report_error(format!(
+            "no claim `{id}` in the ledger (`smplab claims list`)"
+        ));
+        return exit::BAD_INPUT;
+    };
+    if !c.kind.deterministic() {
+        outln!(
+            "{id} is measured on a host: `{}` (stated {} {}); `smplab claims measure --only {id}`",
+            c.command,
+            c.value,
+            c.unit
+        );
+        return exit::OK;
+    }
+    let o = check::recompute(c);
+    match o.got {
+        Ok(g) => {
+            outln!(
+                "{id}: {g:.6} {} (stated {}, ±{})",
+                c.unit,
+                c.value,
+                c.tolerance()
+            );
+            if o.holds() {
+                exit::OK
+            } else {
+                exit::CLAIM_DRIFT
+            }
+        }
+        Err(e) => {
+            report_error(format!("{id}: {e}"));
+            exit::INTERNAL
+        }
+    }
+}
+
+fn list(ledger: &Ledger) -> String {
+    let mut s =
+        String::from("| claim | paper | ours | kind | status |\n| --- | --- | --- | --- | --- |\n");
+    for c in &ledger.claims {
+        let paper = match (&c.paper, &c.goal) {
+            (Some(p), _) => render::cell(&format!("{} ({}, {})", p.value, p.source, p.at)),
+            (None, Some(g)) => render::goal_text(*g.get_ref()),
+            (None, None) => "—".to_string(),
+        };
+        s.push_str(&format!(
+            "| `{}` {} | {} | {} | {} | {} |\n",
+            c.id(),
+            render::cell(&c.what),
+            paper,
+            render::value_text(c.value, &c.unit),
+            c.kind.label(),
+            c.status().label()
+        ));
+    }
+    s
+}
+
+fn measure_cmd(ledger: &Ledger, only: Option<&str>, output: &Path) -> i32 {
+    use std::io::Write as _;
+    let results = measure::measure(ledger, only);
+    if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            report_error(format!("cannot create {}: {e}", dir.display()));
+            return exit::RUN_FAILED;
+        }
+    }
+    let mut file = match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(output)
+    {
+        Ok(f) => f,
+        Err(e) => {
+            report_error(format!("cannot open {}: {e}", output.display()));
+            return exit::RUN_FAILED;
+        }
+    };
+    for m in &results {
+        let got = m.got.map_or("—".to_string(), |g| format!("{g:.3}"));
+        outln!(
+            "{:40} stated {:>8} got {:>8} {} (load {:.2})",
+            m.claim,
+            m.stated,
+            got,
+            match m.within {
+                Some(true) => "within",
+                Some(false) => "OUTSIDE its tolerance",
+                None => "",
+            },
+            m.load.unwrap_or(f64::NAN)
+        );
+        if m.got.is_none() {
+            outln!("    {}", m.note);
+        }
+        let line = match serde_json::to_string(m) {
+            Ok(l) => l,
+            Err(e) => {
+                report_error(format!("cannot encode a result: {e}"));
+                return exit::INTERNAL;
+            }
+        };
+        if let Err(e) = writeln!(file, "{line}") {
+            report_error(format!("cannot write {}: {e}", output.display()));
+            return exit::RUN_FAILED;
+        }
+    }
+    outln!("appended {} line(s) to {}", results.len(), output.display());
+    exit::OK
+}
