@@ -599,6 +599,10 @@ impl VcpuGrant {
         let mut st = shared.lock();
         if !self.attached {
             self.attached = true;
+            if let Some(truth) = &mut self.truth {
+                // Per vCPU: KVM may offset each one's TSC differently.
+                truth.set_tsc_offset(truth::vcpu_tsc_offset(fd));
+            }
             if let Some(slot) = st.slots.get_mut(self.vcpu) {
                 slot.proc_stat = own_proc_stat();
                 // SAFETY: gettid has no preconditions.
