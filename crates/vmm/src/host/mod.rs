@@ -34,6 +34,7 @@ pub mod dirty;
 pub mod report;
 pub mod sensors;
 pub mod spin;
+pub mod spin_loop;
 pub mod truth;
 
 pub use dirty::DirtyRing;
@@ -314,7 +315,11 @@ impl HostScheduler {
             vm,
             vcpu,
             pinned_to: None,
-            detector: SpinDetector::new(self.shared.sampling.spin, ring),
+            detector: SpinDetector::new(
+                self.shared.sampling.spin,
+                ring,
+                truth.as_ref().map(|t| t.memory().clone()),
+            ),
             truth,
             attached: false,
         }

@@ -47,6 +47,11 @@ impl SpinTruth {
         self.tsc_offset = offset;
     }
 
+    /// The guest memory it reads (the spin detector reads code from it too).
+    pub fn memory(&self) -> &GuestMemoryMmap {
+        &self.memory
+    }
+
     /// A reader of the same vCPU's published counters (`super::sensors`).
     pub fn sensors(&self) -> super::sensors::GuestSensors {
         super::sensors::GuestSensors::new(
