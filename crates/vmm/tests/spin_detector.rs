@@ -83,6 +83,10 @@ fn run_for(vcpu: Vcpu, time: Duration) -> Vcpu {
 
 /// The detector's verdicts on 8 samples 2 ms apart of a guest running `user`.
 fn verdicts(user: &[u8]) -> Vec<bool> {
+    verdicts_with(user, SpinSettings::default())
+}
+
+fn verdicts_with(user: &[u8], settings: SpinSettings) -> Vec<bool> {
     let mem_bytes = 16 << 20;
     let vm = Vm::new(open_kvm().expect("kvm"), mem_bytes, Irqchip::Kernel).expect("vm");
     let loaded = load_kernel(vm.memory(), &guest_running(user)).expect("kernel");
@@ -103,7 +107,7 @@ fn verdicts(user: &[u8]) -> Vec<bool> {
     );
     let settings = SpinSettings {
         use_dirty_ring: false,
-        ..SpinSettings::default()
+        ..settings
     };
     let mut detector = SpinDetector::new(settings, None, Some(vm.memory().clone()));
     let mut verdicts = Vec::new();
@@ -117,11 +121,27 @@ fn verdicts(user: &[u8]) -> Vec<bool> {
 }
 
 #[test]
-fn a_waiting_vcpu_is_spinning_from_its_second_sample_on() {
+fn a_waiting_vcpu_is_spinning_at_every_sample() {
     if !kvm_usable() {
         return;
     }
     let v = verdicts(SPIN_LOOP);
+    assert!(v.iter().all(|&s| s), "{v:?}");
+}
+
+/// Asked for two samples in the loop, the first sample alone is not enough.
+#[test]
+fn a_waiting_vcpu_needs_the_samples_it_is_asked_for() {
+    if !kvm_usable() {
+        return;
+    }
+    let v = verdicts_with(
+        SPIN_LOOP,
+        SpinSettings {
+            pause_samples: 2,
+            ..SpinSettings::default()
+        },
+    );
     assert!(!v[0], "one sample is not enough: {v:?}");
     assert!(v[1..].iter().all(|&s| s), "{v:?}");
 }

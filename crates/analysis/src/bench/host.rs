@@ -51,6 +51,30 @@ pub struct Cell {
     pub sim_error: Option<String>,
 }
 
+/// The spin detector against the guest's spin word, on one line: sample
+/// precision and recall, false detections per sample, long episodes caught,
+/// median detection latency (sampling intervals) and the samples' share of
+/// the vCPUs' run time `run_ns`.
+pub fn detector_summary(s: &SpinDetection, run_ns: u64) -> String {
+    let t = &s.truth;
+    let pct = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{:.1}%", v * 100.0));
+    let ratio = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+    #[allow(clippy::cast_precision_loss)] // ns totals far below 2^52
+    let cost = (run_ns > 0).then(|| s.mean_sample_ns * s.samples as f64 / run_ns as f64);
+    format!(
+        "precision {}, recall {}, false {} of {} samples, long episodes caught {}/{}, median latency {} intervals, sampling {} of run time",
+        ratio(t.precision()),
+        ratio(t.recall()),
+        pct(t.false_positive_rate()),
+        t.samples,
+        t.episodes_long_detected,
+        t.episodes_long,
+        t.median_latency_intervals()
+            .map_or_else(|| "-".to_string(), |v| format!("{v:.1}")),
+        pct(cost)
+    )
+}
+
 /// The simulator's policy for a host policy's column: `linux` is the
 /// simulator's model of the host kernel, fair share at the platform's slice.
 pub fn sim_policy(policy: HostPolicy) -> HostPolicy {

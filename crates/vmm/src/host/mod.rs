@@ -607,6 +607,9 @@ impl VcpuGrant {
             if let Some(truth) = &mut self.truth {
                 // Per vCPU: KVM may offset each one's TSC differently.
                 truth.set_tsc_offset(truth::vcpu_tsc_offset(fd));
+                truth.set_interval_ns(
+                    u64::try_from(shared.sampling.interval.as_nanos()).unwrap_or(u64::MAX),
+                );
             }
             if let Some(slot) = st.slots.get_mut(self.vcpu) {
                 slot.proc_stat = own_proc_stat();

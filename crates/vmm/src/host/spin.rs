@@ -13,7 +13,10 @@
 //!   (`KVM_TRANSLATE`, then guest memory), is a spin-wait loop
 //!   ([`super::spin_loop::classify`]: a short loop that polls a fixed word
 //!   and writes nothing new);
-//! - RIP stayed in that loop for `samples` samples in a row;
+//! - RIP stayed in that loop for `samples` samples in a row, or
+//!   `pause_samples` for a loop that PAUSEs (a user-mode PAUSE loop that
+//!   polls a word is a spin-wait by construction: PAUSE is the spin-loop
+//!   hint and nothing else);
 //! - with a dirty ring ([`DirtyRing`]), the vCPU wrote at most `max_pages`
 //!   pages since the previous sample.
 //!
@@ -32,6 +35,8 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 pub struct SpinSettings {
     /// Consecutive samples in one spin loop before "spinning".
     pub samples: usize,
+    /// The same for a loop that executes PAUSE.
+    pub pause_samples: usize,
     /// Most pages a spinning vCPU may write between two samples.
     pub max_pages: u64,
     /// Count written pages with per-vCPU dirty rings (when KVM offers them).
@@ -44,12 +49,14 @@ pub struct SpinSettings {
 
 impl Default for SpinSettings {
     fn default() -> Self {
-        // Two samples in one loop: a vCPU caught once in a lock's loop on its
-        // way through is not preempted, and the latency stays under two
-        // intervals. A spin loop writes at most a counter and its lock word
+        // Two samples in one loop without PAUSE: a vCPU caught once in a
+        // polling loop on its way through is not preempted. One with PAUSE:
+        // it only ever runs while waiting, and the latency stays under an
+        // interval. A spin loop writes at most a counter and its lock word
         // (`spin_loop::MAX_STORE_ADDRESSES`): two pages of slack.
         SpinSettings {
             samples: 2,
+            pause_samples: 1,
             max_pages: 2,
             use_dirty_ring: true,
             user_only: true,
@@ -90,6 +97,7 @@ impl SpinDetector {
         SpinDetector {
             settings: SpinSettings {
                 samples: settings.samples.max(1),
+                pause_samples: settings.pause_samples.max(1),
                 ..settings
             },
             ring,
@@ -107,7 +115,8 @@ impl SpinDetector {
     }
 
     /// Add one sample's loop (`None`: not in a spin loop, or doubtful); true
-    /// once the last `samples` samples all found the same loop.
+    /// once the last `samples` (`pause_samples` for a PAUSE loop) samples
+    /// all found the same loop.
     pub fn push(&mut self, found: Loop) -> bool {
         match (found, self.current) {
             (Some(now), Some(before)) if now.overlaps(&before) => self.streak += 1,
@@ -115,7 +124,11 @@ impl SpinDetector {
             (None, _) => self.streak = 0,
         }
         self.current = found;
-        self.streak >= self.settings.samples
+        let needed = match found {
+            Some(l) if l.pauses => self.settings.pause_samples,
+            _ => self.settings.samples,
+        };
+        self.streak >= needed
     }
 
     /// Forget the history (the vCPU was descheduled: its next sample starts
@@ -212,7 +225,7 @@ mod tests {
         Some(SpinLoop {
             start,
             end,
-            pauses: true,
+            pauses: false,
         })
     }
 
@@ -240,5 +253,16 @@ mod tests {
         assert!(d.push(at(0x5000, 0x5010)));
         d.reset();
         assert!(!d.push(at(0x5000, 0x5010)));
+        d.reset();
+        let pausing = Some(SpinLoop {
+            start: 0x5000,
+            end: 0x5010,
+            pauses: true,
+        });
+        assert!(
+            d.push(pausing),
+            "a PAUSE loop: one sample (pause_samples 1)"
+        );
+        assert!(!d.push(None));
     }
 }

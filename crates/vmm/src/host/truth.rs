@@ -18,6 +18,19 @@ const CPU_WORDS: u64 = 64;
 /// Then one word per thread id (the TSC its current spin began at).
 const THREAD_WORDS: u64 = 320;
 
+/// A spin episode as the samples see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Episode {
+    /// Its start stamp (guest TSC).
+    since: u64,
+    /// Samples that found it.
+    samples: u64,
+    detected: bool,
+}
+
+/// Samples that make an episode "longer than two sampling intervals".
+const LONG_EPISODE_SAMPLES: u64 = 3;
+
 /// One vCPU's reader of the spin page.
 pub struct SpinTruth {
     memory: GuestMemoryMmap,
@@ -25,9 +38,10 @@ pub struct SpinTruth {
     tsc_hz: u64,
     /// Guest TSC minus host TSC for this vCPU (wrapping), [`vcpu_tsc_offset`].
     tsc_offset: u64,
-    /// The start stamp of the last episode a sample saw, and whether the
-    /// detector caught it.
-    episode: Option<(u64, bool)>,
+    /// The sampling interval, for latencies in intervals.
+    interval_ns: u64,
+    /// The last episode a sample saw.
+    episode: Option<Episode>,
 }
 
 impl SpinTruth {
@@ -37,6 +51,7 @@ impl SpinTruth {
             index: u64::from(index),
             tsc_hz,
             tsc_offset: 0,
+            interval_ns: 0,
             episode: None,
         }
     }
@@ -45,6 +60,11 @@ impl SpinTruth {
     /// [`vcpu_tsc_offset`] on its own fd.
     pub fn set_tsc_offset(&mut self, offset: u64) {
         self.tsc_offset = offset;
+    }
+
+    /// Set the sampling interval (latencies are also counted in intervals).
+    pub fn set_interval_ns(&mut self, interval_ns: u64) {
+        self.interval_ns = interval_ns;
     }
 
     /// The guest memory it reads (the spin detector reads code from it too).
@@ -96,18 +116,39 @@ impl SpinTruth {
         let Some(since) = since else {
             return;
         };
-        if self.episode.map(|(s, _)| s) != Some(since) {
-            counts.truth.episodes_sampled += 1;
-            self.episode = Some((since, false));
+        let episode = match self.episode {
+            Some(e) if e.since == since => self.episode.insert(Episode {
+                samples: e.samples + 1,
+                ..e
+            }),
+            _ => {
+                counts.truth.episodes_sampled += 1;
+                self.episode.insert(Episode {
+                    since,
+                    samples: 1,
+                    detected: false,
+                })
+            }
+        };
+        if episode.samples == LONG_EPISODE_SAMPLES {
+            counts.truth.episodes_long += 1;
+            if episode.detected {
+                counts.truth.episodes_long_detected += 1;
+            }
         }
-        if detected && self.episode == Some((since, false)) {
-            self.episode = Some((since, true));
+        if detected && !episode.detected {
+            episode.detected = true;
             counts.truth.episodes_detected += 1;
+            if episode.samples >= LONG_EPISODE_SAMPLES {
+                counts.truth.episodes_long_detected += 1;
+            }
             // On the guest's clock, where `since` was stamped.
             let now = host_now.wrapping_add(self.tsc_offset);
             if now > since && self.tsc_hz > 0 {
                 let ns = u128::from(now - since) * 1_000_000_000 / u128::from(self.tsc_hz);
-                counts.truth.detect_latency_ns += u64::try_from(ns).unwrap_or(u64::MAX);
+                counts
+                    .truth
+                    .add_latency(u64::try_from(ns).unwrap_or(u64::MAX), self.interval_ns);
             }
         }
     }
@@ -193,5 +234,28 @@ mod tests {
         let mut counts = VcpuReport::default();
         truth.judge_at(true, 4_002_000_000, &mut counts);
         assert_eq!(counts.truth.detect_latency_ns, 2_000_000);
+    }
+
+    /// An episode seen by three samples is long; caught at its second, 1.5
+    /// intervals late; a second, short one is missed.
+    #[test]
+    fn long_episodes_and_latency_in_intervals() {
+        let hz = 1_000_000_000;
+        let mem = spinning_guest(1_000_000);
+        let mut truth = SpinTruth::new(mem.clone(), 0, hz);
+        truth.set_interval_ns(1_000_000);
+        let mut c = VcpuReport::default();
+        truth.judge_at(false, 1_600_000, &mut c);
+        truth.judge_at(true, 2_500_000, &mut c);
+        truth.judge_at(true, 3_500_000, &mut c);
+        mem.write_obj(9_000_000u64, GuestAddress(SPIN_PAGE + 8 * CPU_WORDS))
+            .expect("in RAM");
+        truth.judge_at(false, 9_500_000, &mut c);
+        let t = c.truth;
+        assert_eq!((t.true_positives, t.false_negatives), (2, 2));
+        assert_eq!((t.episodes_sampled, t.episodes_detected), (2, 1));
+        assert_eq!((t.episodes_long, t.episodes_long_detected), (1, 1));
+        assert_eq!(t.median_latency_intervals(), Some(2.0));
+        assert_eq!(t.detect_latency_ns, 1_500_000);
     }
 }
