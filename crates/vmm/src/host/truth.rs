@@ -146,9 +146,15 @@ impl SpinTruth {
             let now = host_now.wrapping_add(self.tsc_offset);
             if now > since && self.tsc_hz > 0 {
                 let ns = u128::from(now - since) * 1_000_000_000 / u128::from(self.tsc_hz);
+                let wall = u64::try_from(ns).unwrap_or(u64::MAX);
+                // The detector's own latency: at most the samples it took
+                // (an episode also lasts while its vCPU waits for a pCPU or
+                // boots, when nothing can sample it).
+                let sampled = episode.samples.saturating_mul(self.interval_ns);
+                counts.truth.detect_latency_ns += wall;
                 counts
                     .truth
-                    .add_latency(u64::try_from(ns).unwrap_or(u64::MAX), self.interval_ns);
+                    .add_latency_in_intervals(wall.min(sampled), self.interval_ns);
             }
         }
     }
@@ -257,5 +263,14 @@ mod tests {
         assert_eq!((t.episodes_long, t.episodes_long_detected), (1, 1));
         assert_eq!(t.median_latency_intervals(), Some(2.0));
         assert_eq!(t.detect_latency_ns, 1_500_000);
+        // Caught at its first sample 5 ms after it began (the vCPU waited
+        // for a pCPU): one interval of the detector's latency.
+        let mem = spinning_guest(1_000_000);
+        let mut truth = SpinTruth::new(mem, 0, hz);
+        truth.set_interval_ns(1_000_000);
+        let mut c = VcpuReport::default();
+        truth.judge_at(true, 6_000_000, &mut c);
+        assert_eq!(c.truth.detect_latency_ns, 5_000_000);
+        assert_eq!(c.truth.median_latency_intervals(), Some(1.5));
     }
 }
