@@ -421,3 +421,89 @@ pub fn table(cells: &[Cell]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smplab_experiment::point::Point;
+    use smplab_experiment::store::Status;
+    use smplab_experiment::testutil::{rec, vm_point};
+    use smplab_record::Executor;
+
+    /// A record whose workload ran from `start_ms` to `end_ms` on the host's clock.
+    fn ran(start_ms: u64, end_ms: u64) -> RunRecord {
+        let ms = 1_000_000;
+        let mut r = rec(Executor::Vm, "spinlock", 2, (end_ms - start_ms) * ms);
+        r.timing.window = Some(smplab_record::WorkloadWindow {
+            clock: smplab_record::WindowClock::HostMonotonic,
+            threads_ready_ns: start_ms * ms,
+            start_ns: start_ms * ms,
+            end_ns: end_ms * ms,
+            start_gate: None,
+            settle: None,
+        });
+        r
+    }
+
+    fn point(policy: &str, vms: u32, rep: u32) -> Point {
+        let mut p = vm_point("spinlock", 2, rep);
+        p.config.set_vms(vms);
+        if let RunConfig::Vm(v) = &mut p.config {
+            v.host_policy = Some(HostPolicy::parse(policy).expect("a policy"));
+        }
+        p
+    }
+
+    /// Seven repetitions: alone 100 ms; shared, linux 200 ms (weighted
+    /// speedup 1), rr:4ms 250 ms (0.8), spin:4ms 160 ms (1.25), but spin's
+    /// run of repetition 6 had its VMs 50 ms apart: left out, though it
+    /// would have counted as faster.
+    #[test]
+    fn overlap_filter_and_paired_ratios() {
+        let mut entries = Vec::new();
+        for rep in 0..7 {
+            for (policy, shared_ms) in [("linux", 200), ("rr:4ms", 250), ("spin:4ms", 160)] {
+                entries.push(Entry::new(
+                    point(policy, 1, rep),
+                    Status::Ok,
+                    0.0,
+                    vec![ran(0, 100)],
+                ));
+                let second = if policy == "spin:4ms" && rep == 6 {
+                    ran(50, 150)
+                } else {
+                    ran(0, shared_ms)
+                };
+                let first = if policy == "spin:4ms" && rep == 6 {
+                    ran(0, 100)
+                } else {
+                    ran(0, shared_ms)
+                };
+                entries.push(Entry::new(
+                    point(policy, 2, rep),
+                    Status::Ok,
+                    0.0,
+                    vec![first, second],
+                ));
+            }
+        }
+        let refs: Vec<&Entry> = entries.iter().collect();
+        let cells = cells(&refs);
+        assert_eq!(cells.len(), 3);
+        let spin = &cells[2];
+        assert_eq!(spin.policy, "spin:4ms");
+        assert_eq!(spin.overlap_excluded, 1);
+        assert_eq!(spin.weighted_speedup.len(), 6);
+        let to_linux = spin.vs_linux_paired.expect("pairs");
+        assert!((to_linux.median - 1.25).abs() < 1e-9, "{to_linux:?}");
+        assert!(to_linux.excludes(1.0), "six equal pairs: {to_linux:?}");
+        let to_fair = spin.vs_fair_paired.expect("pairs");
+        assert!((to_fair.median - 1.25 / 0.8).abs() < 1e-9, "{to_fair:?}");
+        assert_eq!(cells[1].vs_fair_paired, None, "rr is its own fair");
+        assert_eq!(cells[1].overlap_excluded, 0);
+        assert_eq!(spin.short_alone, 0);
+        let t = table(&cells);
+        assert!(t.contains("left out: 1 shared runs"), "{t}");
+        assert!(t.contains("÷ linux 1.25 [1.25..1.25] (6 pairs"), "{t}");
+    }
+}
