@@ -131,6 +131,11 @@ fn print_summary(run: &smplab_experiment::host::HostRun) {
                 s.truth.episodes_sampled,
                 s.truth.mean_detect_latency_ns() / 1000.0
             );
+            let run_ns: u64 = h.vms.iter().map(|v| v.run_ns).sum();
+            println!(
+                "  detector: {}",
+                smplab_analysis::bench::host::detector_summary(s, run_ns)
+            );
         }
     }
     for d in &run.decisions {

@@ -77,6 +77,9 @@ void start_gate(struct worker *w)
         return;
     }
     u64 spins = 0;
+    /* A waiter spins: the host's ground truth says so (exec.c's spin_mark). */
+    if ((u32)w->ktid < SPIN_PAGE_THREADS)
+        spin_page_thread[w->ktid] = rdtsc() | 1;
     while (!__atomic_load_n(&g_go, __ATOMIC_ACQUIRE)) {
         cpu_relax();
         ++spins;
@@ -85,4 +88,6 @@ void start_gate(struct worker *w)
         if (g_queued && (spins & 0x3fff) == 0)
             sys0(SYS_YIELD);
     }
+    if ((u32)w->ktid < SPIN_PAGE_THREADS)
+        spin_page_thread[w->ktid] = 0;
 }

@@ -208,6 +208,7 @@ impl Scheduler {
             return actions;
         };
         self.core.in_kernel[vcpu] = sample.in_kernel;
+        self.core.spinning[vcpu] = sample.spinning;
         if sample.spinning {
             self.core.stats[vcpu].spins_detected += 1;
         }
@@ -234,6 +235,7 @@ impl Scheduler {
             return actions;
         };
         self.core.stats[vcpu].spins_detected += 1;
+        self.core.spinning[vcpu] = true;
         self.policy
             .on_spin_exit(&mut self.core, vcpu, pcpu, &mut actions);
         actions
@@ -255,6 +257,7 @@ impl Scheduler {
         }
         core.states[vcpu] = VcpuState::Blocked;
         core.in_kernel[vcpu] = false;
+        core.spinning[vcpu] = false;
         for r in &mut core.reserved {
             if *r == Some(vcpu) {
                 *r = None;

@@ -34,6 +34,9 @@ pub struct Core {
     pub(crate) reserved: Vec<Option<VcpuId>>,
     /// The last sample said "in the guest kernel".
     pub(crate) in_kernel: Vec<bool>,
+    /// The last sample (or spin exit) said "spinning": a vCPU preempted in
+    /// that state is a waiter, not the lock holder or laggard others wait for.
+    pub(crate) spinning: Vec<bool>,
     /// Each VM's pCPUs `[lo, hi)` (the policy's `shares`).
     pub(crate) share: Vec<(PcpuId, PcpuId)>,
     /// Each vCPU's allowed pCPUs ([`Affinity`], set at run time).
@@ -66,6 +69,7 @@ impl Core {
             queue: (0..n).collect(),
             reserved: vec![None; pcpus],
             in_kernel: vec![false; n],
+            spinning: vec![false; n],
             share,
             affinity: vec![Affinity::Any; n],
             started: false,
@@ -100,6 +104,14 @@ impl Core {
     /// The last sample of `vcpu` found it in the guest kernel.
     pub fn in_kernel(&self, vcpu: VcpuId) -> bool {
         self.in_kernel[vcpu]
+    }
+    /// The last sample (or hardware spin exit) of `vcpu` found it spinning.
+    pub fn was_spinning(&self, vcpu: VcpuId) -> bool {
+        self.spinning[vcpu]
+    }
+    /// `vcpu`'s counts so far (its run time: how far its work got).
+    pub fn stats(&self, vcpu: VcpuId) -> &VcpuStats {
+        &self.stats[vcpu]
     }
     /// Runnable vCPUs, the one waiting longest first.
     pub fn queue(&self) -> impl Iterator<Item = VcpuId> + '_ {
@@ -178,6 +190,20 @@ impl Core {
         } else if self.someone_waits_for(pcpu) {
             self.preempt(vcpu, PreemptCause::Spin, actions);
         }
+    }
+
+    /// Running `vcpu` spun: it yields `pcpu` to runnable `target`, reserved
+    /// so nobody else takes the pCPU.
+    pub fn yield_to(
+        &mut self,
+        vcpu: VcpuId,
+        pcpu: PcpuId,
+        target: VcpuId,
+        actions: &mut Vec<Action>,
+    ) {
+        self.reserved[pcpu] = Some(target);
+        self.stats[target].yields_received += 1;
+        self.preempt(vcpu, PreemptCause::Spin, actions);
     }
 
     /// A runnable, not running sibling of `vcpu` that may use `pcpu`, the one

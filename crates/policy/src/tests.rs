@@ -113,27 +113,81 @@ fn spin_yields_to_a_preempted_sibling() {
             ..Sample::default()
         },
     );
-    assert_eq!(a, vec![Action::Preempt { vcpu: 2 }]);
-    let pcpu = (0..2).find(|&p| s.occupant(p) == Some(2)).unwrap();
-    let a = s.stopped(2, 11_000_000);
-    // No sibling of VM 1 waits (vCPU 3 runs), so the next in line gets it.
-    assert_eq!(a.len(), 1);
-    assert!(matches!(a[0], Action::Run { vcpu: 0 | 1, pcpu: p } if p == pcpu));
+    // No sibling of VM 1 waits (vCPU 3 runs): the one it waits for is
+    // running, so it keeps its pCPU.
+    assert!(a.is_empty(), "{a:?}");
     assert_eq!(s.stats(2).spins_detected, 1);
-    // vCPU 3 of VM 1 now spins: its sibling 2 waits, so it gets the pCPU
-    // although vCPU 0 or 1 of VM 0 queued earlier.
-    let a = s.sample(
-        3,
-        12_000_000,
-        Sample {
-            spinning: true,
-            ..Sample::default()
-        },
-    );
-    assert_eq!(a, vec![Action::Preempt { vcpu: 3 }]);
-    let a = s.stopped(3, 12_000_000);
+    // Slice over: 0 and 1 of VM 0 run again, 2 and 3 wait.
+    let a = s.tick(20_000_000);
+    settle(&mut s, 20_000_000, a);
+    // VM 0's vCPU 0 spins; its sibling 1 runs: it keeps its pCPU.
+    let spinning = Sample {
+        spinning: true,
+        ..Sample::default()
+    };
+    assert!(s.sample(0, 21_000_000, spinning).is_empty());
+    assert!(s.core.was_spinning(0) && !s.core.was_spinning(1));
+    assert_eq!(s.stats(2).yields_received, 0);
+}
+
+/// A spinning vCPU yields to the sibling it most likely waits for: one
+/// preempted while working (the lock holder) before one preempted while it
+/// spun, even when the spinner queued earlier; among workers, the laggard.
+#[test]
+fn spin_yields_to_the_sibling_preempted_while_working() {
+    let spinning = Sample {
+        spinning: true,
+        ..Sample::default()
+    };
+    // VM 0 has 3 vCPUs on 2 pCPUs: 0 and 1 run, 2 waits.
+    let mut s = Scheduler::new(&policy("spin:10ms"), &[3], 2).unwrap();
+    s.start(0);
+    // vCPU 0 spins: sibling 2 waits, it gets 0's pCPU.
+    let a = s.sample(0, 1_000_000, spinning);
+    assert_eq!(a, vec![Action::Preempt { vcpu: 0 }]);
+    let a = s.stopped(0, 1_000_000);
     assert!(matches!(a[..], [Action::Run { vcpu: 2, .. }]), "{a:?}");
     assert_eq!(s.stats(2).yields_received, 1);
+    // Now 1 and 2 run, 0 waits having spun. vCPU 1's slice ends while it
+    // works: 0 (queued first) gets its pCPU, 1 waits having worked.
+    let a = s.tick(10_000_000);
+    settle(&mut s, 10_000_000, a);
+    assert!(matches!(s.state(1), VcpuState::Runnable { .. }));
+    assert!(matches!(s.state(0), VcpuState::Running { .. }));
+    // vCPU 2 spins: 1, preempted working, is the one it waits for.
+    let a = s.sample(2, 10_500_000, spinning);
+    assert_eq!(a, vec![Action::Preempt { vcpu: 2 }]);
+    let a = s.stopped(2, 10_500_000);
+    assert!(matches!(a[..], [Action::Run { vcpu: 1, .. }]), "{a:?}");
+    // 0 and 1 run; 2 waits, known as a waiter.
+    assert!(s.core.was_spinning(2));
+    assert!(!s.core.was_spinning(1));
+}
+
+/// Among runnable siblings: workers before waiters, then the laggard.
+#[test]
+fn the_awaited_sibling_is_a_worker_then_the_laggard() {
+    use crate::policies::spin::awaited_sibling;
+    let mut s = Scheduler::new(&policy("spin:10ms"), &[4], 1).unwrap();
+    s.start(0);
+    // vCPU 0 runs; 1, 2, 3 wait. Make 1 a waiter (spun when last seen) and
+    // give 2 more run time than 3.
+    s.core.spinning[1] = true;
+    s.core.stats[2].run_ns = 5_000_000;
+    s.core.stats[3].run_ns = 1_000_000;
+    assert_eq!(
+        awaited_sibling(&s.core, 0, 0),
+        Some(3),
+        "the laggard worker"
+    );
+    s.core.spinning[3] = true;
+    assert_eq!(awaited_sibling(&s.core, 0, 0), Some(2), "the only worker");
+    s.core.spinning[2] = true;
+    assert_eq!(
+        awaited_sibling(&s.core, 0, 0),
+        Some(1),
+        "all waiters: the one that ran least"
+    );
 }
 
 #[test]

@@ -50,7 +50,20 @@ pub struct SpinTruth {
     pub episodes_sampled: u64,
     pub episodes_detected: u64,
     pub detect_latency_ns: u64,
+    /// Episodes seen by at least three samples (longer than two sampling
+    /// intervals of running), and how many of them the detector caught.
+    pub episodes_long: u64,
+    pub episodes_long_detected: u64,
+    /// Detection latencies of the caught episodes in half sampling
+    /// intervals: bucket `i` holds latencies in `[i/2, (i+1)/2)` intervals,
+    /// the last one everything longer. Counted while the vCPU could be
+    /// sampled (at most the samples the episode had before it was caught);
+    /// `detect_latency_ns` sums the wall-clock latencies.
+    pub latency_half_intervals: [u64; LATENCY_BUCKETS],
 }
+
+/// Buckets of [`SpinTruth::latency_half_intervals`] (8 intervals).
+pub const LATENCY_BUCKETS: usize = 16;
 
 impl SpinTruth {
     pub fn add(&mut self, o: &SpinTruth) {
@@ -61,6 +74,66 @@ impl SpinTruth {
         self.episodes_sampled += o.episodes_sampled;
         self.episodes_detected += o.episodes_detected;
         self.detect_latency_ns += o.detect_latency_ns;
+        self.episodes_long += o.episodes_long;
+        self.episodes_long_detected += o.episodes_long_detected;
+        for (a, b) in self
+            .latency_half_intervals
+            .iter_mut()
+            .zip(o.latency_half_intervals)
+        {
+            *a += b;
+        }
+    }
+
+    /// Detected samples that were spinning (`None` without detections).
+    #[allow(clippy::cast_precision_loss)] // a ratio of counts
+    pub fn precision(&self) -> Option<f64> {
+        let detected = self.true_positives + self.false_positives;
+        (detected > 0).then(|| self.true_positives as f64 / detected as f64)
+    }
+
+    /// Spinning samples that were detected (`None` without spinning ones).
+    #[allow(clippy::cast_precision_loss)] // a ratio of counts
+    pub fn recall(&self) -> Option<f64> {
+        let spinning = self.true_positives + self.false_negatives;
+        (spinning > 0).then(|| self.true_positives as f64 / spinning as f64)
+    }
+
+    /// False detections per judged sample (`None` without samples).
+    #[allow(clippy::cast_precision_loss)] // a ratio of counts
+    pub fn false_positive_rate(&self) -> Option<f64> {
+        (self.samples > 0).then(|| self.false_positives as f64 / self.samples as f64)
+    }
+
+    /// Episodes longer than two sampling intervals that were caught.
+    #[allow(clippy::cast_precision_loss)] // a ratio of counts
+    pub fn long_episodes_caught(&self) -> Option<f64> {
+        (self.episodes_long > 0)
+            .then(|| self.episodes_long_detected as f64 / self.episodes_long as f64)
+    }
+
+    /// Median detection latency in sampling intervals, to half an interval
+    /// (the upper edge of the median's bucket); `None` when none was caught.
+    #[allow(clippy::cast_precision_loss)] // a bucket index
+    pub fn median_latency_intervals(&self) -> Option<f64> {
+        let total: u64 = self.latency_half_intervals.iter().sum();
+        let mut seen = 0;
+        for (i, &n) in self.latency_half_intervals.iter().enumerate() {
+            seen += n;
+            if n > 0 && 2 * seen >= total {
+                return Some((i + 1) as f64 / 2.0);
+            }
+        }
+        None
+    }
+
+    /// Count a caught episode's latency of `ns` at sampling interval
+    /// `interval_ns` in [`SpinTruth::latency_half_intervals`].
+    pub fn add_latency_in_intervals(&mut self, ns: u64, interval_ns: u64) {
+        if let Some(halves) = ns.saturating_mul(2).checked_div(interval_ns) {
+            let bucket = usize::try_from(halves).unwrap_or(usize::MAX);
+            self.latency_half_intervals[bucket.min(LATENCY_BUCKETS - 1)] += 1;
+        }
     }
 
     /// Mean detection latency of the caught episodes, ns (0 when none).
@@ -181,4 +254,37 @@ pub struct HostReport {
     pub vms: Vec<VmReport>,
     /// Per host CPU (empty under `linux`: the kernel does not say).
     pub pcpus: Vec<PcpuReport>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_and_the_median_latency() {
+        let mut t = SpinTruth {
+            samples: 100,
+            true_positives: 9,
+            false_positives: 1,
+            false_negatives: 3,
+            episodes_long: 4,
+            episodes_long_detected: 3,
+            ..SpinTruth::default()
+        };
+        assert_eq!(t.precision(), Some(0.9));
+        assert_eq!(t.recall(), Some(0.75));
+        assert_eq!(t.false_positive_rate(), Some(0.01));
+        assert_eq!(t.long_episodes_caught(), Some(0.75));
+        assert_eq!(t.median_latency_intervals(), None);
+        // 1 ms interval: 0.7, 1.2, 1.4 and 9 ms late.
+        for ns in [700_000, 1_200_000, 1_400_000, 9_000_000] {
+            t.add_latency_in_intervals(ns, 1_000_000);
+        }
+        assert_eq!(t.latency_half_intervals[1], 1);
+        assert_eq!(t.latency_half_intervals[2], 2);
+        assert_eq!(t.latency_half_intervals[LATENCY_BUCKETS - 1], 1);
+        assert_eq!(t.median_latency_intervals(), Some(1.5));
+        let old: SpinTruth = serde_json::from_str(r#"{"samples":3}"#).expect("old record");
+        assert_eq!(old.episodes_long, 0);
+    }
 }

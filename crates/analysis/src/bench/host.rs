@@ -10,14 +10,25 @@
 //! repetition. A policy's sampling overhead is its alone wall ÷ `linux`'s
 //! alone wall (one VM, nothing to schedule but the sampling). The simulator's
 //! figure is the same quotient over its points (median over repetitions).
+//!
+//! As in the lab metrics, a shared run whose VMs' workload windows overlap
+//! less than 90% is left out (`metrics::MIN_WORKLOAD_OVERLAP`). Repetitions
+//! run interleaved (every policy's runs of repetition 0, then of 1, ...), so
+//! each policy's figure pairs with `linux`'s and with the round robin's at
+//! its slice (`fair`: slicing without a detector) of the same repetition:
+//! the paired 95% interval of the ratio (`smplab_stats::paired_ratio`).
+//! The spin detector is judged against the guest's spin word
+//! ([`detector_summary`]).
 
 use super::failure;
+use crate::metrics::{workload_overlap, MIN_WORKLOAD_OVERLAP};
 use serde::Serialize;
 use smplab_experiment::host::{weighted_speedup, workload_wall_s};
 use smplab_experiment::store::Entry;
 use smplab_record::config::{Decider, HostPolicy, RunConfig};
 use smplab_record::hostsched::{SpinDetection, SpinTruth};
 use smplab_record::RunRecord;
+use smplab_stats::MedianCi;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -37,11 +48,29 @@ pub struct Cell {
     /// The guests' own spin iterations (both VMs).
     pub guest_spin_iterations: Vec<u64>,
     pub steal_ms: Vec<f64>,
+    /// The vCPUs' run time over the shared runs (ns): what the samples cost
+    /// a share of.
+    pub run_ns: u64,
     /// The spin detector's figures per repetition, with its ground truth
     /// (the guest's own spin word: true and false positives, misses,
     /// episodes caught, detection latency).
     pub spin_detection: Vec<SpinDetection>,
     pub failures: Vec<String>,
+    /// Per repetition that counted: (linux's weighted speedup, this
+    /// policy's) and (the round robin's at the same slice, this policy's),
+    /// the pairs of the paired intervals below.
+    pub pairs_linux: Vec<(f64, f64)>,
+    pub pairs_fair: Vec<(f64, f64)>,
+    /// The paired 95% interval of this policy's weighted speedup ÷ linux's
+    /// and ÷ the round robin's at the same slice (what the policy adds beyond
+    /// slicing), over the repetitions.
+    pub vs_linux_paired: Option<MedianCi>,
+    pub vs_fair_paired: Option<MedianCi>,
+    /// Shared runs left out: their VMs' workload windows overlapped less
+    /// than `MIN_WORKLOAD_OVERLAP` (the lab metrics' rule).
+    pub overlap_excluded: usize,
+    /// Alone runs shorter than [`MIN_ALONE_S`]: too short to mean much.
+    pub short_alone: usize,
     /// The simulator's weighted speedup for the same configuration (median
     /// over repetitions; user-level policies are smplab-policy's decisions
     /// driven by the simulator).
@@ -51,6 +80,30 @@ pub struct Cell {
     pub sim_error: Option<String>,
 }
 
+/// The spin detector against the guest's spin word, on one line: sample
+/// precision and recall, false detections per sample, long episodes caught,
+/// median detection latency (sampling intervals) and the samples' share of
+/// the vCPUs' run time `run_ns`.
+pub fn detector_summary(s: &SpinDetection, run_ns: u64) -> String {
+    let t = &s.truth;
+    let pct = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{:.1}%", v * 100.0));
+    let ratio = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+    #[allow(clippy::cast_precision_loss)] // ns totals far below 2^52
+    let cost = (run_ns > 0).then(|| s.mean_sample_ns * s.samples as f64 / run_ns as f64);
+    format!(
+        "precision {}, recall {}, false {} of {} samples, long episodes caught {}/{}, median latency {} intervals, sampling {} of run time",
+        ratio(t.precision()),
+        ratio(t.recall()),
+        pct(t.false_positive_rate()),
+        t.samples,
+        t.episodes_long_detected,
+        t.episodes_long,
+        t.median_latency_intervals()
+            .map_or_else(|| "-".to_string(), |v| format!("{v:.1}")),
+        pct(cost)
+    )
+}
+
 /// The simulator's policy for a host policy's column: `linux` is the
 /// simulator's model of the host kernel, fair share at the platform's slice.
 pub fn sim_policy(policy: HostPolicy) -> HostPolicy {
@@ -58,6 +111,24 @@ pub fn sim_policy(policy: HostPolicy) -> HostPolicy {
         Decider::HostKernel | Decider::SimulatedKernel => HostPolicy::fair(),
         Decider::UserLevel => policy,
     }
+}
+
+/// The shortest alone run that means something (scale the profile up when
+/// the bench flags shorter ones).
+pub const MIN_ALONE_S: f64 = 0.1;
+
+/// The round robin at `policy`'s slice among `policies` (the `fair` of the
+/// host: the slicing a spin policy adds its detector to), unless `policy`
+/// is one itself.
+fn fair_of(policy: &HostPolicy, policies: &[HostPolicy]) -> Option<usize> {
+    if policy.kind == smplab_record::config::PolicyKind::RoundRobin {
+        return None;
+    }
+    policies.iter().position(|p| {
+        p.kind == smplab_record::config::PolicyKind::RoundRobin
+            && p.time_slice_ns == policy.time_slice_ns
+            && p.safe_point_grace_ns.is_none()
+    })
 }
 
 /// Stored runs of one workload, by (policy, VMs, repetition).
@@ -114,6 +185,8 @@ pub fn cells(entries: &[&Entry]) -> Vec<Cell> {
         }
         for (cell, policy) in row.iter_mut().zip(&policies) {
             cell.sim_weighted_speedup = sim_speedup(r, *policy, &policies[0]);
+            cell.vs_linux_paired = smplab_stats::paired_ratio(&cell.pairs_linux);
+            cell.vs_fair_paired = smplab_stats::paired_ratio(&cell.pairs_fair);
         }
         out.extend(row);
     }
@@ -126,17 +199,25 @@ fn alone_wall(e: Option<&&Entry>) -> Option<f64> {
     e.records.first().map(workload_wall_s)
 }
 
-/// Repetition `rep` of every policy into `row`.
+/// Repetition `rep` of every policy into `row`. A shared run whose VMs'
+/// workload windows overlapped less than [`MIN_WORKLOAD_OVERLAP`] did not
+/// share the host the whole time: it is left out, as the lab metrics do.
 fn add_rep(row: &mut [Cell], policies: &[HostPolicy], r: &Runs, rep: u32) {
     let key = |p: &HostPolicy, vms: u32| (p.to_string(), vms, rep);
     let linux = &policies[0];
     let alone_linux = alone_wall(r.vm.get(&key(linux, 1))).unwrap_or(f64::NAN);
+    let overlapped =
+        |e: &&&Entry| workload_overlap(&e.records).is_none_or(|f| f >= MIN_WORKLOAD_OVERLAP);
     let shared_ws = |p: &HostPolicy| -> Option<f64> {
-        let e = r.vm.get(&key(p, 2)).filter(|e| e.is_ok())?;
+        let e =
+            r.vm.get(&key(p, 2))
+                .filter(|e| e.is_ok())
+                .filter(overlapped)?;
         weighted_speedup(&[alone_linux, alone_linux], &walls(&e.records))
     };
     let linux_ws = shared_ws(linux).unwrap_or(f64::NAN);
-    for (policy, cell) in policies.iter().zip(row.iter_mut()) {
+    let all_ws: Vec<Option<f64>> = policies.iter().map(shared_ws).collect();
+    for (i, (policy, cell)) in policies.iter().zip(row.iter_mut()).enumerate() {
         let alone_entry = r.vm.get(&key(policy, 1));
         let Some(alone) = alone_wall(alone_entry) else {
             let why = alone_entry
@@ -146,6 +227,9 @@ fn add_rep(row: &mut [Cell], policies: &[HostPolicy], r: &Runs, rep: u32) {
                 .push(format!("rep {rep}: the alone run failed: {why}"));
             continue;
         };
+        if alone < MIN_ALONE_S {
+            cell.short_alone += 1;
+        }
         cell.sampling_overhead.push(alone / alone_linux);
         let Some(shared) = r.vm.get(&key(policy, 2)) else {
             continue;
@@ -154,9 +238,17 @@ fn add_rep(row: &mut [Cell], policies: &[HostPolicy], r: &Runs, rep: u32) {
             cell.failures.push(format!("rep {rep}: {why}"));
             continue;
         }
-        let ws = shared_ws(policy).unwrap_or(f64::NAN);
+        if !overlapped(&shared) {
+            cell.overlap_excluded += 1;
+            continue;
+        }
+        let ws = all_ws[i].unwrap_or(f64::NAN);
         cell.weighted_speedup.push(ws);
         cell.vs_linux.push(ws / linux_ws);
+        cell.pairs_linux.push((linux_ws, ws));
+        if let Some(fair) = fair_of(policy, policies).and_then(|f| all_ws[f]) {
+            cell.pairs_fair.push((fair, ws));
+        }
         record_host_figures(cell, &shared.records);
     }
 }
@@ -171,6 +263,7 @@ fn record_host_figures(cell: &mut Cell, records: &[RunRecord]) {
         cell.yields.push(h.vms.iter().map(|v| v.yields).sum());
         cell.preemptions
             .push(h.vms.iter().map(|v| v.preemptions).sum());
+        cell.run_ns += h.vms.iter().map(|v| v.run_ns).sum::<u64>();
         #[allow(clippy::cast_precision_loss)] // ms
         cell.steal_ms
             .push(h.vms.iter().map(|v| v.steal_ns).sum::<u64>() as f64 / 1e6);
@@ -252,7 +345,60 @@ pub fn table(cells: &[Cell]) -> String {
         for d in &c.spin_detection {
             t.add(&d.truth);
         }
+        let paired = |ci: &Option<MedianCi>| {
+            ci.map_or_else(
+                || "n/a".to_string(),
+                |c| {
+                    let sure = if c.excludes(1.0) { ", excludes 1" } else { "" };
+                    format!(
+                        "{:.2} [{:.2}..{:.2}] ({} pairs, {:.0}%{sure})",
+                        c.median,
+                        c.lo,
+                        c.hi,
+                        c.n,
+                        c.coverage * 100.0
+                    )
+                },
+            )
+        };
+        if c.policy != "linux" {
+            let _ = writeln!(
+                out,
+                "    paired: ÷ linux {}; ÷ fair (rr at its slice) {}",
+                paired(&c.vs_linux_paired),
+                paired(&c.vs_fair_paired)
+            );
+        }
+        if c.overlap_excluded > 0 {
+            let _ = writeln!(
+                out,
+                "    left out: {} shared runs whose VMs overlapped < {:.0}%",
+                c.overlap_excluded,
+                MIN_WORKLOAD_OVERLAP * 100.0
+            );
+        }
+        if c.short_alone > 0 {
+            let _ = writeln!(
+                out,
+                "    short: {} alone runs under {:.0} ms (raise --scale)",
+                c.short_alone,
+                MIN_ALONE_S * 1000.0
+            );
+        }
         if t.samples > 0 {
+            let mut d = SpinDetection::default();
+            for x in &c.spin_detection {
+                d.samples += x.samples;
+                #[allow(clippy::cast_precision_loss)] // a sum of sample costs
+                let cost = x.mean_sample_ns * x.samples as f64;
+                d.mean_sample_ns += cost;
+            }
+            #[allow(clippy::cast_precision_loss)] // a mean
+            if d.samples > 0 {
+                d.mean_sample_ns /= d.samples as f64;
+            }
+            d.truth = t;
+            let _ = writeln!(out, "    detector: {}", detector_summary(&d, c.run_ns));
             let _ = writeln!(
                 out,
                 "    ground truth: {} samples spinning, detected {} (true {} / false {}), missed {}; episodes caught {}/{}, mean latency {:.0} us",
@@ -274,4 +420,90 @@ pub fn table(cells: &[Cell]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smplab_experiment::point::Point;
+    use smplab_experiment::store::Status;
+    use smplab_experiment::testutil::{rec, vm_point};
+    use smplab_record::Executor;
+
+    /// A record whose workload ran from `start_ms` to `end_ms` on the host's clock.
+    fn ran(start_ms: u64, end_ms: u64) -> RunRecord {
+        let ms = 1_000_000;
+        let mut r = rec(Executor::Vm, "spinlock", 2, (end_ms - start_ms) * ms);
+        r.timing.window = Some(smplab_record::WorkloadWindow {
+            clock: smplab_record::WindowClock::HostMonotonic,
+            threads_ready_ns: start_ms * ms,
+            start_ns: start_ms * ms,
+            end_ns: end_ms * ms,
+            start_gate: None,
+            settle: None,
+        });
+        r
+    }
+
+    fn point(policy: &str, vms: u32, rep: u32) -> Point {
+        let mut p = vm_point("spinlock", 2, rep);
+        p.config.set_vms(vms);
+        if let RunConfig::Vm(v) = &mut p.config {
+            v.host_policy = Some(HostPolicy::parse(policy).expect("a policy"));
+        }
+        p
+    }
+
+    /// Seven repetitions: alone 100 ms; shared, linux 200 ms (weighted
+    /// speedup 1), rr:4ms 250 ms (0.8), spin:4ms 160 ms (1.25), but spin's
+    /// run of repetition 6 had its VMs 50 ms apart: left out, though it
+    /// would have counted as faster.
+    #[test]
+    fn overlap_filter_and_paired_ratios() {
+        let mut entries = Vec::new();
+        for rep in 0..7 {
+            for (policy, shared_ms) in [("linux", 200), ("rr:4ms", 250), ("spin:4ms", 160)] {
+                entries.push(Entry::new(
+                    point(policy, 1, rep),
+                    Status::Ok,
+                    0.0,
+                    vec![ran(0, 100)],
+                ));
+                let second = if policy == "spin:4ms" && rep == 6 {
+                    ran(50, 150)
+                } else {
+                    ran(0, shared_ms)
+                };
+                let first = if policy == "spin:4ms" && rep == 6 {
+                    ran(0, 100)
+                } else {
+                    ran(0, shared_ms)
+                };
+                entries.push(Entry::new(
+                    point(policy, 2, rep),
+                    Status::Ok,
+                    0.0,
+                    vec![first, second],
+                ));
+            }
+        }
+        let refs: Vec<&Entry> = entries.iter().collect();
+        let cells = cells(&refs);
+        assert_eq!(cells.len(), 3);
+        let spin = &cells[2];
+        assert_eq!(spin.policy, "spin:4ms");
+        assert_eq!(spin.overlap_excluded, 1);
+        assert_eq!(spin.weighted_speedup.len(), 6);
+        let to_linux = spin.vs_linux_paired.expect("pairs");
+        assert!((to_linux.median - 1.25).abs() < 1e-9, "{to_linux:?}");
+        assert!(to_linux.excludes(1.0), "six equal pairs: {to_linux:?}");
+        let to_fair = spin.vs_fair_paired.expect("pairs");
+        assert!((to_fair.median - 1.25 / 0.8).abs() < 1e-9, "{to_fair:?}");
+        assert_eq!(cells[1].vs_fair_paired, None, "rr is its own fair");
+        assert_eq!(cells[1].overlap_excluded, 0);
+        assert_eq!(spin.short_alone, 0);
+        let t = table(&cells);
+        assert!(t.contains("left out: 1 shared runs"), "{t}");
+        assert!(t.contains("÷ linux 1.25 [1.25..1.25] (6 pairs"), "{t}");
+    }
 }

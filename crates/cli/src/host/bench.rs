@@ -302,10 +302,10 @@ mod tests {
         ]);
         let runner = smplab_experiment::runner::fake::FakeRunner::new();
         assert_eq!(bench_with(&a, &runner), exit::OK);
-        // 2 repetitions x (alone, shared) x (3 policies on vm + 2 in the
-        // simulator, which refuses `spin` as a policy).
+        // 2 repetitions x (alone, shared) x 3 policies on vm and in the
+        // simulator (its `spin` samples a model of smplab-vmm's detector).
         let n = Store::read(&store).expect("store").entries().len();
-        assert_eq!(n, 20);
+        assert_eq!(n, 24);
         assert_eq!(bench_with(&a, &runner), exit::OK);
         let again = Store::read(&store).expect("store");
         assert_eq!(again.entries().len(), n, "a rerun runs nothing new");
@@ -313,21 +313,14 @@ mod tests {
         assert_eq!(cells.len(), 3);
         assert_eq!(cells[0].policy, "linux");
         assert_eq!(cells[2].policy, "spin:4ms");
-        assert_eq!(
-            sim_refusals(&a).iter().map(|r| r.0).collect::<Vec<_>>(),
-            vec![a.policies[1]]
-        );
+        assert!(sim_refusals(&a).is_empty());
         // The fake runner: a shared VM takes 1.5 times its alone wall, the
         // same under every policy, so weighted speedup 2/1.5 and 1x linux.
         for c in &cells {
             assert_eq!(c.weighted_speedup.len(), 2, "{c:?}");
             assert!((c.weighted_speedup[0] - 2.0 / 1.5).abs() < 1e-9, "{c:?}");
             assert!((c.vs_linux[0] - 1.0).abs() < 1e-9, "{c:?}");
-            assert_eq!(
-                c.sim_weighted_speedup.is_some(),
-                c.policy != "spin:4ms",
-                "{c:?}"
-            );
+            assert!(c.sim_weighted_speedup.is_some(), "{c:?}");
         }
         let t = table(&cells);
         let header: Vec<&str> = t.lines().next().unwrap_or("").split("  ").collect();
@@ -368,10 +361,13 @@ mod tests {
         assert_eq!(status, exit::OK);
         let cells = cells(&crate::bench::entries_of(&stored, &configs(&a)));
         assert_eq!(cells.len(), 2);
-        assert!(cells
-            .iter()
-            .all(|c| c.weighted_speedup.len() == 1 && c.weighted_speedup[0] > 0.0));
-        assert!(cells.iter().all(|c| c.samples.len() == 1));
+        // At this tiny scale the two VMs may not overlap for 90% of their
+        // windows: then the run is left out, as the lab metrics do.
+        for c in &cells {
+            assert_eq!(c.weighted_speedup.len() + c.overlap_excluded, 1, "{c:?}");
+            assert!(c.weighted_speedup.iter().all(|&w| w > 0.0), "{c:?}");
+            assert_eq!(c.samples.len(), c.weighted_speedup.len(), "{c:?}");
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 }

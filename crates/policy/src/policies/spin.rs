@@ -1,7 +1,17 @@
-//! `spin[:SLICE]`: the round robin plus spin-triggered preemption (Wells et al.
-//! §5.2, the SDB's policy): a vCPU sampled spinning gives its pCPU to a
-//! preempted sibling of its VM (a directed yield to the likely lock holder
-//! or barrier partner), else to the next in line.
+//! `spin[:SLICE]`: the round robin plus spin-triggered preemption (Wells et
+//! al. §5.2, the SDB's policy): a vCPU sampled spinning gives its pCPU to
+//! the runnable sibling of its VM it most likely waits for, and keeps it
+//! when there is none.
+//!
+//! The sibling it waits for: one that was preempted while working (its
+//! last sample did not find it spinning: the likely lock holder, or the
+//! thread a barrier waits for), before one preempted while it spun itself
+//! (a fellow waiter); among those, the one that has run least (a barrier's
+//! laggard); then the one waiting longest. When every sibling runs, the one
+//! it waits for is running and the wait ends soon: giving the pCPU to
+//! another VM would only make this vCPU miss the hand-off. The detector
+//! calls a sample spinning only when it is sure (smplab-vmm's
+//! `host::spin`), so a doubtful sample never preempts.
 
 use crate::shared::Core;
 use crate::{Action, PcpuId, Policy, PolicyError, VcpuId};
@@ -15,9 +25,25 @@ impl Spin {
     }
 }
 
+/// The runnable sibling `vcpu` most likely waits for, if one may use `pcpu`.
+pub fn awaited_sibling(core: &Core, vcpu: VcpuId, pcpu: PcpuId) -> Option<VcpuId> {
+    let vm = core.vm_of(vcpu);
+    core.queue()
+        .filter(|&v| v != vcpu && core.vm_of(v) == vm && core.eligible(v, pcpu))
+        .min_by_key(|&v| (core.was_spinning(v), core.stats(v).run_ns))
+}
+
 impl Policy for Spin {
-    fn on_spinning(&mut self, core: &mut Core, vcpu: VcpuId, pcpu: PcpuId, actions: &mut Vec<Action>) {
-        core.directed_yield(vcpu, pcpu, actions);
+    fn on_spinning(
+        &mut self,
+        core: &mut Core,
+        vcpu: VcpuId,
+        pcpu: PcpuId,
+        actions: &mut Vec<Action>,
+    ) {
+        if let Some(target) = awaited_sibling(core, vcpu, pcpu) {
+            core.yield_to(vcpu, pcpu, target, actions);
+        }
     }
 
     fn acts_on_spin_samples(&self) -> bool {

@@ -230,12 +230,6 @@ impl HostPolicy {
 
     /// Checks for a simulated host (the only caller: `SimSettings`).
     pub(super) fn validate(&self, p: &mut Vec<ConfigError>) {
-        if self.kind == PolicyKind::Spin {
-            p.push(ConfigError::new(
-                "policy",
-                "the simulator models spin-triggered preemption as its Spin Detection Buffer: use policy fair with sdb",
-            ));
-        }
         if self.safe_point_grace_ns.is_some() && !self.is_user_level() {
             p.push(ConfigError::new(
                 "policy",
@@ -355,12 +349,10 @@ mod tests {
     }
 
     #[test]
-    fn the_simulator_refuses_spin_but_takes_linux_as_fair() {
+    fn the_simulator_takes_spin_with_its_detector_model_and_linux_as_fair() {
         let mut problems = Vec::new();
         HostPolicy::parse("spin").unwrap().validate(&mut problems);
-        assert_eq!(problems.len(), 1);
-        assert!(problems[0].message.contains("sdb"));
-        problems.clear();
+        assert!(problems.is_empty(), "{problems:?}");
         HostPolicy::parse("linux").unwrap().validate(&mut problems);
         assert!(problems.is_empty());
         let mut kernel_with_grace = HostPolicy::fair();

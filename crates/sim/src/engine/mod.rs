@@ -31,6 +31,7 @@ mod io;
 mod policy_host;
 mod prefetch;
 mod setup;
+mod spin_detector;
 mod sync;
 pub(crate) mod tune;
 mod vmm;

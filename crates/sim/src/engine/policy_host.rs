@@ -22,9 +22,8 @@
 //! - under a policy that acts on spin samples (`spin`), the software spin
 //!   detector samples every running vCPU
 //!   every `DEFAULT_SAMPLE_NS` (a kick exit each, charged at the platform's
-//!   exit cost as an SDB exit) and calls it spinning when it was spinning in
-//!   user mode at this sample and at the previous one, as smplab-vmm's
-//!   detector needs its instruction pointer in one window at two samples;
+//!   exit cost as an SDB exit); the verdict is `spin_detector.rs`'s model of
+//!   smplab-vmm's detector (the platform's measured `host_spin`);
 //! - `Run` puts the vCPU on its pCPU (`dispatch`), `Preempt` takes it off at
 //!   once and reports it stopped.
 //!
@@ -50,8 +49,8 @@ pub(crate) struct PolicyHost {
     sample_at: u64,
     /// Software sampling interval (0: no sampling).
     sample_ns: u64,
-    /// Spinning in user mode at its previous sample, per vCPU.
-    spin_seen: Vec<bool>,
+    /// The software spin detector's model.
+    detector: super::spin_detector::SpinDetectorModel,
     /// Some VM has the SDB: newly waiting vCPUs arm its detection.
     any_sdb: bool,
 }
@@ -89,7 +88,7 @@ impl PolicyHost {
             tick_at: u64::MAX,
             sample_at: u64::MAX,
             sample_ns,
-            spin_seen: vec![false; n],
+            detector: super::spin_detector::SpinDetectorModel::new(n),
             any_sdb: s.virtualized && s.vms.iter().any(|v| v.sdb.is_some()),
         })))
     }
@@ -137,7 +136,7 @@ impl Sim {
         self.set_bit_idle(p, true);
         let now = self.now;
         let ph = self.ph();
-        ph.spin_seen[v as usize] = false;
+        ph.detector.reset(v as usize);
         let a = ph.sched.block(v as usize, now);
         self.policy_do(a);
     }
@@ -217,7 +216,12 @@ impl Sim {
                 && vc.cur != super::NONE
                 && self.threads[vc.cur as usize].wait != Wait::Shootdown;
             let in_kernel = !self.vcpu_safe(v);
-            let seen = std::mem::replace(&mut self.ph().spin_seen[v as usize], user_spin);
+            let model = self.platform.host_spin.clone();
+            let draw = (!user_spin && model.false_positive_rate > 0.0).then(|| self.rand_f64());
+            let spinning = self
+                .ph()
+                .detector
+                .sample(v as usize, user_spin, &model, || draw.unwrap_or(1.0));
             // The sample is a kick exit on the vCPU.
             let vm = self.vcpus[v as usize].vm as usize;
             let exit_ns = self.vms[vm].costs.exit;
@@ -225,7 +229,7 @@ impl Sim {
             self.vcpus[v as usize].exits[super::exit::SDB] += 1;
             self.add_overhead(v, cause::EXIT_SDB, exit_ns);
             let sample = Sample {
-                spinning: user_spin && seen,
+                spinning,
                 halted: false,
                 in_kernel,
             };
@@ -359,7 +363,7 @@ impl Sim {
         self.leave_pcpu(v, p);
         self.set_bit_idle(p, true);
         let now = self.now;
-        self.ph().spin_seen[v as usize] = false;
+        self.ph().detector.reset(v as usize);
         let vc = &mut self.vcpus[v as usize];
         vc.act = Act::Off;
         let a = if matches!(act, Act::Halting | Act::HaltPoll) {

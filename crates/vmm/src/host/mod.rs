@@ -34,6 +34,7 @@ pub mod dirty;
 pub mod report;
 pub mod sensors;
 pub mod spin;
+pub mod spin_loop;
 pub mod truth;
 
 pub use dirty::DirtyRing;
@@ -314,7 +315,11 @@ impl HostScheduler {
             vm,
             vcpu,
             pinned_to: None,
-            detector: SpinDetector::new(self.shared.sampling.spin, ring),
+            detector: SpinDetector::new(
+                self.shared.sampling.spin,
+                ring,
+                truth.as_ref().map(|t| t.memory().clone()),
+            ),
             truth,
             attached: false,
         }
@@ -599,6 +604,13 @@ impl VcpuGrant {
         let mut st = shared.lock();
         if !self.attached {
             self.attached = true;
+            if let Some(truth) = &mut self.truth {
+                // Per vCPU: KVM may offset each one's TSC differently.
+                truth.set_tsc_offset(truth::vcpu_tsc_offset(fd));
+                truth.set_interval_ns(
+                    u64::try_from(shared.sampling.interval.as_nanos()).unwrap_or(u64::MAX),
+                );
+            }
             if let Some(slot) = st.slots.get_mut(self.vcpu) {
                 slot.proc_stat = own_proc_stat();
                 // SAFETY: gettid has no preconditions.

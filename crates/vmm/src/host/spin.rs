@@ -1,28 +1,42 @@
 //! Software spin detection: Wells et al.'s Spin Detection Buffer in software.
 //!
 //! The SDB calls a vCPU spinning when it commits fewer than 8 unique stores
-//! (and, in user mode, loads) in 1024 instructions. Software cannot count
-//! stores; it can look at where a vCPU is. At every sample the vCPU's own
-//! thread reads its registers (`KVM_GET_REGS`, outside KVM_RUN after the
-//! sampling kick); a vCPU whose instruction pointer stayed inside a small code
-//! window (`window_bytes`) for `samples` samples in a row is classified
-//! spinning — if, with a dirty ring ([`DirtyRing`]), it also wrote at most
-//! `max_pages` pages since the previous sample. Without the ring a
-//! register-only compute loop looks the same as a spin loop to this test (and
-//! to the SDB, which sees no stores or loads in it); with it, a compute loop
-//! that writes its results between samples does not.
+//! (and, in user mode, loads) in 1024 instructions (Wells et al. §3.2).
+//! Software cannot count stores; it can look at where a vCPU is and what
+//! code it runs there. At every sample the vCPU's own thread (outside
+//! KVM_RUN, after the sampling kick) reads its registers and calls it
+//! spinning only when every signal agrees:
+//! - user mode (CPL 3, with `user_only`): the guest kernel's idle HLT is
+//!   the halt sampler's, and its short run-queue locks are not what the
+//!   policies are for;
+//! - the code around RIP, read through the guest's page tables
+//!   (`KVM_TRANSLATE`, then guest memory), is a spin-wait loop
+//!   ([`super::spin_loop::classify`]: a short loop that polls a fixed word
+//!   and writes nothing new);
+//! - RIP stayed in that loop for `samples` samples in a row, or
+//!   `pause_samples` for a loop that PAUSEs (a user-mode PAUSE loop that
+//!   polls a word is a spin-wait by construction: PAUSE is the spin-loop
+//!   hint and nothing else);
+//! - with a dirty ring ([`DirtyRing`]), the vCPU wrote at most `max_pages`
+//!   pages since the previous sample.
+//!
+//! Anything doubtful — a register read, a translation or a memory read that
+//! fails, bytes that do not decode, a loop that does not close — counts as
+//! "not spinning": a policy preempts only on a sure sample.
 
+use super::spin_loop::{classify, SpinLoop, MAX_LOOP_BYTES};
 use super::DirtyRing;
 use smplab_policy::Sample;
-use std::collections::VecDeque;
+use std::collections::HashMap;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 /// The classifier's thresholds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpinSettings {
-    /// Largest code range (bytes) a spin loop's samples fall in.
-    pub window_bytes: u64,
-    /// Consecutive samples inside the window before "spinning".
+    /// Consecutive samples in one spin loop before "spinning".
     pub samples: usize,
+    /// The same for a loop that executes PAUSE.
+    pub pause_samples: usize,
     /// Most pages a spinning vCPU may write between two samples.
     pub max_pages: u64,
     /// Count written pages with per-vCPU dirty rings (when KVM offers them).
@@ -35,39 +49,63 @@ pub struct SpinSettings {
 
 impl Default for SpinSettings {
     fn default() -> Self {
-        // The guest's lock and barrier wait loops are a few dozen bytes; two
-        // samples (one interval apart) keep the detection latency at about
-        // one interval.
-        // A spin loop writes nothing while it waits; one page of slack for a
-        // spin counter kept in memory.
+        // Two samples in one loop without PAUSE: a vCPU caught once in a
+        // polling loop on its way through is not preempted. One with PAUSE:
+        // it only ever runs while waiting, and the latency stays under an
+        // interval. A spin loop writes at most a counter and its lock word
+        // (`spin_loop::MAX_STORE_ADDRESSES`): two pages of slack.
         SpinSettings {
-            window_bytes: 128,
             samples: 2,
-            max_pages: 1,
+            pause_samples: 1,
+            max_pages: 2,
             use_dirty_ring: true,
             user_only: true,
         }
     }
 }
 
-/// One vCPU's recent instruction pointers and its dirty ring.
+/// Classified code addresses kept per vCPU before the cache starts over.
+const CACHE_ENTRIES: usize = 4096;
+const PAGE: u64 = 4096;
+
+/// The verdict of one sample, before the streak and the dirty ring.
+type Loop = Option<SpinLoop>;
+
+/// One vCPU's detector: its streak of samples in one spin loop, its dirty
+/// ring, and the guest memory its code is read from.
 pub struct SpinDetector {
     settings: SpinSettings,
-    rips: VecDeque<u64>,
     ring: Option<DirtyRing>,
+    memory: Option<GuestMemoryMmap>,
     last_pages: Option<u64>,
+    /// The loop of the last sample and how many samples in a row found it.
+    current: Loop,
+    streak: usize,
+    /// (CR3, RIP) -> the loop there (code does not change under a running
+    /// guest; the smplab guest has one address space).
+    cache: HashMap<(u64, u64), Loop>,
 }
 
 impl SpinDetector {
-    pub fn new(settings: SpinSettings, ring: Option<DirtyRing>) -> Self {
+    /// A detector reading code from `memory` (without it every sample is
+    /// doubtful: never spinning).
+    pub fn new(
+        settings: SpinSettings,
+        ring: Option<DirtyRing>,
+        memory: Option<GuestMemoryMmap>,
+    ) -> Self {
         SpinDetector {
             settings: SpinSettings {
                 samples: settings.samples.max(1),
+                pause_samples: settings.pause_samples.max(1),
                 ..settings
             },
-            rips: VecDeque::new(),
             ring,
+            memory,
             last_pages: None,
+            current: None,
+            streak: 0,
+            cache: HashMap::new(),
         }
     }
 
@@ -76,68 +114,155 @@ impl SpinDetector {
         self.last_pages
     }
 
-    /// Add one instruction pointer; true if the last `samples` of them lie in
-    /// one `window_bytes` window.
-    pub fn push(&mut self, rip: u64) -> bool {
-        self.rips.push_back(rip);
-        while self.rips.len() > self.settings.samples {
-            self.rips.pop_front();
+    /// Add one sample's loop (`None`: not in a spin loop, or doubtful); true
+    /// once the last `samples` (`pause_samples` for a PAUSE loop) samples
+    /// all found the same loop.
+    pub fn push(&mut self, found: Loop) -> bool {
+        match (found, self.current) {
+            (Some(now), Some(before)) if now.overlaps(&before) => self.streak += 1,
+            (Some(_), _) => self.streak = 1,
+            (None, _) => self.streak = 0,
         }
-        if self.rips.len() < self.settings.samples {
-            return false;
-        }
-        let lo = self.rips.iter().copied().min().unwrap_or(0);
-        let hi = self.rips.iter().copied().max().unwrap_or(0);
-        hi - lo <= self.settings.window_bytes
+        self.current = found;
+        let needed = match found {
+            Some(l) if l.pauses => self.settings.pause_samples,
+            _ => self.settings.samples,
+        };
+        self.streak >= needed
     }
 
     /// Forget the history (the vCPU was descheduled: its next sample starts
     /// a new run).
     pub fn reset(&mut self) {
-        self.rips.clear();
+        self.current = None;
+        self.streak = 0;
         if let Some(ring) = &mut self.ring {
             ring.harvest();
         }
     }
 
-    /// Sample the vCPU of `fd` (on its own thread, outside KVM_RUN). A failed
-    /// register read counts as "not spinning".
+    /// The spin loop around `rip` in the address space of `cr3`, if the code
+    /// there is one (`None` when it is not, or cannot be read).
+    fn loop_at(&mut self, fd: &kvm_ioctls::VcpuFd, cr3: u64, rip: u64) -> Loop {
+        if let Some(&known) = self.cache.get(&(cr3, rip)) {
+            return known;
+        }
+        let memory = self.memory.as_ref()?;
+        let (code, base) = read_code(fd, memory, rip)?;
+        let found = classify(&code, base, rip).ok();
+        if self.cache.len() >= CACHE_ENTRIES {
+            self.cache.clear();
+        }
+        self.cache.insert((cr3, rip), found);
+        found
+    }
+
+    /// Sample the vCPU of `fd` (on its own thread, outside KVM_RUN).
     pub fn observe(&mut self, fd: &kvm_ioctls::VcpuFd) -> Sample {
-        let in_window = match fd.get_regs() {
-            Ok(regs) => self.push(regs.rip),
-            Err(_) => false,
+        let sregs = fd.get_sregs().ok();
+        let in_kernel = sregs.is_some_and(|s| s.cs.dpl == 0);
+        let found = match (fd.get_regs(), sregs) {
+            (Ok(regs), Some(s)) if !(self.settings.user_only && s.cs.dpl != 3) => {
+                self.loop_at(fd, s.cr3, regs.rip)
+            }
+            _ => None,
         };
+        let in_loop = self.push(found);
         self.last_pages = self.ring.as_mut().map(DirtyRing::harvest);
         let quiet = self.last_pages.is_none_or(|p| p <= self.settings.max_pages);
-        let spinning = in_window && quiet;
-        let in_kernel = fd.get_sregs().is_ok_and(|s| s.cs.dpl == 0);
         Sample {
-            spinning: spinning && !(self.settings.user_only && in_kernel),
+            spinning: in_loop && quiet,
             halted: false,
             in_kernel,
         }
     }
 }
 
+/// The guest's code from `rip - MAX_LOOP_BYTES` to `rip + MAX_LOOP_BYTES`
+/// (as much of it as is mapped, RIP's own page at least) and the virtual
+/// address of its first byte.
+fn read_code(
+    fd: &kvm_ioctls::VcpuFd,
+    memory: &GuestMemoryMmap,
+    rip: u64,
+) -> Option<(Vec<u8>, u64)> {
+    let lo = rip.saturating_sub(MAX_LOOP_BYTES);
+    let hi = rip.checked_add(MAX_LOOP_BYTES)?;
+    let read_page = |gva: u64, from: u64, to: u64| -> Option<Vec<u8>> {
+        let t = fd.translate_gva(gva).ok()?;
+        if t.valid == 0 {
+            return None;
+        }
+        let mut buf = vec![0u8; usize::try_from(to - from).ok()?];
+        memory
+            .read_slice(&mut buf, GuestAddress(t.physical_address + (from - gva)))
+            .ok()?;
+        Some(buf)
+    };
+    let rip_page = rip & !(PAGE - 1);
+    let mut code = read_page(rip_page, lo.max(rip_page), hi.min(rip_page + PAGE))?;
+    let mut base = lo.max(rip_page);
+    if lo < rip_page {
+        if let Some(mut before) = read_page(lo & !(PAGE - 1), lo, rip_page) {
+            before.extend(code);
+            code = before;
+            base = lo;
+        }
+    }
+    if hi > rip_page + PAGE {
+        if let Some(after) = read_page(rip_page + PAGE, rip_page + PAGE, hi) {
+            code.extend(after);
+        }
+    }
+    Some((code, base))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn at(start: u64, end: u64) -> Loop {
+        Some(SpinLoop {
+            start,
+            end,
+            pauses: false,
+        })
+    }
+
     #[test]
-    fn a_tight_loop_is_spinning_after_enough_samples() {
+    fn spinning_takes_enough_samples_in_one_loop() {
         let mut d = SpinDetector::new(
             SpinSettings {
-                window_bytes: 64,
                 samples: 3,
                 ..SpinSettings::default()
             },
             None,
+            None,
         );
-        assert!(!d.push(0x1000));
-        assert!(!d.push(0x1010));
-        assert!(d.push(0x1030));
-        assert!(!d.push(0x5000), "left the window");
+        assert!(!d.push(at(0x1000, 0x1020)));
+        assert!(
+            !d.push(at(0x1010, 0x1030)),
+            "the same loop, closed elsewhere"
+        );
+        assert!(d.push(at(0x1000, 0x1020)));
+        assert!(d.push(at(0x1000, 0x1020)));
+        assert!(!d.push(at(0x5000, 0x5010)), "another loop starts over");
+        assert!(!d.push(None), "a doubtful sample breaks the streak");
+        assert!(!d.push(at(0x5000, 0x5010)));
+        assert!(!d.push(at(0x5000, 0x5010)));
+        assert!(d.push(at(0x5000, 0x5010)));
         d.reset();
-        assert!(!d.push(0x5000));
+        assert!(!d.push(at(0x5000, 0x5010)));
+        d.reset();
+        let pausing = Some(SpinLoop {
+            start: 0x5000,
+            end: 0x5010,
+            pauses: true,
+        });
+        assert!(
+            d.push(pausing),
+            "a PAUSE loop: one sample (pause_samples 1)"
+        );
+        assert!(!d.push(None));
     }
 }
