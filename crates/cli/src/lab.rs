@@ -93,6 +93,10 @@ fn diagnose_executor(s: &str) -> Result<Executor, String> {
     }
 }
 
+/// Default repetitions of a diagnosis: the fewest pairs whose ratio has a
+/// 95% interval (`smplab_stats::MIN_SAMPLES_FOR_95`).
+pub const DIAGNOSE_REPS: u32 = 6;
+
 /// `smplab diagnose`: Ding & Shan's remove-one-factor-at-a-time diagnosis.
 #[derive(Debug, Clone, Args)]
 pub struct DiagnoseArgs {
@@ -113,8 +117,10 @@ pub struct DiagnoseArgs {
     /// Workload scale.
     #[arg(long, default_value_t = 0.1)]
     pub scale: f64,
-    /// Repetitions of every configuration.
-    #[arg(long, default_value_t = 3)]
+    /// Repetitions of every configuration, interleaved (the order reversed
+    /// every other repetition). 6 is the fewest whose paired ratios have a 95%
+    /// interval: with fewer, nothing is credited and the table warns.
+    #[arg(long, default_value_t = DIAGNOSE_REPS)]
     pub reps: u32,
     /// Simulator platform profile (built-in name or file).
     #[arg(long, default_value = DEFAULT_PLATFORM)]
@@ -539,6 +545,15 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
     base.timeout_s = timeout_s;
     base.config.set_vms(args.vms);
     let plan = Plan::new(base);
+    for (f, why) in &plan.not_applicable {
+        outln!("{}: not applicable, not run ({why})", f.name);
+    }
+    if args.reps < DIAGNOSE_REPS {
+        outln!(
+            "warning: --reps {}: fewer than {DIAGNOSE_REPS} repetitions give no 95% interval of a paired ratio, so no factor can be credited",
+            args.reps
+        );
+    }
     let path = args.store.clone().unwrap_or_else(|| {
         default_store(&format!(
             "diagnose-{}-{}",
@@ -702,7 +717,7 @@ mod tests {
             "sim",
         ]);
         assert!(
-            matches!(t.cmd, Cmd::Diagnose(ref d) if d.executor == Executor::Sim && d.reps == 3)
+            matches!(t.cmd, Cmd::Diagnose(ref d) if d.executor == Executor::Sim && d.reps == DIAGNOSE_REPS)
         );
         assert!(Top::try_parse_from([
             "smplab",
