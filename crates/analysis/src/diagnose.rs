@@ -241,7 +241,7 @@ impl Plan {
         let configs = self.configs();
         let mut out = Vec::new();
         for rep in 0..reps {
-            let order: Vec<&Point> = if rep % 2 == 0 {
+            let order: Vec<&Point> = if rep.is_multiple_of(2) {
                 configs.iter().collect()
             } else {
                 configs.iter().rev().collect()

@@ -12,8 +12,9 @@ use smplab_record::{out, outln};
 use smplab_experiment::runner::Runner;
 use smplab_experiment::spec::ExperimentSpec;
 use smplab_experiment::store::{Status, Store};
-use smplab_experiment::sweep::{run_repeated, Repetitions, SweepOptions};
+use smplab_experiment::sweep::{run_repeated_with, Repetitions, SweepOptions};
 use smplab_record::exit::{self, report_error};
+use smplab_record::interference::StealThreshold;
 use smplab_record::Executor;
 use smplab_report::{write_report, ReportOptions};
 use smplab_stats::MedianCi;
@@ -34,6 +35,8 @@ pub struct DemoOptions {
     pub fresh: bool,
     /// Draw progress bars.
     pub progress: bool,
+    /// Repetitions whose host steal exceeds this are flagged, left out and rerun.
+    pub steal: StealThreshold,
 }
 
 /// Default workload scale, 5× the former 0.2 (where runs were 2–6 ms
@@ -48,8 +51,10 @@ pub const DEFAULT_SCALE: f64 = 1.0;
 /// Largest scale of the calibration's micro-runs in the demo (the same as
 /// `smplab calibrate`'s default; the held-out runs use half of it).
 pub const CALIBRATION_SCALE: f64 = 1.0;
-/// Default most repetitions of a configuration.
-pub const DEFAULT_MAX_REPS: u32 = 8;
+/// Default most repetitions of a configuration: enough for the interval of
+/// a median to leave out the two most extreme runs on each side
+/// (`smplab_stats`), so one disturbed run does not decide it.
+pub const DEFAULT_MAX_REPS: u32 = 12;
 
 /// The profiles the demo studies: one per behaviour Ding & Shan found costly
 /// (embarrassingly parallel, pipeline with blocking queues, blocking barriers,
@@ -225,7 +230,15 @@ fn demo_steps(runner: &dyn Runner, args: &DemoOptions) -> Result<i32, Stopped> {
         outln!();
         out!("{t}");
     }
+    let line = precision_line(
+        &results,
+        &demo.measured_configs(),
+        demo.disturbed,
+        demo.reruns,
+    );
     demo.list_wide(&mut cal.wide);
+    outln!("\n{line}");
+    demo.notes.push(line);
     let problems = list_failed(&demo.store);
     demo.write_report(cal.calibration)?;
     for n in &demo.notes {
@@ -257,6 +270,9 @@ struct Demo<'a> {
     /// The sweeps' and diagnoses' configurations that reached the most
     /// repetitions without a ±5% interval.
     wide: Vec<(String, MedianCi)>,
+    /// Repetitions flagged as disturbed by steal, and runs repeated for them.
+    disturbed: usize,
+    reruns: usize,
 }
 
 /// The calibration step's outcome: the platform the simulator runs on.
@@ -315,6 +331,8 @@ impl<'a> Demo<'a> {
             notes,
             failed: 0,
             wide: Vec::new(),
+            disturbed: 0,
+            reruns: 0,
         })
     }
 
@@ -425,13 +443,24 @@ impl<'a> Demo<'a> {
             }
         }
         let (store, runner, opts) = (&mut self.store, self.runner, &self.opts);
-        let swept = run_repeated(&points, store, runner, opts, &self.reps).and_then(|a| {
-            let b = run_repeated(&qemu_points, store, runner, opts, &Repetitions::fixed(1))?;
-            Ok([a, b])
-        });
+        let steal = self.args.steal;
+        let swept =
+            run_repeated_with(&points, store, runner, opts, &self.reps, steal).and_then(|a| {
+                let b = run_repeated_with(
+                    &qemu_points,
+                    store,
+                    runner,
+                    opts,
+                    &Repetitions::fixed(1),
+                    steal,
+                )?;
+                Ok([a, b])
+            });
         match swept {
             Ok([a, b]) => {
                 self.failed += a.failed;
+                self.disturbed += a.disturbed + b.disturbed;
+                self.reruns += a.reruns + b.reruns;
                 self.wide.extend(a.wide);
                 // One QEMU run never has an interval: not a finding worth listing.
                 self.failed += b.failed;
@@ -480,9 +509,18 @@ impl<'a> Demo<'a> {
             for p in &mut pts {
                 p.timeout_s = 120;
             }
-            match run_repeated(&pts, &mut self.store, self.runner, &self.opts, &self.reps) {
+            match run_repeated_with(
+                &pts,
+                &mut self.store,
+                self.runner,
+                &self.opts,
+                &self.reps,
+                self.args.steal,
+            ) {
                 Ok(s) => {
                     self.failed += s.failed;
+                    self.disturbed += s.disturbed;
+                    self.reruns += s.reruns;
                     self.wide.extend(s.wide);
                 }
                 Err(e) => {
@@ -492,6 +530,19 @@ impl<'a> Demo<'a> {
             }
         }
         Ok(plans)
+    }
+
+    /// The measured (native and smplab-vmm) configurations of the demo's
+    /// sweeps, once each.
+    fn measured_configs(&self) -> Vec<smplab_experiment::point::Point> {
+        let mut seen = std::collections::HashSet::new();
+        specs(self.args.reps, self.args.scale, "")
+            .into_iter()
+            .filter_map(|(file, text)| ExperimentSpec::from_text(file, &text).ok())
+            .flat_map(|spec| spec.points)
+            .filter(|p| matches!(p.executor(), Executor::Native | Executor::Vm))
+            .filter(|p| seen.insert(p.config_key()))
+            .collect()
     }
 
     /// List the configurations (the calibration's, `calibration_wide`, last)
@@ -555,6 +606,60 @@ impl<'a> Demo<'a> {
             }
         }
     }
+}
+
+/// How many of the demo's measured configurations reached ±5% (the 95%
+/// interval of the median wall time, or for a VM configuration of the paired
+/// ratio to its native twin), and for the others why not: what other
+/// processes and the hypervisor took from the host while they ran.
+pub fn precision_line(
+    results: &Results,
+    configs: &[smplab_experiment::point::Point],
+    disturbed: usize,
+    reruns: usize,
+) -> String {
+    let rel = smplab_stats::TARGET_REL_HALF_WIDTH;
+    let (mut measured, mut narrow, mut by_pairs) = (0, 0, 0);
+    let (mut other, mut steal) = (Vec::new(), Vec::new());
+    for p in configs {
+        let Some(prec) = results.precision(p, rel) else {
+            continue;
+        };
+        measured += 1;
+        if prec.is_narrow() {
+            narrow += 1;
+            by_pairs += usize::from(!prec.own_narrow);
+            continue;
+        }
+        for r in results
+            .get(p)
+            .into_iter()
+            .flatten()
+            .flat_map(|e| e.records.iter())
+        {
+            if let Some(i) = &r.interference {
+                steal.push(i.steal_fraction);
+                other.extend(i.other_cpu_fraction);
+            }
+        }
+    }
+    let mut line = format!(
+        "Precision: {narrow} of {measured} measured configurations ({:.0}%) reached ±{:.0}% (95% interval of the median wall time, or of the paired ratio to native for {by_pairs} of them).",
+        if measured > 0 { narrow as f64 * 100.0 / measured as f64 } else { 0.0 },
+        rel * 100.0
+    );
+    if narrow < measured {
+        line.push_str(&format!(
+            " The other {}: while they ran, other processes used a median {} of the host's CPU time and the hypervisor stole {}",
+            measured - narrow,
+            smplab_stats::median(&other).map_or_else(|| "(unmeasured)".to_string(), |f| format!("{:.0}%", f * 100.0)),
+            smplab_stats::median(&steal).map_or_else(|| "(unmeasured)".to_string(), |f| format!("{:.1}%", f * 100.0)),
+        ));
+        line.push_str(&format!(
+            "; {disturbed} repetitions were left out as disturbed by steal ({reruns} rerun). Re-measure them on a quiet host."
+        ));
+    }
+    line
 }
 
 /// List the store's failed points (the first five, one line each); how many
@@ -640,6 +745,7 @@ mod tests {
             scale: 0.05,
             fresh: true,
             progress: false,
+            steal: StealThreshold::default(),
         };
         let code = run_with(&runner, &args);
         assert_eq!(code, exit::OK);

@@ -7,9 +7,10 @@ use clap::{Args, Subcommand};
 use smplab_experiment::runner::real::RealRunner;
 use smplab_experiment::slurm;
 use smplab_experiment::store::Store;
-use smplab_experiment::sweep::{print_summary, run_points, run_repeated, SweepOptions};
+use smplab_experiment::sweep::{print_summary, run_points_with, run_repeated_with, SweepOptions};
 use smplab_record::config::{Timeout, DEFAULT_PLATFORM, DEFAULT_TIMEOUT};
 use smplab_record::exit::{self, report_error};
+use smplab_record::interference::StealThreshold;
 use smplab_record::Executor;
 use smplab_record::{out, outln};
 use smplab_report::{write_report, ReportOptions};
@@ -57,6 +58,11 @@ pub struct LabRunArgs {
     /// QEMU binary for `qemu` points.
     #[arg(long)]
     pub qemu: Option<PathBuf>,
+    /// Steal threshold: a repetition whose hypervisor steal exceeds this
+    /// share of its CPU time is flagged, left out and run again (a budget of
+    /// one rerun per point); 1 keeps every repetition.
+    #[arg(long, default_value_t = StealThreshold::default())]
+    pub steal_threshold: StealThreshold,
     #[command(flatten)]
     pub slurm: SlurmArgs,
 }
@@ -135,6 +141,11 @@ pub struct DiagnoseArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Steal threshold: a repetition whose hypervisor steal exceeds this
+    /// share of its CPU time is flagged, left out and run again (a budget of
+    /// one rerun per point); 1 keeps every repetition.
+    #[arg(long, default_value_t = StealThreshold::default())]
+    pub steal_threshold: StealThreshold,
 }
 
 /// `smplab calibrate`: measure this host and write a simulator platform profile.
@@ -184,6 +195,11 @@ pub struct DemoArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Steal threshold: a repetition whose hypervisor steal exceeds this
+    /// share of its CPU time is flagged, left out and run again (a budget of
+    /// one rerun per point); 1 keeps every repetition.
+    #[arg(long, default_value_t = StealThreshold::default())]
+    pub steal_threshold: StealThreshold,
 }
 
 /// `lab run` options for submitting to Slurm instead of running here.
@@ -375,7 +391,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
         spec.name,
         path.display()
     );
-    let summary = match run_repeated(
+    let summary = match run_repeated_with(
         &spec.points,
         &mut store,
         &runner,
@@ -384,6 +400,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
             progress: !a.quiet,
         },
         reps,
+        a.steal_threshold,
     ) {
         Ok(s) => s,
         Err(e) => {
@@ -568,7 +585,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
             return exit::RUN_FAILED;
         }
     };
-    let summary = match run_points(
+    let summary = match run_points_with(
         &plan.points(args.reps),
         &mut store,
         &runner,
@@ -576,6 +593,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
             retry_failed: false,
             progress: !args.quiet,
         },
+        args.steal_threshold,
     ) {
         Ok(s) => s,
         Err(e) => {
@@ -681,6 +699,7 @@ pub fn demo(args: &DemoArgs) -> i32 {
         scale: args.scale,
         fresh: args.fresh,
         progress: !args.quiet,
+        steal: args.steal_threshold,
     })
 }
 
@@ -729,7 +748,18 @@ mod tests {
         ])
         .is_err());
         let t = Top::parse_from(["smplab", "demo", "--max-reps", "1"]);
-        assert!(matches!(t.cmd, Cmd::Demo(ref d) if d.reps == 1));
+        assert!(
+            matches!(t.cmd, Cmd::Demo(ref d) if d.reps == 1 && d.steal_threshold == StealThreshold::default())
+        );
+        let t = Top::parse_from(["smplab", "demo", "--steal-threshold", "1"]);
+        assert!(matches!(t.cmd, Cmd::Demo(ref d) if d.steal_threshold == StealThreshold::OFF));
+        for bad in ["0", "1.5", "x"] {
+            let e =
+                Top::try_parse_from(["smplab", "lab", "run", "x.toml", "--steal-threshold", bad])
+                    .unwrap_err();
+            assert!(e.to_string().contains("(0, 1]"), "{e}");
+            assert_eq!(e.exit_code(), exit::BAD_INPUT);
+        }
         let _ = Top::parse_from(["smplab", "calibrate"]);
     }
 
@@ -781,6 +811,7 @@ mod tests {
                 quiet: true,
                 report: false,
                 qemu: None,
+                steal_threshold: StealThreshold::default(),
                 slurm: Default::default(),
             }),
         });
