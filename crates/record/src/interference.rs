@@ -280,6 +280,36 @@ mod tests {
         assert_eq!(parse_busy_ticks(stat), Some(155));
     }
 
+    /// 2 CPUs for 1 s at 100 ticks/s: 200 ticks, 10 of them stolen, 150
+    /// busy, of which this process used 0.5 s: others used 1.0 of 2.0 s.
+    #[test]
+    fn other_processes_share_is_busy_time_minus_our_own() {
+        let at = Instant::now();
+        let a = HostCounters {
+            total_ticks: 1000,
+            steal_ticks: 5,
+            pressure_some_us: Some(0),
+            busy_ticks: 300,
+            own_cpu_us: Some(2_000_000),
+            at,
+        };
+        let b = HostCounters {
+            total_ticks: 1200,
+            steal_ticks: 15,
+            pressure_some_us: Some(250_000),
+            busy_ticks: 450,
+            own_cpu_us: Some(2_500_000),
+            at: at + std::time::Duration::from_secs(1),
+        };
+        let i = a.until(&b);
+        assert!((i.steal_fraction - 0.05).abs() < 1e-12);
+        assert!((i.cpu_pressure_fraction.unwrap() - 0.25).abs() < 1e-9);
+        if clock_ticks_per_s() == Some(100.0) {
+            assert!((i.other_cpu_fraction.unwrap() - 0.5).abs() < 1e-9, "{i:?}");
+        }
+        assert_eq!(a.until(&a).other_cpu_fraction, None, "no tick: unknown");
+    }
+
     #[test]
     fn steal_threshold_is_validated_and_one_turns_it_off() {
         assert_eq!("0.1".parse::<StealThreshold>().unwrap().fraction(), 0.1);
@@ -314,9 +344,10 @@ mod tests {
         let i = a.until(&b);
         assert!((0.0..=1.0).contains(&i.steal_fraction));
         assert!(i.window_s >= 0.0);
+        // No clock tick may have passed in so short a window: then unknown.
         assert!(i
             .other_cpu_fraction
-            .is_some_and(|f| (0.0..=1.0).contains(&f)));
+            .is_none_or(|f| (0.0..=1.0).contains(&f)));
         assert!(!Interference::default().is_disturbed(DEFAULT_STEAL_THRESHOLD));
         let disturbed = Interference {
             steal_fraction: 0.2,
