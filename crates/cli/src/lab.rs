@@ -148,6 +148,9 @@ pub struct DiagnoseArgs {
     pub steal_threshold: StealThreshold,
 }
 
+/// Default most repetitions of a calibration's configuration.
+pub const CALIBRATE_MAX_REPS: u32 = 8;
+
 /// `smplab calibrate`: measure this host and write a simulator platform profile.
 #[derive(Debug, Clone, Args)]
 pub struct CalibrateArgs {
@@ -158,7 +161,7 @@ pub struct CalibrateArgs {
     /// at least 6 times (or this many if fewer) and is repeated until the
     /// 95% interval of its median wall time is within ±5% of the median, or
     /// this many runs.
-    #[arg(long = "max-reps", default_value_t = crate::demo::DEFAULT_MAX_REPS)]
+    #[arg(long = "max-reps", default_value_t = CALIBRATE_MAX_REPS)]
     pub reps: u32,
     /// Workload scale of the micro-runs (the held-out runs use half of it).
     #[arg(long, default_value_t = 1.0)]
