@@ -230,15 +230,20 @@ fn demo_steps(runner: &dyn Runner, args: &DemoOptions) -> Result<i32, Stopped> {
         outln!();
         out!("{t}");
     }
-    let line = precision_line(
-        &results,
-        &demo.measured_configs(),
-        demo.disturbed,
-        demo.reruns,
-    );
+    // Also at the top of the report.
+    let line = smplab_report::precision_line(&results, &demo.store);
     demo.list_wide(&mut cal.wide);
-    outln!("\n{line}");
-    demo.notes.push(line);
+    if let Some(line) = line {
+        outln!("\n{line}");
+    }
+    if demo.disturbed > 0 {
+        outln!(
+            "{} repetitions ran while the hypervisor stole more than {} of their CPU time: left out ({} rerun).",
+            demo.disturbed,
+            args.steal,
+            demo.reruns
+        );
+    }
     let problems = list_failed(&demo.store);
     demo.write_report(cal.calibration)?;
     for n in &demo.notes {
@@ -532,19 +537,6 @@ impl<'a> Demo<'a> {
         Ok(plans)
     }
 
-    /// The measured (native and smplab-vmm) configurations of the demo's
-    /// sweeps, once each.
-    fn measured_configs(&self) -> Vec<smplab_experiment::point::Point> {
-        let mut seen = std::collections::HashSet::new();
-        specs(self.args.reps, self.args.scale, "")
-            .into_iter()
-            .filter_map(|(file, text)| ExperimentSpec::from_text(file, &text).ok())
-            .flat_map(|spec| spec.points)
-            .filter(|p| matches!(p.executor(), Executor::Native | Executor::Vm))
-            .filter(|p| seen.insert(p.config_key()))
-            .collect()
-    }
-
     /// List the configurations (the calibration's, `calibration_wide`, last)
     /// that reached the most repetitions without a ±5% interval, with a note.
     fn list_wide(&mut self, calibration_wide: &mut Vec<(String, MedianCi)>) {
@@ -606,60 +598,6 @@ impl<'a> Demo<'a> {
             }
         }
     }
-}
-
-/// How many of the demo's measured configurations reached ±5% (the 95%
-/// interval of the median wall time, or for a VM configuration of the paired
-/// ratio to its native twin), and for the others why not: what other
-/// processes and the hypervisor took from the host while they ran.
-pub fn precision_line(
-    results: &Results,
-    configs: &[smplab_experiment::point::Point],
-    disturbed: usize,
-    reruns: usize,
-) -> String {
-    let rel = smplab_stats::TARGET_REL_HALF_WIDTH;
-    let (mut measured, mut narrow, mut by_pairs) = (0, 0, 0);
-    let (mut other, mut steal) = (Vec::new(), Vec::new());
-    for p in configs {
-        let Some(prec) = results.precision(p, rel) else {
-            continue;
-        };
-        measured += 1;
-        if prec.is_narrow() {
-            narrow += 1;
-            by_pairs += usize::from(!prec.own_narrow);
-            continue;
-        }
-        for r in results
-            .get(p)
-            .into_iter()
-            .flatten()
-            .flat_map(|e| e.records.iter())
-        {
-            if let Some(i) = &r.interference {
-                steal.push(i.steal_fraction);
-                other.extend(i.other_cpu_fraction);
-            }
-        }
-    }
-    let mut line = format!(
-        "Precision: {narrow} of {measured} measured configurations ({:.0}%) reached ±{:.0}% (95% interval of the median wall time, or of the paired ratio to native for {by_pairs} of them).",
-        if measured > 0 { narrow as f64 * 100.0 / measured as f64 } else { 0.0 },
-        rel * 100.0
-    );
-    if narrow < measured {
-        line.push_str(&format!(
-            " The other {}: while they ran, other processes used a median {} of the host's CPU time and the hypervisor stole {}",
-            measured - narrow,
-            smplab_stats::median(&other).map_or_else(|| "(unmeasured)".to_string(), |f| format!("{:.0}%", f * 100.0)),
-            smplab_stats::median(&steal).map_or_else(|| "(unmeasured)".to_string(), |f| format!("{:.1}%", f * 100.0)),
-        ));
-        line.push_str(&format!(
-            "; {disturbed} repetitions were left out as disturbed by steal ({reruns} rerun). Re-measure them on a quiet host."
-        ));
-    }
-    line
 }
 
 /// List the store's failed points (the first five, one line each); how many
