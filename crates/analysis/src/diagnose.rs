@@ -10,10 +10,21 @@
 //! "interaction" term rather than spread over the factors:
 //! `s0 = Σ c_f + interaction + s_all`.
 //!
-//! Noise: a factor is credited only when the 95% intervals of the slowdown's
-//! median with and without it do not overlap ([`smplab_stats::MedianCi::differs_from`]);
-//! otherwise the table says "within noise" and the credit counts as 0 in the
-//! sum, the interaction and the chart.
+//! Noise: the baseline and every variant run interleaved, one repetition of
+//! each back to back, the order reversed every other repetition
+//! ([`Plan::points`]), so a drift of a shared host or the place right after
+//! the native run lands on neither side. A factor is credited only when the
+//! 95% interval of the paired ratio (variant ÷ baseline wall time of the same
+//! repetition, [`smplab_stats::paired_ratio`]) excludes 1; otherwise the table
+//! says "within noise" and the credit counts as 0 in the sum, the interaction
+//! and the chart. Fewer than 6 pairs have no 95% interval: nothing is
+//! credited, and the table says so.
+//!
+//! Not applicable: a removal whose variant runs the same program in the same
+//! configuration as the baseline (the spin→block variant of a profile that
+//! does not spin, a setting the baseline already has) measures nothing but
+//! run order; it is reported as not applicable and not run. "The same" is
+//! decided from the workload model and the typed configuration themselves.
 //!
 //! This module owns the factors and the plan of a diagnosis (which points to
 //! run, and finding plans in a store); `attribution` computes the credits from
@@ -28,6 +39,7 @@ pub use table::table;
 
 use crate::metrics::Results;
 use smplab_experiment::point::{Point, Variant};
+use smplab_experiment::runner::prepare;
 use smplab_record::config::{IdlePolicy, Placement, Ple, RunConfig, SyncMode};
 use smplab_record::Executor;
 
@@ -98,7 +110,7 @@ pub const FACTORS: &[Factor] = &[
     },
     Factor {
         name: "user-space spinning",
-        removal: "the spin→block variant of the workload (every spin wait blocks)",
+        removal: "the spin→block variant of the workload (spinning barriers and adaptive mutexes block at once; spin locks stay)",
         remove: |p| p.variant = Variant::SpinToBlock,
         applies: measured_or_sim,
     },
@@ -140,7 +152,39 @@ pub struct Plan {
     pub baseline: Point,
     /// `(factor, point with that factor removed)`.
     pub removed: Vec<(Factor, Point)>,
+    /// `(factor, why)`: removals that would run the baseline again (the same
+    /// program in the same configuration). Not run, not attributed.
+    pub not_applicable: Vec<(Factor, String)>,
     pub all_removed: Point,
+}
+
+/// Why `variant` would run exactly what `base` runs, or `None` when it runs
+/// something else: a different configuration, or a different program (the
+/// workload model instantiated as each point asks, compared as data). A
+/// workload that cannot be instantiated counts as different: its runs will
+/// say why they fail.
+pub fn unchanged_by(base: &Point, variant: &Point) -> Option<String> {
+    if base.config != variant.config
+        || base.threads != variant.threads
+        || base.scale != variant.scale
+        || base.workload != variant.workload
+    {
+        return None;
+    }
+    if base.variant == variant.variant {
+        return Some("the baseline's configuration already has it removed".into());
+    }
+    let (a, _) = prepare(base).ok()?;
+    let (mut b, _) = prepare(variant).ok()?;
+    // The variant's program carries its own name; only what runs counts.
+    b.name.clone_from(&a.name);
+    (a == b).then(|| {
+        format!(
+            "the {} variant of {} is the same program: it has no spinning barrier and no mutex that spins before blocking (spin_limit = 0), and spin locks stay",
+            variant.variant.as_str(),
+            base.workload
+        )
+    })
 }
 
 impl Plan {
@@ -150,29 +194,33 @@ impl Plan {
             .copied()
             .filter(|f| (f.applies)(baseline.executor()))
             .collect();
-        let removed: Vec<(Factor, Point)> = factors
-            .iter()
-            .map(|f| {
-                let mut p = baseline.clone();
-                (f.remove)(&mut p);
-                (*f, p)
-            })
-            .collect();
-        let mut all = baseline.clone();
+        let mut removed = Vec::new();
+        let mut not_applicable = Vec::new();
         for f in &factors {
+            let mut p = baseline.clone();
+            (f.remove)(&mut p);
+            match unchanged_by(&baseline, &p) {
+                Some(why) => not_applicable.push((*f, why)),
+                None => removed.push((*f, p)),
+            }
+        }
+        let mut all = baseline.clone();
+        for (f, _) in &removed {
             (f.remove)(&mut all);
         }
         Plan {
             native: baseline.native_twin(),
             baseline,
             removed,
+            not_applicable,
             all_removed: all,
         }
     }
 
-    /// Every point, `reps` repetitions each, repetitions round-robin. The
-    /// simulator needs no native run: it models native itself.
-    pub fn points(&self, reps: u32) -> Vec<Point> {
+    /// Every configuration of the plan in its run order: native (the
+    /// simulator needs none: it models native itself), the baseline, each
+    /// applicable removal, all removed at once.
+    pub fn configs(&self) -> Vec<Point> {
         let mut configs = Vec::new();
         if self.baseline.executor() != Executor::Sim {
             configs.push(self.native.clone());
@@ -180,9 +228,25 @@ impl Plan {
         configs.push(self.baseline.clone());
         configs.extend(self.removed.iter().map(|(_, p)| p.clone()));
         configs.push(self.all_removed.clone());
+        configs
+    }
+
+    /// Every point, `reps` repetitions each, interleaved: one repetition of
+    /// every configuration, then the next, the order reversed every other
+    /// repetition. Each variant's repetition `r` pairs with the baseline's
+    /// repetition `r`, run minutes apart at most, before it in one
+    /// repetition and after it in the next, so neither a drift of the host
+    /// nor the slot right after the native run favours one side.
+    pub fn points(&self, reps: u32) -> Vec<Point> {
+        let configs = self.configs();
         let mut out = Vec::new();
         for rep in 0..reps {
-            for c in &configs {
+            let order: Vec<&Point> = if rep.is_multiple_of(2) {
+                configs.iter().collect()
+            } else {
+                configs.iter().rev().collect()
+            };
+            for c in order {
                 let mut p = c.clone();
                 p.rep = rep;
                 p.timeout_s = self.baseline.timeout_s;

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 
 mod exits;
 mod micro;
+mod paired;
 mod prediction;
 mod scaling;
 
@@ -30,6 +31,7 @@ pub use exits::{
     COUNTED_EXIT_REASONS, RESULT_STREAM, WINDOW_PORT,
 };
 pub use micro::{correlate_with_slowdown, micro_rates, pearson, Correlation};
+pub use paired::Precision;
 pub use prediction::{
     error_reads_in_points, prediction_error_by_metric, Prediction, PredictionErrors,
 };
@@ -90,6 +92,10 @@ impl<'a> Results<'a> {
         Self::from_entries(store.latest())
     }
 
+    /// Successful entries by configuration. Repetitions the sweep flagged as
+    /// disturbed (the host's steal above its threshold, `Entry::disturbed`)
+    /// are left out, unless every repetition of a configuration was: then
+    /// they are all it has, and they stay.
     pub fn from_entries(entries: Vec<&'a Entry>) -> Self {
         let mut configs: BTreeMap<String, Vec<&Entry>> = BTreeMap::new();
         for e in entries
@@ -97,6 +103,11 @@ impl<'a> Results<'a> {
             .filter(|e| e.is_ok() && !e.records.is_empty())
         {
             configs.entry(e.point.config_key()).or_default().push(e);
+        }
+        for es in configs.values_mut() {
+            if es.iter().any(|e| !e.disturbed) {
+                es.retain(|e| !e.disturbed);
+            }
         }
         Results { configs }
     }
@@ -219,7 +230,10 @@ impl<'a> Results<'a> {
 
     /// Slowdown versus native with a 95% interval.
     ///
-    /// Measured executors: the ratio of the medians, `T̃_exec / T̃_native − 1`,
+    /// Measured executors with at least 6 repetitions paired with the native
+    /// twin's (same repetition index, run beside it): the interval of the
+    /// paired ratio's median, minus 1 ([`Results::paired_slowdown_ci`]).
+    /// Otherwise the ratio of the medians, `T̃_exec / T̃_native − 1`,
     /// and an interval built conservatively from the two medians' intervals:
     /// `[lo_exec / hi_native − 1, hi_exec / lo_native − 1]`. The two are
     /// measured independently, so it covers the true ratio of medians with at
@@ -242,6 +256,10 @@ impl<'a> Results<'a> {
             if let Some(ci) = MedianCi::of(&v) {
                 return Some(ci);
             }
+        }
+        // Interleaved pairs with the native twin, when there are enough.
+        if let Some(ci) = self.paired_slowdown_ci(p) {
+            return Some(ci);
         }
         let exec = self.wall_ci(p)?;
         let native = MedianCi::of(

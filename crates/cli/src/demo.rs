@@ -12,8 +12,9 @@ use smplab_record::{out, outln};
 use smplab_experiment::runner::Runner;
 use smplab_experiment::spec::ExperimentSpec;
 use smplab_experiment::store::{Status, Store};
-use smplab_experiment::sweep::{run_repeated, Repetitions, SweepOptions};
+use smplab_experiment::sweep::{run_repeated_with, Repetitions, SweepOptions};
 use smplab_record::exit::{self, report_error};
+use smplab_record::interference::StealThreshold;
 use smplab_record::Executor;
 use smplab_report::{write_report, ReportOptions};
 use smplab_stats::MedianCi;
@@ -34,6 +35,8 @@ pub struct DemoOptions {
     pub fresh: bool,
     /// Draw progress bars.
     pub progress: bool,
+    /// Repetitions whose host steal exceeds this are flagged, left out and rerun.
+    pub steal: StealThreshold,
 }
 
 /// Default workload scale, 5× the former 0.2 (where runs were 2–6 ms
@@ -48,8 +51,10 @@ pub const DEFAULT_SCALE: f64 = 1.0;
 /// Largest scale of the calibration's micro-runs in the demo (the same as
 /// `smplab calibrate`'s default; the held-out runs use half of it).
 pub const CALIBRATION_SCALE: f64 = 1.0;
-/// Default most repetitions of a configuration.
-pub const DEFAULT_MAX_REPS: u32 = 8;
+/// Default most repetitions of a configuration: enough for the interval of
+/// a median to leave out the two most extreme runs on each side
+/// (`smplab_stats`), so one disturbed run does not decide it.
+pub const DEFAULT_MAX_REPS: u32 = 12;
 
 /// The profiles the demo studies: one per behaviour Ding & Shan found costly
 /// (embarrassingly parallel, pipeline with blocking queues, blocking barriers,
@@ -225,7 +230,20 @@ fn demo_steps(runner: &dyn Runner, args: &DemoOptions) -> Result<i32, Stopped> {
         outln!();
         out!("{t}");
     }
+    // Also at the top of the report.
+    let line = smplab_report::precision_line(&results, &demo.store);
     demo.list_wide(&mut cal.wide);
+    if let Some(line) = line {
+        outln!("\n{line}");
+    }
+    if demo.disturbed > 0 {
+        outln!(
+            "{} repetitions ran while the hypervisor stole more than {} of their CPU time: left out ({} rerun).",
+            demo.disturbed,
+            args.steal,
+            demo.reruns
+        );
+    }
     let problems = list_failed(&demo.store);
     demo.write_report(cal.calibration)?;
     for n in &demo.notes {
@@ -257,6 +275,9 @@ struct Demo<'a> {
     /// The sweeps' and diagnoses' configurations that reached the most
     /// repetitions without a ±5% interval.
     wide: Vec<(String, MedianCi)>,
+    /// Repetitions flagged as disturbed by steal, and runs repeated for them.
+    disturbed: usize,
+    reruns: usize,
 }
 
 /// The calibration step's outcome: the platform the simulator runs on.
@@ -315,6 +336,8 @@ impl<'a> Demo<'a> {
             notes,
             failed: 0,
             wide: Vec::new(),
+            disturbed: 0,
+            reruns: 0,
         })
     }
 
@@ -425,13 +448,24 @@ impl<'a> Demo<'a> {
             }
         }
         let (store, runner, opts) = (&mut self.store, self.runner, &self.opts);
-        let swept = run_repeated(&points, store, runner, opts, &self.reps).and_then(|a| {
-            let b = run_repeated(&qemu_points, store, runner, opts, &Repetitions::fixed(1))?;
-            Ok([a, b])
-        });
+        let steal = self.args.steal;
+        let swept =
+            run_repeated_with(&points, store, runner, opts, &self.reps, steal).and_then(|a| {
+                let b = run_repeated_with(
+                    &qemu_points,
+                    store,
+                    runner,
+                    opts,
+                    &Repetitions::fixed(1),
+                    steal,
+                )?;
+                Ok([a, b])
+            });
         match swept {
             Ok([a, b]) => {
                 self.failed += a.failed;
+                self.disturbed += a.disturbed + b.disturbed;
+                self.reruns += a.reruns + b.reruns;
                 self.wide.extend(a.wide);
                 // One QEMU run never has an interval: not a finding worth listing.
                 self.failed += b.failed;
@@ -480,9 +514,18 @@ impl<'a> Demo<'a> {
             for p in &mut pts {
                 p.timeout_s = 120;
             }
-            match run_repeated(&pts, &mut self.store, self.runner, &self.opts, &self.reps) {
+            match run_repeated_with(
+                &pts,
+                &mut self.store,
+                self.runner,
+                &self.opts,
+                &self.reps,
+                self.args.steal,
+            ) {
                 Ok(s) => {
                     self.failed += s.failed;
+                    self.disturbed += s.disturbed;
+                    self.reruns += s.reruns;
                     self.wide.extend(s.wide);
                 }
                 Err(e) => {
@@ -640,6 +683,7 @@ mod tests {
             scale: 0.05,
             fresh: true,
             progress: false,
+            steal: StealThreshold::default(),
         };
         let code = run_with(&runner, &args);
         assert_eq!(code, exit::OK);

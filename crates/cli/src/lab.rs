@@ -7,9 +7,10 @@ use clap::{Args, Subcommand};
 use smplab_experiment::runner::real::RealRunner;
 use smplab_experiment::slurm;
 use smplab_experiment::store::Store;
-use smplab_experiment::sweep::{print_summary, run_points, run_repeated, SweepOptions};
+use smplab_experiment::sweep::{print_summary, run_points_with, run_repeated_with, SweepOptions};
 use smplab_record::config::{Timeout, DEFAULT_PLATFORM, DEFAULT_TIMEOUT};
 use smplab_record::exit::{self, report_error};
+use smplab_record::interference::StealThreshold;
 use smplab_record::Executor;
 use smplab_record::{out, outln};
 use smplab_report::{write_report, ReportOptions};
@@ -57,6 +58,11 @@ pub struct LabRunArgs {
     /// QEMU binary for `qemu` points.
     #[arg(long)]
     pub qemu: Option<PathBuf>,
+    /// Steal threshold: a repetition whose hypervisor steal exceeds this
+    /// share of its CPU time is flagged, left out and run again (a budget of
+    /// one rerun per point); 1 keeps every repetition.
+    #[arg(long, default_value_t = StealThreshold::default())]
+    pub steal_threshold: StealThreshold,
     #[command(flatten)]
     pub slurm: SlurmArgs,
 }
@@ -93,6 +99,10 @@ fn diagnose_executor(s: &str) -> Result<Executor, String> {
     }
 }
 
+/// Default repetitions of a diagnosis: the fewest pairs whose ratio has a
+/// 95% interval (`smplab_stats::MIN_SAMPLES_FOR_95`).
+pub const DIAGNOSE_REPS: u32 = 6;
+
 /// `smplab diagnose`: Ding & Shan's remove-one-factor-at-a-time diagnosis.
 #[derive(Debug, Clone, Args)]
 pub struct DiagnoseArgs {
@@ -113,8 +123,10 @@ pub struct DiagnoseArgs {
     /// Workload scale.
     #[arg(long, default_value_t = 0.1)]
     pub scale: f64,
-    /// Repetitions of every configuration.
-    #[arg(long, default_value_t = 3)]
+    /// Repetitions of every configuration, interleaved (the order reversed
+    /// every other repetition). 6 is the fewest whose paired ratios have a 95%
+    /// interval: with fewer, nothing is credited and the table warns.
+    #[arg(long, default_value_t = DIAGNOSE_REPS)]
     pub reps: u32,
     /// Simulator platform profile (built-in name or file).
     #[arg(long, default_value = DEFAULT_PLATFORM)]
@@ -129,7 +141,15 @@ pub struct DiagnoseArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Steal threshold: a repetition whose hypervisor steal exceeds this
+    /// share of its CPU time is flagged, left out and run again (a budget of
+    /// one rerun per point); 1 keeps every repetition.
+    #[arg(long, default_value_t = StealThreshold::default())]
+    pub steal_threshold: StealThreshold,
 }
+
+/// Default most repetitions of a calibration's configuration.
+pub const CALIBRATE_MAX_REPS: u32 = 8;
 
 /// `smplab calibrate`: measure this host and write a simulator platform profile.
 #[derive(Debug, Clone, Args)]
@@ -141,7 +161,7 @@ pub struct CalibrateArgs {
     /// at least 6 times (or this many if fewer) and is repeated until the
     /// 95% interval of its median wall time is within ±5% of the median, or
     /// this many runs.
-    #[arg(long = "max-reps", default_value_t = crate::demo::DEFAULT_MAX_REPS)]
+    #[arg(long = "max-reps", default_value_t = CALIBRATE_MAX_REPS)]
     pub reps: u32,
     /// Workload scale of the micro-runs (the held-out runs use half of it).
     #[arg(long, default_value_t = 1.0)]
@@ -178,6 +198,11 @@ pub struct DemoArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Steal threshold: a repetition whose hypervisor steal exceeds this
+    /// share of its CPU time is flagged, left out and run again (a budget of
+    /// one rerun per point); 1 keeps every repetition.
+    #[arg(long, default_value_t = StealThreshold::default())]
+    pub steal_threshold: StealThreshold,
 }
 
 /// `lab run` options for submitting to Slurm instead of running here.
@@ -369,7 +394,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
         spec.name,
         path.display()
     );
-    let summary = match run_repeated(
+    let summary = match run_repeated_with(
         &spec.points,
         &mut store,
         &runner,
@@ -378,6 +403,7 @@ fn lab_run(a: &LabRunArgs) -> i32 {
             progress: !a.quiet,
         },
         reps,
+        a.steal_threshold,
     ) {
         Ok(s) => s,
         Err(e) => {
@@ -539,6 +565,15 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
     base.timeout_s = timeout_s;
     base.config.set_vms(args.vms);
     let plan = Plan::new(base);
+    for (f, why) in &plan.not_applicable {
+        outln!("{}: not applicable, not run ({why})", f.name);
+    }
+    if args.reps < DIAGNOSE_REPS {
+        outln!(
+            "warning: --reps {}: fewer than {DIAGNOSE_REPS} repetitions give no 95% interval of a paired ratio, so no factor can be credited",
+            args.reps
+        );
+    }
     let path = args.store.clone().unwrap_or_else(|| {
         default_store(&format!(
             "diagnose-{}-{}",
@@ -553,7 +588,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
             return exit::RUN_FAILED;
         }
     };
-    let summary = match run_points(
+    let summary = match run_points_with(
         &plan.points(args.reps),
         &mut store,
         &runner,
@@ -561,6 +596,7 @@ pub fn diagnose(args: &DiagnoseArgs) -> i32 {
             retry_failed: false,
             progress: !args.quiet,
         },
+        args.steal_threshold,
     ) {
         Ok(s) => s,
         Err(e) => {
@@ -666,6 +702,7 @@ pub fn demo(args: &DemoArgs) -> i32 {
         scale: args.scale,
         fresh: args.fresh,
         progress: !args.quiet,
+        steal: args.steal_threshold,
     })
 }
 
@@ -702,7 +739,7 @@ mod tests {
             "sim",
         ]);
         assert!(
-            matches!(t.cmd, Cmd::Diagnose(ref d) if d.executor == Executor::Sim && d.reps == 3)
+            matches!(t.cmd, Cmd::Diagnose(ref d) if d.executor == Executor::Sim && d.reps == DIAGNOSE_REPS)
         );
         assert!(Top::try_parse_from([
             "smplab",
@@ -714,7 +751,18 @@ mod tests {
         ])
         .is_err());
         let t = Top::parse_from(["smplab", "demo", "--max-reps", "1"]);
-        assert!(matches!(t.cmd, Cmd::Demo(ref d) if d.reps == 1));
+        assert!(
+            matches!(t.cmd, Cmd::Demo(ref d) if d.reps == 1 && d.steal_threshold == StealThreshold::default())
+        );
+        let t = Top::parse_from(["smplab", "demo", "--steal-threshold", "1"]);
+        assert!(matches!(t.cmd, Cmd::Demo(ref d) if d.steal_threshold == StealThreshold::OFF));
+        for bad in ["0", "1.5", "x"] {
+            let e =
+                Top::try_parse_from(["smplab", "lab", "run", "x.toml", "--steal-threshold", bad])
+                    .unwrap_err();
+            assert!(e.to_string().contains("(0, 1]"), "{e}");
+            assert_eq!(e.exit_code(), exit::BAD_INPUT);
+        }
         let _ = Top::parse_from(["smplab", "calibrate"]);
     }
 
@@ -766,6 +814,7 @@ mod tests {
                 quiet: true,
                 report: false,
                 qemu: None,
+                steal_threshold: StealThreshold::default(),
                 slurm: Default::default(),
             }),
         });

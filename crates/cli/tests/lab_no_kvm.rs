@@ -34,6 +34,7 @@ fn diagnose_and_calibrate_on_the_vm_exit_with_kvm_unavailable() {
         timeout: smplab_record::config::Timeout::from_secs(30).expect("30 s is positive"),
         store: Some(dir.join("d.jsonl")),
         quiet: true,
+        steal_threshold: Default::default(),
     });
     assert_eq!(code, exit::KVM_UNAVAILABLE);
     let code = smplab_cli::lab::calibrate(&CalibrateArgs {
@@ -61,6 +62,7 @@ fn simulator_diagnosis_needs_no_kvm() {
         timeout: smplab_record::config::Timeout::from_secs(30).expect("30 s is positive"),
         store: Some(dir.join("sim.jsonl")),
         quiet: true,
+        steal_threshold: Default::default(),
     });
     assert_eq!(code, exit::OK);
     assert!(dir.join("report/index.html").is_file());
@@ -76,6 +78,7 @@ fn demo_without_kvm_runs_native_and_simulator() {
         scale: 0.02,
         fresh: true,
         quiet: true,
+        steal_threshold: Default::default(),
     });
     assert_eq!(code, exit::OK);
     let html = std::fs::read_to_string(out.join("report/index.html")).expect("report");

@@ -9,6 +9,7 @@ mod native;
 pub mod sim;
 
 use smplab_record::config::RunConfig;
+use smplab_record::interference::HostCounters;
 use smplab_record::{exit, Executor, RunRecord, WorkloadInfo};
 use smplab_workload::Program;
 use std::path::PathBuf;
@@ -167,9 +168,17 @@ pub fn execute(
     availability(config.executor(), limits)?;
     let cores = host_cores();
     config.check_host_cpus(cores)?;
+    // What other tenants take from the host during a measured run (the
+    // simulator's time is modelled, not measured).
+    let measured = config.executor() != Executor::Sim;
+    let start = measured.then(HostCounters::read).flatten();
     let mut records = executor_of(config).run(program, info, limits, cores)?;
+    let interference = start.zip(HostCounters::read()).map(|(a, b)| a.until(&b));
     for r in &mut records {
         r.run = Some(config.clone());
+        if r.interference.is_none() {
+            r.interference = interference;
+        }
     }
     Ok(records)
 }

@@ -62,6 +62,12 @@ pub struct Entry {
     /// One record per VM (one for native and single-VM points).
     #[serde(default)]
     pub records: Vec<RunRecord>,
+    /// The host's steal over the run exceeded the sweep's threshold
+    /// (`--steal-threshold`, `RunRecord::interference`): the repetition is
+    /// left out of intervals and pairs, and the sweep ran it again while its
+    /// budget of reruns lasted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disturbed: bool,
 }
 
 impl Entry {
@@ -73,6 +79,7 @@ impl Entry {
             status,
             host_seconds,
             records,
+            disturbed: false,
         }
     }
     pub fn is_ok(&self) -> bool {

@@ -9,14 +9,34 @@
 //! round-robin over configurations (all of repetition 0, then all of
 //! repetition 1, ...) so a drift of the shared host does not land on one
 //! configuration only, and both store every repetition.
+//!
+//! Steal: every measured record carries what other tenants took from the host
+//! over its run (`RunRecord::interference`). A repetition whose steal exceeds
+//! the sweep's [`StealThreshold`] is stored flagged (`Entry::disturbed`), left
+//! out of intervals and pairs, and run again at once while the sweep's budget
+//! of reruns lasts (one per point on average, [`RERUNS_IN_A_ROW`] at most in a
+//! row), so a noisy host cannot keep a sweep going forever.
+//!
+//! Pairs: [`run_repeated`] runs a VM configuration right beside its native
+//! twin (the same workload natively, when the sweep has it), the order of a
+//! round reversed every other round, and counts the configuration as narrow
+//! when either its own interval or the interval of the paired ratio to its
+//! twin (repetition by repetition, `smplab_stats::paired_ratio`) is within
+//! the target: the ratio is what a comparison reports, and pairing cancels
+//! the host's drift that two independent intervals count twice.
 
 use crate::point::Point;
 pub use crate::repetitions::{Repetitions, DEFAULT_MAX_REPETITIONS};
 use crate::runner::{RunError, Runner};
 use crate::store::{Entry, Status, Store, StoreError};
+use smplab_record::interference::StealThreshold;
 use smplab_record::{exit, outln, RunRecord};
-use smplab_stats::{MedianCi, TARGET_REL_HALF_WIDTH};
+use smplab_stats::{paired_ratio, MedianCi, TARGET_REL_HALF_WIDTH};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
+
+/// Most times one point is rerun in a row because the host's steal disturbed it.
+pub const RERUNS_IN_A_ROW: u32 = 3;
 
 #[derive(Debug, Clone, Default)]
 pub struct SweepOptions {
@@ -40,6 +60,33 @@ pub struct SweepSummary {
     /// ±target interval: `(label, wall-time interval in seconds)`. Only
     /// [`run_repeated`] fills it.
     pub wide: Vec<(String, MedianCi)>,
+    /// Why each of `wide` stayed wide, in the same order.
+    pub wide_why: Vec<WideWhy>,
+    /// Repetitions stored as disturbed (steal above the threshold).
+    pub disturbed: usize,
+    /// Runs repeated because the one before was disturbed.
+    pub reruns: usize,
+    /// Configurations narrow only through the paired ratio to their native
+    /// twin (their own interval stayed wider than the target).
+    pub narrow_by_pairs: usize,
+    /// Configurations that reached the target, either way.
+    pub narrow: usize,
+}
+
+/// What the host did while a wide configuration ran: the reasons its
+/// interval did not reach the target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WideWhy {
+    pub label: String,
+    /// Its repetitions left out as disturbed.
+    pub disturbed: usize,
+    /// Median over its repetitions of the share of CPU time other processes
+    /// used.
+    pub other_cpu: Option<f64>,
+    /// Median steal fraction over its repetitions.
+    pub steal: Option<f64>,
+    /// The paired ratio to its native twin, if it has one.
+    pub paired: Option<MedianCi>,
 }
 
 fn progress_bar(show: bool, len: usize) -> indicatif::ProgressBar {
@@ -55,12 +102,24 @@ fn progress_bar(show: bool, len: usize) -> indicatif::ProgressBar {
     b
 }
 
-/// Run `points` that the store does not have yet.
+/// Run `points` that the store does not have yet, steal filtered at the
+/// default threshold.
 pub fn run_points(
     points: &[Point],
     store: &mut Store,
     runner: &dyn Runner,
     opts: &SweepOptions,
+) -> Result<SweepSummary, StoreError> {
+    run_points_with(points, store, runner, opts, StealThreshold::default())
+}
+
+/// [`run_points`] with a steal threshold.
+pub fn run_points_with(
+    points: &[Point],
+    store: &mut Store,
+    runner: &dyn Runner,
+    opts: &SweepOptions,
+    steal: StealThreshold,
 ) -> Result<SweepSummary, StoreError> {
     let mut summary = SweepSummary {
         total: points.len(),
@@ -71,19 +130,59 @@ pub fn run_points(
         .filter(|p| !store.is_finished(&p.key(), opts.retry_failed))
         .collect();
     summary.already_done = points.len() - todo.len();
+    let mut reruns = Reruns::new(steal, todo.len());
     let bar = progress_bar(opts.progress, todo.len());
     for p in todo {
         bar.set_message(p.label());
-        run_one(p, store, runner, &mut summary)?;
+        run_steady(p, store, runner, &mut summary, &mut reruns)?;
         bar.inc(1);
     }
     bar.finish_and_clear();
     Ok(summary)
 }
 
+/// The steal filter of one sweep and what is left of its budget of reruns.
+struct Reruns {
+    steal: StealThreshold,
+    left: usize,
+}
+
+impl Reruns {
+    fn new(steal: StealThreshold, points: usize) -> Reruns {
+        Reruns {
+            steal,
+            left: points.max(1),
+        }
+    }
+}
+
+/// Run one point; while the host's steal disturbed it and the budget lasts,
+/// run it again (the new entry supersedes the disturbed one in the store).
+fn run_steady(
+    p: &Point,
+    store: &mut Store,
+    runner: &dyn Runner,
+    summary: &mut SweepSummary,
+    reruns: &mut Reruns,
+) -> Result<(), StoreError> {
+    let mut in_a_row = 0;
+    loop {
+        let disturbed = run_one(p, store, runner, summary, reruns.steal)?;
+        if !disturbed || reruns.left == 0 || in_a_row >= RERUNS_IN_A_ROW {
+            return Ok(());
+        }
+        reruns.left -= 1;
+        in_a_row += 1;
+        summary.reruns += 1;
+        // The disturbed run was counted ok; its rerun will be counted again.
+        summary.ok = summary.ok.saturating_sub(1);
+    }
+}
+
 /// Repeat every configuration of `points` (their repetition indices are
 /// ignored; a configuration is counted once) as `reps` says, round-robin,
-/// resuming from what the store already has.
+/// resuming from what the store already has; steal filtered at the default
+/// threshold.
 pub fn run_repeated(
     points: &[Point],
     store: &mut Store,
@@ -91,6 +190,13 @@ pub fn run_repeated(
     opts: &SweepOptions,
     reps: &Repetitions,
 ) -> Result<SweepSummary, StoreError> {
+    run_repeated_with(points, store, runner, opts, reps, StealThreshold::default())
+}
+
+/// The configurations of `points`, once each, every native configuration
+/// followed at once by the configurations it is the native twin of; and for
+/// each configuration the index of its twin, if the sweep has it.
+fn paired_order(points: &[Point]) -> (Vec<Point>, Vec<Option<usize>>) {
     let mut configs: Vec<Point> = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for p in points {
@@ -100,38 +206,129 @@ pub fn run_repeated(
             configs.push(c);
         }
     }
+    let twin_key = |c: &Point| {
+        (c.executor() != smplab_record::Executor::Native).then(|| c.native_twin().config_key())
+    };
+    let natives: std::collections::HashSet<String> = configs
+        .iter()
+        .filter(|c| c.executor() == smplab_record::Executor::Native)
+        .map(Point::config_key)
+        .collect();
+    let mut ordered: Vec<Point> = Vec::new();
+    let mut placed = std::collections::HashSet::new();
+    for c in &configs {
+        if placed.contains(&c.config_key()) {
+            continue;
+        }
+        if twin_key(c).is_some_and(|k| natives.contains(&k)) {
+            continue; // placed right after its twin
+        }
+        placed.insert(c.config_key());
+        ordered.push(c.clone());
+        if c.executor() == smplab_record::Executor::Native {
+            for d in &configs {
+                if twin_key(d).as_deref() == Some(&c.config_key()) && placed.insert(d.config_key())
+                {
+                    ordered.push(d.clone());
+                }
+            }
+        }
+    }
+    let index: HashMap<String, usize> = ordered
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.config_key(), i))
+        .collect();
+    let twins = ordered
+        .iter()
+        .map(|c| twin_key(c).and_then(|k| index.get(&k).copied()))
+        .collect();
+    (ordered, twins)
+}
+
+/// [`run_repeated`] with a steal threshold.
+pub fn run_repeated_with(
+    points: &[Point],
+    store: &mut Store,
+    runner: &dyn Runner,
+    opts: &SweepOptions,
+    reps: &Repetitions,
+    steal: StealThreshold,
+) -> Result<SweepSummary, StoreError> {
+    let (configs, twins) = paired_order(points);
     let mut summary = SweepSummary::default();
-    // Per configuration: still repeating?
+    let mut reruns = Reruns::new(steal, configs.len() * reps.min as usize);
+    // Per configuration: still repeating? Narrow by pairs?
     let mut active = vec![true; configs.len()];
+    let mut by_pairs = vec![false; configs.len()];
     let bar = progress_bar(opts.progress, configs.len() * reps.min as usize);
     let mut round = 0u32;
     while active.iter().any(|&a| a) && round < reps.max {
-        for (i, c) in configs.iter().enumerate() {
+        // The order reversed every other round: within a pair, each side runs
+        // first half the time.
+        let order: Vec<usize> = if round.is_multiple_of(2) {
+            (0..configs.len()).collect()
+        } else {
+            (0..configs.len()).rev().collect()
+        };
+        for &i in &order {
             if !active[i] {
                 continue;
             }
-            let mut p = c.clone();
+            let mut p = configs[i].clone();
             p.rep = round;
             summary.total += 1;
             if store.is_finished(&p.key(), opts.retry_failed) {
                 summary.already_done += 1;
             } else {
                 bar.set_message(p.label());
-                run_one(&p, store, runner, &mut summary)?;
+                run_steady(&p, store, runner, &mut summary, &mut reruns)?;
                 bar.inc(1);
             }
-            let done = round + 1;
-            let (ci, stop_early) = wall_interval(store, c, done);
-            if stop_early || !reps.wants_more(done, ci.as_ref()) {
-                active[i] = false;
-                if let Some(ci) = ci.filter(|ci| !ci.is_narrow(reps.rel_half_width)) {
-                    if done >= reps.max && !stop_early {
-                        summary.wide.push((c.label(), ci));
-                    }
+        }
+        let done = round + 1;
+        let samples: Vec<Samples> = configs.iter().map(|c| samples(store, c, done)).collect();
+        let mut wants = vec![false; configs.len()];
+        for (i, c) in configs.iter().enumerate() {
+            if !active[i] {
+                continue;
+            }
+            let own = samples[i].ci();
+            let paired = twins[i].and_then(|t| samples[t].paired_with(&samples[i]));
+            let narrow_own = own.is_some_and(|ci| ci.is_narrow(reps.rel_half_width));
+            let narrow_pair = paired.is_some_and(|ci| ci.is_narrow(reps.rel_half_width));
+            by_pairs[i] = !narrow_own && narrow_pair;
+            let ok = u32::try_from(samples[i].walls.len()).unwrap_or(u32::MAX);
+            wants[i] = !samples[i].broken
+                && (ok < reps.min || !(narrow_own || narrow_pair))
+                && done < reps.max;
+            let narrow = narrow_own || narrow_pair;
+            if !(wants[i] || samples[i].broken || narrow) {
+                if let Some(ci) = own {
+                    summary.wide.push((c.label(), ci));
+                    summary.wide_why.push(samples[i].why(c.label(), paired));
                 }
-            } else if done >= reps.min {
+            }
+            if !wants[i] && (narrow_own || narrow_pair) {
+                summary.narrow += 1;
+                summary.narrow_by_pairs += usize::from(by_pairs[i]);
+            }
+        }
+        // A native twin keeps running while a configuration paired with it does.
+        for (i, t) in twins.iter().enumerate() {
+            if let Some(t) = *t {
+                if wants[i] && active[t] && !wants[t] && !samples[t].broken && done < reps.max {
+                    wants[t] = true;
+                    // It was counted as finished above; it is not yet.
+                    undo_finish(&mut summary, &configs[t], &samples[t]);
+                }
+            }
+        }
+        for i in 0..configs.len() {
+            if active[i] && wants[i] && done >= reps.min {
                 bar.inc_length(1);
             }
+            active[i] = active[i] && wants[i];
         }
         round += 1;
     }
@@ -139,33 +336,97 @@ pub fn run_repeated(
     Ok(summary)
 }
 
-/// The interval of the median wall time (s) over the first `done`
-/// repetitions of configuration `c` in the store, and whether to stop
-/// repeating regardless: a repetition was skipped (the executor is not
-/// available) or failed (repeating a broken configuration up to the maximum
-/// only costs time; its reasons are in the summary).
-fn wall_interval(store: &Store, c: &Point, done: u32) -> (Option<MedianCi>, bool) {
-    let mut walls = Vec::new();
-    let mut broken = false;
+/// Take back what the round's evaluation counted for a configuration that
+/// keeps running after all (a native twin its pair still needs).
+fn undo_finish(summary: &mut SweepSummary, c: &Point, s: &Samples) {
+    let label = c.label();
+    if let Some(pos) = summary.wide.iter().rposition(|(l, _)| *l == label) {
+        summary.wide.remove(pos);
+        summary.wide_why.remove(pos);
+    } else if !s.broken {
+        summary.narrow = summary.narrow.saturating_sub(1);
+    }
+}
+
+/// The usable repetitions of one configuration in the store.
+struct Samples {
+    /// Wall time (s, mean over VMs) by repetition, disturbed ones left out.
+    walls: BTreeMap<u32, f64>,
+    /// Repetitions left out as disturbed.
+    disturbed: usize,
+    /// Share of CPU time other processes used, per repetition.
+    other_cpu: Vec<f64>,
+    steal: Vec<f64>,
+    /// A repetition failed or was skipped: repeating only costs time.
+    broken: bool,
+}
+
+impl Samples {
+    fn ci(&self) -> Option<MedianCi> {
+        MedianCi::of(&self.walls.values().copied().collect::<Vec<_>>())
+    }
+
+    /// The paired ratio `other ÷ self`, repetition by repetition.
+    fn paired_with(&self, other: &Samples) -> Option<MedianCi> {
+        let pairs: Vec<(f64, f64)> = self
+            .walls
+            .iter()
+            .filter_map(|(rep, a)| Some((*a, *other.walls.get(rep)?)))
+            .collect();
+        paired_ratio(&pairs)
+    }
+
+    fn why(&self, label: String, paired: Option<MedianCi>) -> WideWhy {
+        WideWhy {
+            label,
+            disturbed: self.disturbed,
+            other_cpu: smplab_stats::median(&self.other_cpu),
+            steal: smplab_stats::median(&self.steal),
+            paired,
+        }
+    }
+}
+
+/// The first `done` repetitions of configuration `c` in the store.
+fn samples(store: &Store, c: &Point, done: u32) -> Samples {
+    let mut s = Samples {
+        walls: BTreeMap::new(),
+        disturbed: 0,
+        other_cpu: Vec::new(),
+        steal: Vec::new(),
+        broken: false,
+    };
     for rep in 0..done {
         let mut p = c.clone();
         p.rep = rep;
         match store.latest_entry(&p.key()) {
-            Some(e) if e.is_ok() && !e.records.is_empty() => walls.push(mean_wall_s(&e.records)),
-            Some(_) => broken = true,
+            Some(e) if e.is_ok() && !e.records.is_empty() => {
+                for i in e.records.iter().filter_map(|r| r.interference.as_ref()) {
+                    s.steal.push(i.steal_fraction);
+                    s.other_cpu.extend(i.other_cpu_fraction);
+                }
+                if e.disturbed {
+                    s.disturbed += 1;
+                } else {
+                    s.walls.insert(rep, mean_wall_s(&e.records));
+                }
+            }
+            Some(_) => s.broken = true,
             None => {}
         }
     }
-    (MedianCi::of(&walls), broken)
+    s
 }
 
-/// Run one point, store its entry, count it in `summary`.
+/// Run one point, store its entry, count it in `summary`; whether the
+/// host's steal disturbed it.
 fn run_one(
     p: &Point,
     store: &mut Store,
     runner: &dyn Runner,
     summary: &mut SweepSummary,
-) -> Result<(), StoreError> {
+    steal: StealThreshold,
+) -> Result<bool, StoreError> {
     let start = Instant::now();
     // An executor bug must not end the sweep: catch its panic and store
     // the point as failed.
@@ -197,7 +458,10 @@ fn run_one(
                 Entry::new(p.clone(), Status::Failed { reason }, secs, records)
             } else {
                 summary.ok += 1;
-                Entry::new(p.clone(), Status::Ok, secs, records)
+                let mut e = Entry::new(p.clone(), Status::Ok, secs, records);
+                e.disturbed = steal.disturbs(e.records.iter().map(|r| r.interference.as_ref()));
+                summary.disturbed += usize::from(e.disturbed);
+                e
             }
         }
         Err(RunError::Failed(reason)) => {
@@ -213,7 +477,9 @@ fn run_one(
             Entry::new(p.clone(), Status::Skipped { reason }, secs, vec![])
         }
     };
-    store.append(entry)
+    let disturbed = entry.disturbed;
+    store.append(entry)?;
+    Ok(disturbed)
 }
 
 /// Print a sweep's outcome; the exit status it implies.
@@ -232,15 +498,50 @@ pub fn print_summary(s: &SweepSummary) -> i32 {
     if s.problems.len() > 20 {
         outln!("  ... {} more in the store", s.problems.len() - 20);
     }
+    if s.disturbed > 0 {
+        outln!(
+            "{} repetitions ran while the hypervisor stole more than the threshold of their CPU time: left out of intervals ({} rerun)",
+            s.disturbed,
+            s.reruns
+        );
+    }
+    if s.narrow_by_pairs > 0 {
+        outln!(
+            "{} of {} configurations reached ±{:.0}% only through the paired ratio to their native twin (run beside it)",
+            s.narrow_by_pairs,
+            s.narrow,
+            TARGET_REL_HALF_WIDTH * 100.0
+        );
+    }
     if !s.wide.is_empty() {
         outln!(
             "{} configurations reached their maximum of repetitions without a 95% interval within ±{:.0}% of the median:",
             s.wide.len(),
             TARGET_REL_HALF_WIDTH * 100.0
         );
-        for (label, ci) in s.wide.iter().take(20) {
+        for (i, (label, ci)) in s.wide.iter().enumerate().take(20) {
+            let why = s.wide_why.get(i).map_or_else(String::new, |w| {
+                let mut t = String::new();
+                if let Some(o) = w.other_cpu {
+                    t.push_str(&format!(
+                        "; other processes {:.0}% of the CPU time",
+                        o * 100.0
+                    ));
+                }
+                if w.disturbed > 0 {
+                    t.push_str(&format!("; {} left out as disturbed", w.disturbed));
+                }
+                if let Some(p) = w.paired {
+                    t.push_str(&format!(
+                        "; ratio to native {} (±{:.1}%)",
+                        p.display(3),
+                        p.rel_half_width() * 100.0
+                    ));
+                }
+                t
+            });
             outln!(
-                "  {label}: wall {} s (±{:.1}%, {} runs)",
+                "  {label}: wall {} s (±{:.1}%, {} runs{why})",
                 ci.display(3),
                 ci.rel_half_width() * 100.0,
                 ci.n
@@ -418,6 +719,155 @@ threads = 2
         assert!(s.wide.is_empty());
         assert_eq!(Repetitions::adaptive(3).min, 3);
         assert!(Repetitions::default().wants_more(5, None));
+    }
+
+    /// Fake runs on a host whose steal is 20% for the runs `disturbed`
+    /// says (by count of runs so far).
+    struct StolenRunner {
+        inner: FakeRunner,
+        runs: std::sync::atomic::AtomicUsize,
+        disturbed: fn(usize) -> bool,
+    }
+    impl Runner for StolenRunner {
+        fn availability(&self, e: Executor) -> Result<(), crate::execute::ExecuteError> {
+            self.inner.availability(e)
+        }
+        fn run(&self, p: &Point) -> Result<Vec<smplab_record::RunRecord>, RunError> {
+            let n = self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut rs = self.inner.run(p)?;
+            for r in &mut rs {
+                r.interference = Some(smplab_record::interference::Interference {
+                    steal_fraction: if (self.disturbed)(n) { 0.2 } else { 0.0 },
+                    ..Default::default()
+                });
+            }
+            Ok(rs)
+        }
+    }
+
+    #[test]
+    fn disturbed_repetitions_are_flagged_excluded_and_rerun_within_a_cap() {
+        let spec = ExperimentSpec::from_text("s.toml", TWO).unwrap();
+        // Every third run is disturbed: each is rerun at once.
+        let runner = StolenRunner {
+            inner: FakeRunner::new(),
+            runs: Default::default(),
+            disturbed: |n| n % 3 == 0,
+        };
+        let mut store = Store::from_entries(vec![]);
+        let s = run_repeated(
+            &spec.points,
+            &mut store,
+            &runner,
+            &SweepOptions::default(),
+            &Repetitions::fixed(6),
+        )
+        .unwrap();
+        assert!(s.disturbed > 0 && s.reruns == s.disturbed, "{s:?}");
+        assert_eq!(s.ok, 12, "a rerun replaces its disturbed run");
+        assert_eq!(store.entries().len(), 12 + s.reruns);
+        assert!(store.latest().iter().all(|e| !e.disturbed));
+        assert!(store.entries().iter().any(|e| e.disturbed));
+        // A host that is always disturbed: the reruns stop at the budget,
+        // the disturbed repetitions stay flagged and out of the intervals.
+        let always = StolenRunner {
+            inner: FakeRunner::new(),
+            runs: Default::default(),
+            disturbed: |_| true,
+        };
+        let mut store = Store::from_entries(vec![]);
+        let s = run_repeated(
+            &spec.points,
+            &mut store,
+            &always,
+            &SweepOptions::default(),
+            &Repetitions::fixed(6),
+        )
+        .unwrap();
+        assert!(s.reruns <= 12, "budget: one rerun per point, {s:?}");
+        assert!(store.latest().iter().all(|e| e.disturbed));
+        assert!(s.wide.is_empty(), "no undisturbed repetition: no interval");
+        // Threshold 1 keeps every repetition.
+        let mut store = Store::from_entries(vec![]);
+        let s = run_repeated_with(
+            &spec.points,
+            &mut store,
+            &always,
+            &SweepOptions::default(),
+            &Repetitions::fixed(6),
+            StealThreshold::OFF,
+        )
+        .unwrap();
+        assert_eq!((s.disturbed, s.reruns), (0, 0));
+        assert_eq!(store.entries().len(), 12);
+    }
+
+    /// A host that is 1.5x slower in every other round: neither the native
+    /// nor the VM configuration's own interval gets within ±5%, but the VM
+    /// ran beside its native twin, so the paired ratio (exactly the fake's
+    /// 2.0) is narrow and the VM configuration stops at the minimum.
+    #[test]
+    fn a_configuration_beside_its_native_twin_is_narrow_by_the_paired_ratio() {
+        struct Drifting(FakeRunner);
+        impl Runner for Drifting {
+            fn availability(&self, e: Executor) -> Result<(), crate::execute::ExecuteError> {
+                self.0.availability(e)
+            }
+            fn run(&self, p: &Point) -> Result<Vec<smplab_record::RunRecord>, RunError> {
+                let mut rs = self.0.run(p)?;
+                if p.rep % 2 == 1 {
+                    for r in &mut rs {
+                        r.timing.wall_ns += r.timing.wall_ns / 2;
+                    }
+                }
+                Ok(rs)
+            }
+        }
+        let spec = ExperimentSpec::from_text(
+            "s.toml",
+            "name = \"pairs\"\n[matrix]\nexecutor = [\"vm\", \"native\"]\nworkload = \"dedup\"\nvcpus = 2\n",
+        )
+        .unwrap();
+        let (order, twins) = paired_order(&spec.points);
+        assert_eq!(order[0].executor(), Executor::Native, "the twin first");
+        assert_eq!(order[1].executor(), Executor::Vm);
+        assert_eq!(twins, vec![None, Some(0)]);
+        let mut store = Store::from_entries(vec![]);
+        let reps = Repetitions {
+            max: 10,
+            ..Repetitions::default()
+        };
+        let s = run_repeated(
+            &spec.points,
+            &mut store,
+            &Drifting(FakeRunner::new()),
+            &SweepOptions::default(),
+            &reps,
+        )
+        .unwrap();
+        assert_eq!(s.narrow_by_pairs, 1, "{s:?}");
+        assert_eq!(s.wide.len(), 1, "native has no pair: {s:?}");
+        assert!(s.wide[0].0.starts_with("native"), "{s:?}");
+        let count = |e: Executor| {
+            store
+                .entries()
+                .iter()
+                .filter(|x| x.point.executor() == e)
+                .count()
+        };
+        assert_eq!(count(Executor::Vm), 6);
+        assert_eq!(count(Executor::Native), 10);
+        // Rounds alternate: native then VM, then VM then native.
+        let order: Vec<Executor> = store.entries().iter().map(|e| e.point.executor()).collect();
+        assert_eq!(
+            &order[..4],
+            &[
+                Executor::Native,
+                Executor::Vm,
+                Executor::Vm,
+                Executor::Native
+            ]
+        );
     }
 
     /// The child half of `killed_sweep_resumes_with_one_result_per_point`: runs

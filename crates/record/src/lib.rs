@@ -221,6 +221,11 @@ pub struct RunRecord {
     /// of their records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_run: Option<hostsched::HostReport>,
+    /// What other tenants took from the host while the run was measured
+    /// (steal, CPU pressure, other processes' CPU time), from its start to
+    /// its end, set-up included. Absent for the simulator and old records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interference: Option<interference::Interference>,
 }
 
 /// Errors reading a record.
@@ -255,6 +260,7 @@ impl RunRecord {
             sim: None,
             io: None,
             host_run: None,
+            interference: None,
         }
     }
 

@@ -107,7 +107,18 @@ fn attribution_table(shown: &Shown, h: &mut String) {
             esc(m)
         );
     }
-    h.push_str("<p class=\"muted\">Factors interact, so credits need not add up; the interaction line is the difference. A credit is <i>within noise</i> when the wall-time intervals with and without the factor overlap.</p>");
+    for (factor, why) in &a.not_applicable {
+        let _ = write!(
+            h,
+            "<p class=\"muted\">{}: not applicable, not run ({}).</p>",
+            esc(factor),
+            esc(why)
+        );
+    }
+    if a.too_few_pairs() {
+        h.push_str("<p class=\"note\">Fewer than 6 repetitions: the paired ratios have no 95% interval, so no factor is credited.</p>");
+    }
+    h.push_str("<p class=\"muted\">Factors interact, so credits need not add up; the interaction line is the difference. The baseline and each variant run interleaved, one repetition of each back to back, the order reversed every other repetition; a credit is <i>within noise</i> when the 95% interval of the paired ratio (wall time without the factor ÷ the baseline's, repetition by repetition) holds 1.</p>");
 }
 
 /// Fig. 3: each configuration's slowdown with its interval, and the baseline

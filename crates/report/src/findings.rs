@@ -29,22 +29,19 @@ pub(crate) struct Credit {
 
 /// The credits of a diagnosis, largest first.
 pub(crate) fn credits(results: &Results, plan: &Plan, a: &Attribution) -> Vec<Credit> {
-    let base = wall_ci(results, &plan.baseline);
     let mut out: Vec<Credit> = a
         .rows
         .iter()
         .filter_map(|r| {
             let (f, p) = plan.removed.iter().find(|(f, _)| f.name == r.factor)?;
-            let outside = match (base, wall_ci(results, p)) {
-                (Some(b), Some(w)) => b.differs_from(&w),
-                _ => false,
-            };
             Some(Credit {
                 factor: f.name.to_string(),
                 removal: f.removal.to_string(),
                 credit: r.contribution,
                 without: diag_slowdown_ci(results, a, p),
-                outside_noise: outside,
+                // The paired ratio's interval (interleaved runs), not two
+                // independent intervals.
+                outside_noise: r.credited,
             })
         })
         .collect();

@@ -15,12 +15,14 @@ pub mod diagnosis_charts;
 mod exits;
 mod findings;
 mod overcommit;
+mod precision;
 mod raw;
 mod scaling;
 mod simcheck;
 mod summary;
 mod workloads;
 
+pub use precision::precision_line;
 pub use summary::summary_table;
 
 #[cfg(test)]
@@ -225,6 +227,9 @@ fn header(ctx: &Ctx) -> String {
     );
     for n in &ctx.opts.notes {
         let _ = write!(h, "<p class=\"note\">{}</p>", esc(n));
+    }
+    if let Some(line) = precision_line(ctx.results, ctx.store) {
+        let _ = write!(h, "<p class=\"note\">{}</p>", esc(&line));
     }
     h
 }

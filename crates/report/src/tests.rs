@@ -275,11 +275,14 @@ fn findings_name_every_workload_with_intervals_credits_remedy_and_sim() {
     );
     assert!(dedup.contains("outside noise"), "{dedup}");
     // The fake diagnosis: HLT idle credits 40 pp, the largest, listed first.
+    // dedup's spin→block variant is the same program: not run, no credit.
     let hlt = dedup.find("HLT idle +40 pp").expect("HLT credit");
-    let spin = dedup
-        .find("user-space spinning +30 pp")
-        .expect("spin credit");
-    assert!(hlt < spin, "largest first: {dedup}");
+    let sync = dedup
+        .find("global device lock +20 pp")
+        .expect("device lock credit");
+    assert!(hlt < sync, "largest first: {dedup}");
+    assert!(!dedup.contains("user-space spinning +"), "{dedup}");
+    assert!(html.contains("user-space spinning: not applicable, not run"));
     assert!(dedup.contains("href=\"#diag-dedup-vm\""));
     assert!(html.contains("id=\"diag-dedup-vm\""));
     // Remedy: removing every factor at once helps most in the fake.

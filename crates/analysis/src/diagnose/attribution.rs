@@ -1,14 +1,16 @@
 //! Attributing a diagnosis's slowdown to the factors from stored results:
 //! each configuration's slowdown against the original program's native time,
-//! the factors' credits (only outside the noise), the interaction and the
-//! remainder (the arithmetic in the parent module's doc).
+//! the factors' credits (only where the paired ratio of wall times is outside
+//! the noise), the interaction and the remainder (the arithmetic in the parent
+//! module's doc).
 
 use super::Plan;
 use crate::metrics::{mean_wall_s, Results, Summary};
 use serde::Serialize;
 use smplab_experiment::point::{Point, Variant};
 use smplab_record::Executor;
-use smplab_stats::MedianCi;
+use smplab_stats::{paired_ratio, MedianCi, MIN_SAMPLES_FOR_95};
+use std::collections::BTreeMap;
 
 /// One row of the attribution table.
 #[derive(Debug, Clone, Serialize)]
@@ -22,8 +24,14 @@ pub struct FactorRow {
     /// `s0 − s_f`: the slowdown this factor accounts for on its own (the
     /// difference of the medians, whether or not it is outside the noise).
     pub contribution: f64,
-    /// The intervals with and without the factor do not overlap: the
-    /// contribution is credited. Otherwise it is within noise and counts as 0.
+    /// Wall time without the factor ÷ the baseline's, per repetition (the two
+    /// ran back to back), with the 95% interval of its median. `None` when no
+    /// repetition of both succeeded.
+    #[serde(default)]
+    pub paired: Option<MedianCi>,
+    /// The paired ratio's 95% interval excludes 1: the contribution is
+    /// credited. Otherwise (or with fewer than 6 pairs, which have no 95%
+    /// interval) it is within noise and counts as 0.
     pub credited: bool,
 }
 
@@ -57,6 +65,9 @@ pub struct Attribution {
     pub interaction: Option<f64>,
     /// Factors the plan wanted but whose runs are missing or failed.
     pub missing: Vec<String>,
+    /// `(factor, why)`: removals that would run the baseline again, not run.
+    #[serde(default)]
+    pub not_applicable: Vec<(String, String)>,
     /// The measured runs happened on a PVM host (guest kernel code emulated).
     pub pvm_host: bool,
     /// Simulator diagnoses: its exact time accounting of the unmodified
@@ -79,6 +90,31 @@ fn slowdown_vs(results: &Results, p: &Point, native_s: Option<f64>) -> Option<(S
         })
         .collect();
     Some((Summary::of(&v)?, MedianCi::of(&v)?))
+}
+
+/// Per repetition index, the wall time (s, mean over VMs) of `p`'s
+/// successful runs.
+fn walls_by_rep(results: &Results, p: &Point) -> BTreeMap<u32, f64> {
+    results
+        .get(p)
+        .map(|es| {
+            es.iter()
+                .map(|e| (e.point.rep, mean_wall_s(&e.records)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The paired ratio of `variant`'s wall time to `baseline`'s, repetition by
+/// repetition (only repetitions both have).
+fn paired_wall_ratio(results: &Results, baseline: &Point, variant: &Point) -> Option<MedianCi> {
+    let b = walls_by_rep(results, baseline);
+    let v = walls_by_rep(results, variant);
+    let pairs: Vec<(f64, f64)> = b
+        .iter()
+        .filter_map(|(rep, wb)| Some((*wb, *v.get(rep)?)))
+        .collect();
+    paired_ratio(&pairs)
 }
 
 /// The simulator's native time for the original (as-is) program of `p`'s
@@ -120,14 +156,18 @@ pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
     let mut missing = Vec::new();
     for (f, p) in &plan.removed {
         match slowdown_vs(results, p, native_s) {
-            Some((s, ci)) => rows.push(FactorRow {
-                factor: f.name.into(),
-                removal: f.removal.into(),
-                contribution: s0.median - s.median,
-                credited: ci.differs_from(&s0_ci),
-                slowdown_without: s,
-                slowdown_without_ci: ci,
-            }),
+            Some((s, ci)) => {
+                let paired = paired_wall_ratio(results, b, p);
+                rows.push(FactorRow {
+                    factor: f.name.into(),
+                    removal: f.removal.into(),
+                    contribution: s0.median - s.median,
+                    credited: paired.is_some_and(|r| r.excludes(1.0)),
+                    paired,
+                    slowdown_without: s,
+                    slowdown_without_ci: ci,
+                })
+            }
             None => missing.push(f.name.to_string()),
         }
     }
@@ -156,5 +196,24 @@ pub fn attribute(results: &Results, plan: &Plan) -> Option<Attribution> {
         all_removed_ci: all.map(|a| a.1),
         interaction,
         missing,
+        not_applicable: plan
+            .not_applicable
+            .iter()
+            .map(|(f, why)| (f.name.to_string(), why.clone()))
+            .collect(),
     })
+}
+
+impl Attribution {
+    /// The fewest pairs (repetitions of the baseline and a variant) behind any
+    /// row; `None` without rows.
+    pub fn fewest_pairs(&self) -> Option<usize> {
+        self.rows.iter().map(|r| r.paired.map_or(0, |c| c.n)).min()
+    }
+
+    /// Some row has too few pairs for a 95% interval: nothing there can be
+    /// credited.
+    pub fn too_few_pairs(&self) -> bool {
+        self.fewest_pairs().is_some_and(|n| n < MIN_SAMPLES_FOR_95)
+    }
 }

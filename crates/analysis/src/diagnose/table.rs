@@ -27,8 +27,12 @@ pub fn table(a: &Attribution) -> String {
         a.baseline_ci.n,
     );
     s.push_str(&format!(
-        "  {:<22} {:>30} {:>13}  {}\n",
-        "factor removed", "slowdown without [95% interval]", "attributed", "how"
+        "  {:<22} {:>30} {:>26} {:>13}  {}\n",
+        "factor removed",
+        "slowdown without [95% interval]",
+        "wall ÷ baseline, paired",
+        "attributed",
+        "how"
     ));
     let mut noisy = false;
     let mut few = a.baseline_ci.coverage < 0.95;
@@ -40,33 +44,51 @@ pub fn table(a: &Attribution) -> String {
         } else {
             "within noise".to_string()
         };
+        let paired = r.paired.map_or_else(
+            || "no pairs".to_string(),
+            |c| format!("{:.3} [{:.3}, {:.3}]", c.median, c.lo, c.hi),
+        );
         s.push_str(&format!(
-            "  {:<22} {:>30} {:>13}  {}\n",
+            "  {:<22} {:>30} {:>26} {:>13}  {}\n",
             r.factor,
             pct_ci(&r.slowdown_without_ci),
+            paired,
             credit,
             r.removal
         ));
     }
+    for (factor, why) in &a.not_applicable {
+        s.push_str(&format!(
+            "  {factor:<22} {:>30} {:>26} {:>13}  {why}\n",
+            "", "", "not applicable"
+        ));
+    }
     if let (Some(all), Some(i)) = (a.all_removed_ci, a.interaction) {
         s.push_str(&format!(
-            "  {:<22} {:>30} {:>13}  (what no single credited removal explains)\n",
+            "  {:<22} {:>30} {:>26} {:>13}  (what no single credited removal explains)\n",
             "interaction",
+            "",
             "",
             format!("{:+.1}%", i * 100.0)
         ));
         s.push_str(&format!(
-            "  {:<22} {:>30} {:>13}  every factor above removed at once\n",
+            "  {:<22} {:>30} {:>26} {:>13}  every factor above removed at once\n",
             "remainder",
             pct_ci(&all),
+            "",
             ""
         ));
     }
     for m in &a.missing {
         s.push_str(&format!("  {m}: no successful run, not attributed\n"));
     }
+    match a.fewest_pairs() {
+        Some(1) => s.push_str("  WARNING: one repetition. A single pair of runs cannot tell a factor from run order or host noise:\n  nothing is credited. Run at least 6 repetitions (--reps 6).\n"),
+        Some(n) if a.too_few_pairs() => s.push_str(&format!("  WARNING: {n} repetitions. Fewer than 6 pairs have no 95% interval of the paired ratio: nothing is\n  credited. Run at least 6 repetitions (--reps 6).\n")),
+        _ => {}
+    }
     if noisy {
-        s.push_str("  within noise: the 95% intervals of the median slowdown with and without the factor overlap, so the\n  difference is not credited (it counts as 0 in the interaction); more repetitions or longer runs narrow them.\n");
+        s.push_str("  within noise: the 95% interval of the paired ratio (wall time without the factor ÷ the baseline's, runs of one\n  repetition back to back) holds 1, so the difference is not credited (it counts as 0 in the interaction);\n  more repetitions or longer runs narrow it.\n");
     }
     if few {
         s.push_str("  Fewer than 6 runs of a configuration: its interval is the full range and covers the median with less than 95%.\n");

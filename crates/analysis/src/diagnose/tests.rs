@@ -7,7 +7,7 @@ use smplab_experiment::sweep::{run_points, SweepOptions};
 
 #[test]
 fn plan_has_the_factors_for_each_executor() {
-    let vm = Plan::new(baseline(Executor::Vm, "dedup", 2, 0.1, ""));
+    let vm = Plan::new(baseline(Executor::Vm, "streamcluster", 2, 0.1, ""));
     let names: Vec<_> = vm.removed.iter().map(|(f, _)| f.name).collect();
     assert_eq!(
         names,
@@ -18,9 +18,10 @@ fn plan_has_the_factors_for_each_executor() {
             "global device lock"
         ]
     );
+    assert!(vm.not_applicable.is_empty());
     let sim = Plan::new(baseline(
         Executor::Sim,
-        "dedup",
+        "streamcluster",
         16,
         0.1,
         smplab_record::config::DEFAULT_PLATFORM,
@@ -41,12 +42,111 @@ fn plan_has_the_factors_for_each_executor() {
     );
 }
 
+/// dedup's mutexes have spin_limit = 0 and it has no barriers; spinlock's
+/// spinning is in spin locks, which the variant keeps: for both the
+/// spin→block variant is the same program, so the removal is not applicable
+/// and not run. streamcluster's spin-then-block barriers do change.
+#[test]
+fn a_removal_that_runs_the_same_program_is_not_applicable() {
+    for w in ["dedup", "spinlock"] {
+        let plan = Plan::new(baseline(Executor::Vm, w, 2, 0.1, ""));
+        let names: Vec<_> = plan.removed.iter().map(|(f, _)| f.name).collect();
+        assert_eq!(
+            names,
+            ["HLT idle", "placement", "global device lock"],
+            "{w}"
+        );
+        assert_eq!(plan.not_applicable.len(), 1, "{w}");
+        let (f, why) = &plan.not_applicable[0];
+        assert_eq!(f.name, "user-space spinning");
+        assert!(why.contains("same program"), "{why}");
+        assert!(plan.points(3).iter().all(|p| p.variant == Variant::AsIs));
+        assert_eq!(plan.all_removed.variant, Variant::AsIs);
+    }
+    // A setting the baseline already has is not applicable either.
+    let mut b = baseline(Executor::Vm, "streamcluster", 2, 0.1, "");
+    b.config.set_idle(IdlePolicy::Poll);
+    let plan = Plan::new(b.clone());
+    assert_eq!(plan.not_applicable[0].0.name, "HLT idle");
+    assert!(plan.not_applicable[0].1.contains("already"));
+    assert!(unchanged_by(&b, &b.native_twin()).is_none());
+}
+
+#[test]
+fn repetitions_alternate_their_order() {
+    let plan = Plan::new(baseline(Executor::Vm, "dedup", 2, 0.1, ""));
+    let pts = plan.points(2);
+    let k = pts.len() / 2;
+    assert_eq!(pts[0].config_key(), plan.native.config_key());
+    assert_eq!(pts[1].config_key(), plan.baseline.config_key());
+    assert_eq!(pts[k - 1].config_key(), plan.all_removed.config_key());
+    // Repetition 1 runs the same configurations in the reverse order.
+    for i in 0..k {
+        assert_eq!(pts[i].rep, 0);
+        assert_eq!(pts[k + i].rep, 1);
+        assert_eq!(pts[i].config_key(), pts[2 * k - 1 - i].config_key());
+    }
+}
+
+/// A runner whose every VM configuration takes the same time, on a host
+/// that gets 2% slower with every run: only run order differs. Interleaved,
+/// alternating pairs leave every paired ratio's interval around 1, so
+/// nothing is credited.
+#[test]
+fn run_order_is_not_credited() {
+    use smplab_experiment::runner::{RunError, Runner};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    struct Drifting(FakeRunner, AtomicU64);
+    impl Runner for Drifting {
+        fn availability(
+            &self,
+            e: Executor,
+        ) -> Result<(), smplab_experiment::execute::ExecuteError> {
+            self.0.availability(e)
+        }
+        fn run(&self, p: &Point) -> Result<Vec<smplab_record::RunRecord>, RunError> {
+            let n = self.1.fetch_add(1, Ordering::Relaxed);
+            let mut rs = self.0.run(p)?;
+            let base = if p.executor() == Executor::Native {
+                1e9
+            } else {
+                2e9
+            };
+            for r in &mut rs {
+                // Casts: a few seconds in ns fit u64.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let wall = (base * (1.0 + 0.02 * n as f64)) as u64;
+                r.timing.wall_ns = wall;
+            }
+            Ok(rs)
+        }
+    }
+    let plan = Plan::new(baseline(Executor::Vm, "streamcluster", 2, 0.1, ""));
+    let mut store = Store::from_entries(vec![]);
+    let runner = Drifting(FakeRunner::new(), AtomicU64::new(0));
+    run_points(
+        &plan.points(8),
+        &mut store,
+        &runner,
+        &SweepOptions::default(),
+    )
+    .unwrap();
+    let a = attribute(&Results::new(&store), &plan).unwrap();
+    assert_eq!(a.rows.len(), 4);
+    for r in &a.rows {
+        let c = r.paired.unwrap();
+        assert_eq!(c.n, 8);
+        assert!(c.lo < 1.0 && c.hi > 1.0, "{}: {c:?}", r.factor);
+        assert!(!r.credited, "{}", r.factor);
+    }
+}
+
 #[test]
 fn attribution_arithmetic_on_fake_runs() {
-    let plan = Plan::new(baseline(Executor::Vm, "dedup", 2, 0.1, ""));
+    let plan = Plan::new(baseline(Executor::Vm, "streamcluster", 2, 0.1, ""));
     let mut store = Store::from_entries(vec![]);
     run_points(
-        &plan.points(3),
+        &plan.points(6),
         &mut store,
         &FakeRunner::new(),
         &SweepOptions::default(),
@@ -60,6 +160,9 @@ fn attribution_arithmetic_on_fake_runs() {
     for (got, want) in c.iter().zip([0.4, 0.3, 0.1, 0.2]) {
         assert!((got - want).abs() < 1e-9, "{c:?}");
     }
+    // Six identical pairs each: every ratio's interval is a point below 1.
+    assert!(a.rows.iter().all(|r| r.credited), "{:?}", a.rows);
+    assert!((a.rows[0].paired.unwrap().median - 1.6 / 2.0).abs() < 1e-9);
     // The fake's factors are additive: nothing left, no interaction.
     assert!(a.all_removed.unwrap().median.abs() < 1e-9);
     assert!(a.interaction.unwrap().abs() < 1e-9);
@@ -67,8 +170,47 @@ fn attribution_arithmetic_on_fake_runs() {
     let t = table(&a);
     assert!(t.contains("HLT idle") && t.contains("Factors interact"));
     assert!(!t.contains("NaN"));
+    assert!(!t.contains("WARNING"), "{t}");
     assert_eq!(detect(&results).len(), 1);
     assert_eq!(fake_wall_ns(&plan.native), 1_000_000_000);
+}
+
+/// One repetition: whatever the differences, a warning and no credit.
+#[test]
+fn one_repetition_is_warned_about_and_credits_nothing() {
+    for reps in [1u32, 3] {
+        let plan = Plan::new(baseline(Executor::Vm, "streamcluster", 2, 0.1, ""));
+        let mut store = Store::from_entries(vec![]);
+        run_points(
+            &plan.points(reps),
+            &mut store,
+            &FakeRunner::new(),
+            &SweepOptions::default(),
+        )
+        .unwrap();
+        let a = attribute(&Results::new(&store), &plan).unwrap();
+        assert!(a.rows.iter().all(|r| !r.credited && r.credit() == 0.0));
+        assert!(a.too_few_pairs());
+        let t = table(&a);
+        assert!(t.contains("WARNING"), "{t}");
+        assert_eq!(t.contains("one repetition"), reps == 1, "{t}");
+    }
+    // The not-applicable row is in the table.
+    let plan = Plan::new(baseline(Executor::Vm, "dedup", 2, 0.1, ""));
+    let mut store = Store::from_entries(vec![]);
+    run_points(
+        &plan.points(1),
+        &mut store,
+        &FakeRunner::new(),
+        &SweepOptions::default(),
+    )
+    .unwrap();
+    let t = table(&attribute(&Results::new(&store), &plan).unwrap());
+    assert!(
+        t.contains("not applicable") && t.contains("same program"),
+        "{t}"
+    );
+    assert!(!t.contains("every spin wait blocks"), "{t}");
 }
 
 #[test]
@@ -166,30 +308,32 @@ fn noise_and_a_large_remainder_are_called_out() {
     assert!(t.contains("remains with every factor removed"), "{t}");
 }
 
-/// Six hand-made repetitions per configuration: removing HLT gives
-/// intervals clear of the baseline's (credited), removing spinning gives
-/// overlapping ones (within noise, not counted).
+/// Six hand-made repetitions per configuration: removing HLT is faster in
+/// every pair (credited); removing spinning is faster in some pairs and
+/// slower in others (within noise, not counted).
 #[test]
 fn only_factors_outside_the_noise_are_credited() {
     use smplab_experiment::store::{Entry, Status};
     use smplab_experiment::testutil::rec;
-    let base = baseline(Executor::Vm, "dedup", 2, 0.1, "");
+    let base = baseline(Executor::Vm, "streamcluster", 2, 0.1, "");
     let plan = Plan::new(base.clone());
+    assert_eq!(plan.removed[1].0.name, "user-space spinning");
     let ms = 1_000_000u64;
     let jitter = [0, 3, 6, 2, 5, 1];
+    let spin_jitter = [2, 1, 4, 3, 3, 0];
     let mut es = vec![];
-    for (rep, j) in jitter.iter().enumerate() {
+    for (rep, (j, k)) in jitter.iter().zip(spin_jitter).enumerate() {
         let at = |p: &Point, wall: u64, e: Executor| {
             let mut p = p.clone();
             p.rep = u32::try_from(rep).unwrap_or(u32::MAX);
-            Entry::new(p, Status::Ok, 0.0, vec![rec(e, "dedup", 2, wall)])
+            Entry::new(p, Status::Ok, 0.0, vec![rec(e, "streamcluster", 2, wall)])
         };
         es.push(at(&plan.native, 100 * ms, Executor::Native));
         es.push(at(&base, (200 + j) * ms, Executor::Vm));
-        // HLT removed: 150–156 ms, clear of 200–206.
+        // HLT removed: 150–156 ms, 50 ms below its pair every time.
         es.push(at(&plan.removed[0].1, (150 + j) * ms, Executor::Vm));
-        // Spinning removed: 198–204 ms, inside the baseline's interval.
-        es.push(at(&plan.removed[1].1, (198 + j) * ms, Executor::Vm));
+        // Spinning removed: 199–203 ms, above its pair in some repetitions.
+        es.push(at(&plan.removed[1].1, (199 + k) * ms, Executor::Vm));
         es.push(at(&plan.all_removed, (140 + j) * ms, Executor::Vm));
     }
     let store = Store::from_entries(es);
@@ -204,7 +348,6 @@ fn only_factors_outside_the_noise_are_credited() {
     );
     assert!(!spin.credited && spin.credit() == 0.0, "{spin:?}");
     assert!(spin.contribution > 0.0, "the raw difference is kept");
-    // s0 − s_all − credited = 1.025 − 0.425 − 0.5 (medians of the jittered runs).
     let s0 = a.baseline.median;
     let all = a.all_removed.unwrap().median;
     assert!((a.interaction.unwrap() - (s0 - all - hlt.contribution)).abs() < 1e-9);
@@ -247,43 +390,31 @@ fn sim_native_reference_uses_the_same_platform() {
 
 #[test]
 fn interaction_is_what_single_removals_do_not_explain() {
-    // Hand-made: s0 = 1.0, removing A → 0.5, removing B → 0.5, both → 0.3.
+    // Hand-made: s0 = 1.0, removing A → 0.5, removing B → 0.5, both → 0.3,
+    // six repetitions each (so the paired ratios can be credited).
     // c_A + c_B = 1.0 but only 0.7 goes away together: interaction −0.3.
     use smplab_experiment::store::{Entry, Status};
     use smplab_experiment::testutil::rec;
     let base = baseline(Executor::Vm, "dedup", 2, 0.1, "");
     let plan = Plan::new(base.clone());
     let s = 1_000_000_000u64;
-    let mut es = vec![Entry::new(
-        plan.native.clone(),
-        Status::Ok,
-        0.0,
-        vec![rec(Executor::Native, "dedup", 2, s)],
-    )];
-    es.push(Entry::new(
-        base,
-        Status::Ok,
-        0.0,
-        vec![rec(Executor::Vm, "dedup", 2, 2 * s)],
-    ));
-    for (i, (_, p)) in plan.removed.iter().enumerate().take(2) {
-        let _ = i;
-        es.push(Entry::new(
-            p.clone(),
-            Status::Ok,
-            0.0,
-            vec![rec(Executor::Vm, "dedup", 2, 3 * s / 2)],
-        ));
+    let mut es = vec![];
+    for rep in 0..6u32 {
+        let at = |p: &Point, e: Executor, wall: u64| {
+            let mut p = p.clone();
+            p.rep = rep;
+            Entry::new(p, Status::Ok, 0.0, vec![rec(e, "dedup", 2, wall)])
+        };
+        es.push(at(&plan.native, Executor::Native, s));
+        es.push(at(&base, Executor::Vm, 2 * s));
+        for (_, p) in plan.removed.iter().take(2) {
+            es.push(at(p, Executor::Vm, 3 * s / 2));
+        }
+        es.push(at(&plan.all_removed, Executor::Vm, 13 * s / 10));
     }
-    es.push(Entry::new(
-        plan.all_removed.clone(),
-        Status::Ok,
-        0.0,
-        vec![rec(Executor::Vm, "dedup", 2, 13 * s / 10)],
-    ));
     let store = Store::from_entries(es);
     let a = attribute(&Results::new(&store), &plan).unwrap();
     assert_eq!(a.rows.len(), 2);
-    assert_eq!(a.missing, vec!["placement", "global device lock"]);
+    assert_eq!(a.missing, vec!["global device lock"]);
     assert!((a.interaction.unwrap() + 0.3).abs() < 1e-9);
 }
