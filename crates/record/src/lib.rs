@@ -16,6 +16,7 @@ pub mod histogram;
 pub mod host;
 pub mod hostsched;
 pub mod io;
+pub mod platform;
 pub mod sim;
 pub mod summary;
 pub mod vmm;
