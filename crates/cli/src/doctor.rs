@@ -175,7 +175,7 @@ fn host_checks(host: &HostFacts) -> Vec<Check> {
 fn platform_check(platform: Platform) -> Check {
     let detail = match platform {
         Platform::HardwareKvmOnEmulatedCpu | Platform::NoKvmOnEmulatedCpu => format!(
-            "{} (CPUID hypervisor leaf \"TCGTCGTCGTCG\" or a \"QEMU TCG\" model name): KVM's code paths are a hardware host's, but every timing measures the emulator",
+            "{} (seen in the CPUID hypervisor leaf \"TCGTCGTCGTCG\" or a \"QEMU TCG\" model name); records and summaries carry a warning",
             platform.describe()
         ),
         other => other.describe().to_string(),
