@@ -1,7 +1,7 @@
 //! Facts about the machine a run happened on. Read from /proc and /sys only,
 //! so every executor (and `smplab doctor`) can fill them without KVM ioctls.
 
-use crate::platform::{self, Platform};
+use crate::platform::{self, KvmModule, Platform};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -114,7 +114,14 @@ impl HostFacts {
             cores,
             kernel: read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default(),
             nested,
-            platform: Platform::classify(kvm.backing, cpu_emulated),
+            platform: Platform::classify(
+                match kvm.backing {
+                    KvmBacking::Hardware => KvmModule::Hardware,
+                    KvmBacking::Pvm => KvmModule::Pvm,
+                    KvmBacking::Unknown | KvmBacking::Absent => KvmModule::Other,
+                },
+                cpu_emulated,
+            ),
             kvm,
         }
     }

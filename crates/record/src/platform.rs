@@ -4,8 +4,19 @@
 //! nested PVM host (docs/nested-host.md); a record says which it was, so
 //! figures from different platforms are never mistaken for one another.
 
-use crate::host::KvmBacking;
 use serde::{Deserialize, Serialize};
+
+/// Which KVM module backs `/dev/kvm`, as far as the platform goes (the host
+/// facts' `KvmBacking` maps onto it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvmModule {
+    /// kvm_intel / kvm_amd.
+    Hardware,
+    /// kvm_pvm.
+    Pvm,
+    /// None, or one not known.
+    Other,
+}
 
 /// The platform a run happened on, as far as KVM and the CPU are concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -30,15 +41,15 @@ pub enum Platform {
 }
 
 impl Platform {
-    /// The platform for a KVM backing on a real (`cpu_emulated == false`) or
-    /// emulated CPU.
-    pub fn classify(backing: KvmBacking, cpu_emulated: bool) -> Self {
-        match (backing, cpu_emulated) {
-            (KvmBacking::Hardware, false) => Platform::HardwareKvm,
-            (KvmBacking::Hardware, true) => Platform::HardwareKvmOnEmulatedCpu,
-            (KvmBacking::Pvm, _) => Platform::Pvm,
-            (KvmBacking::Absent | KvmBacking::Unknown, false) => Platform::NoKvm,
-            (KvmBacking::Absent | KvmBacking::Unknown, true) => Platform::NoKvmOnEmulatedCpu,
+    /// The platform for the KVM module in use on a real (`cpu_emulated ==
+    /// false`) or emulated CPU.
+    pub fn classify(kvm: KvmModule, cpu_emulated: bool) -> Self {
+        match (kvm, cpu_emulated) {
+            (KvmModule::Hardware, false) => Platform::HardwareKvm,
+            (KvmModule::Hardware, true) => Platform::HardwareKvmOnEmulatedCpu,
+            (KvmModule::Pvm, _) => Platform::Pvm,
+            (KvmModule::Other, false) => Platform::NoKvm,
+            (KvmModule::Other, true) => Platform::NoKvmOnEmulatedCpu,
         }
     }
 
@@ -123,16 +134,16 @@ mod tests {
     #[test]
     fn classify_tells_the_platforms_apart() {
         assert_eq!(
-            Platform::classify(KvmBacking::Hardware, false),
+            Platform::classify(KvmModule::Hardware, false),
             Platform::HardwareKvm
         );
         assert_eq!(
-            Platform::classify(KvmBacking::Hardware, true),
+            Platform::classify(KvmModule::Hardware, true),
             Platform::HardwareKvmOnEmulatedCpu
         );
-        assert_eq!(Platform::classify(KvmBacking::Pvm, false), Platform::Pvm);
+        assert_eq!(Platform::classify(KvmModule::Pvm, false), Platform::Pvm);
         assert_eq!(
-            Platform::classify(KvmBacking::Absent, true),
+            Platform::classify(KvmModule::Other, true),
             Platform::NoKvmOnEmulatedCpu
         );
         assert!(Platform::HardwareKvmOnEmulatedCpu
