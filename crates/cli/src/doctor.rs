@@ -3,6 +3,7 @@
 use clap::Args;
 use serde::Serialize;
 use smplab_record::host::KvmBacking;
+use smplab_record::platform::Platform;
 use smplab_record::{exit, HostFacts};
 use std::process::Command;
 
@@ -156,6 +157,7 @@ fn host_checks(host: &HostFacts) -> Vec<Check> {
             KvmBacking::Absent => "no KVM module loaded".into(),
         },
     });
+    checks.push(platform_check(host.platform));
     if let Some(ns) = kvm.halt_poll_ns {
         checks.push(Check {
             what: "halt polling".into(),
@@ -166,6 +168,23 @@ fn host_checks(host: &HostFacts) -> Vec<Check> {
         });
     }
     checks
+}
+
+/// Which platform the figures measured here come from: timings on a CPU
+/// QEMU's TCG emulates measure the emulator, not a machine.
+fn platform_check(platform: Platform) -> Check {
+    let detail = match platform {
+        Platform::HardwareKvmOnEmulatedCpu | Platform::NoKvmOnEmulatedCpu => format!(
+            "{} (seen in the CPUID hypervisor leaf \"TCGTCGTCGTCG\" or a \"QEMU TCG\" model name); records and summaries carry a warning",
+            platform.describe()
+        ),
+        other => other.describe().to_string(),
+    };
+    Check {
+        what: "platform".into(),
+        ok: matches!(platform, Platform::HardwareKvm | Platform::Pvm),
+        detail,
+    }
 }
 
 /// The KVM capabilities smplab-vmm uses, and the vCPU limit; only asked when

@@ -1,6 +1,7 @@
 //! Facts about the machine a run happened on. Read from /proc and /sys only,
 //! so every executor (and `smplab doctor`) can fill them without KVM ioctls.
 
+use crate::platform::{self, KvmModule, Platform};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -46,6 +47,10 @@ pub struct HostFacts {
     /// The host itself runs under a hypervisor (CPUID hypervisor bit).
     pub nested: bool,
     pub kvm: KvmFacts,
+    /// Hardware KVM on a real CPU, hardware KVM on an emulated CPU, PVM, ...
+    /// (`Unknown` in records written before it was recorded).
+    #[serde(default)]
+    pub platform: Platform,
 }
 
 fn read_trimmed(path: &str) -> Option<String> {
@@ -97,6 +102,9 @@ impl HostFacts {
             .find(|l| l.starts_with("flags"))
             .map(|l| l.split_whitespace().any(|f| f == "hypervisor"))
             .unwrap_or(false);
+        let cpu_emulated =
+            platform::cpu_emulated(platform::hypervisor_signature().as_ref(), &cpuinfo);
+        let kvm = KvmFacts::detect();
         let cores = std::thread::available_parallelism()
             .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
             .unwrap_or(1);
@@ -106,7 +114,15 @@ impl HostFacts {
             cores,
             kernel: read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default(),
             nested,
-            kvm: KvmFacts::detect(),
+            platform: Platform::classify(
+                match kvm.backing {
+                    KvmBacking::Hardware => KvmModule::Hardware,
+                    KvmBacking::Pvm => KvmModule::Pvm,
+                    KvmBacking::Unknown | KvmBacking::Absent => KvmModule::Other,
+                },
+                cpu_emulated,
+            ),
+            kvm,
         }
     }
 }
@@ -122,5 +138,10 @@ mod tests {
         assert!(!h.kernel.is_empty());
         // hardware_backed is consistent with the backing.
         assert_eq!(h.kvm.hardware_backed, h.kvm.backing == KvmBacking::Hardware);
+        // The platform agrees with the backing.
+        assert_eq!(
+            h.platform == Platform::Pvm,
+            h.kvm.backing == KvmBacking::Pvm
+        );
     }
 }

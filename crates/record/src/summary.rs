@@ -62,6 +62,9 @@ impl RunRecord {
             let _ = write!(s, " (whole run {})", fmt_ns(total));
         }
         let _ = writeln!(s, ", thread CPU {}", fmt_ns(cpu));
+        if let Some(warning) = self.host.platform.timing_warning() {
+            let _ = writeln!(s, "  warning: {warning}");
+        }
         let settle = self.timing.window.as_ref().and_then(|w| w.settle);
         if let Some(crate::window::Settle {
             outcome: crate::window::SettleOutcome::Unsettled,

@@ -209,15 +209,21 @@ fn header(ctx: &Ctx) -> String {
         .next()
         .map(|r| {
             format!(
-                " Host: {} · {} cores · kernel {} · KVM {:?}{}.",
+                " Host: {} · {} cores · kernel {} · KVM {:?}{} · {}.",
                 esc(&r.host.cpu_model),
                 r.host.cores,
                 esc(&r.host.kernel),
                 r.host.kvm.backing,
-                if r.host.nested { " (nested)" } else { "" }
+                if r.host.nested { " (nested)" } else { "" },
+                r.host.platform.describe()
             )
         })
         .unwrap_or_default();
+    // Any record from an emulated CPU: its timings measure the emulator.
+    let emulated = latest
+        .iter()
+        .flat_map(|e| e.records.iter())
+        .find_map(|r| r.host.platform.timing_warning());
     let _ = write!(
         h,
         "<p class=\"muted\">{} runs: {ok} ok, {failed} failed, {skipped} skipped ({} configurations).{host} Store: <code>{}</code>.</p>",
@@ -225,6 +231,9 @@ fn header(ctx: &Ctx) -> String {
         ctx.results.configs.len(),
         esc(&ctx.store.path().display().to_string())
     );
+    if let Some(warning) = emulated {
+        let _ = write!(h, "<p class=\"note\">Warning: {}.</p>", esc(warning));
+    }
     for n in &ctx.opts.notes {
         let _ = write!(h, "<p class=\"note\">{}</p>", esc(n));
     }

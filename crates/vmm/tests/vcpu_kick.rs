@@ -46,12 +46,19 @@ fn run_and_kick(vcpu: Vcpu, delay: Duration) -> (Vcpu, Result<(), VmmError>) {
     let control = Arc::new(RunControl::new());
     let kicker = vcpu.kicker();
     let (done, finished) = mpsc::channel();
+    let (started_tx, started) = mpsc::channel();
     let thread_control = control.clone();
     std::thread::spawn(move || {
         let mut vcpu = vcpu;
+        let _ = started_tx.send(());
         let outcome = vcpu.run_until_stopped(&thread_control);
         let _ = done.send((vcpu, outcome));
     });
+    // The delay counts from when the vCPU thread runs, not from its spawn: on
+    // a slow or busy host (one TCG thread for both CPUs of the nested AMD-V
+    // host) a new thread may not run for milliseconds, and every kick would
+    // land before KVM_RUN.
+    let _ = started.recv_timeout(LOST_KICK);
     if !delay.is_zero() {
         std::thread::sleep(delay);
     }
