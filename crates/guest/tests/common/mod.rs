@@ -57,7 +57,11 @@ pub fn check_io(r: &smplab_record::RunRecord, p: &Program, vcpus: u32) -> Vec<u6
     // Plausible: the handler runs after the device completed (a latency
     // above zero, below the run's 120 s limit; 0 only for a completion a
     // handler already running picked up), the thread after its handler.
-    assert!(io.irq_latency.p50_ns > 0, "{what}: {:?}", io.irq_latency);
+    // How many completions a running handler picks up depends on the exit
+    // cost: about half of them under an emulated CPU (slow exits), few on
+    // PVM. So the check is that fresh interrupts were measured at all, not
+    // that they are the majority.
+    assert!(io.irq_latency.max_ns > 0, "{what}: {:?}", io.irq_latency);
     assert!(io.irq_latency.max_ns < 120_000_000_000, "{what}");
     assert!(
         io.wake_latency.p50_ns >= io.irq_latency.p50_ns,
