@@ -94,7 +94,21 @@ pub fn summary_table(results: &Results, workloads: &[&str], scale: f64) -> Strin
     }
     let mut out = aligned(&rows);
     out.push_str("Slowdown vs native: median [95% interval] over repetitions (sim: vs its own native model);\n~ within the noise of native, † fewer than 6 repetitions (the range). WS: weighted speedup, 1 = one VM's throughput.\n");
+    if let Some(warning) = timing_warning(results) {
+        out.push_str(&format!("Warning: {warning}.\n"));
+    }
     out
+}
+
+/// The warning of the first measured record from an emulated CPU (its
+/// timings measure the emulator), as the HTML report's header shows it.
+pub fn timing_warning(results: &Results) -> Option<&'static str> {
+    results
+        .configs
+        .values()
+        .flatten()
+        .flat_map(|e| e.records.iter())
+        .find_map(|r| r.host.platform.timing_warning())
 }
 
 /// Rows as columns: the first left-aligned, the others right-aligned.

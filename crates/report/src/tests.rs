@@ -376,6 +376,23 @@ fn demo_summary_shows_intervals() {
 }
 
 #[test]
+fn the_summary_warns_when_timings_come_from_an_emulated_cpu() {
+    let store = sample_store();
+    let plain = crate::summary_table(&Results::new(&store), &["dedup"], 0.1);
+    assert!(!plain.contains("Warning:"), "{plain}");
+    let mut entries = store.entries().to_vec();
+    for r in entries.iter_mut().flat_map(|e| e.records.iter_mut()) {
+        r.host.platform = smplab_record::platform::Platform::HardwareKvmOnEmulatedCpu;
+    }
+    let store = smplab_experiment::store::Store::from_entries(entries);
+    let t = crate::summary_table(&Results::new(&store), &["dedup"], 0.1);
+    assert!(
+        t.contains("Warning: timings come from a CPU emulated by QEMU's TCG"),
+        "{t}"
+    );
+}
+
+#[test]
 fn csv_exports() {
     let store = sample_store();
     let results = Results::new(&store);
