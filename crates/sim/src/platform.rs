@@ -255,9 +255,10 @@ fn no_ple() -> smplab_record::config::Ple {
 
 const KVM2015: &str = include_str!("../platforms/kvm2015.toml");
 const PVM_HERE: &str = include_str!("../platforms/pvm-here.toml");
+const AMDV_TCG: &str = include_str!("../platforms/amdv-tcg.toml");
 
 /// Names of the built-in profiles.
-pub const BUILTIN: &[&str] = &["kvm2015", "pvm-here"];
+pub const BUILTIN: &[&str] = &["kvm2015", "pvm-here", "amdv-tcg"];
 
 impl Platform {
     /// Kernel path costs on bare metal (`virtualized == false`) or in a VM.
@@ -274,11 +275,13 @@ impl Platform {
         }
     }
 
-    /// A built-in profile: `kvm2015` or `pvm-here`.
+    /// A built-in profile: `kvm2015`, `pvm-here` or `amdv-tcg` (the nested
+    /// AMD-V host, calibrated there: emulated timings).
     pub fn builtin(name: &str) -> Result<Platform, SimError> {
         let text = match name {
             "kvm2015" => KVM2015,
             "pvm-here" => PVM_HERE,
+            "amdv-tcg" => AMDV_TCG,
             _ => {
                 return Err(SimError::UnknownPlatform {
                     name: name.to_string(),
