@@ -202,15 +202,22 @@ impl Ledger {
     }
 }
 
-/// The number a cell starts with ("2,749" is 2749; "4.04 [3.00..4.11]" is 4.04).
+/// The number a cell starts with ("2,749" is 2749; "4.04 [3.00..4.11]" is
+/// 4.04; a range "10.7-12.0 M" its low end 10.7).
 pub fn leading_number(cell: &str) -> Option<f64> {
-    let digits: String = cell
-        .trim_start_matches(|ch: char| ch == '*' || ch.is_whitespace())
+    let text = cell.trim_start_matches(|ch: char| ch == '*' || ch.is_whitespace());
+    let (sign, rest) = match text.strip_prefix('-') {
+        Some(r) => ("-", r),
+        None => ("", text),
+    };
+    let digits: String = rest
         .chars()
-        .take_while(|ch| ch.is_ascii_digit() || matches!(ch, '.' | ',' | '-'))
+        .take_while(|ch| ch.is_ascii_digit() || matches!(ch, '.' | ','))
         .filter(|ch| *ch != ',')
         .collect();
-    digits.parse().ok()
+    format!("{sign}{}", digits.trim_end_matches('.'))
+        .parse()
+        .ok()
 }
 
 /// A claim's `row` against its table's columns.
@@ -465,6 +472,9 @@ paper = { source = "Ding & Shan", value = "1.4", where = "Fig. 1", band = [1.0, 
         assert!(e.to_string().contains("needs a `[[table]]`"), "{e}");
         assert_eq!(leading_number("2,749"), Some(2749.0));
         assert_eq!(leading_number("**0.92** (per rep)"), Some(0.92));
+        assert_eq!(leading_number("10.7-12.0 M"), Some(10.7));
+        assert_eq!(leading_number("-3.5%"), Some(-3.5));
+        assert_eq!(leading_number("— (none)"), None);
         assert!(e.to_string().starts_with("c.toml:"), "{e}");
     }
 }
