@@ -16,8 +16,7 @@
 //! calibrate-and-check runs the median of those ([`median_over_runs`]),
 //! never the best run.
 
-use super::fit::SimCase;
-use crate::metrics::{Results, Summary};
+use crate::metrics::{prediction_error_by_metric, Prediction, Results, Summary};
 use smplab_experiment::point::{Point, Variant};
 use smplab_record::config::{
     GuestSettings, IdlePolicy, NativeSettings, RunConfig, SimSettings, SyncMode, VmSettings,
@@ -151,6 +150,12 @@ pub struct Row {
     pub predicted_wall_ns: f64,
     pub measured_slowdown: f64,
     pub predicted_slowdown: f64,
+    /// Counted exits per second of the workload window (`Results::workload_exits_per_s`).
+    pub measured_exits_per_s: Option<f64>,
+    pub predicted_exits_per_s: Option<f64>,
+    /// The VM's idle fraction (`metrics::idle_fraction`).
+    pub measured_idle: Option<f64>,
+    pub predicted_idle: Option<f64>,
 }
 
 impl Row {
@@ -173,27 +178,45 @@ pub fn slowdown_error(measured: f64, predicted: f64) -> f64 {
     }
 }
 
+/// What the simulator predicts of a sealed configuration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Predicted {
+    vm_ns: f64,
+    native_ns: f64,
+    exits_per_s: Option<f64>,
+    idle: Option<f64>,
+}
+
 /// Simulated (VM wall, native wall) of a configuration on `platform`: the
 /// VMs' median wall time, the bare-metal reference of one instance.
+#[cfg(test)]
 fn predict(platform: &Platform, c: &Config, scale: f64, pcpus: u32) -> Result<(f64, f64), String> {
+    predict_all(platform, c, scale, pcpus).map(|p| (p.vm_ns, p.native_ns))
+}
+
+/// The simulated run of a configuration: its wall times as [`predict`]
+/// gives them, the counted exits/s and the VMs' median idle fraction, read
+/// from the simulated records by the same functions as the measured ones.
+fn predict_all(
+    platform: &Platform,
+    c: &Config,
+    scale: f64,
+    pcpus: u32,
+) -> Result<Predicted, String> {
     let src = smplab_workload::Source::resolve(&c.workload).map_err(|e| e.to_string())?;
     let program = src
         .instantiate(Some(c.vcpus), scale)
         .map_err(|e| e.to_string())?;
     let info = src.workload_info(&program);
-    if c.vms == 1 {
-        let case = SimCase {
-            program,
-            info,
-            vcpus: c.vcpus,
-            pcpus,
-            idle: IdlePolicy::default(),
-        };
-        return super::fit::simulate(platform, &case).map_err(|e| e.to_string());
-    }
     let mut settings = SimSettings::new(c.vcpus, platform.name.clone());
     settings.vms = c.vms;
-    settings.pcpus = Some(pcpus.max(1));
+    if c.vms == 1 {
+        // One VM: the calibration's own mapping (`fit::simulate_with_idle`).
+        settings.pcpus = Some(pcpus.min(c.vcpus).max(1));
+        settings.idle = IdlePolicy::default();
+    } else {
+        settings.pcpus = Some(pcpus.max(1));
+    }
     let sc =
         smplab_experiment::execute::sim::scenario_on(&program, &info, &settings, platform.clone())
             .map_err(|e| e.to_string())?;
@@ -205,7 +228,24 @@ fn predict(platform: &Platform, c: &Config, scale: f64, pcpus: u32) -> Result<(f
         .and_then(|s| s.native_wall_ns)
         .ok_or("no bare-metal reference")?;
     let vm = smplab_stats::median(&walls).ok_or("no records")?;
-    Ok((vm, native as f64))
+    let rates = crate::metrics::exit_rates(&recs);
+    let exits_per_s = (!rates.is_empty()).then(|| {
+        rates
+            .iter()
+            .filter(|(k, _)| crate::metrics::is_counted_exit_reason(k))
+            .map(|(_, v)| v)
+            .sum()
+    });
+    let idles: Vec<f64> = recs
+        .iter()
+        .filter_map(crate::metrics::idle_fraction)
+        .collect();
+    Ok(Predicted {
+        vm_ns: vm,
+        native_ns: native as f64,
+        exits_per_s,
+        idle: smplab_stats::median(&idles),
+    })
 }
 
 /// Predict every sealed configuration with `platform` (a host of `pcpus`
@@ -230,13 +270,18 @@ pub fn evaluate(
             problems.push(format!("{label}: not measured on both executors"));
             continue;
         };
-        match predict(platform, c, scale, pcpus) {
-            Ok((pvm, pnative)) => rows.push(Row {
+        let vm_point = point(c, true, scale);
+        match predict_all(platform, c, scale, pcpus) {
+            Ok(p) => rows.push(Row {
                 label,
                 measured_wall_ns: vm,
-                predicted_wall_ns: pvm,
+                predicted_wall_ns: p.vm_ns,
                 measured_slowdown: vm / native,
-                predicted_slowdown: pvm / pnative,
+                predicted_slowdown: p.vm_ns / p.native_ns,
+                measured_exits_per_s: results.workload_exits_per_s(&vm_point),
+                predicted_exits_per_s: p.exits_per_s,
+                measured_idle: results.idle_fraction(&vm_point).map(|s| s.median),
+                predicted_idle: p.idle,
             }),
             Err(e) => problems.push(format!("{label}: not simulated: {e}")),
         }
@@ -244,23 +289,77 @@ pub fn evaluate(
     (rows, problems)
 }
 
-/// Median wall and slowdown error over the rows of one check.
-pub fn medians(rows: &[Row]) -> Option<(f64, f64)> {
+/// The median errors of one check (fractions: × 100 = % or points).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Errors {
+    pub wall: f64,
+    /// See [`Row::slowdown_error`].
+    pub slowdown: f64,
+    /// Median |relative error| of exits/s; None when no row has both.
+    pub exits: Option<f64>,
+    /// Median |relative error| of the idle fraction.
+    pub idle: Option<f64>,
+    /// Median |absolute error| of the idle fraction (× 100: percentage points).
+    pub idle_abs: Option<f64>,
+}
+
+/// The exits/s and idle-fraction pairs of the rows, as the demo's HELD-OUT
+/// block compares them (`metrics::prediction_error_by_metric`).
+pub fn predictions(rows: &[Row]) -> Vec<Prediction> {
+    let mut out = Vec::new();
+    for r in rows {
+        for (metric, m, p) in [
+            ("exits/s", r.measured_exits_per_s, r.predicted_exits_per_s),
+            ("idle fraction", r.measured_idle, r.predicted_idle),
+        ] {
+            if let (Some(measured), Some(predicted)) = (m, p) {
+                out.push(Prediction {
+                    label: r.label.clone(),
+                    metric: metric.into(),
+                    measured,
+                    predicted,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Median errors over the rows of one check.
+pub fn medians(rows: &[Row]) -> Option<Errors> {
     let w = Summary::of(&rows.iter().map(Row::wall_error).collect::<Vec<_>>())?;
     let s = Summary::of(&rows.iter().map(Row::slowdown_error).collect::<Vec<_>>())?;
-    Some((w.median, s.median))
+    let by = prediction_error_by_metric(&predictions(rows));
+    let rel = |m: &str| by.get(m).and_then(|e| e.rel).map(|s| s.median);
+    Some(Errors {
+        wall: w.median,
+        slowdown: s.median,
+        exits: rel("exits/s"),
+        idle: rel("idle fraction"),
+        idle_abs: by
+            .get("idle fraction")
+            .and_then(|e| e.abs)
+            .map(|s| s.median),
+    })
 }
 
 /// The figure to quote: over whole calibrate-and-check runs, the median of
 /// each run's medians (`None` with fewer than `min_runs`: one run's figure
-/// is not quoted).
-pub fn median_over_runs(runs: &[(f64, f64)], min_runs: usize) -> Option<(f64, f64)> {
+/// is not quoted; an optional error over the runs that have it).
+pub fn median_over_runs(runs: &[Errors], min_runs: usize) -> Option<Errors> {
     if runs.len() < min_runs.max(1) {
         return None;
     }
-    let w: Vec<f64> = runs.iter().map(|r| r.0).collect();
-    let s: Vec<f64> = runs.iter().map(|r| r.1).collect();
-    Some((smplab_stats::median(&w)?, smplab_stats::median(&s)?))
+    let of = |f: fn(&Errors) -> Option<f64>| {
+        smplab_stats::median(&runs.iter().filter_map(f).collect::<Vec<_>>())
+    };
+    Some(Errors {
+        wall: of(|e| Some(e.wall))?,
+        slowdown: of(|e| Some(e.slowdown))?,
+        exits: of(|e| e.exits),
+        idle: of(|e| e.idle),
+        idle_abs: of(|e| e.idle_abs),
+    })
 }
 
 /// Measure the sealed set into `store` (resumable, round-robin over the
@@ -316,13 +415,18 @@ pub fn table(rows: &[Row]) -> String {
             if r.measured_slowdown < NEAR_ONE { " pts" } else { "%" },
         );
     }
-    if let Some((w, s)) = medians(rows) {
+    if let Some(e) = medians(rows) {
+        let pct =
+            |x: Option<f64>| x.map_or_else(|| "—".to_string(), |v| format!("{:.0}%", v * 100.0));
         let _ = writeln!(
             out,
-            "  median over {} configurations: wall {:.0}%, slowdown {:.0}",
+            "  median over {} configurations: wall {:.0}%, slowdown {:.0}, exits/s {}, idle fraction {} (|absolute error| {})",
             rows.len(),
-            w * 100.0,
-            s * 100.0
+            e.wall * 100.0,
+            e.slowdown * 100.0,
+            pct(e.exits),
+            pct(e.idle),
+            e.idle_abs.map_or_else(|| "—".to_string(), |v| format!("{:.1} pp", v * 100.0)),
         );
     }
     out
@@ -378,10 +482,33 @@ mod tests {
         assert!((slowdown_error(1.05, 1.10) - 0.05).abs() < 1e-12);
         // 3x measured, 2.4x predicted: 20%.
         assert!((slowdown_error(3.0, 2.4) - 0.2).abs() < 1e-12);
-        assert_eq!(median_over_runs(&[(0.1, 0.2), (0.3, 0.1)], 3), None);
+        let e = |wall, slowdown, exits| Errors {
+            wall,
+            slowdown,
+            exits,
+            idle: None,
+            idle_abs: Some(0.01),
+        };
         assert_eq!(
-            median_over_runs(&[(0.1, 0.2), (0.3, 0.1), (0.2, 0.5)], 3),
-            Some((0.2, 0.2))
+            median_over_runs(&[e(0.1, 0.2, None), e(0.3, 0.1, None)], 3),
+            None
+        );
+        assert_eq!(
+            median_over_runs(
+                &[
+                    e(0.1, 0.2, Some(0.4)),
+                    e(0.3, 0.1, None),
+                    e(0.2, 0.5, Some(0.2))
+                ],
+                3
+            ),
+            Some(Errors {
+                wall: 0.2,
+                slowdown: 0.2,
+                exits: Some(0.30000000000000004),
+                idle: None,
+                idle_abs: Some(0.01),
+            })
         );
     }
 

@@ -114,6 +114,21 @@ pub struct Claim {
     /// Why the figure stands where it does (fitted to what, missed by how much).
     #[serde(default)]
     pub note: String,
+    /// The claim's row, cell by cell, when its table has its own columns
+    /// (`[[table]]`): the cell in the table's `value_column` must start with
+    /// `value`, so the row cannot state another figure than the ledger.
+    pub row: Option<Spanned<Vec<String>>>,
+}
+
+/// A docs table with its own columns (a results table of a doc, not the
+/// claim / paper / ours table): each of its claims gives its `row`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableShape {
+    pub name: String,
+    pub columns: Vec<String>,
+    /// The column (from 0) whose cell starts with each claim's value.
+    pub value_column: usize,
 }
 
 impl Claim {
@@ -139,6 +154,8 @@ impl Claim {
 struct LedgerFile {
     #[serde(default)]
     claim: Vec<Claim>,
+    #[serde(default)]
+    table: Vec<TableShape>,
 }
 
 /// The parsed ledger.
@@ -147,6 +164,8 @@ pub struct Ledger {
     /// The file name used in messages.
     pub file: String,
     pub claims: Vec<Claim>,
+    /// Tables with their own columns.
+    pub tables: Vec<TableShape>,
 }
 
 impl Ledger {
@@ -164,15 +183,92 @@ impl Ledger {
         let mut ids = HashSet::new();
         for c in &parsed.claim {
             validate(&src, c, &known_figure, &mut ids, &mut problems);
+            validate_row(&src, c, &parsed.table, &mut problems);
         }
         problems.into_result(Ledger {
             file: file.to_string(),
             claims: parsed.claim,
+            tables: parsed.table,
         })
     }
 
     pub fn get(&self, id: &str) -> Option<&Claim> {
         self.claims.iter().find(|c| c.id() == id)
+    }
+
+    /// The columns of table `name`, if it has its own.
+    pub fn shape(&self, name: &str) -> Option<&TableShape> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+}
+
+/// The number a cell starts with ("2,749" is 2749; "4.04 [3.00..4.11]" is
+/// 4.04; a range "10.7-12.0 M" its low end 10.7).
+pub fn leading_number(cell: &str) -> Option<f64> {
+    let text = cell.trim_start_matches(|ch: char| ch == '*' || ch.is_whitespace());
+    let (sign, rest) = match text.strip_prefix('-') {
+        Some(r) => ("-", r),
+        None => ("", text),
+    };
+    let digits: String = rest
+        .chars()
+        .take_while(|ch| ch.is_ascii_digit() || matches!(ch, '.' | ','))
+        .filter(|ch| *ch != ',')
+        .collect();
+    format!("{sign}{}", digits.trim_end_matches('.'))
+        .parse()
+        .ok()
+}
+
+/// A claim's `row` against its table's columns.
+fn validate_row(
+    src: &SourceText<'_>,
+    c: &Claim,
+    shapes: &[TableShape],
+    problems: &mut Diagnostics,
+) {
+    let id = c.id.get_ref();
+    let shape = c
+        .table
+        .as_deref()
+        .and_then(|t| shapes.iter().find(|s| s.name == t));
+    match (shape, &c.row) {
+        (None, None) => {}
+        (Some(s), None) => problems.push(src.span(
+            c.id.span(),
+            format!("claim `{id}`: table `{}` has its own columns, so the claim needs a `row`", s.name),
+        )),
+        (None, Some(r)) => problems.push(src.span(
+            r.span(),
+            format!("claim `{id}`: a `row` needs a `[[table]]` with its columns for the claim's `table`"),
+        )),
+        (Some(s), Some(r)) => {
+            let cells = r.get_ref();
+            if cells.len() != s.columns.len() {
+                problems.push(src.span(
+                    r.span(),
+                    format!(
+                        "claim `{id}`: {} cells, but table `{}` has {} columns",
+                        cells.len(),
+                        s.name,
+                        s.columns.len()
+                    ),
+                ));
+                return;
+            }
+            let stated = cells.get(s.value_column).and_then(|v| leading_number(v));
+            if stated.is_none_or(|v| (v - c.value).abs() > 1e-9) {
+                problems.push(src.span(
+                    r.span(),
+                    format!(
+                        "claim `{id}`: the row's column {} (`{}`) must start with the claim's value {}",
+                        s.value_column,
+                        cells.get(s.value_column).map_or("", String::as_str),
+                        c.value
+                    ),
+                ));
+            }
+        }
     }
 }
 
@@ -346,6 +442,39 @@ paper = { source = "Ding & Shan", value = "1.4", where = "Fig. 1", band = [1.0, 
         let e = Ledger::parse("c.toml", &fitted, |_| true).unwrap_err();
         assert!(e.to_string().contains("never as `reproduced`"), "{e}");
         let e = Ledger::parse("c.toml", "[[claim]]\nid = 3\n", |_| true).unwrap_err();
+        assert!(e.to_string().starts_with("c.toml:"), "{e}");
+    }
+
+    #[test]
+    fn rows_must_state_the_claims_value() {
+        let shape = "[[table]]\nname = \"t\"\ncolumns = [\"a\", \"b\"]\nvalue_column = 1\n";
+        let row = ONE.replace(
+            "value = 1.5\n",
+            "value = 1.5\ntable = \"t\"\nrow = [\"x\", \"1.5 [1.2..1.9]\"]\n",
+        );
+        let l = Ledger::parse("c.toml", &format!("{row}{shape}"), |_| true).expect("parses");
+        assert_eq!(l.shape("t").map(|s| s.value_column), Some(1));
+        let wrong = row.replace("\"1.5 [", "\"1.6 [");
+        let e = Ledger::parse("c.toml", &format!("{wrong}{shape}"), |_| true).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("must start with the claim's value 1.5"),
+            "{e}"
+        );
+        let short = row.replace("\"x\", ", "");
+        let e = Ledger::parse("c.toml", &format!("{short}{shape}"), |_| true).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("1 cells, but table `t` has 2 columns"),
+            "{e}"
+        );
+        let e = Ledger::parse("c.toml", &row, |_| true).unwrap_err();
+        assert!(e.to_string().contains("needs a `[[table]]`"), "{e}");
+        assert_eq!(leading_number("2,749"), Some(2749.0));
+        assert_eq!(leading_number("**0.92** (per rep)"), Some(0.92));
+        assert_eq!(leading_number("10.7-12.0 M"), Some(10.7));
+        assert_eq!(leading_number("-3.5%"), Some(-3.5));
+        assert_eq!(leading_number("— (none)"), None);
         assert!(e.to_string().starts_with("c.toml:"), "{e}");
     }
 }

@@ -24,14 +24,41 @@ pub static MEASURES: &[Measure] = &[
     Measure {
         name: "calibrate.sealed_wall",
         what: "median over 3 whole calibrate-and-check runs (calibration scale 0.2, 3 repetitions, fresh stores under lab-results/claims-sealed/) of the calibrated profile's median |wall error| over the sealed held-out set (crates/analysis/src/calibrate/sealed.toml)",
-        produce: || sealed_check().map(|(w, _)| 100.0 * w),
+        produce: || sealed_check().map(|e| 100.0 * e.wall),
     },
     Measure {
         name: "calibrate.sealed_slowdown",
         what: "the same check's median slowdown error (points of overhead where the measured ratio < 1.25, else %)",
-        produce: || sealed_check().map(|(_, s)| 100.0 * s),
+        produce: || sealed_check().map(|e| 100.0 * e.slowdown),
+    },
+    Measure {
+        name: "calibrate.sealed_exits",
+        what: "the same check's median |relative error| of exits/s (counted exits of the workload window)",
+        produce: || sealed_optional(|e| e.exits, "exits/s"),
+    },
+    Measure {
+        name: "calibrate.sealed_idle",
+        what: "the same check's median |relative error| of the VM's idle fraction",
+        produce: || sealed_optional(|e| e.idle, "idle fraction"),
+    },
+    Measure {
+        name: "calibrate.sealed_idle_pp",
+        what: "the same check's median |absolute error| of the VM's idle fraction, percentage points",
+        produce: || sealed_optional(|e| e.idle_abs, "idle fraction"),
     },
 ];
+
+/// An error the sealed check has only where its rows have the metric.
+fn sealed_optional(
+    f: fn(&crate::calibrate::sealed::Errors) -> Option<f64>,
+    metric: &str,
+) -> Result<f64, String> {
+    sealed_check().and_then(|e| {
+        f(&e).map(|x| 100.0 * x).ok_or_else(|| {
+            format!("no sealed configuration has a measured and a predicted {metric}")
+        })
+    })
+}
 
 /// Scale of the calibrations `claims measure` runs for the sealed check
 /// (the held-out and sealed runs use `heldout::SCALE_FACTOR` of it): small,
@@ -45,8 +72,9 @@ const SEALED_RUNS: usize = 3;
 /// (micro-runs, fit, written profile), then that profile's predictions of
 /// the sealed set against fresh measurements of it; the median over runs of
 /// each run's median errors. Shared by the two claims that read it.
-fn sealed_check() -> Result<(f64, f64), String> {
-    static DONE: std::sync::OnceLock<Result<(f64, f64), String>> = std::sync::OnceLock::new();
+fn sealed_check() -> Result<crate::calibrate::sealed::Errors, String> {
+    static DONE: std::sync::OnceLock<Result<crate::calibrate::sealed::Errors, String>> =
+        std::sync::OnceLock::new();
     DONE.get_or_init(|| {
         use crate::calibrate::{self, heldout, sealed};
         let (_, configs) = sealed::load()?;
