@@ -16,6 +16,7 @@
 //! (tools/nested-host/extract-vmlinux writes it). By default a few boots cover both forms, N = 1, 2, 4
 //! and 8 vCPUs and the four sync modes between them (under TCG each boot
 //! takes 10-20 s); `SMPLAB_LINUX_MATRIX=full` boots every form x N x mode.
+//! `SMPLAB_LINUX_CMDLINE_EXTRA` adds words to the guest's command line.
 
 use smplab_record::host::{KvmBacking, KvmFacts};
 use smplab_vmm::{run_vm, ConsoleSink, GuestStop, KernelImage, SyncMode, VmConfig, VmRun};
@@ -196,7 +197,8 @@ fn boot(form: Form, vcpus: u32, sync: SyncMode, stop: Stop) -> (VmRun, String) {
         Stop::PowerOff => " smplab.stop=poweroff",
         Stop::Reboot => " smplab.stop=reboot",
     };
-    config.cmdline = format!("console=ttyS0 panic=-1{stop_word}");
+    let extra = std::env::var("SMPLAB_LINUX_CMDLINE_EXTRA").unwrap_or_default();
+    config.cmdline = format!("console=ttyS0 panic=-1{stop_word} {extra}");
     let _one = ONE_VM.lock().unwrap_or_else(|e| e.into_inner());
     let what = format!("{form:?} x{vcpus} {sync} {stop:?}");
     let started = std::time::Instant::now();
@@ -316,27 +318,54 @@ fn full_matrix() -> bool {
     std::env::var("SMPLAB_LINUX_MATRIX").as_deref() == Ok("full")
 }
 
+// A few boots that cover both forms, every N, every sync mode and every way
+// to stop between them (one VM at a time: `ONE_VM`).
+
 #[test]
-fn bzimage_and_pvh_boot_with_every_cpu_online() {
+fn pvh_on_2_vcpus_fine_ends_by_the_debug_exit() {
+    if hardware_kvm() {
+        check(Form::Pvh, 2, SyncMode::Fine, Stop::DebugExit);
+    }
+}
+
+#[test]
+fn bzimage_on_1_vcpu_global_powers_off() {
+    if hardware_kvm() {
+        check(Form::BzImage, 1, SyncMode::Global, Stop::PowerOff);
+    }
+}
+
+#[test]
+fn pvh_on_4_vcpus_iothread_reboots() {
+    if hardware_kvm() {
+        check(Form::Pvh, 4, SyncMode::IoThread, Stop::Reboot);
+    }
+}
+
+#[test]
+fn bzimage_on_8_vcpus_hybrid_ends_by_the_debug_exit() {
+    if hardware_kvm() {
+        check(Form::BzImage, 8, SyncMode::Hybrid, Stop::DebugExit);
+    }
+}
+
+/// Every form x N x sync mode, with `SMPLAB_LINUX_MATRIX=full`.
+#[test]
+fn the_full_matrix_boots_with_every_cpu_online() {
+    if !full_matrix() {
+        eprintln!("note: the full matrix runs with SMPLAB_LINUX_MATRIX=full");
+        return;
+    }
     if !hardware_kvm() {
         return;
     }
-    if full_matrix() {
-        for form in [Form::BzImage, Form::Pvh] {
-            for vcpus in [1, 2, 4, 8] {
-                for sync in SYNC_MODES {
-                    check(form, vcpus, sync, Stop::DebugExit);
-                }
+    for form in [Form::BzImage, Form::Pvh] {
+        for vcpus in [1, 2, 4, 8] {
+            for sync in SYNC_MODES {
+                check(form, vcpus, sync, Stop::DebugExit);
             }
         }
-        return;
     }
-    // A few boots that cover both forms, every N, every sync mode and every
-    // way to stop between them.
-    check(Form::Pvh, 2, SyncMode::Fine, Stop::DebugExit);
-    check(Form::BzImage, 1, SyncMode::Global, Stop::PowerOff);
-    check(Form::Pvh, 4, SyncMode::IoThread, Stop::Reboot);
-    check(Form::BzImage, 8, SyncMode::Hybrid, Stop::DebugExit);
 }
 
 #[test]
