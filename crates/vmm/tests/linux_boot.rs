@@ -197,8 +197,10 @@ fn boot(form: Form, vcpus: u32, sync: SyncMode, stop: Stop) -> (VmRun, String) {
         Stop::PowerOff => " smplab.stop=poweroff",
         Stop::Reboot => " smplab.stop=reboot",
     };
+    // quiet: the kernel's own lines would interleave with the init's on the
+    // one UART (printk writes it directly, the tty by interrupts).
     let extra = std::env::var("SMPLAB_LINUX_CMDLINE_EXTRA").unwrap_or_default();
-    config.cmdline = format!("console=ttyS0 panic=-1{stop_word} {extra}");
+    config.cmdline = format!("console=ttyS0 quiet panic=-1{stop_word} {extra}");
     let _one = ONE_VM.lock().unwrap_or_else(|e| e.into_inner());
     let what = format!("{form:?} x{vcpus} {sync} {stop:?}");
     let started = std::time::Instant::now();
@@ -262,13 +264,24 @@ fn check(form: Form, vcpus: u32, sync: SyncMode, stop: Stop) {
     let (run, console) = boot(form, vcpus, sync, stop);
     let tail = tail(&console);
     let what = format!("{form:?} x{vcpus} {sync} {stop:?}");
+    let uart_accesses: u64 = run
+        .section
+        .exit_latency
+        .iter()
+        .filter(|(key, _)| key.starts_with("uart"))
+        .map(|(_, h)| h.count)
+        .sum();
+    let tail = format!(
+        "({} console bytes, {uart_accesses} UART accesses)\n{tail}",
+        console.len()
+    );
     assert!(
         console.contains(INIT_MARKER),
         "{what}: the init never ran; console tail:\n{tail}"
     );
     let online = console
         .lines()
-        .find_map(|l| l.trim_end().strip_prefix(ONLINE_MARKER))
+        .find_map(|l| l.trim_end().split_once(ONLINE_MARKER).map(|(_, v)| v))
         .unwrap_or_else(|| panic!("{what}: no online line; console tail:\n{tail}"));
     assert_eq!(online, all_online(vcpus), "{what}: console tail:\n{tail}");
     let expected = match stop {
@@ -281,7 +294,7 @@ fn check(form: Form, vcpus: u32, sync: SyncMode, stop: Stop) {
     // registered, so Linux knew its frequency (else it marks it unstable).
     let clock = console
         .lines()
-        .find_map(|l| l.trim_end().strip_prefix(CLOCK_MARKER))
+        .find_map(|l| l.trim_end().split_once(CLOCK_MARKER).map(|(_, v)| v))
         .unwrap_or_else(|| panic!("{what}: no clock line; console tail:\n{tail}"));
     let available = clock.split_once("(available: ").map_or("", |(_, a)| a);
     assert!(
@@ -292,7 +305,7 @@ fn check(form: Form, vcpus: u32, sync: SyncMode, stop: Stop) {
     // Linux knows the TSC frequency (from kvm-clock): /proc/cpuinfo's MHz.
     let mhz: f64 = console
         .lines()
-        .find_map(|l| l.trim_end().strip_prefix(MHZ_MARKER))
+        .find_map(|l| l.trim_end().split_once(MHZ_MARKER).map(|(_, v)| v))
         .and_then(|m| m.trim().parse().ok())
         .unwrap_or(0.0);
     assert!(
