@@ -10,11 +10,21 @@
 #include <sys/io.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
+#include <termios.h>
 #include <unistd.h>
 
 #define WINDOW_PORT 0x540
 #define DEBUG_EXIT_PORT 0x501
 #define STATUS_OK 0x5a
+
+/* printf's bytes reach the tty's buffer; the UART sends them later, one
+ * transmit interrupt at a time. Wait until they are out before ending the
+ * VM, or the last lines are lost with it. */
+static void flush_console(void)
+{
+    fflush(stdout);
+    tcdrain(STDOUT_FILENO);
+}
 
 static void read_line(const char *path, char *buf, size_t len)
 {
@@ -36,7 +46,7 @@ int main(void)
         (void)inl(WINDOW_PORT);
     }
     printf("@@SMPLAB-LINUX-INIT\n");
-    fflush(stdout);
+    flush_console();
     mount("proc", "/proc", "proc", 0, NULL);
     mount("sysfs", "/sys", "sysfs", 0, NULL);
     char online[256], cmdline[4096], clock[64], clocks[256], mhz[64];
@@ -49,7 +59,8 @@ int main(void)
     char line[256];
     while (cpuinfo && fgets(line, sizeof line, cpuinfo))
         if (strncmp(line, "cpu MHz", 7) == 0) {
-            strncpy(mhz, strchr(line, ':') ? strchr(line, ':') + 2 : line, sizeof mhz - 1);
+            const char *colon = strchr(line, ':');
+            snprintf(mhz, sizeof mhz, "%.63s", colon ? colon + 2 : line);
             mhz[strcspn(mhz, "\n")] = 0;
             break;
         }
@@ -58,7 +69,7 @@ int main(void)
     printf("@@SMPLAB-LINUX-ONLINE %s\n", online);
     printf("@@SMPLAB-LINUX-MHZ %s\n", mhz);
     printf("@@SMPLAB-LINUX-CLOCK %s (available: %s)\n", clock, clocks);
-    fflush(stdout);
+    flush_console();
     sync();
     if (strstr(cmdline, "smplab.stop=poweroff")) {
         reboot(RB_POWER_OFF);
