@@ -150,6 +150,9 @@ pub fn set_cpuid_for(
         .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
         .map_err(VmmError::kvm("KVM_GET_SUPPORTED_CPUID"))?;
     for entry in cpuid.as_mut_slice() {
+        if irqchip == Irqchip::User {
+            crate::user_irqchip::hide_kernel_lapic_features(entry);
+        }
         match entry.function {
             // Initial APIC id in EBX[31:24].
             1 => {
