@@ -10,6 +10,7 @@
 #include <sys/io.h>
 #include <sys/mount.h>
 #include <sys/reboot.h>
+#include <termios.h>
 #include <unistd.h>
 
 #define WINDOW_PORT 0x540
@@ -59,6 +60,9 @@ int main(void)
     printf("@@SMPLAB-LINUX-MHZ %s\n", mhz);
     printf("@@SMPLAB-LINUX-CLOCK %s (available: %s)\n", clock, clocks);
     fflush(stdout);
+    /* The tty sends what the console did not on the UART's interrupt: wait
+     * until it has gone out, or the VM ends before it. */
+    tcdrain(STDOUT_FILENO);
     sync();
     if (strstr(cmdline, "smplab.stop=poweroff")) {
         reboot(RB_POWER_OFF);
