@@ -153,7 +153,12 @@ pub fn boot(boot: &Boot) -> (VmRun, String) {
     ));
     config.console = ConsoleSink::File(console_path.clone());
     config.timeout = Some(boot.timeout);
-    config.cmdline = boot.cmdline.clone();
+    // SMPLAB_LINUX_CMDLINE_EXTRA: words appended for a diagnosis (nokaslr,
+    // loglevel=8, smplab.sym=ADDR for the hostile init).
+    config.cmdline = match std::env::var("SMPLAB_LINUX_CMDLINE_EXTRA") {
+        Ok(extra) => format!("{} {extra}", boot.cmdline),
+        Err(_) => boot.cmdline.clone(),
+    };
     let _one = ONE_VM.lock().unwrap_or_else(|e| e.into_inner());
     let what = describe(boot);
     let started = Instant::now();

@@ -244,6 +244,56 @@ static long arg_seconds(void)
     return s > 0 ? s : 10;
 }
 
+/* The kernel symbol at or below `want` from /proc/kallsyms (0: _text). */
+static void symbol_at(unsigned long long want, char *out, size_t len, unsigned long long *text)
+{
+    char line[512];
+    unsigned long long at = 0;
+    out[0] = 0;
+    FILE *f = fopen("/proc/kallsyms", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long long addr = strtoull(line, NULL, 16);
+        if (text && strstr(line, " _text\n"))
+            *text = addr;
+        if (want && addr <= want && addr >= at) {
+            at = addr;
+            snprintf(out, len, "%s", line);
+        }
+    }
+    if (f)
+        fclose(f);
+}
+
+/* smplab.sym=LOW:DELTA on the command line (a diagnosis aid for a hung
+ * guest's instruction pointer, seen as LOW + DELTA from a known one whose
+ * low 21 bits, KASLR keeps, are LOW): for each 2 MiB step of the kernel
+ * text, the symbols at _text + step + LOW and DELTA above it. */
+static void print_symbols(void)
+{
+    char cmdline[4096] = "", a[512], b[512], line[1200];
+    FILE *f = fopen("/proc/cmdline", "r");
+    if (!f)
+        return;
+    if (!fgets(cmdline, sizeof cmdline, f))
+        cmdline[0] = 0;
+    fclose(f);
+    const char *key = strstr(cmdline, "smplab.sym=");
+    if (!key)
+        return;
+    char *rest;
+    unsigned long long low = strtoull(key + strlen("smplab.sym="), &rest, 16);
+    unsigned long long delta = *rest == ':' ? strtoull(rest + 1, NULL, 16) : 0, text = 0;
+    symbol_at(0, a, sizeof a, &text);
+    for (unsigned step = 0; step < 24; step++) {
+        unsigned long long w = text + step * 0x200000ULL + low;
+        symbol_at(w, a, sizeof a, NULL);
+        symbol_at(w + delta, b, sizeof b, NULL);
+        a[strcspn(a, "\n")] = 0;
+        snprintf(line, sizeof line, "@@SMPLAB-HOSTILE-SYMBOL %llx %s | %llx %s", w, a, w + delta, b);
+        uart_puts(line);
+    }
+}
+
 int main(void)
 {
     char line[512], online[128] = "";
@@ -272,6 +322,7 @@ int main(void)
     long seconds = arg_seconds();
     snprintf(line, sizeof line, "@@SMPLAB-HOSTILE-START cpus=%ld online=%s\n", cpus, online);
     uart_puts(line);
+    print_symbols();
 
     mkdir("/dev", 0755);
     mknod("/dev/mem", S_IFCHR | 0600, makedev(1, 1));
