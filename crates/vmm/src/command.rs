@@ -405,6 +405,20 @@ mod tests {
     }
 
     #[test]
+    fn an_initrd_is_read_and_a_missing_one_is_bad_input() {
+        let path = std::env::temp_dir().join(format!("smplab-initrd-{}", std::process::id()));
+        std::fs::write(&path, b"070701").unwrap();
+        let mut options = VmmOptions::new(PathBuf::from("kernel"));
+        options.initrd = Some(path.clone());
+        let config = config_from_options(&options).unwrap();
+        assert_eq!(config.initrd.as_deref(), Some(&b"070701"[..]));
+        std::fs::remove_file(&path).unwrap();
+        let err = config_from_options(&options).unwrap_err();
+        assert!(err.to_string().contains("cannot read initrd"), "{err}");
+        assert_eq!(err.exit_status(), exit::BAD_INPUT);
+    }
+
+    #[test]
     fn options_reach_the_config() {
         let options = VmmOptions {
             vcpus: 2,

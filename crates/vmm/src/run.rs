@@ -763,3 +763,50 @@ fn vcpu_thread(mut vcpu: Vcpu, control: &RunControl, cpus: Option<Vec<usize>>) -
     .and_then(|()| vcpu.run_until_stopped(control));
     VcpuReport { vcpu, outcome }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bus::SyncMode;
+
+    #[test]
+    fn the_power_ports_stop_the_run_in_every_mode() {
+        for mode in [
+            SyncMode::Global,
+            SyncMode::IoThread,
+            SyncMode::Hybrid,
+            SyncMode::Fine,
+        ] {
+            for (port, value, stop) in [
+                (u64::from(RESET_PORT), 0x6u8, GuestStop::Reset),
+                (I8042_PORT + 4, 0xfe, GuestStop::Reset),
+                (u64::from(SLEEP_CONTROL_PORT), 0x34, GuestStop::PowerOff),
+                (DEBUG_EXIT_PORT, 3, GuestStop::DebugExit(3)),
+            ] {
+                let control = Arc::new(RunControl::new());
+                let mut builder = BusBuilder::new();
+                add_power_devices(&mut builder, &control).unwrap();
+                builder
+                    .add_concurrent(
+                        AddressSpace::Pio,
+                        DEBUG_EXIT_PORT,
+                        2,
+                        "debug_exit",
+                        Arc::new(DebugExit::new(control.clone())),
+                    )
+                    .unwrap();
+                let bus = builder.build(mode, None).unwrap();
+                let mut client = bus.client();
+                assert!(
+                    client.write(AddressSpace::Pio, port, &[value]),
+                    "{mode} {port:#x}"
+                );
+                // A posted write reaches the device before a later read returns.
+                let mut status = [0xff];
+                client.read(AddressSpace::Pio, I8042_PORT + 4, &mut status);
+                assert_eq!(control.guest_stop(), Some(stop), "{mode} {port:#x}");
+                bus.shutdown();
+            }
+        }
+    }
+}

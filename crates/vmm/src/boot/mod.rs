@@ -7,8 +7,8 @@
 //!   protocol (Documentation/x86/boot.rst) with a zero page and entered at its
 //!   32-bit entry point.
 //!
-//! Every guest also gets ACPI tables (`acpi`) in the BIOS area; the smplab
-//! guest ignores them.
+//! Every guest also gets ACPI tables (`acpi`) and a reset stub at the reset
+//! vector in the BIOS area; the smplab guest ignores both.
 
 pub mod acpi;
 pub mod bzimage;
@@ -88,6 +88,7 @@ pub fn load_guest(
     kernel: &[u8],
 ) -> Result<BootEntry, VmmError> {
     let rsdp = acpi::write_tables(mem, config.vcpus)?;
+    write_reset_vector(mem)?;
     match detect(kernel)? {
         KernelFormat::PvhElf => {
             let loaded = load_kernel(mem, kernel)?;
@@ -185,6 +186,31 @@ pub fn memory_map(mem_bytes: u64) -> Vec<MemoryRange> {
     map
 }
 
+/// The real-mode reset vector f000:fff0 (physical 0xffff0).
+const RESET_VECTOR: u64 = 0xf_fff0;
+
+/// A reset stub at the reset vector, as firmware has one: Linux on a
+/// hardware-reduced ACPI platform without EFI reboots by "EFI" (nothing
+/// there), then "BIOS": a real-mode jump to f000:fff0. The stub writes the
+/// FADT's reset value to its reset register, which ends the run with
+/// `GuestStop::Reset` (`devices::power`).
+fn write_reset_vector(mem: &GuestMemoryMmap) -> Result<(), VmmError> {
+    let [port_lo, port_hi] = acpi::RESET_PORT.to_le_bytes();
+    let stub = [
+        0xb0,
+        acpi::RESET_VALUE, // mov al, RESET_VALUE
+        0xba,
+        port_lo,
+        port_hi, // mov dx, RESET_PORT
+        0xee,    // out dx, al
+        0xf4,    // hlt
+        0xeb,
+        0xfd, // jmp hlt
+    ];
+    mem.write_slice(&stub, GuestAddress(RESET_VECTOR))
+        .map_err(boot_err("reset vector"))
+}
+
 fn boot_err(what: &str) -> impl FnOnce(vm_memory::GuestMemoryError) -> VmmError + '_ {
     move |e| VmmError::BootDataTooLarge(format!("{what}: {e}"))
 }
@@ -254,6 +280,15 @@ mod tests {
         assert_eq!(big.len(), 4);
         assert_eq!(big[3].addr, FOUR_GIB);
         assert_eq!(big[3].size, 1 << 30);
+    }
+
+    #[test]
+    fn the_reset_vector_writes_the_reset_register() {
+        let mem = GuestMemoryMmap::<()>::from_ranges(&ram_regions(4 << 20)).unwrap();
+        write_reset_vector(&mem).unwrap();
+        let mut stub = [0u8; 6];
+        mem.read_slice(&mut stub, GuestAddress(0xf_fff0)).unwrap();
+        assert_eq!(stub, [0xb0, 0x06, 0xba, 0xf9, 0x0c, 0xee]);
     }
 
     #[test]
