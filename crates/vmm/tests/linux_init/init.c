@@ -17,6 +17,15 @@
 #define DEBUG_EXIT_PORT 0x501
 #define STATUS_OK 0x5a
 
+/* printf's bytes reach the tty's buffer; the UART sends them later, one
+ * transmit interrupt at a time. Wait until they are out before ending the
+ * VM, or the last lines are lost with it. */
+static void flush_console(void)
+{
+    fflush(stdout);
+    tcdrain(STDOUT_FILENO);
+}
+
 static void read_line(const char *path, char *buf, size_t len)
 {
     buf[0] = 0;
@@ -37,7 +46,7 @@ int main(void)
         (void)inl(WINDOW_PORT);
     }
     printf("@@SMPLAB-LINUX-INIT\n");
-    fflush(stdout);
+    flush_console();
     mount("proc", "/proc", "proc", 0, NULL);
     mount("sysfs", "/sys", "sysfs", 0, NULL);
     char online[256], cmdline[4096], clock[64], clocks[256], mhz[64];
@@ -50,7 +59,8 @@ int main(void)
     char line[256];
     while (cpuinfo && fgets(line, sizeof line, cpuinfo))
         if (strncmp(line, "cpu MHz", 7) == 0) {
-            strncpy(mhz, strchr(line, ':') ? strchr(line, ':') + 2 : line, sizeof mhz - 1);
+            const char *colon = strchr(line, ':');
+            snprintf(mhz, sizeof mhz, "%.63s", colon ? colon + 2 : line);
             mhz[strcspn(mhz, "\n")] = 0;
             break;
         }
@@ -59,10 +69,7 @@ int main(void)
     printf("@@SMPLAB-LINUX-ONLINE %s\n", online);
     printf("@@SMPLAB-LINUX-MHZ %s\n", mhz);
     printf("@@SMPLAB-LINUX-CLOCK %s (available: %s)\n", clock, clocks);
-    fflush(stdout);
-    /* The tty sends what the console did not on the UART's interrupt: wait
-     * until it has gone out, or the VM ends before it. */
-    tcdrain(STDOUT_FILENO);
+    flush_console();
     sync();
     if (strstr(cmdline, "smplab.stop=poweroff")) {
         reboot(RB_POWER_OFF);
