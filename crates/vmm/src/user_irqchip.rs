@@ -69,6 +69,32 @@ fn inject(fd: &VcpuFd, vector: u8) -> Result<(), VmmError> {
     Ok(())
 }
 
+/// KVM's paravirtual feature leaf (CPUID 0x4000_0001, EAX: feature bits).
+const KVM_CPUID_FEATURES: u32 = 0x4000_0001;
+/// The KVM paravirtual features KVM carries out through its in-kernel LAPIC,
+/// which `--irqchip user` does not have: async page faults (bit 4 and the
+/// vector-delivered forms, bits 10 and 14: KVM injects "page ready" into its
+/// own LAPIC and refuses their MSR without one), PV EOI (bit 6: KVM sets the
+/// skip-EOI flag only for interrupts it injected itself), PV unhalt (bit 7:
+/// a paravirtual spinlock waiter halts with interrupts off and waits for
+/// KVM_HC_KICK_CPU, which KVM delivers only through its LAPIC map, so the
+/// waiter, halted in the VMM, would never wake), PV send-IPI (bit 11:
+/// KVM_HC_SEND_IPI goes through the same map, so the IPIs would be lost) and
+/// PV sched-yield (bit 13: its target is looked up in that map). Without
+/// these bits Linux uses the xAPIC's ICR, EOI register and plain spinlocks,
+/// which the models serve.
+const KVM_FEATURES_NEEDING_KERNEL_LAPIC: u32 =
+    1 << 4 | 1 << 6 | 1 << 7 | 1 << 10 | 1 << 11 | 1 << 13 | 1 << 14;
+
+/// Hide from one CPUID entry what only an in-kernel LAPIC provides (for
+/// `--irqchip user`; `crate::vm` calls it for every entry). CPUID.1's x2APIC
+/// and TSC-deadline bits are cleared where leaf 1 is built.
+pub fn hide_kernel_lapic_features(entry: &mut kvm_bindings::kvm_cpuid_entry2) {
+    if entry.function == KVM_CPUID_FEATURES {
+        entry.eax &= !KVM_FEATURES_NEEDING_KERNEL_LAPIC;
+    }
+}
+
 /// What the models asked of one vCPU, set by the [`VmSink`] on any thread and
 /// consumed by that vCPU's thread.
 #[derive(Default)]
@@ -398,9 +424,18 @@ impl UserInterrupts {
         vector_of(read_u64(bus, lapic_control_address(self.index, register)))
     }
 
-    /// The PIC's vector, for vCPU 0 when the PIC asked for service.
+    /// The PIC's vector, for vCPU 0 when the PIC asked for service and its
+    /// LINT0 takes ExtINT. A closed LINT0 drops the request flag: the LAPIC
+    /// raises `ExtInt` again when the guest opens LINT0, and the PIC keeps
+    /// its request in IRR meanwhile (a closed LINT0 must not keep a halted
+    /// vCPU awake).
     fn pic_read(&self, bus: &mut BusClient, register: u64) -> Option<u8> {
         if self.index != 0 || !self.signals.extint.load(SC) {
+            return None;
+        }
+        let lint0 = read_u64(bus, lapic_control_address(0, lapic_ctl::LINT0_EXTINT));
+        if lint0 != 1 {
+            self.signals.extint.store(false, SC);
             return None;
         }
         let vector = vector_of(read_u64(bus, pic_control_address(register)));
@@ -619,6 +654,29 @@ mod tests {
         halter.join().expect("halter");
         raiser.join().expect("raiser");
         assert!(!signals.halted.load(SC));
+    }
+
+    #[test]
+    fn the_kvm_features_that_need_an_in_kernel_lapic_are_hidden() {
+        // kvm-clock (0, 3, 24), steal time (5), PV TLB flush (9) stay.
+        let kept = 1 << 0 | 1 << 3 | 1 << 5 | 1 << 9 | 1 << 24;
+        let mut entry = kvm_bindings::kvm_cpuid_entry2 {
+            function: KVM_CPUID_FEATURES,
+            eax: kept | KVM_FEATURES_NEEDING_KERNEL_LAPIC,
+            ..Default::default()
+        };
+        hide_kernel_lapic_features(&mut entry);
+        assert_eq!(entry.eax, kept);
+        // PV unhalt and PV send-IPI are among the hidden ones.
+        assert_ne!(KVM_FEATURES_NEEDING_KERNEL_LAPIC & (1 << 7), 0);
+        assert_ne!(KVM_FEATURES_NEEDING_KERNEL_LAPIC & (1 << 11), 0);
+        let mut other = kvm_bindings::kvm_cpuid_entry2 {
+            function: 1,
+            eax: u32::MAX,
+            ..Default::default()
+        };
+        hide_kernel_lapic_features(&mut other);
+        assert_eq!(other.eax, u32::MAX);
     }
 
     #[test]

@@ -168,6 +168,9 @@ pub fn set_cpuid_for(
         .iter()
         .any(|e| e.function == KVM_CPUID_SIGNATURE);
     for entry in cpuid.as_mut_slice() {
+        if irqchip == Irqchip::User {
+            crate::user_irqchip::hide_kernel_lapic_features(entry);
+        }
         match entry.function {
             // Initial APIC id in EBX[31:24].
             1 => {

@@ -278,6 +278,15 @@ fn check_invariants(
         "{}: CCR above initial count",
         ctx()
     );
+    // LINT0 takes the PIC exactly when LVT0 is unmasked ExtINT on an enabled LAPIC.
+    let (lvt0, svr) = (read32(dev, vcpu, 0x350), read32(dev, vcpu, 0xf0));
+    let open = svr & 0x100 != 0 && lvt0 & 0x1_0000 == 0 && (lvt0 >> 8) & 7 == 7;
+    assert_eq!(
+        control(dev, vcpu, lapic_ctl::LINT0_EXTINT),
+        u64::from(open),
+        "{}: LINT0_EXTINT with LVT0 {lvt0:#x}, SVR {svr:#x}",
+        ctx()
+    );
 }
 
 fn lapic_config(sink: &Arc<Recorder>, clock: &Arc<ManualClock>) -> IrqchipConfig {

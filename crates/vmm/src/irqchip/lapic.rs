@@ -43,12 +43,14 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 const ROUTING_ENABLED: u32 = 1 << 24;
+/// LINT0 takes ExtINT (`LapicRegs::lint0_extint`).
+const ROUTING_LINT0_EXTINT: u32 = 1 << 25;
 
 /// One local APIC.
 struct Lapic<S: Cells> {
     irr: [S::Word; 8],
     tmr: [S::Word; 8],
-    /// apic_id | ldr << 8 | dfr model << 16 | enabled << 24.
+    /// apic_id | ldr << 8 | dfr model << 16 | enabled << 24 | LINT0 ExtINT << 25.
     routing: S::Word,
     /// ESR bits raised by other threads, merged by the owner on an ESR write.
     remote_errors: S::Word,
@@ -72,8 +74,16 @@ impl<S: Cells> Lapic<S> {
     fn mirror(&self, regs: &LapicRegs) {
         let a = regs.addressing();
         let enabled = if regs.enabled() { ROUTING_ENABLED } else { 0 };
-        let value =
-            u32::from(a.apic_id) | u32::from(a.ldr) << 8 | u32::from(a.dfr_model) << 16 | enabled;
+        let extint = if regs.lint0_extint() {
+            ROUTING_LINT0_EXTINT
+        } else {
+            0
+        };
+        let value = u32::from(a.apic_id)
+            | u32::from(a.ldr) << 8
+            | u32::from(a.dfr_model) << 16
+            | enabled
+            | extint;
         self.routing.store(value, Ordering::Release);
     }
 
@@ -84,6 +94,10 @@ impl<S: Cells> Lapic<S> {
             ldr,
             dfr_model,
         }
+    }
+
+    fn lint0_extint(&self) -> bool {
+        self.routing.load(Ordering::Acquire) & ROUTING_LINT0_EXTINT != 0
     }
 
     fn snapshot(words: &[S::Word; 8]) -> [u32; 8] {
@@ -231,6 +245,7 @@ impl<S: Cells> LapicSet<S> {
             return;
         };
         let now = self.clock.now_ns();
+        let extint_before = lapic.lint0_extint();
         let effect = lapic.regs.with(|regs| {
             if reg == REG_ESR {
                 let remote = lapic.remote_errors.swap(0, Ordering::Relaxed);
@@ -240,6 +255,11 @@ impl<S: Cells> LapicSet<S> {
             lapic.mirror(regs);
             effect
         });
+        // The BSP's LINT0 just opened for the PIC (the only LINT0 the VMM wires
+        // the PIC to): an interrupt the PIC holds may now be taken.
+        if vcpu == 0 && !extint_before && lapic.lint0_extint() {
+            self.sink.event(IrqchipEvent::ExtInt);
+        }
         match effect {
             RegEffect::None => {}
             RegEffect::Eoi(vector) => {
@@ -320,6 +340,9 @@ impl<S: Cells> LapicSet<S> {
         match reg {
             lapic_ctl::INTA => self.acknowledge(vcpu).map_or(NO_VECTOR, u64::from),
             lapic_ctl::PENDING => self.pending_vector(vcpu).map_or(NO_VECTOR, u64::from),
+            lapic_ctl::LINT0_EXTINT => self
+                .lapic(vcpu)
+                .map_or(0, |lapic| u64::from(lapic.lint0_extint())),
             _ => {
                 IrqchipCounters::bump(&self.counters.bad_access);
                 0

@@ -46,6 +46,7 @@
 //! | `lapic_ctl::ACCEPT` | write | deliver `vector \| level << 8` into this LAPIC (MSI, tests) |
 //! | `lapic_ctl::TIMER_EXPIRED` | write | the deadline (ns) of a [`IrqchipEvent::TimerDeadline`] has passed |
 //! | `lapic_ctl::INIT_RESET` | write | this vCPU took INIT: reset its LAPIC |
+//! | `lapic_ctl::LINT0_EXTINT` | read | 1 if LINT0 takes the PIC's INTR (LVT0 unmasked ExtINT), else 0 |
 //! | `ioapic_ctl::SET_IRQ`, `pic_ctl::SET_IRQ` | write | set input pin `pin \| level << 8` |
 //! | `pic_ctl::INTA`, `pic_ctl::PENDING` | read | the PIC's INTA cycle / its pending vector |
 //!
@@ -85,6 +86,8 @@ pub mod harness;
 
 #[cfg(test)]
 mod fuzz;
+#[cfg(test)]
+mod linux_tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
 #[cfg(test)]
@@ -131,6 +134,9 @@ pub mod lapic_ctl {
     pub const ACCEPT: u64 = 0x10;
     pub const TIMER_EXPIRED: u64 = 0x18;
     pub const INIT_RESET: u64 = 0x20;
+    /// Read: 1 if LINT0 takes the PIC's INTR (LVT0 unmasked, ExtINT mode,
+    /// LAPIC enabled), else 0.
+    pub const LINT0_EXTINT: u64 = 0x28;
 }
 
 /// VMM-only IOAPIC registers (offsets in the control page after the IOAPIC page).
@@ -201,8 +207,9 @@ pub enum IrqchipEvent {
     TimerDeadline { vcpu: u32, deadline_ns: Option<u64> },
     /// A level-triggered vector was EOId: write it to the IOAPIC's EOI register.
     EoiBroadcast { vector: u8 },
-    /// The PIC pair requests an interrupt: the vCPU taking ExtINT (vCPU 0,
-    /// through LINT0) should pull `pic_ctl::INTA`.
+    /// The PIC pair requests an interrupt, or vCPU 0's LINT0 opened for it:
+    /// the vCPU taking ExtINT (vCPU 0, through LINT0) should pull
+    /// `pic_ctl::INTA` if `lapic_ctl::LINT0_EXTINT` says LINT0 takes it.
     ExtInt,
 }
 

@@ -331,6 +331,15 @@ impl LapicRegs {
         deliverable(irr, self.tpr, self.isr.highest())
     }
 
+    /// Whether LINT0 takes the 8259's INTR: LVT0 unmasked in ExtINT mode
+    /// (SDM 11.5.1; virtual wire mode A). The VMM asks the PIC only then.
+    pub fn lint0_extint(&self) -> bool {
+        let lvt0 = self.lvt[3];
+        self.enabled()
+            && lvt0 & LVT_MASKED == 0
+            && DeliveryMode::from_bits(lvt0 >> 8) == DeliveryMode::ExtInt
+    }
+
     /// The LVT timer vector, if an expiry should raise it.
     pub fn timer_vector(&self) -> Option<u8> {
         let lvt = self.lvt[0];

@@ -5,10 +5,10 @@ use super::*;
 use crate::bus::{BusClient, SyncMode};
 
 #[derive(Default)]
-struct Events(Mutex<Vec<IrqchipEvent>>);
+pub(super) struct Events(Mutex<Vec<IrqchipEvent>>);
 
 impl Events {
-    fn take(&self) -> Vec<IrqchipEvent> {
+    pub(super) fn take(&self) -> Vec<IrqchipEvent> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
@@ -19,15 +19,15 @@ impl IrqchipSink for Events {
     }
 }
 
-struct Vm {
-    client: BusClient,
-    events: Arc<Events>,
-    clock: Arc<ManualClock>,
-    chip: Irqchip,
+pub(super) struct Vm {
+    pub(super) client: BusClient,
+    pub(super) events: Arc<Events>,
+    pub(super) clock: Arc<ManualClock>,
+    pub(super) chip: Irqchip,
 }
 
 impl Vm {
-    fn new(flavor: Flavor, vcpus: u32) -> Vm {
+    pub(super) fn new(flavor: Flavor, vcpus: u32) -> Vm {
         let events = Arc::new(Events::default());
         let clock = Arc::new(ManualClock::default());
         let config = IrqchipConfig {
@@ -46,21 +46,21 @@ impl Vm {
         }
     }
 
-    fn lapic_w(&mut self, vcpu: u32, reg: u64, value: u32) {
+    pub(super) fn lapic_w(&mut self, vcpu: u32, reg: u64, value: u32) {
         let addr = lapic_bus_address(vcpu, LAPIC_GPA + reg).expect("in page");
         assert!(self
             .client
             .write(AddressSpace::Mmio, addr, &value.to_le_bytes()));
     }
 
-    fn lapic_r(&mut self, vcpu: u32, reg: u64) -> u32 {
+    pub(super) fn lapic_r(&mut self, vcpu: u32, reg: u64) -> u32 {
         let addr = lapic_bus_address(vcpu, LAPIC_GPA + reg).expect("in page");
         let mut b = [0u8; 4];
         assert!(self.client.read(AddressSpace::Mmio, addr, &mut b));
         u32::from_le_bytes(b)
     }
 
-    fn ctl_r(&mut self, addr: u64) -> Option<u8> {
+    pub(super) fn ctl_r(&mut self, addr: u64) -> Option<u8> {
         let mut b = [0u8; 8];
         assert!(self.client.read(AddressSpace::Mmio, addr, &mut b));
         match u64::from_le_bytes(b) {
@@ -69,36 +69,36 @@ impl Vm {
         }
     }
 
-    fn ctl_w(&mut self, addr: u64, value: u64) {
+    pub(super) fn ctl_w(&mut self, addr: u64, value: u64) {
         assert!(self
             .client
             .write(AddressSpace::Mmio, addr, &value.to_le_bytes()));
     }
 
-    fn inta(&mut self, vcpu: u32) -> Option<u8> {
+    pub(super) fn inta(&mut self, vcpu: u32) -> Option<u8> {
         self.ctl_r(lapic_control_address(vcpu, lapic_ctl::INTA))
     }
 
-    fn accept(&mut self, vcpu: u32, vector: u8) {
+    pub(super) fn accept(&mut self, vcpu: u32, vector: u8) {
         self.ctl_w(
             lapic_control_address(vcpu, lapic_ctl::ACCEPT),
             u64::from(vector),
         );
     }
 
-    fn pic_w(&mut self, port: u16, value: u8) {
+    pub(super) fn pic_w(&mut self, port: u16, value: u8) {
         let addr = pic_bus_address(port).expect("PIC port");
         assert!(self.client.write(AddressSpace::Mmio, addr, &[value]));
     }
 
-    fn pic_r(&mut self, port: u16) -> u8 {
+    pub(super) fn pic_r(&mut self, port: u16) -> u8 {
         let addr = pic_bus_address(port).expect("PIC port");
         let mut b = [0u8];
         assert!(self.client.read(AddressSpace::Mmio, addr, &mut b));
         b[0]
     }
 
-    fn ioapic_w(&mut self, index: u32, value: u32) {
+    pub(super) fn ioapic_w(&mut self, index: u32, value: u32) {
         let select = ioapic_bus_address(IOAPIC_GPA).expect("IOAPIC");
         assert!(self
             .client
@@ -108,7 +108,7 @@ impl Vm {
             .write(AddressSpace::Mmio, select + 0x10, &value.to_le_bytes()));
     }
 
-    fn ioapic_r(&mut self, index: u32) -> u32 {
+    pub(super) fn ioapic_r(&mut self, index: u32) -> u32 {
         let select = ioapic_bus_address(IOAPIC_GPA).expect("IOAPIC");
         assert!(self
             .client
@@ -128,7 +128,7 @@ impl Vm {
     }
 }
 
-fn each_flavor(test: impl Fn(Flavor)) {
+pub(super) fn each_flavor(test: impl Fn(Flavor)) {
     for flavor in [Flavor::Exclusive, Flavor::Concurrent] {
         test(flavor);
     }
