@@ -48,7 +48,7 @@ pub enum LinuxError {
         tool: String,
         source: std::io::Error,
     },
-    #[error("the program `{program}` could not be started in the guest ({reason}); check that it and its libraries are in the initramfs\n{console}")]
+    #[error("the program `{program}` could not be started ({reason}); check that it is a program for this machine and that it and its libraries are there (in a guest: in the initramfs)\n{console}")]
     ProgramFailedToStart {
         program: String,
         reason: String,
