@@ -6,8 +6,9 @@
  * workload-window port, print @@SMPLAB-LINUX-INIT, mount proc, sysfs,
  * devtmpfs and a tmpfs on /tmp (unless files were included there), read
  * the program's argv and environment from /smplab/argv and /smplab/env,
- * read "go" from the window port, run the program, write "done", print @@SMPLAB-LINUX-RESULT {json}, write the status
- * to the debug-exit port 0x501 and power off.
+ * read "go" from the window port, run the program, write "done", print
+ * @@SMPLAB-LINUX-RESULT {json}, write the status to the debug-exit port
+ * 0x501 and power off.
  *
  * Native mode (`init --native DIR`, on the host): the same files from DIR,
  * the same fork/exec/drain/timing and the same result line on stdout; no
