@@ -16,8 +16,7 @@ fn kernel() -> Option<PathBuf> {
     std::env::var_os("SMPLAB_LINUX_KERNEL")
         .map(PathBuf::from)
         .or_else(|| {
-            let p =
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/nested-host/vmlinuz");
+            let p = nested_host_kernel();
             p.is_file().then_some(p)
         })
 }
@@ -97,4 +96,15 @@ fn qemu_tcg_boots_the_kernel_runs_the_program_and_reports_guest_errors() {
     let e = run_on_qemu(&short, &Program::new(["/bin/true"])).unwrap_err();
     assert!(matches!(e, LinuxError::Timeout { .. }), "{e}");
     assert_eq!(e.exit_status(), exit::TIMEOUT);
+}
+
+/// The nested host's Debian kernel: a plain absolute path (no `..`), so it is
+/// found where `nested-host --file target/nested-host/vmlinuz` puts it.
+fn nested_host_kernel() -> PathBuf {
+    let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let workspace = crate_dir
+        .parent()
+        .and_then(|p| p.parent())
+        .unwrap_or(crate_dir);
+    workspace.join("target/nested-host/vmlinuz")
 }
