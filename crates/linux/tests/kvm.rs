@@ -30,7 +30,7 @@ fn linux_guests() -> Option<PathBuf> {
     }
     let kernel = std::env::var_os("SMPLAB_LINUX_KERNEL")
         .map(PathBuf::from)
-        .unwrap_or_else(|| nested_host_kernel());
+        .unwrap_or_else(nested_host_kernel);
     if !kernel.is_file() {
         assert!(
             !required(),
