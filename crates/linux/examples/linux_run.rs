@@ -1,7 +1,8 @@
 //! Run a program natively, on smplab-vmm and on QEMU, and print each run's
 //! `linux` section as JSON (until `smplab run --executor linux` exists):
 //!
-//! `linux_run KERNEL VCPUS WHERE[,WHERE...] [--include FILE]... -- PROGRAM ARGS...`
+//! `linux_run KERNEL VCPUS WHERE[,WHERE...] [--include FILE]... [--timeout SECS]
+//! [--cmdline LINE] -- PROGRAM ARGS...`
 //! with WHERE one of `native`, `vmm`, `qemu`, `qemu-tcg`.
 
 use smplab_linux::{
@@ -24,14 +25,22 @@ fn main() {
         std::process::exit(2);
     };
     let mut program = Program::new(argv.iter().cloned());
-    program.include = rest
-        .chunks(2)
-        .filter(|c| c[0] == "--include" && c.len() == 2)
-        .map(|c| PathBuf::from(&c[1]))
-        .collect();
     let mut cfg = LinuxGuestConfig::new(PathBuf::from(kernel));
     cfg.vcpus = vcpus.parse().unwrap_or(1);
     cfg.timeout = Duration::from_secs(600);
+    for pair in rest.chunks(2) {
+        match pair {
+            [flag, file] if flag == "--include" => program.include.push(PathBuf::from(file)),
+            [flag, secs] if flag == "--timeout" => {
+                cfg.timeout = Duration::from_secs(secs.parse().unwrap_or(600))
+            }
+            [flag, line] if flag == "--cmdline" => cfg.cmdline = line.clone(),
+            other => {
+                eprintln!("linux_run: unknown option {other:?}");
+                std::process::exit(2);
+            }
+        }
+    }
     for place in wheres.split(',') {
         let run = match place {
             "native" => run_native(&program),
