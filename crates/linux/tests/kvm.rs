@@ -164,7 +164,7 @@ fn smplab_vmm_reports_a_panic_too_few_cpus_and_a_timeout() {
     // the panic, with its console, so a short timeout suffices.
     let mut panics = cfg.clone();
     panics.vcpus = 1;
-    panics.timeout = Duration::from_secs(60);
+    panics.timeout = Duration::from_secs(45);
     panics.cmdline = "console=ttyS0 quiet panic=-1 rdinit=/no-such-init root=/dev/nothing".into();
     let e = run_on_smplab_vmm(&panics, &truth).unwrap_err();
     assert!(matches!(e, LinuxError::GuestPanic { .. }), "{e}");
