@@ -29,6 +29,7 @@
 #include <sys/reboot.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -365,6 +366,10 @@ int main(int argc, char **argv)
     print_result(&r, cpus, init_clock_ns);
     if (native)
         return 0;
+    /* The console is a tty: write() returns once the line is in its buffer,
+     * and the debug-exit write below ends smplab-vmm at once. Wait until the
+     * UART has sent it all. */
+    tcdrain(out_fd);
 
     /* Under QEMU the host reads QEMU's statistics after the result line and
      * then quits QEMU: smplab.hold=N keeps the guest still for at most N s. */
