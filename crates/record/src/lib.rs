@@ -17,6 +17,7 @@ pub mod host;
 pub mod hostsched;
 pub mod interference;
 pub mod io;
+pub mod linux;
 pub mod platform;
 pub mod sim;
 pub mod summary;
