@@ -37,6 +37,9 @@ pub const CLAIM_DRIFT: i32 = 14;
 /// `smplab claims check`: a docs table of figures differs from what the
 /// ledger renders (run `smplab claims render`).
 pub const STALE_DOCS: i32 = 15;
+/// smplab-vmm: one of its threads made a system call its seccomp filter does
+/// not allow (the message names the thread and the call; crates/vmm/src/seccomp.rs).
+pub const SECCOMP_VIOLATION: i32 = 20;
 /// `smplab trace`: the traced program was killed by signal N: the status is
 /// 128 + N (as a shell reports it); the trace so far is kept, marked incomplete.
 pub const SIGNAL_BASE: i32 = 128;

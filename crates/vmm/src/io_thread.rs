@@ -89,6 +89,7 @@ impl IoThread {
         let (sender, receiver) = mpsc::sync_channel::<Request>(QUEUE_CAPACITY);
         let depth = Arc::new(AtomicU64::new(0));
         let thread_depth = depth.clone();
+        let filter = crate::seccomp::ThreadFilter::for_spawn(crate::seccomp::ThreadKind::Io);
         let handle = std::thread::Builder::new()
             .name("smplab-io".to_string())
             .spawn(move || {
@@ -97,6 +98,7 @@ impl IoThread {
                     // only loses the pinning, not correctness.
                     let _ = crate::placement::pin_current_thread(&[cpu]);
                 }
+                filter.install_or_exit(0);
                 io_thread_loop(&slots, &receiver, &thread_depth, defect)
             })?;
         Ok(IoThread {
