@@ -5,8 +5,11 @@
 //! `guest_resident_bytes`), so neither the test harness nor an earlier run
 //! is in the figure. Prints a table; asserts the bounds: at most
 //! 5 MiB beyond touched guest memory for 1 vCPU, at most 0.5 MiB more per
-//! extra vCPU. `SMPLAB_RSS_GUEST_ELF=FILE` also writes the guest's ELF, for
-//! `/usr/bin/time -f %M smplab vmm --kernel FILE`.
+//! extra vCPU. `SMPLAB_RSS_GUEST_ELF=PREFIX` also writes the guests' ELFs
+//! (`PREFIX-N.elf` for N vCPUs), for `/usr/bin/time -f %M smplab vmm
+//! --kernel PREFIX-N.elf --vcpus N --mem 64M`; `SMPLAB_RSS_SMAPS=1` makes
+//! each child first run a longer guest and print its mappings of 64 KiB
+//! resident or more while it runs (where the memory goes).
 //! Without /dev/kvm it prints a note and passes; with SMPLAB_REQUIRE_KVM=1
 //! it fails instead.
 
@@ -59,6 +62,40 @@ fn child_entry() {
     config.timeout = Some(Duration::from_secs(120));
     config.cmdline = format!("cpus={vcpus}");
     let before = smplab_vmm::rss::process_rss_bytes().expect("VmRSS");
+    if std::env::var("SMPLAB_RSS_SMAPS").is_ok() {
+        let mut long = config.clone();
+        long.kernel = KernelImage::Bytes(
+            GuestProgram {
+                bsp_loops: 400_000,
+                ap_loops: 400_000,
+                ..program(vcpus)
+            }
+            .elf(),
+        );
+        let t = std::thread::spawn(move || run_vm(&long).map(|r| r.exit_code));
+        std::thread::sleep(Duration::from_millis(500));
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+        let mut head = String::new();
+        let mut total = 0;
+        for line in smaps.lines() {
+            if line.contains('-') && !line.starts_with(|c: char| c.is_ascii_uppercase()) {
+                head = line.to_string();
+            } else if let Some(kb) = line.strip_prefix("Rss:") {
+                let kb: u64 = kb
+                    .trim()
+                    .trim_end_matches(" kB")
+                    .trim()
+                    .parse()
+                    .unwrap_or(0);
+                total += kb;
+                if kb >= 64 {
+                    eprintln!("SMAPS {kb:>7} kB {head}");
+                }
+            }
+        }
+        eprintln!("SMAPS total {total} kB");
+        let _ = t.join();
+    }
     let run = run_vm(&config).expect("run");
     let s = &run.section;
     let hwm = std::fs::read_to_string("/proc/self/status")
@@ -88,7 +125,7 @@ fn measure(vcpus: u32, sync: SyncMode) -> (u64, u64, u64, u64) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()
-        .find_map(|l| l.strip_prefix("RSS-CHILD "))
+        .find_map(|l| l.split_once("RSS-CHILD ").map(|(_, figures)| figures))
         .unwrap_or_else(|| {
             panic!(
                 "no figures: {stdout}\n{}",
@@ -107,8 +144,11 @@ fn the_vmm_stays_small_per_vcpu() {
     if !kvm_usable() {
         return;
     }
-    if let Ok(path) = std::env::var("SMPLAB_RSS_GUEST_ELF") {
-        std::fs::write(&path, program(1).elf()).expect("guest ELF");
+    if let Ok(prefix) = std::env::var("SMPLAB_RSS_GUEST_ELF") {
+        for vcpus in [1, 2, 8] {
+            std::fs::write(format!("{prefix}-{vcpus}.elf"), program(vcpus).elf())
+                .expect("guest ELF");
+        }
     }
     println!("vCPUs  sync      before  end RSS  guest  VMM (end - before - guest)  peak");
     for sync in [SyncMode::Fine, SyncMode::IoThread] {
