@@ -1,7 +1,7 @@
 //! seccomp-bpf filters per thread kind, after Firecracker's per-thread
-//! filters (vCPU, VMM, API) and Cloud Hypervisor's: a device-emulation bug
-//! that a guest can steer into arbitrary code still cannot make a system
-//! call its thread does not need.
+//! filters (vCPU, VMM, API) and Cloud Hypervisor's: whatever a guest makes
+//! a device-emulation bug do, the thread cannot make a system call it does
+//! not need (no files, sockets, processes or threads).
 //!
 //! - Which calls each kind may make: `crate::seccomp_filters`, one list per
 //!   kind, each call with why.
