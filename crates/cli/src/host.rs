@@ -23,6 +23,10 @@ pub struct HostArgs {
     /// Copy the guests' consoles to stderr.
     #[arg(long)]
     pub console: bool,
+    /// Run smplab-vmm's threads without their seccomp-bpf filters, for
+    /// debugging (docs/vmm.md, "Security"); each VM's record says which.
+    #[arg(long)]
+    pub no_seccomp: bool,
     #[command(subcommand)]
     pub cmd: Option<HostCmd>,
 }
@@ -56,6 +60,9 @@ pub fn run(args: &HostArgs) -> i32 {
             return exit::BAD_INPUT;
         }
     };
+    if args.no_seccomp {
+        smplab_vmm::seccomp::set_process_default(false);
+    }
     let run = match run_host(&spec, None, args.console) {
         Ok(r) => r,
         Err(e) => {

@@ -50,6 +50,11 @@ pub struct RunArgs {
     /// sleeps, in ns (vm). Default 0 (no polling).
     #[arg(long)]
     pub vmm_halt_poll_ns: Option<u64>,
+    /// Run smplab-vmm's threads without their seccomp-bpf filters, for
+    /// debugging (vm; docs/vmm.md, "Security"). The record's `vmm.seccomp`
+    /// says which.
+    #[arg(long)]
+    pub no_seccomp: bool,
     /// Guest idle policy: hlt, poll or haltpoll:NS (vm, qemu, sim). Default hlt.
     #[arg(long)]
     pub idle: Option<IdlePolicy>,
@@ -227,6 +232,11 @@ impl RunArgs {
         if self.console && c.config.guest().is_none() {
             c.refuse("console", |c| c.guest().is_some());
         }
+        // smplab-vmm's filters: a process setting (smplab_vmm::seccomp), not
+        // part of the configuration the store keys by; the record says it.
+        if self.no_seccomp && vmm(&mut c.config).is_none() {
+            c.refuse("no-seccomp", |c| vmm(c).is_some());
+        }
         c.set("irq-affinity", self.irq_affinity.clone(), |c| {
             c.settings_mut().irq_affinity_mut()
         });
@@ -301,6 +311,9 @@ pub fn run(args: &RunArgs) -> i32 {
             return exit::BAD_INPUT;
         }
     };
+    if args.no_seccomp {
+        smplab_vmm::seccomp::set_process_default(false);
+    }
     let (program, info) = match load_program(&args.workload, args.threads, args.scale) {
         Ok(x) => x,
         Err(status) => return status,
@@ -369,6 +382,18 @@ mod tests {
             .config()
             .unwrap_err();
         assert_eq!(e.len(), 2, "{e:?}");
+        for executor in ["qemu", "native", "sim"] {
+            let e = args(&["--executor", executor, "--no-seccomp"])
+                .config()
+                .unwrap_err();
+            assert!(
+                e[0].contains(&format!(
+                    "--no-seccomp does not apply to --executor {executor} (it applies to vm)"
+                )),
+                "{e:?}"
+            );
+        }
+        assert!(args(&["--executor", "vm", "--no-seccomp"]).config().is_ok());
         for executor in ["qemu", "native", "sim"] {
             let e = args(&["--executor", executor, "--irqchip", "user"])
                 .config()

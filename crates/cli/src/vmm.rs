@@ -68,6 +68,10 @@ pub struct VmmArgs {
     /// Print the result record as one JSON line on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Run the VMM's threads without their seccomp-bpf filters (for
+    /// debugging; docs/vmm.md, "Security"). The record says which.
+    #[arg(long)]
+    pub no_seccomp: bool,
 }
 
 impl From<&VmmArgs> for VmmOptions {
@@ -97,6 +101,7 @@ impl From<&VmmArgs> for VmmOptions {
                 (None, false) => ConsoleOutput::Hidden,
             },
             json: args.json,
+            seccomp: !args.no_seccomp,
         }
     }
 }
@@ -147,7 +152,16 @@ mod tests {
         assert_eq!(o.io_thread_cpus, IoThreadCpus(vec![1]));
         assert_eq!(o.timeout.duration(), Duration::from_secs(5));
         assert_eq!(o.console, ConsoleOutput::Stderr);
-        let o = options(&["--console-file", "c.txt", "--timeout", "500ms"]).expect("parses");
+        assert!(o.seccomp, "filters are on by default");
+        let o = options(&[
+            "--console-file",
+            "c.txt",
+            "--timeout",
+            "500ms",
+            "--no-seccomp",
+        ])
+        .expect("parses");
+        assert!(!o.seccomp);
         assert_eq!(o.console, ConsoleOutput::File("c.txt".into()));
         assert_eq!(o.timeout.duration(), Duration::from_millis(500));
     }

@@ -46,6 +46,9 @@ pub const VCPUS_OFFLINE: i32 = 17;
 /// Linux guests: the guest stopped without the init's result line (the init
 /// did not run, crashed, or wrote a malformed result).
 pub const NO_RESULT: i32 = 18;
+/// smplab-vmm: one of its threads made a system call its seccomp filter does
+/// not allow (the message names the thread and the call; crates/vmm/src/seccomp.rs).
+pub const SECCOMP_VIOLATION: i32 = 20;
 /// `smplab trace`: the traced program was killed by signal N: the status is
 /// 128 + N (as a shell reports it); the trace so far is kept, marked incomplete.
 pub const SIGNAL_BASE: i32 = 128;

@@ -165,6 +165,16 @@ pub struct VmReport {
     /// The vCPUs' ground-truth counts summed.
     #[serde(default)]
     pub truth: SpinTruth,
+    /// Words of the guest's host indicators (docs/guest-abi.md) the host
+    /// refused as impossible (a counter going back or growing faster than
+    /// time allows, a latency sum no completions explain) and ignored.
+    #[serde(default)]
+    pub sensor_values_rejected: u64,
+    /// Words of the guest's routing page the host refused (a mask with
+    /// bits beyond the VM's vCPUs, a destination that is none of them, a
+    /// handler count going back or growing too fast) and ignored.
+    #[serde(default)]
+    pub route_values_rejected: u64,
 }
 
 impl VmReport {

@@ -59,6 +59,15 @@ pub struct VmmSection {
     /// only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_irqchip: Option<UserIrqchipStats>,
+    /// Whether smplab-vmm's threads ran under their seccomp-bpf filters
+    /// (docs/vmm.md, "Security"; off with `--no-seccomp`). Records from
+    /// before the filters existed read as off.
+    #[serde(default)]
+    pub seccomp: bool,
+    /// Words of the guest's routing page (`VmConfig::irq_route`) the VMM
+    /// refused as impossible and ignored (docs/guest-abi.md).
+    #[serde(default)]
+    pub guest_values_rejected: u64,
 }
 
 /// What the user-space interrupt controllers did over the whole run.

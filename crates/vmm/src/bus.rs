@@ -22,8 +22,8 @@
 use crate::devices::{ConcurrentDevice, DeviceSlot, ExclusiveDevice};
 use crate::io_thread::{poll_then_block, record, Defect, IoThread, Request};
 pub use crate::io_thread::{POLL_BEFORE_BLOCK, QUEUE_CAPACITY};
+use crate::rss::growing_histogram;
 use hdrhistogram::Histogram;
-use smplab_record::histogram::new_histogram;
 use smplab_record::vmm::IoThreadStats;
 use smplab_record::LatencyHistogram;
 use std::collections::BTreeMap;
@@ -286,8 +286,8 @@ pub struct ClientStats {
 impl ClientStats {
     pub(crate) fn new(entries: usize) -> Self {
         ClientStats {
-            latency: (0..entries).map(|_| new_histogram()).collect(),
-            global_lock_wait: new_histogram(),
+            latency: (0..entries).map(|_| growing_histogram()).collect(),
+            global_lock_wait: growing_histogram(),
             unclaimed_reads: 0,
             unclaimed_writes: 0,
         }

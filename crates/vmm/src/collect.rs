@@ -93,9 +93,9 @@ fn copy_of(stats: &ClientStats) -> ClientStats {
         latency: stats
             .latency
             .iter()
-            .map(|_| smplab_record::histogram::new_histogram())
+            .map(|_| crate::rss::growing_histogram())
             .collect(),
-        global_lock_wait: smplab_record::histogram::new_histogram(),
+        global_lock_wait: crate::rss::growing_histogram(),
         unclaimed_reads: 0,
         unclaimed_writes: 0,
     };

@@ -67,6 +67,9 @@ pub struct VmmOptions {
     pub console: ConsoleOutput,
     /// Print the result record as JSON on stdout instead of the summary.
     pub json: bool,
+    /// Install the VMM threads' seccomp filters (default; `--no-seccomp`
+    /// turns them off for debugging, e.g. under strace with new calls).
+    pub seccomp: bool,
 }
 
 impl VmmOptions {
@@ -88,6 +91,7 @@ impl VmmOptions {
             irqchip: Irqchip::Kernel,
             vmm_halt_poll_ns: 0,
             console: ConsoleOutput::Hidden,
+            seccomp: true,
             json: false,
         }
     }
@@ -220,6 +224,7 @@ fn config_from_options(options: &VmmOptions) -> Result<VmConfig, VmmError> {
         vmm_halt_poll: Duration::from_nanos(options.vmm_halt_poll_ns),
         block: None,
         irq_route: None,
+        seccomp: options.seccomp,
     })
 }
 
@@ -250,6 +255,7 @@ pub fn record_for(options: &VmmOptions, outcome: &Result<VmRun, VmmError>) -> Ru
     record.set_config("work_ns", options.work_ns);
     record.set_config("work_exclusive", options.work_exclusive);
     record.set_config("irqchip", options.irqchip.as_str());
+    record.set_config("seccomp", options.seccomp);
     if options.vmm_halt_poll_ns > 0 {
         record.set_config("vmm_halt_poll_ns", options.vmm_halt_poll_ns);
     }

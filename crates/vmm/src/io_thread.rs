@@ -4,7 +4,6 @@
 
 use crate::devices::DeviceSlot;
 use hdrhistogram::Histogram;
-use smplab_record::histogram::new_histogram;
 use smplab_record::vmm::IoThreadStats;
 use smplab_record::LatencyHistogram;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,7 +47,8 @@ pub(crate) fn poll_then_block<T>(receiver: &Receiver<T>) -> Result<T, mpsc::Recv
 }
 
 pub(crate) fn record(h: &mut Histogram<u64>, d: Duration) {
-    h.saturating_record(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1));
+    let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    h.saturating_record(ns.clamp(1, crate::rss::HISTOGRAM_HIGH_NS));
 }
 
 pub(crate) enum Request {
@@ -89,6 +89,7 @@ impl IoThread {
         let (sender, receiver) = mpsc::sync_channel::<Request>(QUEUE_CAPACITY);
         let depth = Arc::new(AtomicU64::new(0));
         let thread_depth = depth.clone();
+        let filter = crate::seccomp::ThreadFilter::for_spawn(crate::seccomp::ThreadKind::Io);
         let handle = std::thread::Builder::new()
             .name("smplab-io".to_string())
             .spawn(move || {
@@ -97,6 +98,7 @@ impl IoThread {
                     // only loses the pinning, not correctness.
                     let _ = crate::placement::pin_current_thread(&[cpu]);
                 }
+                filter.install_or_exit(0);
                 io_thread_loop(&slots, &receiver, &thread_depth, defect)
             })?;
         Ok(IoThread {
@@ -124,8 +126,8 @@ fn io_thread_loop(
         busy: Duration::ZERO,
         stats: IoThreadStats::default(),
         depth_sum: 0,
-        queue_wait: new_histogram(),
-        handling: new_histogram(),
+        queue_wait: crate::rss::growing_histogram(),
+        handling: crate::rss::growing_histogram(),
     };
     // Defect::ReorderPostedWrites: the posted write being held back.
     let mut held: Option<Request> = None;

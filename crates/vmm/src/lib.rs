@@ -12,6 +12,7 @@ pub mod control;
 pub mod devices;
 pub mod error;
 pub mod exits;
+pub mod fuzz_guest;
 pub mod host;
 mod io_thread;
 pub mod irq_route;
@@ -20,6 +21,9 @@ pub mod kvm_stats;
 pub mod placement;
 pub mod rss;
 pub mod run;
+pub mod seccomp;
+mod seccomp_filters;
+mod seccomp_names;
 pub mod start_gate;
 pub mod stress;
 pub mod test_guest;
@@ -101,6 +105,9 @@ pub struct VmConfig {
     /// `run_vm` binds it to this VM's memory before the vCPUs start. Under
     /// a host scheduler ([`VmConfig::host`]) its own handle is bound too.
     pub irq_route: Option<irq_route::IrqRoute>,
+    /// Install each VMM thread's seccomp-bpf filter ([`seccomp`]; default:
+    /// the process's, on unless a command's `--no-seccomp` set it off).
+    pub seccomp: bool,
 }
 
 impl VmConfig {
@@ -126,6 +133,7 @@ impl VmConfig {
             vmm_halt_poll: Duration::ZERO,
             block: None,
             irq_route: None,
+            seccomp: seccomp::process_default(),
         }
     }
 }

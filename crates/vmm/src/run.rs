@@ -43,6 +43,7 @@ use crate::devices::{
     ResetControl, ResultPort, SleepControl, Uart, WindowDevice, WorkDevice, I8042,
 };
 use crate::error::VmmError;
+use crate::irq_route::IrqRoute;
 use crate::placement::{allowed_cpus, pin_current_thread};
 use crate::user_irqchip::{ResetState, UserIrqchip};
 use crate::vcpu::{Kicker, Vcpu};
@@ -427,6 +428,12 @@ struct VcpuThread {
 /// or resets ([`GuestStop`]), crashes, or the timeout passes.
 pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     let wall_start = Instant::now();
+    // Threads spawned from here on install their filters per the config.
+    let _seccomp = crate::seccomp::SeccompScope::enter(config.seccomp);
+    crate::seccomp::prepare(config.seccomp).map_err(|e| VmmError::Thread {
+        name: "seccomp filters".into(),
+        source: e.into_io(),
+    })?;
     let BuiltVm {
         vm,
         control,
@@ -483,6 +490,8 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     );
     section.window = window;
     section.user_irqchip = devices.user_irqchip.as_ref().map(UserIrqchip::stats);
+    section.seccomp = config.seccomp;
+    section.guest_values_rejected = config.irq_route.as_ref().map_or(0, IrqRoute::rejected);
 
     let (block, block_error) = match block {
         Some(Ok(stats)) => (Some(stats), None),
@@ -572,7 +581,7 @@ fn build_vm(config: &VmConfig) -> Result<BuiltVm, VmmError> {
     };
     let devices = attach_devices(config, &vm, control.clone(), tsc, window_device)?;
     if let Some(route) = &config.irq_route {
-        route.bind(vm.memory().clone());
+        route.bind(vm.memory().clone(), config.vcpus);
     }
     if let Some(host) = &config.host {
         host.scheduler.bind_vm_memory(host.vm, vm.memory());
@@ -692,9 +701,10 @@ fn spawn_vcpus(
         let control_for_thread = control.clone();
         let cpus = config.placement.cpus_for_vcpu(index as usize);
         let name = format!("smplab-vcpu-{index}");
+        let filter = crate::seccomp::ThreadFilter::for_spawn(crate::seccomp::ThreadKind::Vcpu);
         let spawned = std::thread::Builder::new()
             .name(name.clone())
-            .spawn(move || vcpu_thread(vcpu, &control_for_thread, cpus));
+            .spawn(move || vcpu_thread(vcpu, &control_for_thread, cpus, filter));
         match spawned {
             Ok(handle) => threads.push(VcpuThread { handle, kicker }),
             Err(source) => {
@@ -742,7 +752,12 @@ fn stop_vcpus(threads: Vec<VcpuThread>) -> Result<Vec<VcpuReport>, VmmError> {
     Ok(reports)
 }
 
-fn vcpu_thread(mut vcpu: Vcpu, control: &RunControl, cpus: Option<Vec<usize>>) -> VcpuReport {
+fn vcpu_thread(
+    mut vcpu: Vcpu,
+    control: &RunControl,
+    cpus: Option<Vec<usize>>,
+    filter: crate::seccomp::ThreadFilter,
+) -> VcpuReport {
     /// Requests a VM stop when the thread ends for any reason, a panic included,
     /// so the waiting thread can never wait on a vCPU that is gone.
     struct StopOnExit<'a>(&'a RunControl);
@@ -760,6 +775,14 @@ fn vcpu_thread(mut vcpu: Vcpu, control: &RunControl, cpus: Option<Vec<usize>>) -
         }),
         None => Ok(()),
     }
+    .and_then(|()| {
+        // The thread's own set-up ends here; then its filter (crate::seccomp).
+        vcpu.prepare_thread();
+        filter.install(vcpu.index()).map_err(|e| VmmError::Thread {
+            name: format!("smplab-vcpu-{}", vcpu.index()),
+            source: e.into_io(),
+        })
+    })
     .and_then(|()| vcpu.run_until_stopped(control));
     VcpuReport { vcpu, outcome }
 }

@@ -148,6 +148,9 @@ pub trait EntryGate: Send {
     fn before_entry(&mut self, fd: &mut VcpuFd, control: &RunControl) -> ExitAction;
     /// The vCPU thread leaves its run loop.
     fn finished(&mut self);
+    /// Once, on the vCPU's thread before its seccomp filter is installed
+    /// (`crate::seccomp`): open what the thread will read later.
+    fn thread_started(&mut self, _fd: &mut VcpuFd) {}
 }
 
 /// The real-time signal used to kick vCPU threads out of KVM_RUN.
@@ -356,6 +359,14 @@ impl Vcpu {
     }
 
     /// Run until `control` asks to stop, the guest crashes, or a handler stops.
+    /// On the vCPU's own thread, before its seccomp filter: the hooks' set-up
+    /// ([`EntryGate::thread_started`]).
+    pub fn prepare_thread(&mut self) {
+        if let Some(grant) = &mut self.grant {
+            grant.thread_started(&mut self.fd);
+        }
+    }
+
     pub fn run_until_stopped(&mut self, control: &RunControl) -> Result<(), VmmError> {
         let _running = RunningThread::register(&self.kicker);
         let outcome = self.run_loop(control);

@@ -152,7 +152,8 @@ pub struct BlockStats {
     pub irq_latency: LatencyHistogram,
     /// Submission → completion.
     pub device_latency: LatencyHistogram,
-    /// Submissions naming a device that does not exist (ignored).
+    /// Submissions naming a device that does not exist, or beyond
+    /// [`MAX_OUTSTANDING`] requests not yet read back (ignored).
     pub bad_submissions: u64,
     /// Interrupt-line changes the irqchip refused (KVM_IRQ_LINE errors).
     pub line_failures: u64,
@@ -170,7 +171,15 @@ struct State {
     device: hdrhistogram::Histogram<u64>,
     requests: u64,
     bad: u64,
+    /// Requests submitted and not yet read back by the guest.
+    outstanding: usize,
 }
+
+/// Requests the device holds at most (waiting, in service, or completed
+/// and not yet read): a guest that submits without reading, or with hours
+/// of service time, cannot grow host memory past this. The smplab guest
+/// has at most one request per thread outstanding.
+pub const MAX_OUTSTANDING: usize = 4096;
 
 /// The device; shared by the bus (guest accesses) and its completion thread.
 pub struct BlockDevice {
@@ -197,6 +206,7 @@ impl BlockDevice {
                 device: smplab_record::histogram::new_histogram(),
                 requests: 0,
                 bad: 0,
+                outstanding: 0,
             }),
             cv: Condvar::new(),
             line,
@@ -216,11 +226,17 @@ impl BlockDevice {
         let service = Duration::from_nanos(word >> 24);
         let now = Instant::now();
         let mut st = self.lock();
+        if st.outstanding >= MAX_OUTSTANDING {
+            st.bad += 1;
+            return;
+        }
         let Some(d) = st.devs.get_mut(usize::from(dev)) else {
             st.bad += 1;
             return;
         };
-        if d.submit((tag, ns(service), now)).is_some() {
+        let started = d.submit((tag, ns(service), now)).is_some();
+        st.outstanding += 1;
+        if started {
             st.timers.push(Reverse((now + service, tag, dev, now)));
             drop(st);
             self.cv.notify_one();
@@ -232,6 +248,7 @@ impl BlockDevice {
         let mut st = self.lock();
         match st.done.pop_front() {
             Some((tag, due, tsc)) => {
+                st.outstanding = st.outstanding.saturating_sub(1);
                 st.irq
                     .saturating_record(ns(now.saturating_duration_since(due)));
                 let more = if st.done.is_empty() {
@@ -303,6 +320,7 @@ impl BlockDevice {
         cpus: Vec<usize>,
     ) -> std::io::Result<std::thread::JoinHandle<Option<std::io::Error>>> {
         let me = Arc::clone(self);
+        let filter = crate::seccomp::ThreadFilter::for_spawn(crate::seccomp::ThreadKind::Block);
         std::thread::Builder::new()
             .name("smplab-blk".into())
             .spawn(move || {
@@ -311,6 +329,7 @@ impl BlockDevice {
                 } else {
                     crate::placement::pin_current_thread(&cpus).err()
                 };
+                filter.install_or_exit(0);
                 me.serve();
                 pinned
             })
@@ -433,6 +452,18 @@ mod tests {
         assert_eq!(s.irq_latency.count, 3);
         // Each request spends at least its service time in the device.
         assert!(s.device_latency.max_ns >= 199_000, "{s:?}");
+    }
+
+    #[test]
+    fn a_guest_cannot_queue_more_than_max_outstanding_requests() {
+        let dev = BlockDevice::new(&[1], Arc::new(Line::default()), tsc());
+        // An hour of service each: none completes while the test runs.
+        for tag in 0..MAX_OUTSTANDING + 100 {
+            dev.write(0, &word(tag as u64 % 0xffff, 0, 3_600_000_000_000));
+        }
+        let st = dev.lock();
+        assert_eq!(st.outstanding, MAX_OUTSTANDING);
+        assert_eq!(st.bad, 100);
     }
 
     #[test]

@@ -41,8 +41,10 @@ impl HostScheduler {
     /// Bind VM `vm`'s routing page to its memory (`run_vm`, before its
     /// vCPUs run).
     pub(crate) fn bind_vm_memory(&self, vm: usize, memory: &vm_memory::GuestMemoryMmap) {
-        if let Some(route) = self.shared.routes.get(vm) {
-            route.bind(memory.clone());
+        if let (Some(route), Some(&vcpus)) =
+            (self.shared.routes.get(vm), self.shared.vcpus_per_vm.get(vm))
+        {
+            route.bind(memory.clone(), vcpus);
         }
     }
 

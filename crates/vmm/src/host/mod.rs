@@ -40,6 +40,7 @@ pub mod truth;
 pub use dirty::DirtyRing;
 
 use crate::control::RunControl;
+use crate::irq_route::IrqRoute;
 use crate::placement::pin_current_thread;
 use crate::vcpu::{EntryGate, ExitAction, Kicker};
 use kvm_ioctls::VcpuFd;
@@ -139,6 +140,8 @@ struct Slot {
     linux_cpus: Option<Vec<usize>>,
     /// The guest's published counters (Kulkarni & Kulkarni's indicators), while its VM runs.
     sensors: Option<GuestSensors>,
+    /// Words its reader refused, kept when the reader goes with the VM.
+    sensors_rejected: u64,
 }
 
 struct State {
@@ -150,6 +153,9 @@ struct State {
     irq_running: Vec<bool>,
     /// Per VM: the routing mask written last (0: none).
     irq_mask: Vec<u64>,
+    /// The `/proc` stat files of vCPU threads that left, closed with the
+    /// scheduler: a vCPU thread's seccomp filter has no `close`.
+    retired_files: Vec<std::fs::File>,
 }
 
 struct Shared {
@@ -246,6 +252,7 @@ impl HostScheduler {
                     vm_finished_ns: vec![None; vcpus_per_vm.len()],
                     irq_running: vec![false; vcpus_per_vm.len()],
                     irq_mask: vec![0; vcpus_per_vm.len()],
+                    retired_files: Vec::new(),
                 }),
                 granted: Condvar::new(),
                 epoch: Instant::now(),
@@ -275,9 +282,13 @@ impl HostScheduler {
             }
         }
         let shared = self.shared.clone();
+        let filter = crate::seccomp::ThreadFilter::for_spawn(crate::seccomp::ThreadKind::Ticker);
         std::thread::Builder::new()
             .name("smplab-sched".into())
-            .spawn(move || shared.ticker())
+            .spawn(move || {
+                filter.install_or_exit(0);
+                shared.ticker()
+            })
             .map_err(HostError::Thread)
     }
 
@@ -322,6 +333,7 @@ impl HostScheduler {
             ),
             truth,
             attached: false,
+            schedstat: None,
         }
     }
 
@@ -435,12 +447,19 @@ impl Shared {
         st.vm_finished_ns[vm] = Some(now);
         let base = self.vm_base[vm];
         let end = self.vm_base.get(vm + 1).copied().unwrap_or(st.slots.len());
-        for slot in &mut st.slots[base..end] {
+        let State {
+            slots,
+            retired_files,
+            ..
+        } = &mut *st;
+        for slot in &mut slots[base..end] {
             slot.granted = None;
             slot.preempt = false;
-            slot.proc_stat = None;
+            retired_files.extend(slot.proc_stat.take());
             // Its memory goes with its run.
-            slot.sensors = None;
+            if let Some(sensors) = slot.sensors.take() {
+                slot.sensors_rejected += sensors.rejected();
+            }
         }
         if let Some(p) = st.policy.as_mut() {
             let actions = p.finished(vm, now);
@@ -518,7 +537,11 @@ impl Shared {
                 }
                 r.add(&c);
                 r.vcpus.push(c);
+                let slot = &st.slots[v];
+                r.sensor_values_rejected +=
+                    slot.sensors_rejected + slot.sensors.as_ref().map_or(0, GuestSensors::rejected);
             }
+            r.route_values_rejected = self.routes.get(vm).map_or(0, IrqRoute::rejected);
             vms.push(r);
         }
         let pcpus = match &st.policy {
@@ -566,10 +589,13 @@ fn own_proc_stat() -> Option<std::fs::File> {
     std::fs::File::open(format!("/proc/self/task/{tid}/stat")).ok()
 }
 
-/// The kernel's view of the calling thread: time on a CPU and time waiting
-/// on a run queue (`/proc/thread-self/schedstat`, ns).
-fn own_schedstat() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+/// The kernel's view of a thread: time on a CPU and time waiting on a run
+/// queue (`schedstat`: its open `/proc/thread-self/schedstat`, ns).
+fn read_schedstat(schedstat: &std::fs::File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 128];
+    let n = schedstat.read_at(&mut buf, 0).ok()?;
+    let text = std::str::from_utf8(buf.get(..n)?).ok()?;
     let mut words = text.split_whitespace().map(|w| w.parse::<u64>().ok());
     Some((words.next()??, words.next()??))
 }
@@ -584,6 +610,8 @@ pub struct VcpuGrant {
     /// The guest's own word on when it spins, to judge the detector by.
     truth: Option<truth::SpinTruth>,
     attached: bool,
+    /// This thread's `/proc/thread-self/schedstat`, opened by `attach_thread`.
+    schedstat: Option<std::fs::File>,
 }
 
 impl EntryGate for VcpuGrant {
@@ -594,35 +622,50 @@ impl EntryGate for VcpuGrant {
     fn finished(&mut self) {
         self.leave();
     }
+
+    fn thread_started(&mut self, fd: &mut VcpuFd) {
+        self.attach_thread(fd);
+    }
 }
 
 impl VcpuGrant {
-    /// Before every KVM_RUN, on the vCPU's thread: wait for a grant, serve a
-    /// sample, give the pCPU up when preempted. `Stop` once the VM stops.
-    fn grant_entry(&mut self, fd: &mut VcpuFd, control: &RunControl) -> ExitAction {
+    /// Once per thread, before its seccomp filter: the TSC offset, the
+    /// thread's `/proc` files (read later without opening anything), its id
+    /// and a `linux` affinity set before it existed.
+    fn attach_thread(&mut self, fd: &mut VcpuFd) {
+        if self.attached {
+            return;
+        }
+        self.attached = true;
         let shared = self.shared.clone();
+        if let Some(truth) = &mut self.truth {
+            // Per vCPU: KVM may offset each one's TSC differently.
+            truth.set_tsc_offset(truth::vcpu_tsc_offset(fd));
+            truth.set_interval_ns(
+                u64::try_from(shared.sampling.interval.as_nanos()).unwrap_or(u64::MAX),
+            );
+        }
+        self.schedstat = std::fs::File::open("/proc/thread-self/schedstat").ok();
         let mut st = shared.lock();
-        if !self.attached {
-            self.attached = true;
-            if let Some(truth) = &mut self.truth {
-                // Per vCPU: KVM may offset each one's TSC differently.
-                truth.set_tsc_offset(truth::vcpu_tsc_offset(fd));
-                truth.set_interval_ns(
-                    u64::try_from(shared.sampling.interval.as_nanos()).unwrap_or(u64::MAX),
-                );
-            }
-            if let Some(slot) = st.slots.get_mut(self.vcpu) {
-                slot.proc_stat = own_proc_stat();
-                // SAFETY: gettid has no preconditions.
-                slot.tid = Some(unsafe { libc::gettid() });
-                // An affinity set under `linux` before this thread existed.
-                if let Some(cpus) = &slot.linux_cpus {
-                    if pin_current_thread(cpus).is_ok() {
-                        self.pinned_to = None;
-                    }
+        if let Some(slot) = st.slots.get_mut(self.vcpu) {
+            slot.proc_stat = own_proc_stat();
+            // SAFETY: gettid has no preconditions.
+            slot.tid = Some(unsafe { libc::gettid() });
+            // An affinity set under `linux` before this thread existed.
+            if let Some(cpus) = &slot.linux_cpus {
+                if pin_current_thread(cpus).is_ok() {
+                    self.pinned_to = None;
                 }
             }
         }
+    }
+
+    /// Before every KVM_RUN, on the vCPU's thread: wait for a grant, serve a
+    /// sample, give the pCPU up when preempted. `Stop` once the VM stops.
+    fn grant_entry(&mut self, fd: &mut VcpuFd, control: &RunControl) -> ExitAction {
+        self.attach_thread(fd);
+        let shared = self.shared.clone();
+        let mut st = shared.lock();
         if st.policy.is_none() {
             return ExitAction::Resume;
         }
@@ -692,9 +735,10 @@ impl VcpuGrant {
     /// The vCPU thread leaves its run loop: the VM is stopping. Records the
     /// kernel's view of the thread and frees the VM's pCPUs.
     fn leave(&mut self) {
-        let sched = own_schedstat();
+        let sched = self.schedstat.as_ref().and_then(read_schedstat);
         let mut st = self.shared.lock();
         let linux = st.policy.is_none();
+        let mut retired = None;
         if let Some(slot) = st.slots.get_mut(self.vcpu) {
             if let Some((run, wait)) = sched {
                 slot.counts.thread_run_ns = run;
@@ -705,8 +749,9 @@ impl VcpuGrant {
                     slot.counts.steal_ns = wait;
                 }
             }
-            slot.proc_stat = None;
+            retired = slot.proc_stat.take();
         }
+        st.retired_files.extend(retired);
         self.shared.finish_vm(&mut st, self.vm);
     }
 }

@@ -60,9 +60,13 @@ impl TimerThread {
         });
         let thread = {
             let shared = shared.clone();
+            let filter = crate::seccomp::ThreadFilter::for_spawn(crate::seccomp::ThreadKind::Timer);
             std::thread::Builder::new()
                 .name("smplab-timer".into())
-                .spawn(move || run(&shared, &*clock, &mut fire))?
+                .spawn(move || {
+                    filter.install_or_exit(0);
+                    run(&shared, &*clock, &mut fire)
+                })?
         };
         Ok(TimerThread {
             handle: TimerHandle(shared),
