@@ -37,6 +37,10 @@ pub const CLAIM_DRIFT: i32 = 14;
 /// `smplab claims check`: a docs table of figures differs from what the
 /// ledger renders (run `smplab claims render`).
 pub const STALE_DOCS: i32 = 15;
+/// A Linux guest (`--executor linux`, `linux-qemu`) cannot boot on this
+/// host's KVM: PVM offers no hardware-style virtualization (run inside the
+/// nested AMD-V host, docs/nested-host.md).
+pub const NO_HARDWARE_KVM: i32 = 19;
 /// `smplab trace`: the traced program was killed by signal N: the status is
 /// 128 + N (as a shell reports it); the trace so far is kept, marked incomplete.
 pub const SIGNAL_BASE: i32 = 128;
