@@ -37,6 +37,15 @@ pub const CLAIM_DRIFT: i32 = 14;
 /// `smplab claims check`: a docs table of figures differs from what the
 /// ledger renders (run `smplab claims render`).
 pub const STALE_DOCS: i32 = 15;
+/// Linux guests: the initramfs is missing, unreadable or not a cpio archive,
+/// or the program (or a library it needs) cannot be put into or found in it.
+pub const BAD_INITRAMFS: i32 = 16;
+/// Linux guests: the guest kernel brought fewer CPUs online than the vCPUs
+/// requested.
+pub const VCPUS_OFFLINE: i32 = 17;
+/// Linux guests: the guest stopped without the init's result line (the init
+/// did not run, crashed, or wrote a malformed result).
+pub const NO_RESULT: i32 = 18;
 /// A Linux guest (`--executor linux`, `linux-qemu`) cannot boot on this
 /// host's KVM: PVM offers no hardware-style virtualization (run inside the
 /// nested AMD-V host, docs/nested-host.md).

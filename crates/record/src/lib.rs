@@ -17,6 +17,7 @@ pub mod host;
 pub mod hostsched;
 pub mod interference;
 pub mod io;
+pub mod linux;
 pub mod platform;
 pub mod sim;
 pub mod summary;
@@ -272,6 +273,10 @@ pub struct RunRecord {
     /// of their records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_run: Option<hostsched::HostReport>,
+    /// A real program's run (`linux`, `linux-qemu`, or `native` running a
+    /// program): the init's timing of it, its exit and output, the boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linux: Option<linux::LinuxSection>,
     /// What other tenants took from the host while the run was measured
     /// (steal, CPU pressure, other processes' CPU time), from its start to
     /// its end, set-up included. Absent for the simulator and old records.
@@ -311,6 +316,7 @@ impl RunRecord {
             sim: None,
             io: None,
             host_run: None,
+            linux: None,
             interference: None,
         }
     }
