@@ -301,11 +301,15 @@ mod tests {
         let e = missing.resolve().unwrap_err();
         assert_eq!(e.exit_status(), exit::PROGRAM_NOT_FOUND);
         assert!(e.to_string().contains("no such program"), "{e}");
-        let not_exec = RealProgram::new(vec!["/etc/hostname".into()]).unwrap();
-        assert!(matches!(
-            not_exec.resolve(),
-            Err(ProgramError::NotExecutable { .. }) | Err(ProgramError::NotFound { .. })
-        ));
+        let dir = std::env::temp_dir().join(format!("smplab-prog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("data");
+        std::fs::write(&file, "not a program").unwrap();
+        let not_exec = RealProgram::new(vec![file.display().to_string()]).unwrap();
+        let e = not_exec.resolve().unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(e, ProgramError::NotExecutable { .. }), "{e:?}");
+        assert_eq!(e.exit_status(), exit::PROGRAM_NOT_FOUND);
         assert_eq!(RealProgram::new(vec![]), Err(ProgramError::Empty));
     }
 

@@ -3,6 +3,7 @@
 //! The requests here are what the run configuration resolved to.
 
 use smplab_record::config::{Irqchip, QemuMachine, SyncMode};
+use smplab_record::linux::{LinuxHost, LinuxSection, ProgramExit};
 use smplab_record::{exit, Executor, RunRecord};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -168,10 +169,21 @@ pub(crate) fn run_native(req: &Native) -> Result<RunRecord, LinuxRunError> {
         });
     }
     let mut record = RunRecord::new(Executor::Native, smplab_record::WorkloadInfo::default());
-    record.timing.wall_ns = u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX);
-    record.set_config("program_exit_status", 0);
-    record.set_config("program_output_bytes", output_bytes);
-    record.set_config("program_path", req.exe.display().to_string());
+    let wall_ns = u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX);
+    record.timing.wall_ns = wall_ns;
+    record.linux = Some(LinuxSection {
+        host: LinuxHost::Native,
+        argv: req.argv.to_vec(),
+        program_path: req.exe.display().to_string(),
+        wall_ns,
+        exit: ProgramExit::Status(0),
+        output_bytes,
+        output_tail: String::from_utf8_lossy(&tail).into_owned(),
+        cpus_online: std::thread::available_parallelism()
+            .ok()
+            .and_then(|n| u32::try_from(n.get()).ok()),
+        ..LinuxSection::default()
+    });
     Ok(record)
 }
 
