@@ -275,6 +275,11 @@ pub fn execute_program(
     };
     config.validate(None).map_err(ExecuteError::Invalid)?;
     let exe = program.resolve()?;
+    // Bad input before what the host lacks: a missing kernel is found on
+    // any host.
+    if let Some(g) = config.linux_guest() {
+        resolve_kernel(g.kernel.as_deref())?;
+    }
     super::availability(config.executor(), limits)?;
     let cores = super::host_cores();
     config.check_host_cpus(cores)?;
