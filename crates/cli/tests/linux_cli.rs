@@ -53,7 +53,7 @@ fn a_real_program_runs_natively_into_a_record() {
         r.run,
         Some(smplab_record::config::RunConfig::Native(_))
     ));
-    // A failing program is a failed run, its output in the message.
+    // A failing program is a failed run, its output in the summary.
     let o = smplab(
         &[
             "run",
@@ -67,10 +67,10 @@ fn a_real_program_runs_natively_into_a_record() {
         &[],
     );
     assert_eq!(o.status.code(), Some(9), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        stderr(&o).contains("exit status 3") && stderr(&o).contains("boom"),
-        "{}",
-        stderr(&o)
+        out.contains("FAILED") && out.contains("status 3") && out.contains("boom"),
+        "{out}"
     );
 }
 

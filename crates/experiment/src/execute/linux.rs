@@ -7,7 +7,7 @@
 use super::{ExecuteError, RunLimits};
 use crate::availability::{kvm_unavailable, on_path};
 use smplab_record::config::{
-    LinuxGuestSettings, LinuxQemuSettings, LinuxSettings, NativeSettings, RunConfig,
+    ConfigError, LinuxGuestSettings, LinuxQemuSettings, LinuxSettings, NativeSettings, RunConfig,
     LINUX_KERNEL_ENV,
 };
 use smplab_record::host::{KvmBacking, KvmFacts};
@@ -173,7 +173,6 @@ trait ExecuteProgram {
     fn run_program(
         &self,
         program: &RealProgram,
-        exe: &Path,
         limits: &RunLimits,
         host_cores: usize,
     ) -> Result<RunRecord, ExecuteError>;
@@ -189,49 +188,56 @@ fn program_executor_of(config: &RunConfig) -> Option<&dyn ExecuteProgram> {
     }
 }
 
+/// What a native run of a real program cannot honour: the program places
+/// its own threads, and has no smplab device thread.
+fn refuse_native_settings(s: &NativeSettings) -> Result<(), ExecuteError> {
+    let mut p = Vec::new();
+    if !s.placement.is_float() {
+        p.push(ConfigError {
+            setting: "pin",
+            message: "a real program runs natively under the init as it is, unpinned (the Linux executors pin vCPUs)".into(),
+        });
+    }
+    if !s.io_thread_cpus.is_float() {
+        p.push(ConfigError {
+            setting: "io_thread_cpus",
+            message: "a real program has no smplab device thread to place (it applies to a model's io ops)".into(),
+        });
+    }
+    if p.is_empty() {
+        Ok(())
+    } else {
+        Err(ExecuteError::Invalid(p))
+    }
+}
+
 impl ExecuteProgram for NativeSettings {
     fn run_program(
         &self,
         program: &RealProgram,
-        exe: &Path,
-        limits: &RunLimits,
-        host_cores: usize,
+        _limits: &RunLimits,
+        _host_cores: usize,
     ) -> Result<RunRecord, ExecuteError> {
-        if !self.io_thread_cpus.is_float() {
-            return Err(ExecuteError::Invalid(vec![
-                smplab_record::config::ConfigError {
-                    setting: "io_thread_cpus",
-                    message: "a real program has no smplab device thread to place (it applies to a model's io ops)".into(),
-                },
-            ]));
-        }
-        let req = backend::Native {
-            argv: &program.argv,
-            exe,
-            cpus: self.placement.cpus(host_cores),
-            timeout: limits.timeout,
-        };
-        Ok(backend::run_native(&req)?)
+        refuse_native_settings(self)?;
+        Ok(backend::run_native(&program.argv)?)
     }
 }
 
 fn guest_request<'a>(
     g: &'a LinuxGuestSettings,
     program: &'a RealProgram,
-    exe: &'a Path,
     limits: &'a RunLimits,
     host_cores: usize,
 ) -> Result<backend::Guest<'a>, ExecuteError> {
-    let kernel = resolve_kernel(g.kernel.as_deref())?;
     Ok(backend::Guest {
         argv: &program.argv,
-        exe,
-        kernel,
+        kernel: resolve_kernel(g.kernel.as_deref())?,
         initrd: g.initrd.as_deref(),
         include: &g.include,
         vcpus: g.vcpus,
         mem_bytes: g.mem(),
-        cpus: g.placement.cpus(host_cores),
+        placement: &g.placement,
+        host_cores,
         timeout: limits.timeout,
         show_console: limits.show_console,
     })
@@ -241,11 +247,10 @@ impl ExecuteProgram for LinuxSettings {
     fn run_program(
         &self,
         program: &RealProgram,
-        exe: &Path,
         limits: &RunLimits,
         host_cores: usize,
     ) -> Result<RunRecord, ExecuteError> {
-        let req = guest_request(&self.guest, program, exe, limits, host_cores)?;
+        let req = guest_request(&self.guest, program, limits, host_cores)?;
         Ok(backend::run_on_smplab_vmm(&req, self.sync, self.irqchip)?)
     }
 }
@@ -254,12 +259,15 @@ impl ExecuteProgram for LinuxQemuSettings {
     fn run_program(
         &self,
         program: &RealProgram,
-        exe: &Path,
         limits: &RunLimits,
         host_cores: usize,
     ) -> Result<RunRecord, ExecuteError> {
-        let req = guest_request(&self.guest, program, exe, limits, host_cores)?;
-        Ok(backend::run_on_qemu(&req, self.machine, &limits.qemu())?)
+        let req = guest_request(&self.guest, program, limits, host_cores)?;
+        Ok(backend::run_on_qemu(
+            &req,
+            self.machine,
+            limits.qemu_binary.clone(),
+        )?)
     }
 }
 
@@ -274,7 +282,7 @@ pub fn execute_program(
         return Err(ExecuteError::ModelsOnly(config.executor()));
     };
     config.validate(None).map_err(ExecuteError::Invalid)?;
-    let exe = program.resolve()?;
+    program.resolve()?;
     // Bad input before what the host lacks: a missing kernel is found on
     // any host.
     if let Some(g) = config.linux_guest() {
@@ -284,7 +292,7 @@ pub fn execute_program(
     let cores = super::host_cores();
     config.check_host_cpus(cores)?;
     let start = smplab_record::interference::HostCounters::read();
-    let mut record = executor.run_program(program, &exe, limits, cores)?;
+    let mut record = executor.run_program(program, limits, cores)?;
     let end = smplab_record::interference::HostCounters::read();
     record.workload = program.info();
     record.run = Some(config.clone());

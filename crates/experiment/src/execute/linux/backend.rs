@@ -1,208 +1,109 @@
 //! The one place the execute path calls smplab-linux (crates/linux): its
 //! initramfs builder and init, run on smplab-vmm, on QEMU and natively.
-//! The requests here are what the run configuration resolved to.
+//! The requests here are what the run configuration resolved to; the
+//! results become records.
 
-use smplab_record::config::{Irqchip, QemuMachine, SyncMode};
-use smplab_record::linux::{LinuxHost, LinuxSection, ProgramExit};
-use smplab_record::{exit, Executor, RunRecord};
+use smplab_linux::{LinuxError, LinuxGuestConfig, LinuxRun, Program};
+use smplab_record::config::{Irqchip, Placement, QemuMachine, SyncMode};
+use smplab_record::{Executor, Outcome, RunRecord, WorkloadInfo};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// A native run of a real program.
-pub(crate) struct Native<'a> {
-    pub argv: &'a [String],
-    pub exe: &'a Path,
-    /// Confine the program to these host CPUs.
-    pub cpus: Option<Vec<usize>>,
-    pub timeout: Duration,
-}
-
 /// A run of a real program in a Linux guest.
-// Read by smplab-linux's guest runs once they are wired in here.
-#[allow(dead_code)]
 pub(crate) struct Guest<'a> {
     pub argv: &'a [String],
-    pub exe: &'a Path,
     pub kernel: PathBuf,
     pub initrd: Option<&'a Path>,
     pub include: &'a [PathBuf],
     pub vcpus: u32,
     pub mem_bytes: u64,
-    pub cpus: Option<Vec<usize>>,
+    pub placement: &'a Placement,
+    pub host_cores: usize,
     pub timeout: Duration,
     pub show_console: bool,
 }
 
-/// Why a real program's run failed.
-#[derive(Debug, thiserror::Error)]
-pub enum LinuxRunError {
-    #[error("{executor} runs need smplab-linux, which this build lacks")]
-    NotBuilt { executor: Executor },
-    #[error("cannot start `{program}`: {source}")]
-    Spawn {
-        program: String,
-        source: std::io::Error,
-    },
-    #[error("`{program}` was still running after {timeout:?}: stopped")]
-    Timeout { program: String, timeout: Duration },
-    #[error("`{program}` failed ({how}); its output ended: {tail}")]
-    ProgramFailed {
-        program: String,
-        how: String,
-        tail: String,
-    },
+/// Why a real program's run failed: smplab-linux's typed error.
+pub type LinuxRunError = LinuxError;
+
+fn program(argv: &[String], include: &[PathBuf]) -> Program {
+    let mut p = Program::new(argv.iter().cloned());
+    p.include = include.to_vec();
+    p
 }
 
-impl LinuxRunError {
-    pub fn exit_status(&self) -> i32 {
-        match self {
-            LinuxRunError::NotBuilt { .. } => exit::EXTERNAL_TOOL,
-            LinuxRunError::Spawn { .. } | LinuxRunError::ProgramFailed { .. } => exit::RUN_FAILED,
-            LinuxRunError::Timeout { .. } => exit::TIMEOUT,
-        }
+/// smplab-vmm pins vCPU i to the i-th CPU; QEMU confines its process to
+/// the set (the same reading as the smplab guest's placement).
+fn placement(p: &Placement, host_cores: usize, qemu: bool) -> smplab_vmm::Placement {
+    match p.cpus(host_cores) {
+        None => smplab_vmm::Placement::Floating,
+        Some(cpus) if qemu => smplab_vmm::Placement::Confined(cpus),
+        Some(cpus) => smplab_vmm::Placement::Pinned(cpus),
     }
 }
 
-/// Bytes of the program's output kept for an error message.
-const OUTPUT_TAIL: usize = 400;
+fn guest_config(req: &Guest, qemu: bool) -> LinuxGuestConfig {
+    let mut cfg = LinuxGuestConfig::new(req.kernel.clone());
+    cfg.initrd = req.initrd.map(Path::to_path_buf);
+    cfg.vcpus = req.vcpus;
+    cfg.mem_bytes = req.mem_bytes;
+    cfg.placement = placement(req.placement, req.host_cores, qemu);
+    cfg.timeout = req.timeout;
+    cfg
+}
 
-/// The program on this host, timed from just before its start to its end,
-/// its output counted and dropped (only a tail kept for errors).
-pub(crate) fn run_native(req: &Native) -> Result<RunRecord, LinuxRunError> {
-    use std::io::Read;
-    use std::os::unix::process::{CommandExt, ExitStatusExt};
-    let program = req.argv[0].clone();
-    let mut cmd = std::process::Command::new(req.exe);
-    cmd.arg0(&program)
-        .args(&req.argv[1..])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    if let Some(cpus) = req.cpus.clone() {
-        // SAFETY: between fork and exec only async-signal-safe calls:
-        // CPU_ZERO/CPU_SET on a local set and sched_setaffinity.
-        unsafe {
-            cmd.pre_exec(move || {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_ZERO(&mut set);
-                for &c in &cpus {
-                    libc::CPU_SET(c, &mut set);
-                }
-                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+/// The record of a finished run: the init's wall time of the program is
+/// the record's wall time; a program that did not exit 0 is a failed run.
+fn record(executor: Executor, run: LinuxRun, show_console: bool) -> RunRecord {
+    if show_console && !run.console.is_empty() {
+        eprint!("{}", run.console);
     }
-    let spawn = |source| LinuxRunError::Spawn {
-        program: program.clone(),
-        source,
-    };
-    let started = std::time::Instant::now();
-    let mut child = cmd.spawn().map_err(spawn)?;
-    let mut readers = Vec::new();
-    for pipe in [
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        readers.push(std::thread::spawn(move || {
-            let mut pipe = pipe;
-            let mut count = 0u64;
-            let mut tail: Vec<u8> = Vec::new();
-            let mut buf = [0u8; 64 * 1024];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                count += n as u64;
-                tail.extend_from_slice(&buf[..n]);
-                if tail.len() > OUTPUT_TAIL {
-                    tail.drain(..tail.len() - OUTPUT_TAIL);
-                }
-            }
-            (count, tail)
-        }));
-    }
-    let status = loop {
-        if let Some(s) = child.try_wait().map_err(spawn)? {
-            break s;
-        }
-        if started.elapsed() > req.timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(LinuxRunError::Timeout {
-                program,
-                timeout: req.timeout,
-            });
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    };
-    let wall = started.elapsed();
-    let mut output_bytes = 0u64;
-    let mut tail = Vec::new();
-    for r in readers {
-        if let Ok((count, t)) = r.join() {
-            output_bytes += count;
-            tail.extend_from_slice(&t);
-        }
-    }
-    if !status.success() {
-        let how = match (status.code(), status.signal()) {
-            (Some(c), _) => format!("exit status {c}"),
-            (None, Some(s)) => format!("killed by signal {s}"),
-            _ => "no status".into(),
+    let mut r = RunRecord::new(executor, WorkloadInfo::for_program(&run.section.argv));
+    r.timing.wall_ns = run.section.wall_ns;
+    r.timing.total_ns = run.section.total_ns;
+    if !run.section.exit.success() {
+        r.outcome = Outcome::Failed {
+            reason: format!(
+                "`{}` ended with status {}; its output ended: {}",
+                run.section.argv.first().cloned().unwrap_or_default(),
+                run.section.exit.shell_status(),
+                run.section.output_tail.trim()
+            ),
         };
-        return Err(LinuxRunError::ProgramFailed {
-            program,
-            how,
-            tail: String::from_utf8_lossy(&tail).trim().to_string(),
-        });
     }
-    let mut record = RunRecord::new(Executor::Native, smplab_record::WorkloadInfo::default());
-    let wall_ns = u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX);
-    record.timing.wall_ns = wall_ns;
-    record.linux = Some(LinuxSection {
-        host: LinuxHost::Native,
-        argv: req.argv.to_vec(),
-        program_path: req.exe.display().to_string(),
-        wall_ns,
-        exit: ProgramExit::Status(0),
-        output_bytes,
-        output_tail: String::from_utf8_lossy(&tail).into_owned(),
-        cpus_online: std::thread::available_parallelism()
-            .ok()
-            .and_then(|n| u32::try_from(n.get()).ok()),
-        ..LinuxSection::default()
-    });
-    Ok(record)
+    r.vmm = run.vmm;
+    r.linux = Some(run.section);
+    r
+}
+
+pub(crate) fn run_native(argv: &[String]) -> Result<RunRecord, LinuxRunError> {
+    let run = smplab_linux::run_native(&program(argv, &[]))?;
+    Ok(record(Executor::Native, run, false))
 }
 
 pub(crate) fn run_on_smplab_vmm(
-    _req: &Guest,
-    _sync: SyncMode,
-    _irqchip: Irqchip,
+    req: &Guest,
+    sync: SyncMode,
+    irqchip: Irqchip,
 ) -> Result<RunRecord, LinuxRunError> {
-    Err(LinuxRunError::NotBuilt {
-        executor: Executor::Linux,
-    })
+    let mut cfg = guest_config(req, false);
+    cfg.sync = sync;
+    cfg.irqchip = irqchip;
+    let run = smplab_linux::run_on_smplab_vmm(&cfg, &program(req.argv, req.include))?;
+    Ok(record(Executor::Linux, run, req.show_console))
 }
 
 pub(crate) fn run_on_qemu(
-    _req: &Guest,
-    _machine: QemuMachine,
-    _qemu: &str,
+    req: &Guest,
+    machine: QemuMachine,
+    qemu: Option<PathBuf>,
 ) -> Result<RunRecord, LinuxRunError> {
-    Err(LinuxRunError::NotBuilt {
-        executor: Executor::LinuxQemu,
-    })
+    let mut cfg = guest_config(req, true);
+    cfg.qemu.binary = qemu;
+    cfg.qemu.machine = match machine {
+        QemuMachine::Microvm => smplab_linux::QemuMachine::Microvm,
+        QemuMachine::Q35 => smplab_linux::QemuMachine::Q35,
+    };
+    let run = smplab_linux::run_on_qemu(&cfg, &program(req.argv, req.include))?;
+    Ok(record(Executor::LinuxQemu, run, req.show_console))
 }
