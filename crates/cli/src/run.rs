@@ -3,6 +3,7 @@
 //! through the lab's one execute path like every lab point.
 
 use clap::Args;
+use smplab_experiment::execute::linux::resolve_kernel;
 use smplab_experiment::execute::{execute, execute_program, ExecuteError, RealProgram, RunLimits};
 use smplab_record::config::{
     HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip, LinuxGuestSettings, Placement, Ple,
@@ -436,9 +437,21 @@ pub fn run(args: &RunArgs) -> i32 {
             };
             execute(&program, &info, &config, &limits)
         }
-        Work::Program(argv) => RealProgram::new(argv)
-            .map_err(ExecuteError::from)
-            .and_then(|p| execute_program(&p, &config, &limits)),
+        Work::Program(argv) => {
+            // A missing kernel is bad input on any host: said before the
+            // host's KVM is looked at.
+            let kernel = config
+                .linux_guest()
+                .map(|g| resolve_kernel(g.kernel.as_deref()))
+                .transpose();
+            RealProgram::new(argv)
+                .map_err(ExecuteError::from)
+                .and_then(|p| {
+                    p.resolve()?;
+                    kernel?;
+                    execute_program(&p, &config, &limits)
+                })
+        }
     };
     match result {
         Ok(records) => emit(&records, args.json, &args.output),
