@@ -29,7 +29,10 @@ fn kernel() -> Option<PathBuf> {
     std::env::var_os(LINUX_KERNEL_ENV)
         .map(PathBuf::from)
         .or_else(|| {
-            let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nested-host/vmlinuz");
+            // The workspace root by name, not `..`: inside the nested host
+            // only the files copied in exist, not crates/cli itself.
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2)?;
+            let p = root.join("target/nested-host/vmlinuz");
             p.exists().then_some(p)
         })
 }
