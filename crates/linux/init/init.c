@@ -4,10 +4,11 @@
  *
  * Guest mode (PID 1 in a Linux guest): tell smplab-vmm "ready" on the
  * workload-window port, print @@SMPLAB-LINUX-INIT, mount proc, sysfs,
- * devtmpfs and a tmpfs on /tmp, read the program's argv and environment from
- * /smplab/argv and /smplab/env, read "go" from the window port, run the
- * program, write "done", print @@SMPLAB-LINUX-RESULT {json}, write the status
- * to the debug-exit port 0x501 and power off.
+ * devtmpfs and a tmpfs on /tmp (unless files were included there), read
+ * the program's argv and environment from /smplab/argv and /smplab/env,
+ * read "go" from the window port, run the program, write "done", print
+ * @@SMPLAB-LINUX-RESULT {json}, write the status to the debug-exit port
+ * 0x501 and power off.
  *
  * Native mode (`init --native DIR`, on the host): the same files from DIR,
  * the same fork/exec/drain/timing and the same result line on stdout; no
@@ -15,6 +16,7 @@
  * interval: CLOCK_MONOTONIC before fork() to after waitpid().
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -146,6 +148,20 @@ static long cmdline_number(const char *key)
     return 0;
 }
 
+static int dir_is_empty(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return 1;
+    struct dirent *e;
+    int empty = 1;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            empty = 0;
+    closedir(d);
+    return empty;
+}
+
 static void guest_setup(void)
 {
     /* Mount points may be missing from a given initramfs. */
@@ -159,7 +175,9 @@ static void guest_setup(void)
         say("smplab-linux-init: mount /sys: %s\n", strerror(errno));
     if (mount("devtmpfs", "/dev", "devtmpfs", 0, NULL) != 0)
         say("smplab-linux-init: mount /dev: %s\n", strerror(errno));
-    if (mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") != 0)
+    /* Files included under /tmp stay visible: the initramfs's root is
+     * already a writable tmpfs, so /tmp needs its own only when empty. */
+    if (dir_is_empty("/tmp") && mount("tmpfs", "/tmp", "tmpfs", 0, "mode=1777") != 0)
         say("smplab-linux-init: mount /tmp: %s\n", strerror(errno));
 }
 

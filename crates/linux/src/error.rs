@@ -37,18 +37,18 @@ pub enum LinuxError {
     ProgramNotFound { name: String },
     #[error("program {path} is not executable (no execute permission, or not a file); chmod +x it or give another path")]
     ProgramNotExecutable { path: PathBuf },
-    #[error("{program} needs {library}, which the dynamic loader cannot find on this host (ldd: not found); install it or set LD_LIBRARY_PATH")]
+    #[error("{program} needs {library}, which the dynamic loader cannot find on this host (it lists it as not found); install it or set LD_LIBRARY_PATH")]
     LibraryNotFound { program: PathBuf, library: String },
     #[error(
         "cannot put {path} into the initramfs: {reason}; check that it exists and is readable"
     )]
     Include { path: PathBuf, reason: String },
-    #[error("cannot run `{tool}` to find the program's libraries: {source}; install it (libc-bin ships ldd)")]
+    #[error("cannot run the program's ELF interpreter `{tool}` to list its libraries: {source}; is the program built for this machine?")]
     ToolMissing {
         tool: String,
         source: std::io::Error,
     },
-    #[error("the program `{program}` could not be started in the guest ({reason}); check that it and its libraries are in the initramfs\n{console}")]
+    #[error("the program `{program}` could not be started ({reason}); check that it is a program for this machine and that it and its libraries are there (in a guest: in the initramfs)\n{console}")]
     ProgramFailedToStart {
         program: String,
         reason: String,

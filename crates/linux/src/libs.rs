@@ -1,6 +1,6 @@
 //! Finding a program and the files it needs to run elsewhere: its ELF
-//! interpreter and shared libraries (from `ldd`), and for a `#!` script its
-//! interpreter's.
+//! interpreter (PT_INTERP) and shared libraries (listed by the interpreter
+//! as for `ldd`), and for a `#!` script its interpreter's.
 
 use crate::error::LinuxError;
 use std::os::unix::fs::PermissionsExt;
@@ -82,23 +82,59 @@ fn script_interpreter(program: &Path) -> Option<String> {
     text.split_whitespace().next().map(str::to_string)
 }
 
-/// The interpreter and shared libraries of an ELF program, from `ldd`.
+/// The interpreter and shared libraries of an ELF program: none for a
+/// static one (no PT_INTERP), else what its interpreter lists
+/// (`LD_TRACE_LOADED_OBJECTS=1 INTERP PROGRAM`, which is what `ldd` runs; so
+/// no `ldd` is needed, as in the nested host).
 pub fn shared_libraries(program: &Path) -> Result<Vec<PathBuf>, LinuxError> {
-    let out = Command::new("ldd")
+    let Some(interpreter) = elf_interpreter(program) else {
+        return Ok(Vec::new());
+    };
+    let out = Command::new(&interpreter)
         .arg(program)
+        .env("LD_TRACE_LOADED_OBJECTS", "1")
         .output()
         .map_err(|source| LinuxError::ToolMissing {
-            tool: "ldd".into(),
+            tool: interpreter.display().to_string(),
             source,
         })?;
-    // ldd fails (status 1, "not a dynamic executable") for static programs:
-    // they need nothing.
-    parse_ldd(&String::from_utf8_lossy(&out.stdout)).map_err(|library| {
+    let mut files = parse_ldd(&String::from_utf8_lossy(&out.stdout)).map_err(|library| {
         LinuxError::LibraryNotFound {
             program: program.to_path_buf(),
             library,
         }
-    })
+    })?;
+    if !files.contains(&interpreter) {
+        files.push(interpreter);
+    }
+    Ok(files)
+}
+
+/// The PT_INTERP path of an ELF64 file (`None`: static, or not ELF64).
+pub fn elf_interpreter(program: &Path) -> Option<PathBuf> {
+    const PT_INTERP: u32 = 3;
+    let bytes = std::fs::read(program).ok()?;
+    if bytes.get(..4) != Some(b"\x7fELF") || bytes.get(4) != Some(&2) {
+        return None;
+    }
+    let u16_at = |at: usize| Some(u16::from_le_bytes(bytes.get(at..at + 2)?.try_into().ok()?));
+    let u32_at = |at: usize| Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+    let u64_at = |at: usize| {
+        let v = u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?);
+        usize::try_from(v).ok()
+    };
+    let phoff = u64_at(32)?;
+    let phentsize = usize::from(u16_at(54)?);
+    for i in 0..usize::from(u16_at(56)?) {
+        let ph = phoff.checked_add(i.checked_mul(phentsize)?)?;
+        if u32_at(ph)? == PT_INTERP {
+            let (off, size) = (u64_at(ph + 8)?, u64_at(ph + 32)?);
+            let raw = bytes.get(off..off.checked_add(size)?)?;
+            let path = raw.split(|&b| b == 0).next()?;
+            return Some(PathBuf::from(std::str::from_utf8(path).ok()?));
+        }
+    }
+    None
 }
 
 /// The files named in `ldd` output, or the first library it could not find.
@@ -191,6 +227,45 @@ mod tests {
         let needed = needed_files(&script).unwrap();
         assert_eq!(needed.last(), Some(&sh));
         assert!(needed.len() > 1, "{needed:?}");
+        // A static program needs nothing (and is not run to find out).
+        let busybox =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/nested-host/busybox");
+        if busybox.is_file() {
+            assert_eq!(elf_interpreter(&busybox), None);
+            assert_eq!(needed_files(&busybox).unwrap(), Vec::<PathBuf>::new());
+        }
+        assert_eq!(elf_interpreter(&script), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_library_missing_on_the_host_is_bad_initramfs() {
+        let dir = std::env::temp_dir().join(format!("smplab-linux-missing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("gone.c"), "int gone(void) { return 1; }\n").unwrap();
+        std::fs::write(
+            dir.join("main.c"),
+            "int gone(void);\nint main(void) { return gone(); }\n",
+        )
+        .unwrap();
+        let cc = |args: &[&str]| {
+            let ok = Command::new("gcc")
+                .args(args)
+                .current_dir(&dir)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "gcc {args:?}");
+        };
+        cc(&["-shared", "-fPIC", "-o", "libsmplabgone.so", "gone.c"]);
+        cc(&["-o", "main", "main.c", "-L.", "-lsmplabgone"]);
+        std::fs::remove_file(dir.join("libsmplabgone.so")).unwrap();
+        let e = needed_files(&dir.join("main")).unwrap_err();
+        assert!(
+            matches!(&e, LinuxError::LibraryNotFound { library, .. } if library == "libsmplabgone.so"),
+            "{e}"
+        );
+        assert_eq!(e.exit_status(), exit::BAD_INITRAMFS);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

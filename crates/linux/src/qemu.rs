@@ -297,3 +297,63 @@ fn pin_child(cmd: &mut Command, cpus: Vec<usize>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_has_the_exit_device_the_hold_and_qmp() {
+        let mut cfg = LinuxGuestConfig::new(PathBuf::from("/k"));
+        cfg.vcpus = 4;
+        cfg.mem_bytes = 300 << 20;
+        let args = qemu_args(&cfg, Path::new("/k"), Path::new("/i"), Path::new("/s"));
+        let joined = args.join(" ");
+        for want in [
+            "-accel kvm -M microvm -cpu host -smp 4 -m 300M -kernel /k -initrd /i",
+            "-device isa-debug-exit,iobase=0x501,iosize=2",
+            "-qmp unix:/s,server=on,wait=off",
+            "-no-reboot",
+        ] {
+            assert!(joined.contains(want), "{want} not in {joined}");
+        }
+        let append = &args[args.iter().position(|a| a == "-append").unwrap() + 1];
+        assert_eq!(
+            append,
+            &format!("{} smplab.hold={HOLD_SECS}", crate::DEFAULT_CMDLINE)
+        );
+        cfg.qemu.accel = QemuAccel::Tcg;
+        cfg.qemu.machine = QemuMachine::Q35;
+        let joined = qemu_args(&cfg, Path::new("/k"), Path::new("/i"), Path::new("/s")).join(" ");
+        assert!(joined.contains("-accel tcg -M q35 -cpu max"), "{joined}");
+    }
+
+    #[test]
+    fn the_user_irqchip_is_refused_before_anything_runs() {
+        let mut cfg = LinuxGuestConfig::new(PathBuf::from("/no/kernel"));
+        cfg.irqchip = Irqchip::User;
+        let e = run_on_qemu(&cfg, &Program::new(["/bin/true"])).unwrap_err();
+        assert!(matches!(e, LinuxError::QemuUnsupported { .. }), "{e}");
+        assert_eq!(e.exit_status(), smplab_record::exit::BAD_INPUT);
+    }
+
+    #[test]
+    fn a_missing_qemu_is_external_tool() {
+        let dir = std::env::temp_dir().join(format!("smplab-linux-q-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bz = vec![0u8; 0x300];
+        bz[0x202..0x206].copy_from_slice(b"HdrS");
+        std::fs::write(dir.join("bz"), &bz).unwrap();
+        let mut cfg = LinuxGuestConfig::new(dir.join("bz"));
+        cfg.qemu.binary = Some(PathBuf::from("/no/such/qemu"));
+        let e = run_on_qemu(&cfg, &Program::new(["/bin/true"])).unwrap_err();
+        assert!(matches!(e, LinuxError::QemuMissing { .. }), "{e}");
+        assert_eq!(e.exit_status(), smplab_record::exit::EXTERNAL_TOOL);
+        // A kernel that is neither format is refused before QEMU is looked for.
+        std::fs::write(dir.join("junk"), b"junk").unwrap();
+        cfg.kernel = dir.join("junk");
+        let e = run_on_qemu(&cfg, &Program::new(["/bin/true"])).unwrap_err();
+        assert_eq!(e.exit_status(), smplab_record::exit::BAD_KERNEL);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

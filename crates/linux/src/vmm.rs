@@ -73,3 +73,36 @@ pub fn run_on_smplab_vmm(
         console,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smplab_record::exit;
+    use std::path::PathBuf;
+
+    #[test]
+    fn bad_input_is_refused_before_a_vm_is_made() {
+        let dir = std::env::temp_dir().join(format!("smplab-linux-v-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("junk"), b"junk").unwrap();
+        let mut cfg = LinuxGuestConfig::new(dir.join("junk"));
+        let e = run_on_smplab_vmm(&cfg, &Program::new(["/bin/true"])).unwrap_err();
+        assert!(matches!(e, LinuxError::BadKernel { .. }), "{e}");
+        assert_eq!(e.exit_status(), exit::BAD_KERNEL);
+
+        let mut bz = vec![0u8; 0x300];
+        bz[0x202..0x206].copy_from_slice(b"HdrS");
+        std::fs::write(dir.join("bz"), &bz).unwrap();
+        cfg.kernel = dir.join("bz");
+        cfg.initrd = Some(PathBuf::from("/no/such/initramfs"));
+        let e = run_on_smplab_vmm(&cfg, &Program::new(["/bin/true"])).unwrap_err();
+        assert!(matches!(e, LinuxError::InitrdRead { .. }), "{e}");
+        assert_eq!(e.exit_status(), exit::BAD_INITRAMFS);
+        assert!(e.to_string().contains("/no/such/initramfs"), "{e}");
+
+        cfg.initrd = None;
+        let e = run_on_smplab_vmm(&cfg, &Program::new(["smplab-no-such-program-xyz"])).unwrap_err();
+        assert_eq!(e.exit_status(), exit::PROGRAM_NOT_FOUND);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

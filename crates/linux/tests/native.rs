@@ -1,0 +1,91 @@
+//! The init in its native mode: the same fork/exec, drain and timing as in a
+//! guest, on the host.
+
+use smplab_linux::{run_native, LinuxError, Program};
+use smplab_record::exit;
+use smplab_record::linux::{LinuxHost, ProgramExit};
+
+#[test]
+fn runs_true() {
+    let run = run_native(&Program::new(["/bin/true"])).unwrap();
+    let s = &run.section;
+    assert_eq!(s.host, LinuxHost::Native);
+    assert_eq!(s.exit, ProgramExit::Status(0));
+    assert_eq!(s.output_bytes, 0);
+    assert_eq!(s.output_tail, "");
+    assert!(s.wall_ns > 0);
+    assert!(s.total_ns.unwrap() >= s.wall_ns);
+    assert!(s.cpus_online.unwrap() >= 1);
+    assert_eq!(s.boot_to_init_ns, None);
+    assert!(run.vmm.is_none());
+}
+
+#[test]
+fn passes_the_exit_status_and_the_signal() {
+    let run = run_native(&Program::new([
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 3",
+    ]))
+    .unwrap();
+    assert_eq!(run.section.exit, ProgramExit::Status(3));
+    assert_eq!(run.section.output_tail, "out\nerr\n");
+    assert_eq!(run.section.output_bytes, 8);
+    assert!(run.section.program_path.ends_with("/sh"));
+    assert_eq!(
+        run.section.argv,
+        ["sh", "-c", "echo out; echo err >&2; exit 3"]
+    );
+    let killed = run_native(&Program::new(["sh", "-c", "kill -9 $$"])).unwrap();
+    assert_eq!(killed.section.exit, ProgramExit::Signal(9));
+}
+
+#[test]
+fn counts_a_megabyte_of_output_and_keeps_only_its_tail() {
+    // 1 MiB of 'a' then a last line: the tail is the last bytes only.
+    let run = run_native(&Program::new([
+        "sh",
+        "-c",
+        "head -c 1048576 /dev/zero | tr '\\0' a; echo; echo the-end",
+    ]))
+    .unwrap();
+    assert_eq!(run.section.output_bytes, 1_048_576 + 1 + 8);
+    let tail = &run.section.output_tail;
+    assert!(tail.ends_with("a\nthe-end\n"), "{tail}");
+    assert!(tail.len() <= 4096 && tail.len() >= 1024, "{}", tail.len());
+}
+
+#[test]
+fn the_program_sees_only_its_own_environment() {
+    let mut p = Program::new(["sh", "-c", "echo \"$GREETING:$HOME\""]);
+    p.env.push(("GREETING".into(), "hi".into()));
+    let run = run_native(&p).unwrap();
+    assert_eq!(run.section.output_tail, "hi:\n");
+}
+
+#[test]
+fn a_missing_or_unexecutable_program_is_status_11() {
+    let e = run_native(&Program::new(["smplab-no-such-program-xyz"])).unwrap_err();
+    assert!(matches!(e, LinuxError::ProgramNotFound { .. }), "{e}");
+    assert_eq!(e.exit_status(), exit::PROGRAM_NOT_FOUND);
+    let plain = std::env::temp_dir().join(format!("smplab-linux-plain-{}", std::process::id()));
+    std::fs::write(&plain, b"not a program").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = run_native(&Program::new([plain.display().to_string()])).unwrap_err();
+    std::fs::remove_file(&plain).unwrap();
+    assert!(matches!(e, LinuxError::ProgramNotExecutable { .. }), "{e}");
+    assert_eq!(e.exit_status(), exit::PROGRAM_NOT_FOUND);
+    // Executable but not a program the kernel can start: the init reports
+    // execve's error.
+    let script = std::env::temp_dir().join(format!("smplab-linux-noexec-{}", std::process::id()));
+    std::fs::write(&script, b"\x01\x02 not an ELF").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let e = run_native(&Program::new([script.display().to_string()])).unwrap_err();
+    std::fs::remove_file(&script).unwrap();
+    assert!(matches!(e, LinuxError::ProgramFailedToStart { .. }), "{e}");
+    assert!(e.to_string().contains("Exec format error"), "{e}");
+    assert_eq!(e.exit_status(), exit::PROGRAM_NOT_FOUND);
+    let e = run_native(&Program::default()).unwrap_err();
+    assert_eq!(e.exit_status(), exit::BAD_INPUT);
+}
