@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// Options of `smplab vmm`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct VmmArgs {
-    /// Guest kernel: an ELF64 with a PVH entry note.
+    /// Guest kernel: an ELF64 with a PVH entry note, or a Linux bzImage.
     #[arg(long, value_name = "FILE")]
     pub kernel: PathBuf,
     /// Number of vCPUs.
@@ -37,6 +37,10 @@ pub struct VmmArgs {
     /// PVH module files in order (module 0 is the encoded workload).
     #[arg(long = "module", value_name = "FILE")]
     pub modules: Vec<PathBuf>,
+    /// A Linux initrd (initramfs): where the boot protocol puts it for a
+    /// bzImage kernel, module 0 for a PVH kernel (then give no --module).
+    #[arg(long, value_name = "FILE")]
+    pub initrd: Option<PathBuf>,
     /// Stop the guest after this long, e.g. 30s or 500ms; a bare number is
     /// seconds (exit status 7).
     #[arg(long, default_value_t = DEFAULT_TIMEOUT, value_name = "DURATION")]
@@ -81,6 +85,7 @@ impl From<&VmmArgs> for VmmOptions {
             io_thread_cpus: args.io_thread_cpus.clone(),
             cmdline: args.cmdline.clone(),
             modules: args.modules.clone(),
+            initrd: args.initrd.clone(),
             timeout: args.timeout,
             work_ns: args.work_ns,
             work_exclusive: args.work_exclusive,

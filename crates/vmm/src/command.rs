@@ -39,7 +39,7 @@ pub enum VcpuCpus {
 /// The options of `smplab vmm`, typed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VmmOptions {
-    /// Guest kernel: an ELF64 with a PVH entry note.
+    /// Guest kernel: an ELF64 with a PVH entry note, or a Linux bzImage.
     pub kernel: PathBuf,
     pub vcpus: u32,
     pub mem_bytes: u64,
@@ -51,6 +51,9 @@ pub struct VmmOptions {
     pub cmdline: String,
     /// PVH module files in order (module 0 is the encoded workload).
     pub modules: Vec<PathBuf>,
+    /// A Linux initrd: placed per the boot protocol for a bzImage, module 0
+    /// for a PVH kernel.
+    pub initrd: Option<PathBuf>,
     /// Stop the guest after this long (exit status 7).
     pub timeout: Timeout,
     /// Busy time of the work device (port 0x530) per access, in nanoseconds.
@@ -78,6 +81,7 @@ impl VmmOptions {
             io_thread_cpus: IoThreadCpus::default(),
             cmdline: String::new(),
             modules: Vec::new(),
+            initrd: None,
             timeout: Timeout::default(),
             work_ns: 0,
             work_exclusive: false,
@@ -153,6 +157,15 @@ fn config_from_options(options: &VmmOptions) -> Result<VmConfig, VmmError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let initrd = options
+        .initrd
+        .as_ref()
+        .map(|path| {
+            std::fs::read(path).map_err(|e| {
+                VmmError::BadConfig(format!("cannot read initrd {}: {e}", path.display()))
+            })
+        })
+        .transpose()?;
     let placement = match &options.vcpu_cpus {
         VcpuCpus::Pin(cpus) => Placement::Pinned(cpus.0.clone()),
         VcpuCpus::Confine(cpus) => Placement::Confined(cpus.0.clone()),
@@ -191,6 +204,7 @@ fn config_from_options(options: &VmmOptions) -> Result<VmConfig, VmmError> {
         kernel: KernelImage::Path(options.kernel.clone()),
         cmdline: cmdline_with_cpus(&options.cmdline, options.vcpus),
         modules,
+        initrd,
         vcpus: options.vcpus,
         mem_bytes: options.mem_bytes,
         sync: options.sync,

@@ -1,13 +1,14 @@
 //! Run control shared by the vCPU threads, the devices and the thread that waits
-//! for the VM: who asked the VM to stop, and the guest's exit code.
+//! for the VM: who asked the VM to stop, and how the guest stopped it.
 
+use crate::GuestStop;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Default)]
 struct ControlState {
-    exit_code: Option<u32>,
+    guest_stop: Option<GuestStop>,
     stop_requested: bool,
 }
 
@@ -25,10 +26,16 @@ impl RunControl {
         Self::default()
     }
 
-    /// The guest wrote `code` to the debug-exit port. The first code wins.
+    /// The guest wrote `code` to the debug-exit port. The first stop wins.
     pub fn guest_exited(&self, code: u32) {
+        self.guest_stopped(GuestStop::DebugExit(code));
+    }
+
+    /// The guest stopped the VM (debug exit, power-off, reset). The first
+    /// stop wins.
+    pub fn guest_stopped(&self, stop: GuestStop) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.exit_code.get_or_insert(code);
+        state.guest_stop.get_or_insert(stop);
         state.stop_requested = true;
         self.stop.store(true, Ordering::Release);
         self.changed.notify_all();
@@ -46,11 +53,20 @@ impl RunControl {
         self.stop.load(Ordering::Acquire)
     }
 
+    /// The debug-exit code, if the guest stopped through the debug-exit port.
     pub fn exit_code(&self) -> Option<u32> {
+        match self.guest_stop() {
+            Some(GuestStop::DebugExit(code)) => Some(code),
+            _ => None,
+        }
+    }
+
+    /// How the guest stopped the VM, if it did.
+    pub fn guest_stop(&self) -> Option<GuestStop> {
         self.state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .exit_code
+            .guest_stop
     }
 
     /// Wait until a stop is requested or `timeout` passes; true when stopped.
@@ -95,5 +111,15 @@ mod tests {
         assert!(t.join().unwrap());
         assert!(control.should_stop());
         assert_eq!(control.exit_code(), Some(3));
+    }
+
+    #[test]
+    fn a_power_off_stops_without_an_exit_code_and_the_first_stop_wins() {
+        let control = RunControl::new();
+        control.guest_stopped(GuestStop::PowerOff);
+        control.guest_exited(9);
+        assert!(control.should_stop());
+        assert_eq!(control.guest_stop(), Some(GuestStop::PowerOff));
+        assert_eq!(control.exit_code(), None);
     }
 }

@@ -26,7 +26,9 @@ pub enum VmmError {
         #[source]
         source: std::io::Error,
     },
-    #[error("the kernel image is not a bootable ELF64 x86-64 file: {0}")]
+    #[error(
+        "the kernel image is neither a bootable PVH ELF64 x86-64 file nor a Linux bzImage: {0}"
+    )]
     BadKernel(String),
     #[error("the kernel image has no PVH entry point (Xen ELF note type 18, XEN_ELFNOTE_PHYS32_ENTRY); build it with a PVH note as docs/guest-abi.md describes")]
     NoPvhEntry,

@@ -1,6 +1,7 @@
 //! smplab-vmm: a KVM SMP VMM whose device-emulation synchronization is a run-time
 //! switch (`global`, `iothread`, `hybrid`, `fine`), after the Seoul thesis
-//! (Partheymüller, *Adding SMP Support to a User-Level VMM*). It boots a PVH ELF guest (docs/guest-abi.md) with N vCPUs and
+//! (Partheymüller, *Adding SMP Support to a User-Level VMM*). It boots a PVH ELF guest (docs/guest-abi.md) or
+//! a Linux kernel (PVH `vmlinux` or bzImage, `boot`) with N vCPUs and
 //! measures how device emulation is serialized. See docs/vmm.md.
 
 pub mod boot;
@@ -38,7 +39,7 @@ pub use vm::{kvm_capabilities, max_vcpus, Irqchip, Vm};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The guest kernel: a file or the bytes of one (a PVH ELF64).
+/// The guest kernel: a file or the bytes of one (a PVH ELF64 or a Linux bzImage).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelImage {
     Path(PathBuf),
@@ -65,6 +66,9 @@ pub struct VmConfig {
     pub cmdline: String,
     /// PVH modules; module 0 is the encoded workload.
     pub modules: Vec<Vec<u8>>,
+    /// A Linux initrd (initramfs): where the boot protocol puts it for a
+    /// bzImage, PVH module 0 for a PVH kernel (`modules` must then be empty).
+    pub initrd: Option<Vec<u8>>,
     pub vcpus: u32,
     pub mem_bytes: u64,
     pub sync: SyncMode,
@@ -106,6 +110,7 @@ impl VmConfig {
             kernel,
             cmdline: String::new(),
             modules: Vec::new(),
+            initrd: None,
             vcpus: 1,
             mem_bytes: 64 << 20,
             sync: SyncMode::Fine,
@@ -125,11 +130,25 @@ impl VmConfig {
     }
 }
 
+/// How the guest ended the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestStop {
+    /// It wrote this status to the debug-exit port 0x501.
+    DebugExit(u32),
+    /// ACPI soft-off (the FADT's sleep control register, `devices::power`).
+    PowerOff,
+    /// A reset: the FADT's reset register (port 0xcf9) or the i8042's pulse.
+    Reset,
+}
+
 /// What a finished VM run produced.
 #[derive(Debug, Clone)]
 pub struct VmRun {
-    /// The value the guest wrote to the debug-exit port 0x501.
+    /// The value the guest wrote to the debug-exit port 0x501 (0 when it
+    /// powered off or reset instead: see `stop`).
     pub exit_code: u32,
+    /// How the guest ended the run.
+    pub stop: GuestStop,
     /// The bytes the guest wrote to the result port 0x520.
     pub result: Vec<u8>,
     /// Console output when [`ConsoleSink::Capture`] was chosen.

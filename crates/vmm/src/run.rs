@@ -31,7 +31,8 @@
 //! Stopping: [`RunControl::request_stop`] first, then one [`Kicker::kick`] per
 //! vCPU (see [`crate::vcpu`]); no re-signalling.
 
-use crate::boot::{load_kernel, read_kernel, set_pvh_entry, write_boot_data, MIN_MEM_BYTES};
+use crate::boot::acpi::{RESET_PORT, SLEEP_CONTROL_PORT};
+use crate::boot::{load_guest, read_kernel, BootEntry, MIN_MEM_BYTES};
 use crate::bus::{AddressSpace, BusBuilder};
 use crate::collect::{Collector, VmMeasurements};
 use crate::control::RunControl;
@@ -39,14 +40,14 @@ use crate::devices::block::{GuestTsc, BLOCK_IRQ_PIN, BLOCK_MMIO_GPA, BLOCK_MMIO_
 use crate::devices::window::{window_section, VcpuWindow, WindowState};
 use crate::devices::{
     BlockDevice, ConsoleWriter, DebugExit, ExclusiveWorkDevice, IrqLine, KvmIrqLine, PmTimer,
-    ResultPort, Uart, WindowDevice, WorkDevice,
+    ResetControl, ResultPort, SleepControl, Uart, WindowDevice, WorkDevice, I8042,
 };
 use crate::error::VmmError;
 use crate::placement::{allowed_cpus, pin_current_thread};
 use crate::user_irqchip::{ResetState, UserIrqchip};
 use crate::vcpu::{Kicker, Vcpu};
 use crate::vm::{open_kvm, Irqchip, Vm};
-use crate::{ConsoleSink, VmConfig, VmRun};
+use crate::{ConsoleSink, GuestStop, VmConfig, VmRun};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -58,6 +59,11 @@ pub const RESULT_PORT: u64 = 0x520;
 pub const WORK_PORT: u64 = 0x530;
 pub const PM_TIMER_PORT: u64 = 0x608;
 pub const WINDOW_PORT: u64 = 0x540;
+/// The i8042's data port (its command port is 4 above); only its reset pulse
+/// is modelled (`devices::power`).
+pub const I8042_PORT: u64 = 0x60;
+/// The UART's ISA interrupt, on the IOAPIC's pin 4 (the ACPI DSDT's COM1).
+pub const UART_IRQ_PIN: u32 = 4;
 
 /// How long the stopping thread waits for kicked vCPU threads to return before
 /// it reports a bug (a kick is never lost, so this only catches a stuck thread).
@@ -185,19 +191,22 @@ fn guest_tsc_offset(vcpu: &kvm_ioctls::VcpuFd) -> u64 {
     }
 }
 
-/// The block device's interrupt line: the in-kernel IOAPIC's pin through
-/// KVM_IRQ_LINE, or the IOAPIC model's.
-fn block_line(vm: &Vm, user_irqchip: Option<&UserIrqchip>) -> Result<Arc<dyn IrqLine>, VmmError> {
+/// A device's interrupt line on IOAPIC pin `pin`: the in-kernel IOAPIC's
+/// through KVM_IRQ_LINE, or the IOAPIC model's.
+fn irq_line(
+    vm: &Vm,
+    user_irqchip: Option<&UserIrqchip>,
+    pin: u32,
+    device: &str,
+) -> Result<Arc<dyn IrqLine>, VmmError> {
     Ok(match user_irqchip {
-        Some(chip) => chip.irq_line(BLOCK_IRQ_PIN),
-        None => Arc::new(
-            KvmIrqLine::new(vm.kvm(), vm.fd(), BLOCK_IRQ_PIN).map_err(|source| {
-                VmmError::Thread {
-                    name: "smplab-blk (dup of the VM fd)".into(),
-                    source,
-                }
-            })?,
-        ),
+        Some(chip) => chip.irq_line(pin),
+        None => Arc::new(KvmIrqLine::new(vm.kvm(), vm.fd(), pin).map_err(|source| {
+            VmmError::Thread {
+                name: format!("{device} (dup of the VM fd)"),
+                source,
+            }
+        })?),
     })
 }
 
@@ -212,14 +221,6 @@ fn attach_devices(
     let (console, captured) = console_writer(&config.console)?;
     let mut builder = BusBuilder::new();
     let bus_err = |e: crate::bus::BusError| VmmError::BadConfig(e.to_string());
-    let PortHandles { uart, result_port } = add_port_devices(
-        &mut builder,
-        config,
-        Uart::new(console),
-        control,
-        tsc_hz,
-        window,
-    )?;
     let mut user_irqchip = match config.irqchip {
         Irqchip::Kernel => None,
         Irqchip::User => Some(UserIrqchip::attach(
@@ -229,9 +230,18 @@ fn attach_devices(
             config.vmm_halt_poll,
         )?),
     };
+    let uart_line = irq_line(vm, user_irqchip.as_ref(), UART_IRQ_PIN, "uart")?;
+    let PortHandles { uart, result_port } = add_port_devices(
+        &mut builder,
+        config,
+        Uart::with_irq(console, uart_line),
+        control,
+        tsc_hz,
+        window,
+    )?;
     let block = match &config.block {
         Some(block) => {
-            let line = block_line(vm, user_irqchip.as_ref())?;
+            let line = irq_line(vm, user_irqchip.as_ref(), BLOCK_IRQ_PIN, "smplab-blk")?;
             let device = BlockDevice::new(&block.queue_depths, line, tsc);
             builder
                 .add_concurrent(
@@ -275,7 +285,8 @@ struct PortHandles {
 }
 
 /// The port-I/O devices every VM has: the UART, debug exit, result port,
-/// work device, PM timer and measurement window.
+/// work device, PM timer, measurement window, and the power-off and reset
+/// ports.
 fn add_port_devices(
     builder: &mut BusBuilder,
     config: &VmConfig,
@@ -294,9 +305,10 @@ fn add_port_devices(
             DEBUG_EXIT_PORT,
             2,
             "debug_exit",
-            Arc::new(DebugExit::new(control)),
+            Arc::new(DebugExit::new(control.clone())),
         )
         .map_err(bus_err)?;
+    add_power_devices(builder, &control)?;
     let result_port = builder
         .add_exclusive(
             AddressSpace::Pio,
@@ -348,6 +360,40 @@ fn add_port_devices(
     Ok(PortHandles { uart, result_port })
 }
 
+/// ACPI sleep control (power-off), the reset port 0xcf9 and the i8042's
+/// reset pulse: each ends the run with a [`GuestStop`].
+fn add_power_devices(builder: &mut BusBuilder, control: &Arc<RunControl>) -> Result<(), VmmError> {
+    let bus_err = |e: crate::bus::BusError| VmmError::BadConfig(e.to_string());
+    builder
+        .add_concurrent(
+            AddressSpace::Pio,
+            u64::from(SLEEP_CONTROL_PORT),
+            1,
+            "acpi_sleep",
+            Arc::new(SleepControl::new(control.clone())),
+        )
+        .map_err(bus_err)?;
+    builder
+        .add_concurrent(
+            AddressSpace::Pio,
+            u64::from(RESET_PORT),
+            1,
+            "reset",
+            Arc::new(ResetControl::new(control.clone())),
+        )
+        .map_err(bus_err)?;
+    builder
+        .add_concurrent(
+            AddressSpace::Pio,
+            I8042_PORT,
+            5,
+            "i8042",
+            Arc::new(I8042::new(control.clone())),
+        )
+        .map_err(bus_err)?;
+    Ok(())
+}
+
 /// Start the block device's completion thread on the configured CPUs.
 fn start_block_thread(
     config: &VmConfig,
@@ -377,8 +423,8 @@ struct VcpuThread {
     kicker: Kicker,
 }
 
-/// Build and run a VM until the guest writes the debug-exit port, crashes, or
-/// the timeout passes.
+/// Build and run a VM until the guest writes the debug-exit port, powers off
+/// or resets ([`GuestStop`]), crashes, or the timeout passes.
 pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     let wall_start = Instant::now();
     let BuiltVm {
@@ -451,13 +497,20 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
     }
 
     let (result, console) = guest_output(devices);
-    let exit_code = control.exit_code().ok_or_else(|| VmmError::VcpuThread {
+    let stop = control.guest_stop().ok_or_else(|| VmmError::VcpuThread {
         vcpu: 0,
-        reason: "the VM stopped without an exit code".into(),
+        reason: "the VM stopped without the guest stopping it".into(),
     })?;
-    section.exit_code = Some(exit_code);
+    let exit_code = match stop {
+        GuestStop::DebugExit(code) => {
+            section.exit_code = Some(code);
+            code
+        }
+        GuestStop::PowerOff | GuestStop::Reset => 0,
+    };
     Ok(VmRun {
         exit_code,
+        stop,
         result,
         console,
         wall: wall_start.elapsed(),
@@ -492,10 +545,9 @@ fn build_vm(config: &VmConfig) -> Result<BuiltVm, VmmError> {
         .host
         .as_ref()
         .and_then(|h| h.scheduler.prepare_vm(&vm));
-    let loaded = load_kernel(vm.memory(), &kernel)?;
-    write_boot_data(vm.memory(), config, loaded.kernel_end)?;
+    let entry = load_guest(vm.memory(), config, &kernel)?;
 
-    let (vcpu_fds, reset_states) = create_vcpu_fds(&vm, config, loaded.entry)?;
+    let (vcpu_fds, reset_states) = create_vcpu_fds(&vm, config, entry)?;
     let tsc_hz = vcpu_fds
         .first()
         .and_then(|v| v.get_tsc_khz().ok())
@@ -558,23 +610,23 @@ fn build_vm(config: &VmConfig) -> Result<BuiltVm, VmmError> {
     })
 }
 
-/// One vCPU fd per vCPU, the first at the PVH entry; with the user irqchip,
-/// also each one's KVM reset state, which INIT/SIPI restores.
+/// One vCPU fd per vCPU, the first at the kernel's entry; with the user
+/// irqchip, also each one's KVM reset state, which INIT/SIPI restores.
 fn create_vcpu_fds(
     vm: &Vm,
     config: &VmConfig,
-    entry: u64,
+    entry: BootEntry,
 ) -> Result<(Vec<kvm_ioctls::VcpuFd>, Vec<ResetState>), VmmError> {
     let mut vcpu_fds = Vec::new();
     let mut reset_states = Vec::new();
     for index in 0..config.vcpus {
         let fd = vm.create_vcpu_fd(index)?;
         if config.irqchip == Irqchip::User {
-            // KVM's reset state, which INIT/SIPI restores (before the PVH entry).
+            // KVM's reset state, which INIT/SIPI restores (before the entry).
             reset_states.push(ResetState::capture(&fd)?);
         }
         if index == 0 {
-            set_pvh_entry(&fd, entry)?;
+            entry.apply(&fd)?;
         }
         vcpu_fds.push(fd);
     }

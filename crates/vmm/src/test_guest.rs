@@ -45,7 +45,8 @@ pub struct GuestProgram {
 pub enum Misbehave {
     /// `ud2` with no IDT: a triple fault (or an emulation failure on PVM).
     Crash,
-    /// Read from guest-physical 0xd000_0000, outside RAM and every device.
+    /// Read from guest-physical 0xd000_0000, outside RAM and every device,
+    /// and write the value read to the debug-exit port.
     ReadOutsideRam,
     /// `cli; hlt` forever.
     Hang,
@@ -171,7 +172,11 @@ impl GuestProgram {
         if let Some(kind) = self.misbehave {
             match kind {
                 Misbehave::Crash => c.extend([0x0f, 0x0b]),
-                Misbehave::ReadOutsideRam => c.extend([0x8b, 0x05, 0x00, 0x00, 0x00, 0xd0]),
+                // mov eax, [0xd0000000]; mov dx, 0x501; out dx, eax: the
+                // value read (open bus: all-ones) is the exit status.
+                Misbehave::ReadOutsideRam => c.extend([
+                    0x8b, 0x05, 0x00, 0x00, 0x00, 0xd0, 0x66, 0xba, 0x01, 0x05, 0xef,
+                ]),
                 Misbehave::Hang | Misbehave::SpinAtCpl3 => {}
             }
             c.extend([0xfa, 0xf4, 0xeb, 0xfd]); // cli; hlt; jmp hlt

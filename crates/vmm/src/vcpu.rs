@@ -450,9 +450,8 @@ impl Vcpu {
             Exit::Pio { port, input } => self.handle_pio(port, input),
             Exit::MmioRead { addr, len } => {
                 let mut data = [0u8; 8];
-                if !self.mmio_read(addr, &mut data[..len]) {
-                    return Err(self.memory_fault(addr));
-                }
+                // Unclaimed: an open bus (all-ones, counted by the bus), as for ports.
+                self.mmio_read(addr, &mut data[..len]);
                 let run = self.fd.get_kvm_run();
                 // SAFETY: exit_reason is KVM_EXIT_MMIO (this exit was just
                 // classified so), so `mmio` is the union member KVM filled and
@@ -460,9 +459,8 @@ impl Vcpu {
                 unsafe { run.__bindgen_anon_1.mmio.data[..len].copy_from_slice(&data[..len]) };
             }
             Exit::MmioWrite { addr, len, data } => {
-                if !self.mmio_write(addr, &data[..len]) {
-                    return Err(self.memory_fault(addr));
-                }
+                // Unclaimed: dropped and counted by the bus, as for ports.
+                self.mmio_write(addr, &data[..len]);
             }
             Exit::Hlt => {
                 if let Some(interrupts) = &mut self.interrupts {

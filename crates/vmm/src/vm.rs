@@ -133,13 +133,26 @@ fn clamp_vcpus(max: usize) -> u32 {
 /// CPUID.1:ECX bits the user-space LAPIC model does not implement.
 const CPUID1_ECX_X2APIC: u32 = 1 << 21;
 const CPUID1_ECX_TSC_DEADLINE: u32 = 1 << 24;
+/// CPUID.1:ECX "running under a hypervisor": Linux looks for the KVM
+/// signature leaf (and so kvm-clock) only when it is set. KVM's supported
+/// CPUID leaves it to the VMM (QEMU sets it too).
+const CPUID1_ECX_HYPERVISOR: u32 = 1 << 31;
+/// KVM's signature leaf ("KVMKVMKVM"; EAX: the highest hypervisor leaf).
+const KVM_CPUID_SIGNATURE: u32 = 0x4000_0000;
+/// The hypervisor timing leaf (the VMware/KVM convention QEMU follows):
+/// EAX the TSC frequency, EBX the LAPIC timer frequency, both in kHz.
+const CPUID_TIMING_LEAF: u32 = 0x4000_0010;
+/// KVM's LAPIC timer runs at 1 GHz on every host.
+const KVM_LAPIC_TIMER_KHZ: u32 = 1_000_000;
 
 /// KVM's supported CPUID with the APIC id of vCPU `index` in leaves 1, 0xb and 0x1f.
 pub fn set_cpuid(kvm: &Kvm, vcpu: &VcpuFd, index: u32) -> Result<(), VmmError> {
     set_cpuid_for(kvm, vcpu, index, Irqchip::Kernel)
 }
 
-/// As [`set_cpuid`], hiding x2APIC and the TSC-deadline timer for `Irqchip::User`.
+/// As [`set_cpuid`], hiding x2APIC and the TSC-deadline timer for
+/// `Irqchip::User`; with the hypervisor bit, and the timing leaf when KVM
+/// reports the vCPU's TSC frequency.
 pub fn set_cpuid_for(
     kvm: &Kvm,
     vcpu: &VcpuFd,
@@ -149,19 +162,38 @@ pub fn set_cpuid_for(
     let mut cpuid = kvm
         .get_supported_cpuid(KVM_MAX_CPUID_ENTRIES)
         .map_err(VmmError::kvm("KVM_GET_SUPPORTED_CPUID"))?;
+    let tsc_khz = vcpu.get_tsc_khz().ok().filter(|&khz| khz > 0);
+    let has_signature = cpuid
+        .as_slice()
+        .iter()
+        .any(|e| e.function == KVM_CPUID_SIGNATURE);
     for entry in cpuid.as_mut_slice() {
         match entry.function {
             // Initial APIC id in EBX[31:24].
             1 => {
                 entry.ebx = (entry.ebx & 0x00ff_ffff) | (index << 24);
+                entry.ecx |= CPUID1_ECX_HYPERVISOR;
                 if irqchip == Irqchip::User {
                     entry.ecx &= !(CPUID1_ECX_X2APIC | CPUID1_ECX_TSC_DEADLINE);
                 }
             }
             // x2APIC id in EDX of the topology leaves.
             0xb | 0x1f => entry.edx = index,
+            KVM_CPUID_SIGNATURE if tsc_khz.is_some() => {
+                entry.eax = entry.eax.max(CPUID_TIMING_LEAF);
+            }
             _ => {}
         }
+    }
+    if let (Some(khz), true) = (tsc_khz, has_signature) {
+        cpuid
+            .push(kvm_bindings::kvm_cpuid_entry2 {
+                function: CPUID_TIMING_LEAF,
+                eax: khz,
+                ebx: KVM_LAPIC_TIMER_KHZ,
+                ..Default::default()
+            })
+            .map_err(|_| VmmError::KvmCapabilityMissing("room for the CPUID timing leaf"))?;
     }
     vcpu.set_cpuid2(&cpuid)
         .map_err(VmmError::kvm("KVM_SET_CPUID2"))

@@ -12,6 +12,7 @@
 pub mod block;
 pub mod debug_exit;
 pub mod pm_timer;
+pub mod power;
 pub mod result_port;
 pub mod uart;
 pub mod window;
@@ -20,6 +21,7 @@ pub mod work;
 pub use block::{BlockDevice, BlockStats, IrqLine, KvmIrqLine};
 pub use debug_exit::DebugExit;
 pub use pm_timer::PmTimer;
+pub use power::{ResetControl, SleepControl, I8042};
 pub use result_port::ResultPort;
 pub use uart::{ConsoleWriter, Uart};
 pub use window::WindowDevice;

@@ -1,8 +1,9 @@
 //! 16550 UART (COM1, 0x3f8..0x3ff) on vm-superio. The model keeps `&mut` state
 //! (FIFOs, divisor latch), so it is an exclusive device. The guest polls the line
-//! status register; the interrupt line is not wired (documented in docs/vmm.md).
+//! status register; Linux's 8250 driver waits for its interrupt (IRQ 4,
+//! pulsed on the IOAPIC's pin 4) to send more than the kernel console prints.
 
-use super::ExclusiveDevice;
+use super::{ExclusiveDevice, IrqLine};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use vm_superio::{Serial, Trigger};
@@ -51,27 +52,42 @@ impl Write for ConsoleWriter {
     }
 }
 
-/// The UART's interrupt line: not connected (the smplab guest polls).
-pub struct UnwiredIrq;
+/// The UART's interrupt line: an edge (assert, deassert) on an interrupt
+/// controller pin each time the model raises its interrupt, or none. The
+/// smplab guest never enables the UART's interrupts, so it never fires there.
+pub struct UartIrq(Option<Arc<dyn IrqLine>>);
 
-impl Trigger for UnwiredIrq {
+impl Trigger for UartIrq {
     type E = std::convert::Infallible;
 
     fn trigger(&self) -> Result<(), Self::E> {
+        if let Some(line) = &self.0 {
+            line.set_level(true);
+            line.set_level(false);
+        }
         Ok(())
     }
 }
 
 pub struct Uart {
-    serial: Serial<UnwiredIrq, vm_superio::serial::NoEvents, ConsoleWriter>,
+    serial: Serial<UartIrq, vm_superio::serial::NoEvents, ConsoleWriter>,
     /// Console writes that failed (e.g. stdout closed); the guest never sees them.
     write_errors: u64,
 }
 
 impl Uart {
+    /// A UART whose interrupt goes nowhere.
     pub fn new(out: ConsoleWriter) -> Self {
         Uart {
-            serial: Serial::new(UnwiredIrq, out),
+            serial: Serial::new(UartIrq(None), out),
+            write_errors: 0,
+        }
+    }
+
+    /// A UART that pulses `line` when it raises its interrupt.
+    pub fn with_irq(out: ConsoleWriter, line: Arc<dyn IrqLine>) -> Self {
+        Uart {
+            serial: Serial::new(UartIrq(Some(line)), out),
             write_errors: 0,
         }
     }
@@ -136,5 +152,27 @@ mod tests {
         uart.read(u64::MAX, &mut far);
         assert_eq!(far, [0xff, 0xff]);
         assert!(buf.lock().unwrap().starts_with(b"hi\n"));
+    }
+
+    #[test]
+    fn an_enabled_transmit_interrupt_pulses_the_line() {
+        #[derive(Default)]
+        struct Edges(Mutex<Vec<bool>>);
+        impl IrqLine for Edges {
+            fn set_level(&self, level: bool) {
+                self.0.lock().unwrap().push(level);
+            }
+        }
+        let line = Arc::new(Edges::default());
+        let mut uart = Uart::with_irq(ConsoleWriter::Discard, line.clone());
+        uart.write(0, b"x");
+        assert!(line.0.lock().unwrap().is_empty(), "interrupts disabled");
+        uart.write(1, &[0x02]); // IER: transmitter holding register empty
+        uart.write(0, b"y");
+        let edges = line.0.lock().unwrap().clone();
+        assert!(
+            edges.len() >= 2 && edges.chunks(2).all(|e| e == [true, false]),
+            "{edges:?}"
+        );
     }
 }

@@ -1,62 +1,31 @@
-//! Boot: loading the PVH ELF kernel, the boot data in low memory (command line,
-//! modules, e820 map, GDT, `hvm_start_info`) and the BSP's PVH entry state.
+//! The PVH boot path: loading an ELF64 kernel with a PVH entry note, its
+//! boot data in low memory (command line, modules, memory map, GDT,
+//! `hvm_start_info`) and the BSP's PVH entry state
+//! (https://xenbits.xen.org/docs/unstable/misc/pvh.html).
 
+use super::{
+    boot_err, memory_map, write_cmdline, CMDLINE_ADDR, CMDLINE_MAX_BYTES, GDT_ADDR, HIGH_RAM_START,
+    START_INFO_ADDR,
+};
 use crate::error::VmmError;
-use crate::{KernelImage, VmConfig};
+use crate::VmConfig;
 use kvm_bindings::kvm_segment;
 use kvm_ioctls::VcpuFd;
 use linux_loader::configurator::pvh::PvhBootConfigurator;
 use linux_loader::configurator::{BootConfigurator, BootParams};
 use linux_loader::loader::elf::start_info::{
     hvm_memmap_table_entry, hvm_modlist_entry, hvm_start_info, XEN_HVM_MEMMAP_TYPE_RAM,
-    XEN_HVM_START_MAGIC_VALUE,
+    XEN_HVM_MEMMAP_TYPE_RESERVED, XEN_HVM_START_MAGIC_VALUE,
 };
 use linux_loader::loader::elf::{Elf, PvhBootCapability};
 use linux_loader::loader::KernelLoader;
 use std::io::Cursor;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryMmap};
 
-// Boot data layout in low memory (below the conventional 0x9fc00 RAM end).
-pub const GDT_ADDR: u64 = 0x500;
-pub const START_INFO_ADDR: u64 = 0x6000;
 const MEMMAP_ADDR: u64 = 0x6040;
 const MEMMAP_MAX_ENTRIES: usize = 8;
 const MODLIST_ADDR: u64 = 0x6100;
 const MODLIST_MAX_ENTRIES: usize = 120;
-const CMDLINE_ADDR: u64 = 0x7000;
-const CMDLINE_MAX_BYTES: usize = 0x1000;
-const LOW_RAM_END: u64 = 0x9_fc00;
-const HIGH_RAM_START: u64 = 0x10_0000;
-/// RAM above this goes above 4 GiB, leaving room for the LAPIC/IOAPIC window.
-pub const MMIO_HOLE_START: u64 = 0xc000_0000;
-pub const FOUR_GIB: u64 = 0x1_0000_0000;
-pub const MIN_MEM_BYTES: u64 = 2 << 20;
-
-pub fn read_kernel(image: &KernelImage) -> Result<Vec<u8>, VmmError> {
-    match image {
-        KernelImage::Bytes(bytes) => Ok(bytes.clone()),
-        KernelImage::Path(path) => std::fs::read(path).map_err(|source| VmmError::KernelRead {
-            path: path.clone(),
-            source,
-        }),
-    }
-}
-
-/// RAM layout: `(guest address, bytes)` for each region.
-pub fn ram_regions(mem_bytes: u64) -> Vec<(GuestAddress, usize)> {
-    let low = mem_bytes.min(MMIO_HOLE_START);
-    let mut regions = vec![(GuestAddress(0), host_len(low))];
-    if mem_bytes > low {
-        regions.push((GuestAddress(FOUR_GIB), host_len(mem_bytes - low)));
-    }
-    regions
-}
-
-/// A guest memory length as the host maps it.
-fn host_len(bytes: u64) -> usize {
-    // Exact: smplab runs on 64-bit x86 hosts only (KVM), where usize is 64 bits.
-    usize::try_from(bytes).unwrap_or(usize::MAX)
-}
 
 /// Loaded kernel: entry point and the end of its image.
 pub struct Loaded {
@@ -86,18 +55,27 @@ pub fn load_kernel(mem: &GuestMemoryMmap, kernel: &[u8]) -> Result<Loaded, VmmEr
     }
 }
 
-fn boot_err(what: &str) -> impl FnOnce(vm_memory::GuestMemoryError) -> VmmError + '_ {
-    move |e| VmmError::BootDataTooLarge(format!("{what}: {e}"))
-}
-
-/// Write the command line, modules, e820 map, GDT and hvm_start_info.
+/// Write the command line, `config.modules`, the memory map, GDT and
+/// hvm_start_info (without ACPI tables: [`super::load_guest`] adds them).
 pub fn write_boot_data(
     mem: &GuestMemoryMmap,
     config: &VmConfig,
     kernel_end: u64,
 ) -> Result<(), VmmError> {
-    write_cmdline(mem, &config.cmdline)?;
-    let modlist = write_modules(mem, &config.modules, kernel_end)?;
+    write_start_info(mem, config, &config.modules, kernel_end, 0)
+}
+
+/// As [`write_boot_data`] with the given modules and the RSDP's address
+/// (`rsdp_paddr`; 0: none).
+pub(super) fn write_start_info(
+    mem: &GuestMemoryMmap,
+    config: &VmConfig,
+    modules: &[Vec<u8>],
+    kernel_end: u64,
+    rsdp_paddr: u64,
+) -> Result<(), VmmError> {
+    write_cmdline(mem, &config.cmdline, CMDLINE_MAX_BYTES)?;
+    let modlist = write_modules(mem, modules, kernel_end)?;
     let memmap = e820_map(config.mem_bytes);
     write_gdt(mem)?;
     let start_info = hvm_start_info {
@@ -107,7 +85,7 @@ pub fn write_boot_data(
         nr_modules: u32::try_from(modlist.len()).unwrap_or(u32::MAX),
         modlist_paddr: if modlist.is_empty() { 0 } else { MODLIST_ADDR },
         cmdline_paddr: CMDLINE_ADDR,
-        rsdp_paddr: 0,
+        rsdp_paddr,
         memmap_paddr: MEMMAP_ADDR,
         memmap_entries: u32::try_from(memmap.len()).unwrap_or(u32::MAX),
         reserved: 0,
@@ -119,20 +97,6 @@ pub fn write_boot_data(
     }
     PvhBootConfigurator::write_bootparams(&params, mem)
         .map_err(|e| VmmError::BootDataTooLarge(format!("PVH start info: {e}")))
-}
-
-/// The command line at CMDLINE_ADDR, NUL-terminated.
-fn write_cmdline(mem: &GuestMemoryMmap, cmdline: &str) -> Result<(), VmmError> {
-    let cmdline = cmdline.as_bytes();
-    if cmdline.len() >= CMDLINE_MAX_BYTES || cmdline.contains(&0) {
-        return Err(VmmError::BadConfig(format!(
-            "the command line must be under {CMDLINE_MAX_BYTES} bytes and contain no NUL byte"
-        )));
-    }
-    let mut cmd = cmdline.to_vec();
-    cmd.push(0);
-    mem.write_slice(&cmd, GuestAddress(CMDLINE_ADDR))
-        .map_err(boot_err("command line"))
 }
 
 /// The modules, page-aligned after the kernel (and never below 1 MiB); returns
@@ -169,30 +133,21 @@ fn write_modules(
     Ok(modlist)
 }
 
-/// The e820 map: low RAM, RAM from 1 MiB, and RAM above 4 GiB if any.
+/// The memory map in PVH's form.
 fn e820_map(mem_bytes: u64) -> Vec<hvm_memmap_table_entry> {
-    let mut memmap = vec![hvm_memmap_table_entry {
-        addr: 0,
-        size: LOW_RAM_END,
-        type_: XEN_HVM_MEMMAP_TYPE_RAM,
-        reserved: 0,
-    }];
-    for (start, len) in ram_regions(mem_bytes) {
-        let start = start.raw_value().max(HIGH_RAM_START);
-        let end = if start >= FOUR_GIB {
-            start + len as u64
-        } else {
-            len as u64
-        };
-        if end > start {
-            memmap.push(hvm_memmap_table_entry {
-                addr: start,
-                size: end - start,
-                type_: XEN_HVM_MEMMAP_TYPE_RAM,
-                reserved: 0,
-            });
-        }
-    }
+    let memmap: Vec<_> = memory_map(mem_bytes)
+        .into_iter()
+        .map(|range| hvm_memmap_table_entry {
+            addr: range.addr,
+            size: range.size,
+            type_: if range.ram {
+                XEN_HVM_MEMMAP_TYPE_RAM
+            } else {
+                XEN_HVM_MEMMAP_TYPE_RESERVED
+            },
+            reserved: 0,
+        })
+        .collect();
     debug_assert!(memmap.len() <= MEMMAP_MAX_ENTRIES);
     memmap
 }
@@ -212,7 +167,7 @@ fn write_gdt(mem: &GuestMemoryMmap) -> Result<(), VmmError> {
     Ok(())
 }
 
-fn segment(selector: u16, type_: u8, s: u8) -> kvm_segment {
+pub(super) fn segment(selector: u16, type_: u8, s: u8) -> kvm_segment {
     kvm_segment {
         base: 0,
         limit: 0xffff_ffff,
@@ -265,7 +220,9 @@ pub fn set_pvh_entry(vcpu: &VcpuFd, entry: u64) -> Result<(), VmmError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::ram_regions;
     use super::*;
+    use crate::KernelImage;
 
     fn config_with(modules: Vec<Vec<u8>>, cmdline: &str, mem_bytes: u64) -> VmConfig {
         let mut config = VmConfig::new(KernelImage::Bytes(Vec::new()));
@@ -309,28 +266,21 @@ mod tests {
 
         let ram: Vec<(u64, u64)> = (0..info.memmap_entries)
             .map(|i| {
-                let e: hvm_memmap_table_entry = mem
-                    .read_obj(GuestAddress(info.memmap_paddr + 24 * u64::from(i)))
-                    .unwrap();
-                assert_eq!(e.type_, XEN_HVM_MEMMAP_TYPE_RAM);
-                (e.addr, e.size)
+                mem.read_obj::<hvm_memmap_table_entry>(GuestAddress(
+                    info.memmap_paddr + 24 * u64::from(i),
+                ))
+                .unwrap()
             })
+            .filter(|e| e.type_ == XEN_HVM_MEMMAP_TYPE_RAM)
+            .map(|e| (e.addr, e.size))
             .collect();
         assert_eq!(
             ram,
             vec![
-                (0, LOW_RAM_END),
+                (0, super::super::LOW_RAM_END),
                 (HIGH_RAM_START, mem_bytes - HIGH_RAM_START)
             ]
         );
-    }
-
-    #[test]
-    fn memory_above_the_hole_is_mapped_above_4_gib() {
-        let regions = ram_regions(4 << 30);
-        assert_eq!(regions[0], (GuestAddress(0), host_len(MMIO_HOLE_START)));
-        assert_eq!(regions[1], (GuestAddress(FOUR_GIB), 1 << 30));
-        assert_eq!(ram_regions(64 << 20).len(), 1);
     }
 
     #[test]

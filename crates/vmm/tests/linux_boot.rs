@@ -1,0 +1,488 @@
+//! Debian's stock kernel on smplab-vmm with KVM's in-kernel irqchip: as a
+//! bzImage (the Linux boot protocol) and as the PVH ELF `vmlinux` inside it,
+//! with an initramfs holding only a static C init (`linux_init/init.c`, built
+//! by build.rs), which reports the online CPUs and ends the VM by the debug
+//! exit, ACPI power-off or a reboot.
+//!
+//! Linux needs hardware-style KVM: on PVM its kernel code runs in KVM's
+//! instruction emulator and it cannot boot (docs/nested-host.md). So these
+//! tests boot only where `/dev/kvm` is kvm_amd/kvm_intel (CI's nested AMD-V
+//! host, with the kernel copied in by `--file`) and elsewhere print why they
+//! ran nowhere. With SMPLAB_REQUIRE_KVM=1 on hardware-style KVM a missing
+//! kernel or init is a failure.
+//!
+//! The kernel: `$SMPLAB_LINUX_KERNEL`, else target/nested-host/vmlinuz (the
+//! nested host's own), and its `vmlinux` beside it
+//! (tools/nested-host/extract-vmlinux writes it). By default a few boots cover both forms, N = 1, 2, 4
+//! and 8 vCPUs and the four sync modes between them (under TCG each boot
+//! takes 10-20 s); `SMPLAB_LINUX_MATRIX=full` boots every form x N x mode.
+
+use smplab_record::host::{KvmBacking, KvmFacts};
+use smplab_vmm::{run_vm, ConsoleSink, GuestStop, KernelImage, SyncMode, VmConfig, VmRun};
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// The init, built by build.rs (empty if gcc could not build it).
+const INIT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/linux_init"));
+const INIT_MARKER: &str = "@@SMPLAB-LINUX-INIT";
+const ONLINE_MARKER: &str = "@@SMPLAB-LINUX-ONLINE ";
+const CLOCK_MARKER: &str = "@@SMPLAB-LINUX-CLOCK ";
+const MHZ_MARKER: &str = "@@SMPLAB-LINUX-MHZ ";
+/// The init's debug-exit status.
+const STATUS_OK: u32 = 0x5a;
+const MEM_BYTES: u64 = 512 << 20;
+const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One VM at a time: each has 512 MiB, and the nested host has 2 GiB.
+static ONE_VM: Mutex<()> = Mutex::new(());
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Form {
+    BzImage,
+    Pvh,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stop {
+    DebugExit,
+    PowerOff,
+    Reboot,
+}
+
+/// Whether this host can boot Linux guests; prints why not when it cannot.
+fn hardware_kvm() -> bool {
+    let facts = KvmFacts::detect();
+    let required = std::env::var("SMPLAB_REQUIRE_KVM").as_deref() == Ok("1");
+    match facts.backing {
+        KvmBacking::Hardware if facts.device_usable => true,
+        KvmBacking::Hardware => {
+            assert!(!required, "SMPLAB_REQUIRE_KVM=1 but /dev/kvm is unusable");
+            eprintln!("note: linux_boot ran nowhere: /dev/kvm is not usable here");
+            false
+        }
+        other => {
+            eprintln!(
+                "note: linux_boot ran nowhere: KVM here is {other:?}, not kvm_amd/kvm_intel; a Linux guest needs hardware-style KVM (run it in tools/nested-host/nested-host)"
+            );
+            false
+        }
+    }
+}
+
+fn kernel_path() -> PathBuf {
+    std::env::var_os("SMPLAB_LINUX_KERNEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            // The workspace root, lexically: inside the nested host only the
+            // files given with --file exist, not crates/vmm for a `..`.
+            let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+            let root = manifest
+                .parent()
+                .and_then(|p| p.parent())
+                .unwrap_or(manifest);
+            root.join("target/nested-host/vmlinuz")
+        })
+}
+
+fn bzimage() -> &'static [u8] {
+    static BZIMAGE: OnceLock<Vec<u8>> = OnceLock::new();
+    BZIMAGE.get_or_init(|| {
+        let path = kernel_path();
+        std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read the Linux kernel {}: {e}; set SMPLAB_LINUX_KERNEL or copy it into the nested host with --file",
+                path.display()
+            )
+        })
+    })
+}
+
+/// The `vmlinux` ELF inside the bzImage, as tools/nested-host/extract-vmlinux
+/// wrote it (the nested host has no xz that reads the kernel's stream):
+/// `$SMPLAB_LINUX_VMLINUX`, else `vmlinux` beside the bzImage.
+fn vmlinux() -> &'static [u8] {
+    static VMLINUX: OnceLock<Vec<u8>> = OnceLock::new();
+    VMLINUX.get_or_init(|| {
+        let path = std::env::var_os("SMPLAB_LINUX_VMLINUX")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| kernel_path().with_file_name("vmlinux"));
+        let vmlinux = std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read the PVH kernel {}: {e}; write it with tools/nested-host/extract-vmlinux and copy it into the nested host with --file",
+                path.display()
+            )
+        });
+        assert!(vmlinux.starts_with(b"\x7fELF"), "{} is not an ELF file", path.display());
+        vmlinux
+    })
+}
+
+/// A cpio "newc" archive: /dev/console (the init's stdio), /proc, /sys and /init.
+fn initramfs() -> Vec<u8> {
+    assert!(
+        !INIT.is_empty(),
+        "build.rs could not build tests/linux_init/init.c with gcc -static"
+    );
+    let mut cpio = Vec::new();
+    /// Name, mode, device (major, minor), contents.
+    type Entry<'a> = (&'a str, u32, (u32, u32), &'a [u8]);
+    let entries: [Entry; 5] = [
+        ("dev", 0o040_755, (0, 0), b""),
+        ("dev/console", 0o020_600, (5, 1), b""),
+        ("proc", 0o040_755, (0, 0), b""),
+        ("sys", 0o040_755, (0, 0), b""),
+        ("init", 0o100_755, (0, 0), INIT),
+    ];
+    for (ino, (name, mode, (major, minor), data)) in entries.into_iter().enumerate() {
+        cpio_entry(&mut cpio, ino + 1, name, mode, (major, minor), data);
+    }
+    cpio_entry(&mut cpio, 0, "TRAILER!!!", 0, (0, 0), b"");
+    cpio
+}
+
+fn cpio_entry(out: &mut Vec<u8>, ino: usize, name: &str, mode: u32, rdev: (u32, u32), data: &[u8]) {
+    let fields = [
+        ino,
+        mode as usize,
+        0,
+        0,
+        1,
+        0,
+        data.len(),
+        0,
+        0,
+        rdev.0 as usize,
+        rdev.1 as usize,
+        name.len() + 1,
+        0,
+    ];
+    out.extend_from_slice(b"070701");
+    for field in fields {
+        out.extend_from_slice(format!("{field:08x}").as_bytes());
+    }
+    out.extend_from_slice(name.as_bytes());
+    out.push(0);
+    out.resize(out.len().next_multiple_of(4), 0);
+    out.extend_from_slice(data);
+    out.resize(out.len().next_multiple_of(4), 0);
+}
+
+fn initrd() -> &'static [u8] {
+    static INITRD: OnceLock<Vec<u8>> = OnceLock::new();
+    INITRD.get_or_init(initramfs)
+}
+
+/// Boot `form` with `vcpus` vCPUs in `sync` mode, ended the `stop` way.
+fn boot(form: Form, vcpus: u32, sync: SyncMode, stop: Stop) -> (VmRun, String) {
+    let kernel = match form {
+        Form::BzImage => bzimage(),
+        Form::Pvh => vmlinux(),
+    };
+    let mut config = VmConfig::new(KernelImage::Bytes(kernel.to_vec()));
+    config.initrd = Some(initrd().to_vec());
+    config.vcpus = vcpus;
+    config.mem_bytes = MEM_BYTES;
+    config.sync = sync;
+    // A file, not a capture: a run that fails still leaves its console.
+    let console_path = std::env::temp_dir().join(format!(
+        "smplab-linux-boot-{}-{form:?}-{vcpus}.console",
+        std::process::id()
+    ));
+    config.console = ConsoleSink::File(console_path.clone());
+    config.timeout = Some(BOOT_TIMEOUT);
+    let stop_word = match stop {
+        Stop::DebugExit => "",
+        Stop::PowerOff => " smplab.stop=poweroff",
+        Stop::Reboot => " smplab.stop=reboot",
+    };
+    config.cmdline = format!("console=ttyS0 panic=-1{stop_word}");
+    let _one = ONE_VM.lock().unwrap_or_else(|e| e.into_inner());
+    let what = format!("{form:?} x{vcpus} {sync} {stop:?}");
+    let started = std::time::Instant::now();
+    let outcome = run_vm(&config);
+    let console = std::fs::read(&console_path)
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    let _ = std::fs::remove_file(&console_path);
+    let run = outcome.unwrap_or_else(|e| {
+        panic!(
+            "{what}: {e}\nclock lines:\n{}\nconsole tail:\n{}",
+            timing_lines(&console),
+            tail(&console)
+        )
+    });
+    eprintln!(
+        "{what}: {:.1} s, stopped by {:?}",
+        started.elapsed().as_secs_f64(),
+        run.stop
+    );
+    (run, console)
+}
+
+/// The console lines about clocks and timers, for a failure message.
+fn timing_lines(console: &str) -> String {
+    let words = [
+        "tsc",
+        "TSC",
+        "clocksource",
+        "Calibrat",
+        "APIC",
+        "timer",
+        "kvm-clock",
+    ];
+    console
+        .lines()
+        .filter(|l| words.iter().any(|w| l.contains(w)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The last few kB of a console.
+fn tail(console: &str) -> String {
+    let start = console.len().saturating_sub(6000);
+    let start = (start..console.len())
+        .find(|&i| console.is_char_boundary(i))
+        .unwrap_or(console.len());
+    console[start..].to_string()
+}
+
+/// The CPU list `0-{n-1}` (or `0`) that sysfs prints when all are online.
+fn all_online(vcpus: u32) -> String {
+    if vcpus == 1 {
+        "0".into()
+    } else {
+        format!("0-{}", vcpus - 1)
+    }
+}
+
+fn check(form: Form, vcpus: u32, sync: SyncMode, stop: Stop) {
+    let (run, console) = boot(form, vcpus, sync, stop);
+    let tail = tail(&console);
+    let what = format!("{form:?} x{vcpus} {sync} {stop:?}");
+    assert!(
+        console.contains(INIT_MARKER),
+        "{what}: the init never ran; console tail:\n{tail}"
+    );
+    let online = console
+        .lines()
+        .find_map(|l| l.trim_end().strip_prefix(ONLINE_MARKER))
+        .unwrap_or_else(|| panic!("{what}: no online line; console tail:\n{tail}"));
+    assert_eq!(online, all_online(vcpus), "{what}: console tail:\n{tail}");
+    let expected = match stop {
+        Stop::DebugExit => GuestStop::DebugExit(STATUS_OK),
+        Stop::PowerOff => GuestStop::PowerOff,
+        Stop::Reboot => GuestStop::Reset,
+    };
+    assert_eq!(run.stop, expected, "{what}: console tail:\n{tail}");
+    // kvm-clock is offered (the KVM CPUID leaves), and the TSC is
+    // registered, so Linux knew its frequency (else it marks it unstable).
+    let clock = console
+        .lines()
+        .find_map(|l| l.trim_end().strip_prefix(CLOCK_MARKER))
+        .unwrap_or_else(|| panic!("{what}: no clock line; console tail:\n{tail}"));
+    let available = clock.split_once("(available: ").map_or("", |(_, a)| a);
+    assert!(
+        available.contains("kvm-clock"),
+        "{what}: clock sources {clock}\n{}",
+        timing_lines(&console)
+    );
+    // Linux knows the TSC frequency (from kvm-clock): /proc/cpuinfo's MHz.
+    let mhz: f64 = console
+        .lines()
+        .find_map(|l| l.trim_end().strip_prefix(MHZ_MARKER))
+        .and_then(|m| m.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(
+        mhz > 0.0 && !console.contains("could not calculate TSC khz"),
+        "{what}: the guest does not know its TSC frequency ({mhz} MHz)\n{}",
+        timing_lines(&console)
+    );
+    let window = run.section.window.as_ref();
+    assert!(
+        window.is_some(),
+        "{what}: the init's ready never reached the window port"
+    );
+}
+
+const SYNC_MODES: [SyncMode; 4] = [
+    SyncMode::Global,
+    SyncMode::IoThread,
+    SyncMode::Hybrid,
+    SyncMode::Fine,
+];
+
+fn full_matrix() -> bool {
+    std::env::var("SMPLAB_LINUX_MATRIX").as_deref() == Ok("full")
+}
+
+#[test]
+fn bzimage_and_pvh_boot_with_every_cpu_online() {
+    if !hardware_kvm() {
+        return;
+    }
+    if full_matrix() {
+        for form in [Form::BzImage, Form::Pvh] {
+            for vcpus in [1, 2, 4, 8] {
+                for sync in SYNC_MODES {
+                    check(form, vcpus, sync, Stop::DebugExit);
+                }
+            }
+        }
+        return;
+    }
+    // A few boots that cover both forms, every N, every sync mode and every
+    // way to stop between them.
+    check(Form::Pvh, 2, SyncMode::Fine, Stop::DebugExit);
+    check(Form::BzImage, 1, SyncMode::Global, Stop::PowerOff);
+    check(Form::Pvh, 4, SyncMode::IoThread, Stop::Reboot);
+    check(Form::BzImage, 8, SyncMode::Hybrid, Stop::DebugExit);
+}
+
+#[test]
+fn the_initramfs_is_well_formed_newc() {
+    // Runs everywhere: the archive the boots use.
+    if INIT.is_empty() {
+        eprintln!("note: no init was built (gcc -static failed), nothing to pack");
+        return;
+    }
+    let cpio = initrd();
+    assert!(cpio.starts_with(b"070701"));
+    assert_eq!(cpio.len() % 4, 0);
+    let trailer = cpio
+        .windows(10)
+        .position(|w| w == b"TRAILER!!!")
+        .expect("a trailer");
+    let init = cpio.windows(5).position(|w| w == b"init\0").expect("/init");
+    assert!(init < trailer);
+    assert!(cpio
+        .windows(INIT.len().min(64))
+        .any(|w| w == &INIT[..INIT.len().min(64)]));
+}
+
+/// Host `CLOCK_MONOTONIC` in ns (the clock of the window's timestamps).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `ts`, which outlives the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// Boot-to-init on smplab-vmm: from before `run_vm` (VM construction
+/// included) to the init's "ready" on the window port, in seconds.
+fn smplab_boot_to_init(form: Form, vcpus: u32) -> f64 {
+    let kernel = match form {
+        Form::BzImage => bzimage(),
+        Form::Pvh => vmlinux(),
+    };
+    let mut config = VmConfig::new(KernelImage::Bytes(kernel.to_vec()));
+    config.initrd = Some(initrd().to_vec());
+    config.vcpus = vcpus;
+    config.mem_bytes = MEM_BYTES;
+    config.console = ConsoleSink::Capture;
+    config.timeout = Some(BOOT_TIMEOUT);
+    config.cmdline = MEASURE_CMDLINE.into();
+    let start = monotonic_ns();
+    let run = run_vm(&config).unwrap_or_else(|e| panic!("{form:?}: {e}"));
+    let ready = run
+        .section
+        .window
+        .as_ref()
+        .expect("the init said ready")
+        .ready_ns;
+    (ready - start) as f64 / 1e9
+}
+
+/// The command line of both VMMs in the measurement.
+const MEASURE_CMDLINE: &str = "console=ttyS0 quiet panic=-1";
+
+/// Boot-to-init under QEMU `-M microvm` with the same kernel, initramfs and
+/// command line: from spawning QEMU to the init's marker on its serial
+/// console, in seconds.
+fn qemu_boot_to_init(qemu: &str, vcpus: u32) -> f64 {
+    use std::io::BufRead;
+    let dir = std::env::temp_dir();
+    let initrd_path = dir.join(format!("smplab-linux-boot-{}.cpio", std::process::id()));
+    std::fs::write(&initrd_path, initrd()).expect("write the initramfs");
+    let start = std::time::Instant::now();
+    let mut child = std::process::Command::new(qemu)
+        .args([
+            "-accel", "kvm", "-M", "microvm", "-cpu", "host", "-m", "512",
+        ])
+        .args(["-smp", &vcpus.to_string()])
+        .arg("-kernel")
+        .arg(kernel_path())
+        .arg("-initrd")
+        .arg(&initrd_path)
+        .args(["-append", MEASURE_CMDLINE])
+        .args(["-nographic", "-no-reboot"])
+        .args(["-device", "isa-debug-exit,iobase=0x501,iosize=2"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {qemu}: {e}"));
+    let stdout = child.stdout.take().expect("piped");
+    let mut seen = None;
+    for line in std::io::BufReader::new(stdout).split(b'\n') {
+        let Ok(line) = line else { break };
+        if String::from_utf8_lossy(&line).contains(INIT_MARKER) {
+            seen = Some(start.elapsed().as_secs_f64());
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&initrd_path);
+    seen.expect("QEMU's guest never printed the init marker")
+}
+
+fn median_and_spread(mut xs: Vec<f64>) -> (f64, f64, f64) {
+    xs.sort_by(f64::total_cmp);
+    (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
+}
+
+/// Boot-to-init on 2 vCPUs, smplab-vmm (bzImage and PVH) against QEMU
+/// `-M microvm` (bzImage), alternating, `SMPLAB_LINUX_REPEAT` times (5).
+/// Not a pass/fail test (timings): run it by name in the nested host, with
+/// QEMU, its libraries and /usr/share/qemu copied in; `$SMPLAB_QEMU` names
+/// the binary (default qemu-system-x86_64). Emulator timings under TCG.
+#[test]
+#[ignore = "a measurement, run by hand in the nested host"]
+fn measure_boot_to_init_against_qemu() {
+    if !hardware_kvm() {
+        return;
+    }
+    let qemu = std::env::var("SMPLAB_QEMU").unwrap_or_else(|_| "qemu-system-x86_64".into());
+    let repeat: usize = std::env::var("SMPLAB_LINUX_REPEAT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let (mut bz, mut pvh, mut q) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..repeat {
+        let _one = ONE_VM.lock().unwrap_or_else(|e| e.into_inner());
+        q.push(qemu_boot_to_init(&qemu, 2));
+        bz.push(smplab_boot_to_init(Form::BzImage, 2));
+        pvh.push(smplab_boot_to_init(Form::Pvh, 2));
+        eprintln!(
+            "round {round}: qemu {:.2} s, smplab-vmm bzImage {:.2} s, PVH {:.2} s",
+            q[round], bz[round], pvh[round]
+        );
+    }
+    for (name, xs) in [
+        ("qemu -M microvm (bzImage)", q.clone()),
+        ("smplab-vmm bzImage", bz.clone()),
+        ("smplab-vmm PVH vmlinux", pvh.clone()),
+    ] {
+        let (median, lo, hi) = median_and_spread(xs);
+        eprintln!("{name}: median {median:.2} s (min {lo:.2}, max {hi:.2}), {repeat} boots, emulator timings");
+    }
+    let (q_median, _, _) = median_and_spread(q);
+    for (name, xs) in [("bzImage", bz), ("PVH", pvh)] {
+        let (median, _, _) = median_and_spread(xs);
+        eprintln!("smplab-vmm {name} / qemu: {:.2}x", median / q_median);
+    }
+}
