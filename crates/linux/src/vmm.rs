@@ -24,9 +24,7 @@ pub fn run_on_smplab_vmm(
     let console_path = dir.path().join("console");
     let mut vm = VmConfig::new(KernelImage::Bytes(kernel));
     vm.cmdline = cfg.cmdline.clone();
-    // The initramfs as PVH module 0, where a PVH kernel takes it
-    // (docs/guest-abi.md).
-    vm.modules = vec![initramfs.bytes];
+    vm.initrd = Some(initramfs.bytes);
     vm.vcpus = cfg.vcpus;
     vm.mem_bytes = cfg.mem_bytes;
     vm.sync = cfg.sync;

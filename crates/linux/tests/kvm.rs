@@ -6,7 +6,11 @@
 //! QEMU fail instead. The kernel: `$SMPLAB_LINUX_KERNEL`, else
 //! `target/nested-host/vmlinuz` (give it with `--file`).
 
-use smplab_linux::{run_on_qemu, LinuxGuestConfig, Program, QemuAccel};
+use smplab_linux::{
+    run_on_qemu, run_on_smplab_vmm, LinuxError, LinuxGuestConfig, Program, QemuAccel,
+    DEFAULT_CMDLINE,
+};
+use smplab_record::exit;
 use smplab_record::host::{KvmBacking, KvmFacts};
 use smplab_record::linux::{LinuxHost, ProgramExit};
 use std::path::PathBuf;
@@ -91,6 +95,87 @@ fn qemu_with_kvm_runs_a_dynamic_program_and_reports_kvm_statistics() {
         s.wall_ns as f64 / 1e9,
         s.total_ns.unwrap() as f64 / 1e9
     );
+}
+
+#[test]
+fn smplab_vmm_runs_a_dynamic_program_and_keeps_its_own_section() {
+    let Some(kernel) = linux_guests() else {
+        return;
+    };
+    let mut cfg = LinuxGuestConfig::new(kernel);
+    cfg.vcpus = 2;
+    cfg.timeout = Duration::from_secs(240);
+    let run = run_on_smplab_vmm(&cfg, &this_binary_listing_its_tests()).unwrap();
+    let s = &run.section;
+    assert_eq!(s.host, LinuxHost::SmplabVmm);
+    assert_eq!(s.exit, ProgramExit::Status(0), "{}", run.console);
+    assert!(
+        s.output_tail.contains("smplab_vmm_runs"),
+        "{}",
+        s.output_tail
+    );
+    assert_eq!(s.cpus_online, Some(2));
+    let vmm = run.vmm.as_ref().expect("smplab-vmm's section");
+    let window = vmm
+        .window
+        .as_ref()
+        .expect("the init's ready/go/done window");
+    assert!(window.done_ns.unwrap() >= window.go_ns && window.go_ns >= window.ready_ns);
+    assert_eq!(vmm.kvm_vcpu_stats.len(), 2);
+    let boot = s.boot_to_init_ns.unwrap();
+    assert!(boot > 0 && boot < s.total_ns.unwrap());
+    eprintln!(
+        "smplab-vmm, 2 vCPUs: boot to init {:.3} s, program {:.3} s, total {:.3} s",
+        boot as f64 / 1e9,
+        s.wall_ns as f64 / 1e9,
+        s.total_ns.unwrap() as f64 / 1e9
+    );
+}
+
+#[test]
+fn smplab_vmm_reports_a_panic_too_few_cpus_and_a_timeout() {
+    let Some(kernel) = linux_guests() else {
+        return;
+    };
+    let mut cfg = LinuxGuestConfig::new(kernel);
+    cfg.vcpus = 2;
+    cfg.timeout = Duration::from_secs(240);
+    let truth = Program::new(["/bin/true"]);
+
+    let mut one_cpu = cfg.clone();
+    one_cpu.cmdline = format!("{DEFAULT_CMDLINE} maxcpus=1");
+    let e = run_on_smplab_vmm(&one_cpu, &truth).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            LinuxError::VcpusOffline {
+                requested: 2,
+                online: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(e.exit_status(), exit::VCPUS_OFFLINE);
+
+    // No init where the kernel looks: it panics. panic=-1 asks for a reset,
+    // which does not end smplab-vmm's VM yet (the kernel's emergency restart
+    // hangs): a panicked guest still running at the timeout is reported as
+    // the panic, with its console, so a short timeout suffices.
+    let mut panics = cfg.clone();
+    panics.vcpus = 1;
+    panics.timeout = Duration::from_secs(45);
+    panics.cmdline = "console=ttyS0 quiet panic=-1 rdinit=/no-such-init root=/dev/nothing".into();
+    let e = run_on_smplab_vmm(&panics, &truth).unwrap_err();
+    assert!(matches!(e, LinuxError::GuestPanic { .. }), "{e}");
+    assert_eq!(e.exit_status(), exit::GUEST_CRASH);
+    assert!(e.to_string().contains("Kernel panic"), "{e}");
+
+    let mut short = cfg.clone();
+    short.timeout = Duration::from_millis(300);
+    let e = run_on_smplab_vmm(&short, &truth).unwrap_err();
+    assert!(matches!(e, LinuxError::Timeout { .. }), "{e}");
+    assert_eq!(e.exit_status(), exit::TIMEOUT);
 }
 
 /// The nested host's Debian kernel: a plain absolute path (no `..`), so it is
