@@ -70,6 +70,7 @@ struct Case {
 fn argv(name: &str, input: &Path, threads: u32) -> Vec<String> {
     let input = input.display().to_string();
     let t = threads.to_string();
+    let zstd_threads = format!("-T{t}");
     let args: Vec<String> = match name {
         "pigz" => vec!["pigz", "-p", &t, "-k", "-f", &input],
         "xz" => vec![
@@ -82,7 +83,16 @@ fn argv(name: &str, input: &Path, threads: u32) -> Vec<String> {
             "-3",
             &input,
         ],
-        "zstd" => vec!["zstd", "-q", "-T", &t, "-B1MiB", "-k", "-f", "-6", &input],
+        "zstd" => vec![
+            "zstd",
+            "-q",
+            &zstd_threads,
+            "-B1MiB",
+            "-k",
+            "-f",
+            "-6",
+            &input,
+        ],
         "sort" => {
             return [
                 program_path("sort"),
