@@ -114,7 +114,13 @@ pub fn disagreements(row: &RealRow) -> Vec<String> {
         if !apart || gap.abs() < LARGE_DISAGREEMENT {
             continue;
         }
-        let why = if gap > 0.0 {
+        let why = if real.hi < 0.0 {
+            "the program ran faster in the guest than natively, which virtualization itself \
+             cannot cause: the native and guest runs differ in what the host gives them (an \
+             emulated CPU's timings, the host's page cache and load against the guest's \
+             in-memory root), so re-measure with more repetitions on a quiet hardware host \
+             before reading the model's error"
+        } else if gap > 0.0 {
             "the real program pays for what its model leaves out: the model replays only the \
              pthread synchronization and CPU time the trace recorded, not the page faults, \
              file reads and writes and other system calls that exit to the hypervisor in a \
@@ -371,6 +377,19 @@ mod tests {
         assert!(text.contains("no large disagreement"), "{text}");
         let html = crate::render_html(&store, &Default::default());
         assert!(html.contains("Real programs vs their models"));
+    }
+
+    #[test]
+    fn a_guest_faster_than_native_is_flagged_as_the_host_not_the_model() {
+        let store = canned(-0.3, 0.05);
+        let rows = rows(&Results::new(&store));
+        let f = &rows[0].findings;
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert!(
+            f[0].contains("faster in the guest than natively"),
+            "{}",
+            f[0]
+        );
     }
 
     #[test]
