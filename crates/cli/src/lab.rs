@@ -16,6 +16,8 @@ use smplab_record::{out, outln};
 use smplab_report::{write_report, ReportOptions};
 use std::path::{Path, PathBuf};
 
+pub mod real;
+
 /// `smplab lab ...`: experiment sweeps and reports.
 #[derive(Debug, Clone, Args)]
 pub struct LabArgs {
@@ -36,6 +38,10 @@ pub enum LabCommand {
     /// Run some points of a spec into per-point result files: what a Slurm
     /// array task of `lab run --slurm` runs.
     RunPoint(RunPointArgs),
+    /// Real programs (pigz, xz, zstd, sort) natively, in Linux guests on
+    /// smplab-vmm and QEMU, beside their traced models (vm, sim): the real
+    /// slowdown next to the model's (docs/lab.md, "Real programs").
+    Real(real::LabRealArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -320,6 +326,7 @@ pub fn lab(args: &LabArgs) -> i32 {
         LabCommand::Run(a) => lab_run(a),
         LabCommand::Report(a) => lab_report(a),
         LabCommand::Status(a) => lab_status(a),
+        LabCommand::Real(a) => real::run(a),
         LabCommand::RunPoint(a) => {
             let path = match &a.store {
                 Some(p) => p.clone(),

@@ -3,30 +3,56 @@
 //! through the lab's one execute path like every lab point.
 
 use clap::Args;
-use smplab_experiment::execute::{execute, RunLimits};
+use smplab_experiment::execute::linux::resolve_kernel;
+use smplab_experiment::execute::{execute, execute_program, ExecuteError, RealProgram, RunLimits};
 use smplab_record::config::{
-    HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip, Placement, Ple, RunConfig,
-    SimSettings, SyncMode, Timeout, VmSettings, DEFAULT_PLATFORM, DEFAULT_TIMEOUT,
+    HostPolicy, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip, LinuxGuestSettings, Placement, Ple,
+    QemuMachine, RunConfig, SimSettings, SyncMode, Timeout, VmSettings, DEFAULT_PLATFORM,
+    DEFAULT_TIMEOUT,
 };
 use smplab_record::{exit, Executor, RunRecord, WorkloadInfo};
 use smplab_workload::{Program, Source};
 use std::path::PathBuf;
 
 #[derive(Args)]
+#[command(
+    after_help = "A real program instead of a workload model (after `--`):\n\
+  smplab run --executor linux [--kernel PATH] --vcpus 2 -- pigz -p 2 -k big.file\n\
+  smplab run --executor linux-qemu --machine microvm -- pigz -p 2 -k big.file\n\
+  smplab run --executor native -- pigz -p 2 -k big.file"
+)]
 pub struct RunArgs {
-    /// native (host threads), vm (the smplab guest in smplab-vmm), qemu (the
-    /// smplab guest in QEMU with KVM) or sim (the discrete-event simulator).
+    /// native (host threads, or a real program on the host), vm (the smplab
+    /// guest in smplab-vmm), qemu (the smplab guest in QEMU with KVM), sim
+    /// (the discrete-event simulator), linux (a real program in a Linux
+    /// guest on smplab-vmm) or linux-qemu (the same on QEMU).
     #[arg(long, default_value = "native")]
     pub executor: Executor,
-    /// Built-in profile name (`smplab workloads`) or path to a workload .toml.
+    /// Built-in profile name (`smplab workloads`) or path to a workload .toml
+    /// (or a real program after `--`).
     #[arg(long)]
-    pub workload: String,
+    pub workload: Option<String>,
     /// Thread parameter `n` (default: the workload's default_threads).
     #[arg(long)]
     pub threads: Option<u32>,
-    /// Scale factor for amounts of work (smaller runs faster).
-    #[arg(long, default_value_t = 1.0)]
-    pub scale: f64,
+    /// Scale factor for amounts of work (smaller runs faster). Default 1.
+    #[arg(long)]
+    pub scale: Option<f64>,
+    /// The Linux guest's kernel, a bzImage or PVH ELF (linux, linux-qemu).
+    /// Default: $SMPLAB_LINUX_KERNEL.
+    #[arg(long)]
+    pub kernel: Option<PathBuf>,
+    /// Boot this initramfs instead of one built from the program (linux,
+    /// linux-qemu).
+    #[arg(long)]
+    pub initrd: Option<PathBuf>,
+    /// Put this host file into the built initramfs at the same path, e.g.
+    /// the program's input; repeatable (linux, linux-qemu).
+    #[arg(long)]
+    pub include: Vec<PathBuf>,
+    /// The machine QEMU emulates: microvm or q35 (linux-qemu). Default microvm.
+    #[arg(long)]
+    pub machine: Option<QemuMachine>,
     /// Placement: `none` (default), `pinned` (one per host CPU) or a CPU list
     /// such as `0,1` or `0-1` (native: thread i on the i-th CPU; vm: vCPU i;
     /// qemu: confined to the set; sim: a contiguous pCPU range).
@@ -113,6 +139,17 @@ pub struct RunArgs {
     /// Also write the result record (JSON) to this file.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    /// A real program and its arguments, run as they are (linux, linux-qemu,
+    /// native), instead of --workload.
+    #[arg(last = true)]
+    pub program: Vec<String>,
+}
+
+/// What a run runs: a workload model or a real program.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Work {
+    Model { workload: String, scale: f64 },
+    Program(Vec<String>),
 }
 
 /// Load and instantiate the workload, reporting errors the standard way.
@@ -203,6 +240,29 @@ fn vmm(c: &mut RunConfig) -> Option<&mut VmSettings> {
     }
 }
 
+/// The interrupt controllers, where smplab-vmm emulates them (vm, linux).
+fn irqchip(c: &mut RunConfig) -> Option<&mut Irqchip> {
+    match c {
+        RunConfig::Vm(s) => Some(&mut s.irqchip),
+        RunConfig::Linux(s) => Some(&mut s.irqchip),
+        _ => None,
+    }
+}
+
+/// Guest memory: the smplab guest's or the Linux guest's.
+fn mem(c: &mut RunConfig) -> Option<&mut Option<u64>> {
+    match c {
+        RunConfig::Linux(s) => Some(&mut s.guest.mem_bytes),
+        RunConfig::LinuxQemu(s) => Some(&mut s.guest.mem_bytes),
+        other => other.settings_mut().guest_mut().map(|g| &mut g.mem_bytes),
+    }
+}
+
+/// The Linux guest's settings (linux, linux-qemu).
+fn linux(c: &mut RunConfig) -> Option<&mut LinuxGuestSettings> {
+    c.settings_mut().linux_guest_mut()
+}
+
 impl RunArgs {
     /// The run configuration the flags describe. A flag the executor does
     /// not take is an error: a setting is never silently dropped.
@@ -217,7 +277,7 @@ impl RunArgs {
         c.set("vcpus", self.vcpus, |c| c.settings_mut().vcpus_mut());
         c.set("vms", self.vms, |c| c.settings_mut().vms_mut());
         c.set("sync", self.sync, |c| c.settings_mut().sync_mut());
-        c.set("irqchip", self.irqchip, |c| vmm(c).map(|v| &mut v.irqchip));
+        c.set("irqchip", self.irqchip, irqchip);
         c.set("vmm-halt-poll-ns", self.vmm_halt_poll_ns, |c| {
             vmm(c).map(|v| &mut v.vmm_halt_poll_ns)
         });
@@ -225,17 +285,34 @@ impl RunArgs {
         c.set("timer-hz", self.timer_hz.map(Some), |c| {
             c.settings_mut().guest_mut().map(|g| &mut g.timer_hz)
         });
-        c.set("mem", self.mem.map(Some), |c| {
-            c.settings_mut().guest_mut().map(|g| &mut g.mem_bytes)
+        c.set("mem", self.mem.map(Some), mem);
+        c.set("kernel", self.kernel.clone().map(Some), |c| {
+            linux(c).map(|g| &mut g.kernel)
+        });
+        c.set("initrd", self.initrd.clone().map(Some), |c| {
+            linux(c).map(|g| &mut g.initrd)
+        });
+        c.set(
+            "include",
+            (!self.include.is_empty()).then(|| self.include.clone()),
+            |c| linux(c).map(|g| &mut g.include),
+        );
+        c.set("machine", self.machine, |c| match c {
+            RunConfig::LinuxQemu(s) => Some(&mut s.machine),
+            _ => None,
         });
         // The console is the booted guest's (a run limit, not a setting).
-        if self.console && c.config.guest().is_none() {
-            c.refuse("console", |c| c.guest().is_some());
+        if self.console && c.config.guest().is_none() && c.config.linux_guest().is_none() {
+            c.refuse("console", |c| {
+                c.guest().is_some() || c.linux_guest().is_some()
+            });
         }
         // smplab-vmm's filters: a process setting (smplab_vmm::seccomp), not
         // part of the configuration the store keys by; the record says it.
-        if self.no_seccomp && vmm(&mut c.config).is_none() {
-            c.refuse("no-seccomp", |c| vmm(c).is_some());
+        // smplab-vmm runs both the smplab guest (vm) and Linux guests (linux).
+        let on_smplab_vmm = |c: &RunConfig| matches!(c, RunConfig::Vm(_) | RunConfig::Linux(_));
+        if self.no_seccomp && !on_smplab_vmm(&c.config) {
+            c.refuse("no-seccomp", |c| on_smplab_vmm(c));
         }
         c.set("irq-affinity", self.irq_affinity.clone(), |c| {
             c.settings_mut().irq_affinity_mut()
@@ -267,6 +344,57 @@ impl RunArgs {
             Err(c.bad)
         }
     }
+
+    /// What runs: `--workload` (a model) or the program after `--`, each
+    /// only where the executor runs it; a model's flags refused for a program.
+    pub fn work(&self, config: &RunConfig) -> Result<Work, Vec<String>> {
+        let e = config.executor();
+        let mut bad = Vec::new();
+        let work = match (&self.workload, self.program.is_empty()) {
+            (Some(_), false) => {
+                bad.push(
+                    "give --workload (a workload model) or a program after `--`, not both"
+                        .to_string(),
+                );
+                None
+            }
+            (None, true) => {
+                bad.push(if config.runs_models() {
+                    format!("--executor {e}: give --workload NAME (`smplab workloads`) or, for native, a program after `--`")
+                } else {
+                    format!("--executor {e} runs a real program: give it after `--`, e.g. `smplab run --executor {e} -- pigz -p 2 -k FILE`")
+                });
+                None
+            }
+            (Some(w), true) => {
+                if !config.runs_models() {
+                    bad.push(format!("--executor {e} runs a real program, not a workload model: give the program after `--` (or run the model with --executor vm, qemu or sim)"));
+                }
+                Some(Work::Model {
+                    workload: w.clone(),
+                    scale: self.scale.unwrap_or(1.0),
+                })
+            }
+            (None, false) => {
+                if !config.runs_real_programs() {
+                    bad.push(format!("--executor {e} runs workload models, not real programs: use --executor linux, linux-qemu or native (or model the program: smplab trace, then smplab trace model)"));
+                }
+                for (flag, given) in [
+                    ("threads", self.threads.is_some()),
+                    ("scale", self.scale.is_some()),
+                ] {
+                    if given {
+                        bad.push(format!("--{flag} sizes a workload model; a real program takes its own arguments after `--`"));
+                    }
+                }
+                Some(Work::Program(self.program.clone()))
+            }
+        };
+        match work {
+            Some(w) if bad.is_empty() => Ok(w),
+            _ => Err(bad),
+        }
+    }
 }
 
 /// Print (and optionally save) records; returns the exit status for them.
@@ -295,15 +423,12 @@ pub fn emit(records: &[RunRecord], json: bool, output: &Option<PathBuf>) -> i32 
 }
 
 pub fn run(args: &RunArgs) -> i32 {
-    if !(args.scale.is_finite() && args.scale > 0.0) {
-        smplab_record::exit::report_error(format!(
-            "--scale {}: give a positive number",
-            args.scale
-        ));
+    if let Some(scale) = args.scale.filter(|s| !(s.is_finite() && *s > 0.0)) {
+        smplab_record::exit::report_error(format!("--scale {scale}: give a positive number"));
         return exit::BAD_INPUT;
     }
-    let config = match args.config() {
-        Ok(c) => c,
+    let (config, work) = match args.config().and_then(|c| Ok((args.work(&c)?, c))) {
+        Ok((w, c)) => (c, w),
         Err(problems) => {
             for p in problems {
                 smplab_record::exit::report_error(p);
@@ -314,16 +439,36 @@ pub fn run(args: &RunArgs) -> i32 {
     if args.no_seccomp {
         smplab_vmm::seccomp::set_process_default(false);
     }
-    let (program, info) = match load_program(&args.workload, args.threads, args.scale) {
-        Ok(x) => x,
-        Err(status) => return status,
-    };
     let limits = RunLimits {
         timeout: args.timeout.duration(),
         show_console: args.console,
         qemu_binary: None,
     };
-    match execute(&program, &info, &config, &limits) {
+    let result = match work {
+        Work::Model { workload, scale } => {
+            let (program, info) = match load_program(&workload, args.threads, scale) {
+                Ok(x) => x,
+                Err(status) => return status,
+            };
+            execute(&program, &info, &config, &limits)
+        }
+        Work::Program(argv) => {
+            // A missing kernel is bad input on any host: said before the
+            // host's KVM is looked at.
+            let kernel = config
+                .linux_guest()
+                .map(|g| resolve_kernel(g.kernel.as_deref()))
+                .transpose();
+            RealProgram::new(argv)
+                .map_err(ExecuteError::from)
+                .and_then(|p| {
+                    p.resolve()?;
+                    kernel?;
+                    execute_program(&p, &config, &limits)
+                })
+        }
+    };
+    match result {
         Ok(records) => emit(&records, args.json, &args.output),
         Err(e) => {
             smplab_record::exit::report_error(&e);
@@ -424,5 +569,158 @@ mod tests {
         v.truncate(3);
         v.extend_from_slice(&["--pin", "compact"]);
         assert!(Cmd::try_parse_from(v).is_err());
+    }
+
+    fn program_args(a: &[&str]) -> RunArgs {
+        let mut v = vec!["smplab"];
+        v.extend_from_slice(a);
+        Cmd::try_parse_from(v).expect("flags parse").run
+    }
+
+    #[test]
+    fn linux_flags_become_one_typed_config() {
+        let a = program_args(&[
+            "--executor",
+            "linux",
+            "--kernel",
+            "/k/vmlinuz",
+            "--include",
+            "/tmp/a",
+            "--include",
+            "/tmp/b",
+            "--vcpus",
+            "4",
+            "--sync",
+            "global",
+            "--irqchip",
+            "user",
+            "--pin",
+            "0,1",
+            "--mem",
+            "256M",
+            "--",
+            "pigz",
+            "-p",
+            "2",
+            "-k",
+            "f",
+        ]);
+        let c = a.config().unwrap();
+        let RunConfig::Linux(l) = &c else {
+            panic!("{c:?}")
+        };
+        assert_eq!(l.guest.vcpus, 4);
+        assert_eq!(l.sync, SyncMode::Global);
+        assert_eq!(l.irqchip, Irqchip::User);
+        assert_eq!(
+            l.guest.kernel.as_deref(),
+            Some(std::path::Path::new("/k/vmlinuz"))
+        );
+        assert_eq!(l.guest.include.len(), 2);
+        assert_eq!(l.guest.mem_bytes, Some(256 << 20));
+        assert_eq!(
+            a.work(&c).unwrap(),
+            Work::Program(["pigz", "-p", "2", "-k", "f"].map(String::from).into())
+        );
+        let q = program_args(&["--executor", "linux-qemu", "--machine", "q35", "--", "xz"]);
+        let c = q.config().unwrap();
+        assert!(matches!(&c, RunConfig::LinuxQemu(s) if s.machine == QemuMachine::Q35));
+        let n = program_args(&["--executor", "native", "--", "zstd", "-T2"]);
+        let c = n.config().unwrap();
+        assert_eq!(
+            n.work(&c).unwrap(),
+            Work::Program(vec!["zstd".into(), "-T2".into()])
+        );
+    }
+
+    #[test]
+    fn flags_an_executor_does_not_honour_are_refused() {
+        let e = program_args(&[
+            "--executor",
+            "linux-qemu",
+            "--sync",
+            "global",
+            "--irqchip",
+            "user",
+            "--",
+            "xz",
+        ])
+        .config()
+        .unwrap_err();
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(
+            e[0].contains("--sync does not apply to --executor linux-qemu"),
+            "{e:?}"
+        );
+        assert!(e[1].contains("(it applies to vm, linux)"), "{e:?}");
+        for flag in [["--kernel", "/k"], ["--initrd", "/i"], ["--include", "/f"]] {
+            let e = program_args(&["--executor", "vm", flag[0], flag[1], "--workload", "dedup"])
+                .config()
+                .unwrap_err();
+            assert!(
+                e[0].contains(&format!(
+                    "{} does not apply to --executor vm (it applies to linux, linux-qemu)",
+                    flag[0]
+                )),
+                "{e:?}"
+            );
+        }
+        let e = program_args(&["--executor", "linux", "--machine", "q35", "--", "xz"])
+            .config()
+            .unwrap_err();
+        assert!(e[0].contains("(it applies to linux-qemu)"), "{e:?}");
+        for flag in [
+            "--vms",
+            "--idle",
+            "--timer-hz",
+            "--irq-affinity",
+            "--io-thread-cpus",
+        ] {
+            let value = if flag == "--idle" { "poll" } else { "1" };
+            let e = program_args(&["--executor", "linux", flag, value, "--", "xz"])
+                .config()
+                .unwrap_err();
+            assert!(
+                e[0].contains("does not apply to --executor linux"),
+                "{flag}: {e:?}"
+            );
+        }
+        assert!(
+            Cmd::try_parse_from(["smplab", "--executor", "linux-qemu", "--machine", "pc"]).is_err()
+        );
+    }
+
+    #[test]
+    fn a_program_goes_only_where_programs_run() {
+        let check = |a: &[&str]| {
+            let a = program_args(a);
+            let c = a.config().unwrap();
+            a.work(&c).unwrap_err().join("\n")
+        };
+        let e = check(&["--executor", "vm", "--", "pigz"]);
+        assert!(e.contains("runs workload models, not real programs"), "{e}");
+        let e = check(&["--executor", "linux", "--workload", "dedup"]);
+        assert!(
+            e.contains("runs a real program, not a workload model"),
+            "{e}"
+        );
+        let e = check(&["--executor", "linux"]);
+        assert!(e.contains("give it after `--`"), "{e}");
+        let e = check(&["--executor", "native", "--workload", "dedup", "--", "pigz"]);
+        assert!(e.contains("not both"), "{e}");
+        let e = check(&[
+            "--executor",
+            "native",
+            "--threads",
+            "2",
+            "--scale",
+            "0.5",
+            "--",
+            "pigz",
+        ]);
+        assert!(
+            e.contains("--threads sizes a workload model") && e.contains("--scale"),
+            "{e}"
+        );
     }
 }

@@ -5,8 +5,11 @@
 
 mod guest;
 pub mod host;
+pub mod linux;
 mod native;
 pub mod sim;
+
+pub use linux::{execute_program, KernelError, ProgramError, RealProgram};
 
 use smplab_record::config::RunConfig;
 use smplab_record::interference::HostCounters;
@@ -81,6 +84,18 @@ pub enum ExecuteError {
     /// One VM of a host run failed (the others ran to their end).
     #[error("VM {vm} of the host run: {error}")]
     HostVm { vm: usize, error: String },
+    /// A workload model given to an executor that runs real programs only.
+    #[error("--executor {0} runs a real program, not a workload model: give it after `--` (e.g. `smplab run --executor {0} -- pigz -p 2 -k FILE`; a spec: program = [...])")]
+    ProgramsOnly(Executor),
+    /// A real program given to an executor that runs workload models only.
+    #[error("--executor {0} runs workload models, not real programs: use --executor linux, linux-qemu or native for a program (or model it: smplab trace, then smplab trace model)")]
+    ModelsOnly(Executor),
+    #[error(transparent)]
+    Program(#[from] ProgramError),
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    #[error(transparent)]
+    Linux(#[from] linux::LinuxRunError),
 }
 
 impl ExecuteError {
@@ -96,6 +111,10 @@ impl ExecuteError {
             ExecuteError::Panicked(_) => exit::INTERNAL,
             ExecuteError::HostRun(e) => e.exit_status(),
             ExecuteError::HostVm { .. } => exit::RUN_FAILED,
+            ExecuteError::ProgramsOnly(_) | ExecuteError::ModelsOnly(_) => exit::BAD_INPUT,
+            ExecuteError::Program(e) => e.exit_status(),
+            ExecuteError::Kernel(_) => exit::BAD_INPUT,
+            ExecuteError::Linux(e) => e.exit_status(),
         }
     }
 
@@ -121,14 +140,16 @@ pub trait Execute {
     ) -> Result<Vec<RunRecord>, ExecuteError>;
 }
 
-/// The registry: the executor a configuration runs on. The match is
+/// The registry: the executor a configuration runs a model on (`None`:
+/// it runs real programs only, `linux::execute_program`). The match is
 /// exhaustive, so an executor that is not registered does not compile.
-fn executor_of(config: &RunConfig) -> &dyn Execute {
+fn executor_of(config: &RunConfig) -> Option<&dyn Execute> {
     match config {
-        RunConfig::Native(s) => s,
-        RunConfig::Vm(s) => s,
-        RunConfig::Qemu(s) => s,
-        RunConfig::Sim(s) => s,
+        RunConfig::Native(s) => Some(s),
+        RunConfig::Vm(s) => Some(s),
+        RunConfig::Qemu(s) => Some(s),
+        RunConfig::Sim(s) => Some(s),
+        RunConfig::Linux(_) | RunConfig::LinuxQemu(_) => None,
     }
 }
 
@@ -140,6 +161,8 @@ pub fn availability(executor: Executor, limits: &RunLimits) -> Result<(), Execut
         Executor::Vm => guest::vm_availability,
         Executor::Qemu => guest::qemu_availability,
         Executor::Sim => sim::availability,
+        Executor::Linux => linux::linux_availability,
+        Executor::LinuxQemu => linux::linux_qemu_availability,
     };
     check(limits).map_err(|(reason, status)| ExecuteError::Unavailable {
         executor,
@@ -162,6 +185,7 @@ pub fn execute(
     config: &RunConfig,
     limits: &RunLimits,
 ) -> Result<Vec<RunRecord>, ExecuteError> {
+    let executor = executor_of(config).ok_or(ExecuteError::ProgramsOnly(config.executor()))?;
     config
         .validate(Some(program.total_threads()))
         .map_err(ExecuteError::Invalid)?;
@@ -172,7 +196,7 @@ pub fn execute(
     // simulator's time is modelled, not measured).
     let measured = config.executor() != Executor::Sim;
     let start = measured.then(HostCounters::read).flatten();
-    let mut records = executor_of(config).run(program, info, limits, cores)?;
+    let mut records = executor.run(program, info, limits, cores)?;
     let interference = start.zip(HostCounters::read()).map(|(a, b)| a.until(&b));
     for r in &mut records {
         r.run = Some(config.clone());

@@ -52,8 +52,14 @@ impl std::str::FromStr for Variant {
 /// (the typed [`RunConfig`], which names the executor) and which repetition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Point {
-    /// Built-in profile name or path of a workload file.
+    /// Built-in profile name or path of a workload file; for a real program,
+    /// its command line as a shell would show it (a label: `program` is the
+    /// identity).
     pub workload: String,
+    /// A real program's argv (`linux`, `linux-qemu`, `native`): what runs
+    /// instead of a workload model; empty for a model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub program: Vec<String>,
     #[serde(default)]
     pub variant: Variant,
     /// The workload's thread parameter `n`.
@@ -82,6 +88,8 @@ pub struct Point {
 #[derive(Serialize)]
 struct ConfigIdentity<'a> {
     workload: &'a str,
+    #[serde(skip_serializing_if = "no_program")]
+    program: &'a [String],
     #[serde(skip_serializing_if = "is_as_is")]
     variant: Variant,
     n: u32,
@@ -92,6 +100,28 @@ struct ConfigIdentity<'a> {
     study: &'a Option<String>,
     #[serde(skip_serializing_if = "is_zero")]
     busy_host_threads: u32,
+}
+
+fn no_program(p: &&[String]) -> bool {
+    p.is_empty()
+}
+
+/// `argv` as a shell would show it: arguments with spaces or shell
+/// characters in single quotes.
+pub fn command_line(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn is_as_is(v: &Variant) -> bool {
@@ -107,6 +137,7 @@ impl Point {
     pub fn new(workload: impl Into<String>, threads: u32, scale: f64, config: RunConfig) -> Point {
         Point {
             workload: workload.into(),
+            program: Vec::new(),
             variant: Variant::AsIs,
             threads,
             scale,
@@ -116,6 +147,19 @@ impl Point {
             study: None,
             busy_host_threads: 0,
         }
+    }
+
+    /// A point running the real program `argv` as `config` says. A program
+    /// has no model parameters: `n` is 0 and `scale` 1 in its key.
+    pub fn for_program(argv: Vec<String>, config: RunConfig) -> Point {
+        let mut p = Point::new(command_line(&argv), 0, 1.0, config);
+        p.program = argv;
+        p
+    }
+
+    /// Whether the point runs a real program rather than a workload model.
+    pub fn is_program(&self) -> bool {
+        !self.program.is_empty()
     }
 
     pub fn executor(&self) -> Executor {
@@ -138,6 +182,7 @@ impl Point {
     pub fn config_key(&self) -> String {
         let id = ConfigIdentity {
             workload: &self.workload,
+            program: &self.program,
             variant: self.variant,
             n: self.threads,
             scale: self.scale,
@@ -177,6 +222,7 @@ impl Point {
     pub fn native_twin(&self) -> Point {
         Point {
             workload: self.workload.clone(),
+            program: self.program.clone(),
             variant: self.variant,
             threads: self.threads,
             scale: self.scale,
@@ -215,6 +261,36 @@ mod tests {
             t.config_key(),
             r#"{"workload":"dedup","n":2,"scale":0.1,"executor":"native"}"#
         );
+    }
+
+    #[test]
+    fn a_program_is_in_the_key_and_its_native_twin_runs_it_too() {
+        use smplab_record::config::{LinuxGuestSettings, LinuxSettings, SyncMode};
+        let argv: Vec<String> = ["pigz", "-p", "2", "-c", "my file"]
+            .map(String::from)
+            .into();
+        let config = RunConfig::Linux(LinuxSettings {
+            guest: LinuxGuestSettings::new(2),
+            sync: SyncMode::Fine,
+            irqchip: Default::default(),
+        });
+        let p = Point::for_program(argv.clone(), config);
+        assert_eq!(p.workload, "pigz -p 2 -c 'my file'");
+        assert_eq!(
+            p.config_key(),
+            r#"{"workload":"pigz -p 2 -c 'my file'","program":["pigz","-p","2","-c","my file"],"n":0,"scale":1.0,"executor":"linux","vcpus":2,"sync":"fine"}"#
+        );
+        let twin = p.native_twin();
+        assert_eq!(twin.program, argv);
+        assert_eq!(
+            twin.config_key(),
+            r#"{"workload":"pigz -p 2 -c 'my file'","program":["pigz","-p","2","-c","my file"],"n":0,"scale":1.0,"executor":"native"}"#
+        );
+        let back: Point = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
+        // A model point's key has no program (existing keys unchanged).
+        assert!(!vm_point("dedup", 2, 0).config_key().contains("program"));
+        assert_eq!(command_line(&["it's".to_string()]), r"'it'\''s'");
     }
 
     #[test]

@@ -147,7 +147,11 @@ pub mod fake {
             if self.fail.contains(&point.key()) {
                 return Err(RunError::Failed("guest crashed: triple fault".into()));
             }
-            let (_, info) = prepare(point)?;
+            let info = if point.is_program() {
+                WorkloadInfo::for_program(&point.program)
+            } else {
+                prepare(point)?.1
+            };
             let mut out = Vec::new();
             for vm in 0..point.vms() {
                 let mut r = crate::testutil::record(point.executor(), info.clone());

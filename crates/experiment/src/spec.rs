@@ -17,6 +17,7 @@ use std::path::Path;
 
 mod axes;
 mod configs;
+mod programs;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
@@ -48,7 +49,18 @@ struct SpecFile {
 #[serde(deny_unknown_fields)]
 struct MatrixFile {
     executor: Spanned<toml::Value>,
-    workload: Spanned<toml::Value>,
+    /// Workload models (required unless `program` is given).
+    workload: Option<Spanned<toml::Value>>,
+    /// Real programs' argvs (`linux`, `linux-qemu`, `native`).
+    program: Option<Spanned<toml::Value>>,
+    /// The Linux guest's kernel (an axis of paths); absent: `SMPLAB_LINUX_KERNEL`.
+    kernel: Option<Spanned<toml::Value>>,
+    /// A ready initramfs instead of one built from the program.
+    initrd: Option<Spanned<toml::Value>>,
+    /// Files put into the built initramfs (one list, not an axis).
+    include: Option<Spanned<toml::Value>>,
+    /// `linux-qemu`'s machine: microvm | q35.
+    machine: Option<Spanned<toml::Value>>,
     threads: Option<Spanned<toml::Value>>,
     vcpus: Option<Spanned<toml::Value>>,
     vms: Option<Spanned<toml::Value>>,
@@ -141,8 +153,14 @@ fn expand(loc: &SourceText, raw: &SpecFile, diags: &mut Diagnostics) -> Experime
     if ax.executors.contains(&Executor::Sim) {
         check_platforms(loc, raw, &ax.platform, diags);
     }
+    let pa = programs::parse(loc, m, diags);
+    check_something_to_run(loc, raw, &ax, diags);
     // Configurations first, then repetitions round-robin over them.
-    let (configs, problems) = configs::matrix_configs(&ax, &raw.matrix, timeout_s);
+    let (mut configs, mut problems) = configs::matrix_configs(&ax, &raw.matrix, timeout_s);
+    let (program_configs, program_problems) =
+        programs::program_configs(&ax, &pa, &raw.matrix, timeout_s);
+    configs.extend(program_configs);
+    problems.extend(program_problems);
     for (start, msg) in problems {
         diags.push(loc.at(start, msg));
     }
@@ -160,6 +178,46 @@ fn expand(loc: &SourceText, raw: &SpecFile, diags: &mut Diagnostics) -> Experime
         repetitions,
         timeout_s,
         points,
+    }
+}
+
+/// Every executor of the matrix must have something it runs: workload
+/// models (`vm`, `qemu`, `sim`, `native`) or real programs (`linux`,
+/// `linux-qemu`, `native`).
+fn check_something_to_run(
+    loc: &SourceText,
+    raw: &SpecFile,
+    ax: &axes::Axes,
+    diags: &mut Diagnostics,
+) {
+    let m = raw.matrix.get_ref();
+    if m.workload.is_none() && m.program.is_none() {
+        diags.push(loc.span(
+            raw.matrix.span(),
+            "give `workload` (workload models) or `program` (real programs), or both",
+        ));
+        return;
+    }
+    for &e in &ax.executors {
+        let c = smplab_record::config::RunConfig::defaults(
+            e,
+            1,
+            smplab_record::config::DEFAULT_PLATFORM,
+        );
+        if !c.runs_models() && m.program.is_none() {
+            diags.push(loc.span(
+                m.executor.span(),
+                format!(
+                    "`{e}` runs real programs: give `program = [\"pigz\", \"-p\", \"2\", ...]`"
+                ),
+            ));
+        }
+        if !c.runs_real_programs() && m.workload.is_none() {
+            diags.push(loc.span(
+                m.executor.span(),
+                format!("`{e}` runs workload models, not real programs: give `workload` (or trace the program: smplab trace, then smplab trace model)"),
+            ));
+        }
     }
 }
 

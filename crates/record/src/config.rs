@@ -38,12 +38,17 @@ macro_rules! serde_as_string {
 mod executor_settings;
 mod host_policy;
 pub mod io;
+pub mod linux;
 pub mod settings;
 mod timeout;
 
 pub use executor_settings::ExecutorSettings;
 pub use host_policy::{parse_duration, BadDuration, Decider, HostPolicy, PolicyKind};
 pub use io::{BadIoThreadCpus, BadIrqAffinity, IoThreadCpus, IrqAffinity};
+pub use linux::{
+    BadQemuMachine, LinuxGuestSettings, LinuxQemuSettings, LinuxSettings, QemuMachine,
+    LINUX_KERNEL_ENV,
+};
 pub use settings::{
     BadIdlePolicy, BadIrqchip, BadPlacement, BadPle, IdlePolicy, Irqchip, Placement, Ple, SyncMode,
     UnknownSyncMode, MAX_VMM_HALT_POLL_NS,
@@ -81,6 +86,11 @@ pub enum RunConfig {
     Qemu(QemuSettings),
     /// The discrete-event simulator.
     Sim(SimSettings),
+    /// A Linux kernel in smplab-vmm running a real program.
+    Linux(LinuxSettings),
+    /// The same Linux kernel and initramfs in QEMU with KVM.
+    #[serde(rename = "linux-qemu")]
+    LinuxQemu(LinuxQemuSettings),
 }
 
 /// Settings of a native run.
@@ -407,6 +417,8 @@ impl RunConfig {
             RunConfig::Vm(s) => s,
             RunConfig::Qemu(s) => s,
             RunConfig::Sim(s) => s,
+            RunConfig::Linux(s) => s,
+            RunConfig::LinuxQemu(s) => s,
         }
     }
 
@@ -417,6 +429,8 @@ impl RunConfig {
             RunConfig::Vm(s) => s,
             RunConfig::Qemu(s) => s,
             RunConfig::Sim(s) => s,
+            RunConfig::Linux(s) => s,
+            RunConfig::LinuxQemu(s) => s,
         }
     }
 
@@ -434,6 +448,15 @@ impl RunConfig {
                 guest: GuestSettings::new(vcpus),
             }),
             Executor::Sim => RunConfig::Sim(SimSettings::new(vcpus, platform)),
+            Executor::Linux => RunConfig::Linux(LinuxSettings {
+                guest: LinuxGuestSettings::new(vcpus),
+                sync: SyncMode::default(),
+                irqchip: Irqchip::default(),
+            }),
+            Executor::LinuxQemu => RunConfig::LinuxQemu(LinuxQemuSettings {
+                guest: LinuxGuestSettings::new(vcpus),
+                machine: QemuMachine::default(),
+            }),
         }
     }
 
@@ -445,6 +468,21 @@ impl RunConfig {
     /// The guest settings of a run that boots the smplab guest.
     pub fn guest(&self) -> Option<&GuestSettings> {
         self.settings().guest()
+    }
+
+    /// The Linux guest's settings of a run that boots a Linux kernel.
+    pub fn linux_guest(&self) -> Option<&LinuxGuestSettings> {
+        self.settings().linux_guest()
+    }
+
+    /// Whether this executor runs workload models.
+    pub fn runs_models(&self) -> bool {
+        self.settings().runs_models()
+    }
+
+    /// Whether this executor runs real programs.
+    pub fn runs_real_programs(&self) -> bool {
+        self.settings().runs_real_programs()
     }
 
     /// vCPUs per VM (`None` for native).

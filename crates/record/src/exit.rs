@@ -46,6 +46,10 @@ pub const VCPUS_OFFLINE: i32 = 17;
 /// Linux guests: the guest stopped without the init's result line (the init
 /// did not run, crashed, or wrote a malformed result).
 pub const NO_RESULT: i32 = 18;
+/// A Linux guest (`--executor linux`, `linux-qemu`) cannot boot on this
+/// host's KVM: PVM offers no hardware-style virtualization (run inside the
+/// nested AMD-V host, docs/nested-host.md).
+pub const NO_HARDWARE_KVM: i32 = 19;
 /// smplab-vmm: one of its threads made a system call its seccomp filter does
 /// not allow (the message names the thread and the call; crates/vmm/src/seccomp.rs).
 pub const SECCOMP_VIOLATION: i32 = 20;

@@ -42,15 +42,24 @@ pub enum Executor {
     Vm,
     Qemu,
     Sim,
+    /// A Linux kernel on smplab-vmm running a real program.
+    Linux,
+    /// The same Linux kernel and initramfs on QEMU.
+    #[serde(rename = "linux-qemu")]
+    LinuxQemu,
 }
 
 impl Executor {
-    /// Every executor, in the order reports list them.
-    pub const ALL: [Executor; 4] = [
+    /// Every executor, in the order reports list them (the report draws
+    /// the i-th in the i-th series colour, cycling: Linux on smplab-vmm
+    /// shares smplab-vmm's, Linux on QEMU QEMU's).
+    pub const ALL: [Executor; 6] = [
         Executor::Vm,
         Executor::Qemu,
         Executor::Sim,
         Executor::Native,
+        Executor::Linux,
+        Executor::LinuxQemu,
     ];
 
     /// What a reader calls the executor (reports, charts).
@@ -60,6 +69,8 @@ impl Executor {
             Executor::Vm => "smplab-vmm",
             Executor::Qemu => "QEMU",
             Executor::Sim => "simulator",
+            Executor::Linux => "Linux on smplab-vmm",
+            Executor::LinuxQemu => "Linux on QEMU",
         }
     }
 
@@ -67,7 +78,7 @@ impl Executor {
     /// native threads or the simulator's model of one).
     pub fn is_real_vm(self) -> bool {
         match self {
-            Executor::Vm | Executor::Qemu => true,
+            Executor::Vm | Executor::Qemu | Executor::Linux | Executor::LinuxQemu => true,
             Executor::Native | Executor::Sim => false,
         }
     }
@@ -84,13 +95,15 @@ impl Executor {
             Executor::Vm => "vm",
             Executor::Qemu => "qemu",
             Executor::Sim => "sim",
+            Executor::Linux => "linux",
+            Executor::LinuxQemu => "linux-qemu",
         }
     }
 }
 
-/// An executor name that is not one of the four.
+/// An executor name that is not one of ours.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown executor `{0}`; use native, vm, qemu or sim")]
+#[error("unknown executor `{0}`; use native, vm, qemu, sim, linux or linux-qemu")]
 pub struct UnknownExecutor(pub String);
 
 impl std::str::FromStr for Executor {
@@ -134,6 +147,43 @@ pub struct WorkloadInfo {
     /// Any other parameters (scale, ...).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub params: BTreeMap<String, serde_json::Value>,
+}
+
+impl WorkloadInfo {
+    /// Source of a real program's record (`source`).
+    pub const PROGRAM_SOURCE: &'static str = "program";
+
+    /// How a record names a real program: `name` its file name, `source`
+    /// [`Self::PROGRAM_SOURCE`], the whole argv in `params.argv` (the
+    /// program's identity: the same program with other arguments is another
+    /// workload). A program has no model parameters: `n` and `threads` are 0.
+    pub fn for_program(argv: &[String]) -> WorkloadInfo {
+        let name = argv
+            .first()
+            .map(|p| {
+                std::path::Path::new(p)
+                    .file_name()
+                    .map_or_else(|| p.clone(), |f| f.to_string_lossy().into_owned())
+            })
+            .unwrap_or_default();
+        let mut params = BTreeMap::new();
+        params.insert("argv".to_string(), serde_json::json!(argv));
+        WorkloadInfo {
+            name,
+            source: Self::PROGRAM_SOURCE.to_string(),
+            n: 0,
+            threads: 0,
+            params,
+        }
+    }
+
+    /// The argv of a real program's record.
+    pub fn program_argv(&self) -> Option<Vec<String>> {
+        if self.source != Self::PROGRAM_SOURCE {
+            return None;
+        }
+        serde_json::from_value(self.params.get("argv")?.clone()).ok()
+    }
 }
 
 /// Per-thread timing.
@@ -223,6 +273,10 @@ pub struct RunRecord {
     /// of their records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_run: Option<hostsched::HostReport>,
+    /// A real program's run (`linux`, `linux-qemu`, or `native` running a
+    /// program): the init's timing of it, its exit and output, the boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linux: Option<linux::LinuxSection>,
     /// What other tenants took from the host while the run was measured
     /// (steal, CPU pressure, other processes' CPU time), from its start to
     /// its end, set-up included. Absent for the simulator and old records.
@@ -262,6 +316,7 @@ impl RunRecord {
             sim: None,
             io: None,
             host_run: None,
+            linux: None,
             interference: None,
         }
     }
@@ -320,6 +375,22 @@ mod tests {
         let back = RunRecord::from_json(&text).expect("round trip");
         assert_eq!(back, r);
         assert!(text.contains("\"schema_version\": 1"));
+    }
+
+    #[test]
+    fn a_program_is_named_by_its_argv() {
+        let argv: Vec<String> = ["/usr/bin/pigz", "-p", "2"].map(String::from).into();
+        let w = WorkloadInfo::for_program(&argv);
+        assert_eq!(w.name, "pigz");
+        assert_eq!(w.program_argv(), Some(argv));
+        let back: WorkloadInfo = serde_json::from_str(&serde_json::to_string(&w).unwrap()).unwrap();
+        assert_eq!(back, w);
+        assert_eq!(WorkloadInfo::default().program_argv(), None);
+        for e in Executor::ALL {
+            assert_eq!(e.as_str().parse::<Executor>(), Ok(e));
+            let json = serde_json::to_string(&e).unwrap();
+            assert_eq!(json, format!("\"{}\"", e.as_str()));
+        }
     }
 
     #[test]

@@ -18,13 +18,34 @@ pub fn fmt_ns(ns: u64) -> String {
     }
 }
 
+/// A real program's run: its exit, output, CPUs and the guest's boot.
+fn write_program(s: &mut String, l: &crate::linux::LinuxSection) {
+    let _ = write!(
+        s,
+        "  program: exit status {}, {} bytes of output",
+        l.exit.shell_status(),
+        l.output_bytes
+    );
+    if let Some(c) = l.cpus_online {
+        let _ = write!(s, ", {c} CPUs online");
+    }
+    if let Some(b) = l.boot_to_init_ns {
+        let _ = write!(s, ", boot to init {}", fmt_ns(b));
+    }
+    let _ = writeln!(s);
+}
+
 impl RunRecord {
     /// Multi-line summary: what ran, how long, what it did.
     pub fn summary(&self) -> String {
         let mut s = String::new();
         self.write_what_ran(&mut s);
         self.write_timing(&mut s);
-        self.write_counters(&mut s);
+        match &self.linux {
+            // A real program: no model ops or counters, its run instead.
+            Some(l) => write_program(&mut s, l),
+            None => self.write_counters(&mut s),
+        }
         self.write_executor_details(&mut s);
         s
     }
@@ -32,11 +53,18 @@ impl RunRecord {
     /// The workload, the executor, the config and a failure if there was one.
     fn write_what_ran(&self, s: &mut String) {
         let w = &self.workload;
-        let _ = writeln!(
-            s,
-            "{} on {}: n={}, {} threads",
-            w.name, self.executor, w.n, w.threads
-        );
+        match w.program_argv() {
+            Some(argv) => {
+                let _ = writeln!(s, "{} on {}: a real program", argv.join(" "), self.executor);
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "{} on {}: n={}, {} threads",
+                    w.name, self.executor, w.n, w.threads
+                );
+            }
+        }
         if !self.config.is_empty() {
             let cfg: Vec<String> = self
                 .config

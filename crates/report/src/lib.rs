@@ -17,6 +17,7 @@ mod findings;
 mod overcommit;
 mod precision;
 mod raw;
+pub mod real;
 mod scaling;
 mod simcheck;
 mod summary;
@@ -159,6 +160,7 @@ pub fn render_html(store: &Store, opts: &ReportOptions) -> String {
     exits::render(&ctx, &mut page);
     simcheck::render(&ctx, &mut page);
     calibration::render(&ctx, &mut page);
+    real::render(&ctx, &mut page);
     for (i, (title, text)) in opts.sections.iter().enumerate() {
         page.section(
             &format!("extra-{i}"),

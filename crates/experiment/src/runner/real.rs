@@ -2,7 +2,9 @@
 //! path ([`crate::execute::execute`]). Everything else in the lab is tested
 //! without it.
 
-use crate::execute::{availability, execute, ExecuteError, RunLimits};
+use crate::execute::{
+    availability, execute, execute_program, ExecuteError, RealProgram, RunLimits,
+};
 use crate::point::Point;
 use crate::runner::{prepare, RunError, Runner};
 use smplab_record::config::RunConfig;
@@ -56,14 +58,16 @@ impl Runner for RealRunner {
     }
 
     fn run(&self, point: &Point) -> Result<Vec<RunRecord>, RunError> {
-        let (program, info) = prepare(point)?;
+        let limits = self.limits(point.timeout_s);
         let busy = BusyThreads::start(point.busy_host_threads);
-        let result = execute(
-            &program,
-            &info,
-            &run_config(point),
-            &self.limits(point.timeout_s),
-        );
+        let result = if point.is_program() {
+            RealProgram::new(point.program.clone())
+                .map_err(ExecuteError::from)
+                .and_then(|p| execute_program(&p, &run_config(point), &limits))
+        } else {
+            let (program, info) = prepare(point)?;
+            execute(&program, &info, &run_config(point), &limits)
+        };
         drop(busy);
         let mut records = result?;
         for r in &mut records {

@@ -20,7 +20,7 @@ fn items(v: &toml::Value) -> Vec<toml::Value> {
 }
 
 /// Parse every item of a string axis with the setting's own parser.
-fn parsed<T: std::str::FromStr>(
+pub(super) fn parsed<T: std::str::FromStr>(
     loc: &SourceText,
     axis: &str,
     v: &Spanned<toml::Value>,
@@ -179,17 +179,20 @@ pub(super) fn parse_axes(loc: &SourceText, m: &MatrixFile, diags: &mut Diagnosti
     let opt_nums = |v: &Option<Spanned<toml::Value>>, axis: &str, min, max, d: &mut Diagnostics| {
         v.as_ref().map(|v| numbers(loc, axis, v, min, max, d))
     };
-    let workloads: Vec<String> = parsed::<String>(loc, "workload", &m.workload, diags)
-        .into_iter()
-        .filter(|w| match smplab_workload::Source::resolve(w) {
-            Ok(_) => true,
-            Err(e) => {
-                let msg = e.to_string().replace('\n', "; ");
-                diags.push(loc.span(m.workload.span(), format!("`workload`: {msg}")));
-                false
-            }
-        })
-        .collect();
+    let workloads: Vec<String> = match &m.workload {
+        None => Vec::new(),
+        Some(wv) => parsed::<String>(loc, "workload", wv, diags)
+            .into_iter()
+            .filter(|w| match smplab_workload::Source::resolve(w) {
+                Ok(_) => true,
+                Err(e) => {
+                    let msg = e.to_string().replace('\n', "; ");
+                    diags.push(loc.span(wv.span(), format!("`workload`: {msg}")));
+                    false
+                }
+            })
+            .collect(),
+    };
     let scales: Vec<f64> = match &m.scale {
         None => vec![DEFAULT_SCALE],
         Some(v) => items(v.get_ref())

@@ -24,7 +24,11 @@ pub(super) fn matrix_configs(
     let mut seen = BTreeSet::new();
     let mut problems = BTreeSet::new();
     let mut threads_of = std::collections::HashMap::new();
+    let workload_span = m.workload.as_ref().map_or(matrix.span(), |w| w.span());
     for &executor in &ax.executors {
+        if !RunConfig::defaults(executor, 1, DEFAULT_PLATFORM).runs_models() {
+            continue;
+        }
         for workload in &ax.workloads {
             for &variant in &ax.variants {
                 for &scale in &ax.scales {
@@ -39,7 +43,7 @@ pub(super) fn matrix_configs(
                             let total = match total {
                                 Ok(t) => t,
                                 Err(msg) => {
-                                    problems.insert((m.workload.span().start, msg));
+                                    problems.insert((workload_span.start, msg));
                                     continue;
                                 }
                             };
@@ -123,7 +127,7 @@ fn sim(c: &mut RunConfig) -> Option<&mut smplab_record::config::SimSettings> {
 /// Multiply `configs` by the values of one axis; `slot` is the setting the
 /// axis sets, `None` when the executor has no such setting (the axis then
 /// collapses).
-fn cross<T: Clone>(
+pub(super) fn cross<T: Clone>(
     configs: &mut Vec<RunConfig>,
     values: &[T],
     slot: fn(&mut RunConfig) -> Option<&mut T>,
@@ -146,7 +150,7 @@ fn cross<T: Clone>(
 }
 
 /// Where a configuration problem points: the axis the setting came from.
-fn setting_span(m: &Spanned<MatrixFile>, setting: &str) -> Range<usize> {
+pub(super) fn setting_span(m: &Spanned<MatrixFile>, setting: &str) -> Range<usize> {
     let f = m.get_ref();
     let axis = match setting {
         "vcpus" => &f.vcpus,
@@ -159,11 +163,15 @@ fn setting_span(m: &Spanned<MatrixFile>, setting: &str) -> Range<usize> {
         "host_policy" => &f.host_policy,
         "irq_affinity" => &f.irq_affinity,
         "io_thread_cpus" => &f.io_thread_cpus,
+        "kernel" => &f.kernel,
+        "include" => &f.include,
+        "initrd" => &f.initrd,
+        "machine" => &f.machine,
         _ => &None,
     };
-    match (axis, setting) {
-        (Some(v), _) => v.span(),
-        (None, "threads") => f.workload.span(),
+    match (axis, setting, &f.workload) {
+        (Some(v), _, _) => v.span(),
+        (None, "threads", Some(w)) => w.span(),
         _ => m.span(),
     }
 }

@@ -319,3 +319,86 @@ fn settings_are_typed_with_one_default() {
         assert_eq!(p.vcpus(), Some(DEFAULT_VCPUS));
     }
 }
+
+#[test]
+fn real_programs_expand_for_the_executors_that_run_them() {
+    let text = r#"
+name = "real"
+repetitions = 1
+[matrix]
+executor = ["native", "linux", "linux-qemu", "vm"]
+workload = "dedup"
+program = [["sh", "-c", "true"], ["sh", "-c", "exit 0"]]
+vcpus = [2]
+sync = ["fine", "global"]
+irqchip = ["kernel", "user"]
+machine = ["microvm", "q35"]
+"#;
+    let s = ExperimentSpec::from_text("t.toml", text).unwrap();
+    let count = |e: Executor, program: bool| {
+        s.points
+            .iter()
+            .filter(|p| p.executor() == e && p.is_program() == program)
+            .count()
+    };
+    // Per program: linux 2 sync × 2 irqchip, linux-qemu 2 machines, native 1.
+    assert_eq!(count(Executor::Linux, true), 2 * 4);
+    assert_eq!(count(Executor::LinuxQemu, true), 2 * 2);
+    assert_eq!(count(Executor::Native, true), 2);
+    // The model runs where models run, and nowhere else.
+    assert_eq!(count(Executor::Native, false), 1);
+    assert_eq!(count(Executor::Vm, false), 4);
+    assert_eq!(count(Executor::Vm, true) + count(Executor::Linux, false), 0);
+    let keys: BTreeSet<_> = s.points.iter().map(|p| p.key()).collect();
+    assert_eq!(keys.len(), s.points.len(), "keys are unique");
+    let linux = s
+        .points
+        .iter()
+        .find(|p| p.executor() == Executor::Linux)
+        .unwrap();
+    assert_eq!(linux.program, ["sh", "-c", "true"]);
+    assert_eq!(linux.workload, "sh -c true");
+}
+
+#[test]
+fn bad_programs_and_linux_settings_are_located() {
+    let spec = |matrix: &str| {
+        ExperimentSpec::from_text("t.toml", &format!("name = \"t\"\n[matrix]\n{matrix}"))
+            .unwrap_err()
+            .to_string()
+    };
+    let e = spec("executor = \"linux\"\nprogram = [\"smplab-no-such-program\", \"-x\"]\n");
+    assert!(
+        e.contains("t.toml:4:") && e.contains("no such program"),
+        "{e}"
+    );
+    let e = spec("executor = \"linux\"\nprogram = [1, 2]\n");
+    assert!(
+        e.contains("t.toml:4:") && e.contains("takes an argv"),
+        "{e}"
+    );
+    let e = spec("executor = \"linux\"\nworkload = \"dedup\"\n");
+    assert!(
+        e.contains("t.toml:3:") && e.contains("runs real programs"),
+        "{e}"
+    );
+    let e = spec("executor = \"sim\"\nprogram = [\"sh\"]\n");
+    assert!(
+        e.contains("t.toml:3:") && e.contains("runs workload models"),
+        "{e}"
+    );
+    let e = spec("executor = \"linux-qemu\"\nprogram = [\"sh\"]\nmachine = \"pc\"\n");
+    assert!(
+        e.contains("t.toml:5:") && e.contains("unknown machine"),
+        "{e}"
+    );
+    let e = spec("executor = \"linux\"\nprogram = [\"sh\"]\nkernel = \"/nonexistent/vmlinuz\"\n");
+    assert!(
+        e.contains("t.toml:5:") && e.contains("cannot be read"),
+        "{e}"
+    );
+    let e = spec("executor = \"linux\"\nprogram = [\"sh\"]\nvcpus = 65\n");
+    assert!(e.contains("t.toml:5:") && e.contains("vcpus"), "{e}");
+    let e = spec("executor = \"native\"\n");
+    assert!(e.contains("give `workload`"), "{e}");
+}

@@ -5,8 +5,8 @@
 //! caller can tell "not taken" from "default" without naming executors.
 
 use super::{
-    ConfigError, GuestSettings, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip, NativeSettings,
-    Placement, QemuSettings, SimSettings, SyncMode, VmSettings,
+    ConfigError, GuestSettings, IdlePolicy, IoThreadCpus, IrqAffinity, Irqchip, LinuxGuestSettings,
+    NativeSettings, Placement, QemuSettings, SimSettings, SyncMode, VmSettings,
 };
 use crate::Executor;
 
@@ -21,6 +21,24 @@ pub trait ExecutorSettings {
     }
     fn guest_mut(&mut self) -> Option<&mut GuestSettings> {
         None
+    }
+
+    /// The Linux guest's settings, for executors that boot a Linux kernel.
+    fn linux_guest(&self) -> Option<&LinuxGuestSettings> {
+        None
+    }
+    fn linux_guest_mut(&mut self) -> Option<&mut LinuxGuestSettings> {
+        None
+    }
+
+    /// Whether the executor runs workload models (`Program`s).
+    fn runs_models(&self) -> bool {
+        true
+    }
+
+    /// Whether the executor runs real programs (an argv) as they are.
+    fn runs_real_programs(&self) -> bool {
+        false
     }
 
     /// Where the vCPUs (or native threads) run.
@@ -121,6 +139,10 @@ impl ExecutorSettings for NativeSettings {
     }
     fn io_thread_cpus_mut(&mut self) -> Option<&mut IoThreadCpus> {
         Some(&mut self.io_thread_cpus)
+    }
+    /// The same program natively is the baseline of a Linux run.
+    fn runs_real_programs(&self) -> bool {
+        true
     }
     // A CPU the host lacks is found when the run starts (`check_host_cpus`,
     // status 5): a spec may run on another host.

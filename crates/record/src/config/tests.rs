@@ -179,16 +179,25 @@ fn defaults_and_the_settings_trait_agree_with_each_executor() {
         assert_eq!(c.executor(), e);
         assert!(c.validate(None).is_ok(), "{e}: {:?}", c.validate(None));
         // A setting the executor lacks reads as None and cannot be set.
+        use crate::Executor::{Linux, LinuxQemu, Native, Qemu, Sim};
         let has_vms = c.settings().vms().is_some();
-        assert_eq!(has_vms, e != crate::Executor::Native, "{e}");
+        assert_eq!(has_vms, !matches!(e, Native | Linux | LinuxQemu), "{e}");
         c.set_vms(2);
         assert_eq!(c.vms(), if has_vms { 2 } else { 1 }, "{e}");
-        assert_eq!(c.vcpus(), has_vms.then_some(3), "{e}");
-        assert_eq!(c.platform().is_some(), e == crate::Executor::Sim, "{e}");
+        assert_eq!(c.vcpus(), (e != Native).then_some(3), "{e}");
+        assert_eq!(c.platform().is_some(), e == Sim, "{e}");
         assert_eq!(
             c.settings_mut().io_thread_cpus_mut().is_some(),
-            e != crate::Executor::Qemu,
+            !matches!(e, Qemu | Linux | LinuxQemu),
             "{e}"
         );
+        // A Linux guest runs real programs only; native runs both.
+        assert_eq!(c.runs_models(), !matches!(e, Linux | LinuxQemu), "{e}");
+        assert_eq!(
+            c.runs_real_programs(),
+            matches!(e, Native | Linux | LinuxQemu),
+            "{e}"
+        );
+        assert_eq!(c.linux_guest().is_some(), matches!(e, Linux | LinuxQemu));
     }
 }
