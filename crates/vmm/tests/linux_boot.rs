@@ -18,7 +18,9 @@
 //! takes 10-20 s); `SMPLAB_LINUX_MATRIX=full` boots every form x N x mode.
 //! `SMPLAB_LINUX_CMDLINE_EXTRA` adds words to the guest's command line.
 
-use smplab_record::host::{KvmBacking, KvmFacts};
+mod linux_common;
+
+use linux_common::{all_online, bzimage, hardware_kvm, initramfs, kernel_path, MEM_BYTES};
 use smplab_vmm::{run_vm, ConsoleSink, GuestStop, KernelImage, SyncMode, VmConfig, VmRun};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -32,7 +34,6 @@ const CLOCK_MARKER: &str = "@@SMPLAB-LINUX-CLOCK ";
 const MHZ_MARKER: &str = "@@SMPLAB-LINUX-MHZ ";
 /// The init's debug-exit status.
 const STATUS_OK: u32 = 0x5a;
-const MEM_BYTES: u64 = 512 << 20;
 const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// One VM at a time: each has 512 MiB, and the nested host has 2 GiB.
@@ -49,54 +50,6 @@ enum Stop {
     DebugExit,
     PowerOff,
     Reboot,
-}
-
-/// Whether this host can boot Linux guests; prints why not when it cannot.
-fn hardware_kvm() -> bool {
-    let facts = KvmFacts::detect();
-    let required = std::env::var("SMPLAB_REQUIRE_KVM").as_deref() == Ok("1");
-    match facts.backing {
-        KvmBacking::Hardware if facts.device_usable => true,
-        KvmBacking::Hardware => {
-            assert!(!required, "SMPLAB_REQUIRE_KVM=1 but /dev/kvm is unusable");
-            eprintln!("note: linux_boot ran nowhere: /dev/kvm is not usable here");
-            false
-        }
-        other => {
-            eprintln!(
-                "note: linux_boot ran nowhere: KVM here is {other:?}, not kvm_amd/kvm_intel; a Linux guest needs hardware-style KVM (run it in tools/nested-host/nested-host)"
-            );
-            false
-        }
-    }
-}
-
-fn kernel_path() -> PathBuf {
-    std::env::var_os("SMPLAB_LINUX_KERNEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            // The workspace root, lexically: inside the nested host only the
-            // files given with --file exist, not crates/vmm for a `..`.
-            let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-            let root = manifest
-                .parent()
-                .and_then(|p| p.parent())
-                .unwrap_or(manifest);
-            root.join("target/nested-host/vmlinuz")
-        })
-}
-
-fn bzimage() -> &'static [u8] {
-    static BZIMAGE: OnceLock<Vec<u8>> = OnceLock::new();
-    BZIMAGE.get_or_init(|| {
-        let path = kernel_path();
-        std::fs::read(&path).unwrap_or_else(|e| {
-            panic!(
-                "cannot read the Linux kernel {}: {e}; set SMPLAB_LINUX_KERNEL or copy it into the nested host with --file",
-                path.display()
-            )
-        })
-    })
 }
 
 /// The `vmlinux` ELF inside the bzImage, as tools/nested-host/extract-vmlinux
@@ -119,59 +72,9 @@ fn vmlinux() -> &'static [u8] {
     })
 }
 
-/// A cpio "newc" archive: /dev/console (the init's stdio), /proc, /sys and /init.
-fn initramfs() -> Vec<u8> {
-    assert!(
-        !INIT.is_empty(),
-        "build.rs could not build tests/linux_init/init.c with gcc -static"
-    );
-    let mut cpio = Vec::new();
-    /// Name, mode, device (major, minor), contents.
-    type Entry<'a> = (&'a str, u32, (u32, u32), &'a [u8]);
-    let entries: [Entry; 5] = [
-        ("dev", 0o040_755, (0, 0), b""),
-        ("dev/console", 0o020_600, (5, 1), b""),
-        ("proc", 0o040_755, (0, 0), b""),
-        ("sys", 0o040_755, (0, 0), b""),
-        ("init", 0o100_755, (0, 0), INIT),
-    ];
-    for (ino, (name, mode, (major, minor), data)) in entries.into_iter().enumerate() {
-        cpio_entry(&mut cpio, ino + 1, name, mode, (major, minor), data);
-    }
-    cpio_entry(&mut cpio, 0, "TRAILER!!!", 0, (0, 0), b"");
-    cpio
-}
-
-fn cpio_entry(out: &mut Vec<u8>, ino: usize, name: &str, mode: u32, rdev: (u32, u32), data: &[u8]) {
-    let fields = [
-        ino,
-        mode as usize,
-        0,
-        0,
-        1,
-        0,
-        data.len(),
-        0,
-        0,
-        rdev.0 as usize,
-        rdev.1 as usize,
-        name.len() + 1,
-        0,
-    ];
-    out.extend_from_slice(b"070701");
-    for field in fields {
-        out.extend_from_slice(format!("{field:08x}").as_bytes());
-    }
-    out.extend_from_slice(name.as_bytes());
-    out.push(0);
-    out.resize(out.len().next_multiple_of(4), 0);
-    out.extend_from_slice(data);
-    out.resize(out.len().next_multiple_of(4), 0);
-}
-
 fn initrd() -> &'static [u8] {
     static INITRD: OnceLock<Vec<u8>> = OnceLock::new();
-    INITRD.get_or_init(initramfs)
+    INITRD.get_or_init(|| initramfs(INIT))
 }
 
 /// Boot `form` with `vcpus` vCPUs in `sync` mode, ended the `stop` way.
@@ -251,15 +154,6 @@ fn tail(console: &str) -> String {
     console[start..].to_string()
 }
 
-/// The CPU list `0-{n-1}` (or `0`) that sysfs prints when all are online.
-fn all_online(vcpus: u32) -> String {
-    if vcpus == 1 {
-        "0".into()
-    } else {
-        format!("0-{}", vcpus - 1)
-    }
-}
-
 fn check(form: Form, vcpus: u32, sync: SyncMode, stop: Stop) {
     let (run, console) = boot(form, vcpus, sync, stop);
     let tail = tail(&console);
@@ -336,28 +230,28 @@ fn full_matrix() -> bool {
 
 #[test]
 fn pvh_on_2_vcpus_fine_ends_by_the_debug_exit() {
-    if hardware_kvm() {
+    if hardware_kvm("linux_boot") {
         check(Form::Pvh, 2, SyncMode::Fine, Stop::DebugExit);
     }
 }
 
 #[test]
 fn bzimage_on_1_vcpu_global_powers_off() {
-    if hardware_kvm() {
+    if hardware_kvm("linux_boot") {
         check(Form::BzImage, 1, SyncMode::Global, Stop::PowerOff);
     }
 }
 
 #[test]
 fn pvh_on_4_vcpus_iothread_reboots() {
-    if hardware_kvm() {
+    if hardware_kvm("linux_boot") {
         check(Form::Pvh, 4, SyncMode::IoThread, Stop::Reboot);
     }
 }
 
 #[test]
 fn bzimage_on_8_vcpus_hybrid_ends_by_the_debug_exit() {
-    if hardware_kvm() {
+    if hardware_kvm("linux_boot") {
         check(Form::BzImage, 8, SyncMode::Hybrid, Stop::DebugExit);
     }
 }
@@ -369,7 +263,7 @@ fn the_full_matrix_boots_with_every_cpu_online() {
         eprintln!("note: the full matrix runs with SMPLAB_LINUX_MATRIX=full");
         return;
     }
-    if !hardware_kvm() {
+    if !hardware_kvm("linux_boot") {
         return;
     }
     for form in [Form::BzImage, Form::Pvh] {
@@ -495,7 +389,7 @@ fn median_and_spread(mut xs: Vec<f64>) -> (f64, f64, f64) {
 #[test]
 #[ignore = "a measurement, run by hand in the nested host"]
 fn measure_boot_to_init_against_qemu() {
-    if !hardware_kvm() {
+    if !hardware_kvm("linux_boot") {
         return;
     }
     let qemu = std::env::var("SMPLAB_QEMU").unwrap_or_else(|_| "qemu-system-x86_64".into());

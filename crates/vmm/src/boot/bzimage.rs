@@ -6,12 +6,12 @@
 //! The kernel decompresses itself from there.
 
 use super::{
-    boot_err, low_ram_end, memory_map, pvh::segment, write_cmdline, BootEntry, CMDLINE_ADDR,
-    GDT_ADDR, HIGH_RAM_START, START_INFO_ADDR,
+    boot_err, low_ram_end, memory_map,
+    pvh::{set_flat_entry, FlatGdt},
+    write_cmdline, BootEntry, CMDLINE_ADDR, GDT_ADDR, HIGH_RAM_START, START_INFO_ADDR,
 };
 use crate::error::VmmError;
 use crate::VmConfig;
-use kvm_bindings::kvm_segment;
 use kvm_ioctls::VcpuFd;
 use linux_loader::configurator::linux::LinuxBootConfigurator;
 use linux_loader::configurator::{BootConfigurator, BootParams};
@@ -160,38 +160,18 @@ fn write_gdt(mem: &GuestMemoryMmap) -> Result<(), VmmError> {
 /// The 32-bit entry state: protected mode, paging off, flat __BOOT_CS and
 /// __BOOT_DS, interrupts off, %esi = the zero page, %ebp = %edi = %ebx = 0.
 pub fn set_entry(vcpu: &VcpuFd, entry: u64) -> Result<(), VmmError> {
-    let mut sregs = vcpu.get_sregs().map_err(VmmError::kvm("KVM_GET_SREGS"))?;
-    sregs.cs = segment(BOOT_CS, 0xb, 1);
-    let data = segment(BOOT_DS, 0x3, 1);
-    sregs.ds = data;
-    sregs.es = data;
-    sregs.fs = data;
-    sregs.gs = data;
-    sregs.ss = data;
-    sregs.tr = kvm_segment {
-        limit: 0x67,
-        g: 0,
-        db: 0,
-        ..segment(0x20, 0xb, 0)
+    let gdt = FlatGdt {
+        code: BOOT_CS,
+        data: BOOT_DS,
+        tss: 0x20,
+        limit: 39,
     };
-    sregs.gdt.base = GDT_ADDR;
-    sregs.gdt.limit = 39;
-    sregs.cr0 = 0x11; // PE | ET
-    sregs.cr4 = 0;
-    sregs.efer = 0;
-    vcpu.set_sregs(&sregs)
-        .map_err(VmmError::kvm("KVM_SET_SREGS"))?;
-    let mut regs = vcpu.get_regs().map_err(VmmError::kvm("KVM_GET_REGS"))?;
-    regs.rflags = 0x2;
-    regs.rip = entry;
-    regs.rsi = ZERO_PAGE_ADDR;
-    regs.rbx = 0;
-    regs.rbp = 0;
-    regs.rdi = 0;
-    regs.rsp = 0;
-    vcpu.set_regs(&regs)
-        .map_err(VmmError::kvm("KVM_SET_REGS"))?;
-    Ok(())
+    set_flat_entry(vcpu, &gdt, entry, |regs| {
+        regs.rsi = ZERO_PAGE_ADDR;
+        regs.rbx = 0;
+        regs.rbp = 0;
+        regs.rdi = 0;
+    })
 }
 
 #[cfg(test)]

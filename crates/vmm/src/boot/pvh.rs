@@ -185,11 +185,27 @@ pub(super) fn segment(selector: u16, type_: u8, s: u8) -> kvm_segment {
     }
 }
 
-/// PVH entry state: 32-bit protected mode, paging off, flat segments, %ebx = start info.
-pub fn set_pvh_entry(vcpu: &VcpuFd, entry: u64) -> Result<(), VmmError> {
+/// The GDT selectors and limit of a flat 32-bit entry: PVH and the Linux
+/// boot protocol each lay out their own GDT at [`GDT_ADDR`].
+pub(super) struct FlatGdt {
+    pub code: u16,
+    pub data: u16,
+    pub tss: u16,
+    pub limit: u16,
+}
+
+/// 32-bit protected mode, paging off, flat code and data segments, a busy
+/// TSS, interrupts off, %rip = `entry`; `set` puts the protocol's registers
+/// on top.
+pub(super) fn set_flat_entry(
+    vcpu: &VcpuFd,
+    gdt: &FlatGdt,
+    entry: u64,
+    set: impl FnOnce(&mut kvm_bindings::kvm_regs),
+) -> Result<(), VmmError> {
     let mut sregs = vcpu.get_sregs().map_err(VmmError::kvm("KVM_GET_SREGS"))?;
-    sregs.cs = segment(0x08, 0xb, 1);
-    let data = segment(0x10, 0x3, 1);
+    sregs.cs = segment(gdt.code, 0xb, 1);
+    let data = segment(gdt.data, 0x3, 1);
     sregs.ds = data;
     sregs.es = data;
     sregs.fs = data;
@@ -199,10 +215,10 @@ pub fn set_pvh_entry(vcpu: &VcpuFd, entry: u64) -> Result<(), VmmError> {
         limit: 0x67,
         g: 0,
         db: 0,
-        ..segment(0x18, 0xb, 0)
+        ..segment(gdt.tss, 0xb, 0)
     };
     sregs.gdt.base = GDT_ADDR;
-    sregs.gdt.limit = 31;
+    sregs.gdt.limit = gdt.limit;
     sregs.cr0 = 0x11; // PE | ET
     sregs.cr4 = 0;
     sregs.efer = 0;
@@ -211,11 +227,22 @@ pub fn set_pvh_entry(vcpu: &VcpuFd, entry: u64) -> Result<(), VmmError> {
     let mut regs = vcpu.get_regs().map_err(VmmError::kvm("KVM_GET_REGS"))?;
     regs.rflags = 0x2;
     regs.rip = entry;
-    regs.rbx = START_INFO_ADDR;
     regs.rsp = 0;
+    set(&mut regs);
     vcpu.set_regs(&regs)
         .map_err(VmmError::kvm("KVM_SET_REGS"))?;
     Ok(())
+}
+
+/// PVH entry state: 32-bit protected mode, paging off, flat segments, %ebx = start info.
+pub fn set_pvh_entry(vcpu: &VcpuFd, entry: u64) -> Result<(), VmmError> {
+    let gdt = FlatGdt {
+        code: 0x08,
+        data: 0x10,
+        tss: 0x18,
+        limit: 31,
+    };
+    set_flat_entry(vcpu, &gdt, entry, |regs| regs.rbx = START_INFO_ADDR)
 }
 
 #[cfg(test)]

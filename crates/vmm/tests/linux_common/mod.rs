@@ -1,10 +1,10 @@
-//! What the Linux-guest tests of `--irqchip user` (linux_user_irqchip.rs)
-//! and of the hostile init (linux_hostile.rs) share: where the kernel is,
+//! What the Linux-guest tests (linux_boot.rs: the in-kernel irqchip;
+//! linux_user_irqchip.rs: `--irqchip user`; linux_hostile.rs: the hostile
+//! init) share: where the kernel is,
 //! whether this host can boot it, an initramfs around one static init built
-//! by build.rs, and one boot with a console capture. The kernel and the
-//! initramfs layout are those of linux_boot.rs (the in-kernel irqchip's
-//! boots): `$SMPLAB_LINUX_KERNEL`, else target/nested-host/vmlinuz, copied
-//! into the nested AMD-V host with `--file`.
+//! by build.rs, and one boot with a console capture. The kernel:
+//! `$SMPLAB_LINUX_KERNEL`, else target/nested-host/vmlinuz, copied into the
+//! nested AMD-V host with `--file`.
 
 // Each test file uses a part of this module.
 #![allow(dead_code)]
@@ -46,7 +46,7 @@ pub fn hardware_kvm(test: &str) -> bool {
     }
 }
 
-fn kernel_path() -> PathBuf {
+pub fn kernel_path() -> PathBuf {
     std::env::var_os("SMPLAB_LINUX_KERNEL")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
