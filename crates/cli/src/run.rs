@@ -533,7 +533,7 @@ mod tests {
                 .unwrap_err();
             assert!(
                 e[0].contains(&format!(
-                    "--no-seccomp does not apply to --executor {executor} (it applies to vm)"
+                    "--no-seccomp does not apply to --executor {executor} (it applies to vm, linux)"
                 )),
                 "{e:?}"
             );

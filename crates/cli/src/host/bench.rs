@@ -355,7 +355,17 @@ mod tests {
         ]);
         let status = bench_with(&a, &RealRunner::default());
         let stored = Store::read(&store).expect("store");
-        assert_eq!(stored.entries().len(), 8);
+        // A run the host's steal disturbed is stored flagged and run again
+        // (smplab_experiment::sweep): every point has one current entry, and
+        // every line beyond those is a disturbed run that was superseded.
+        let latest = stored.latest();
+        assert_eq!(latest.len(), 8);
+        let superseded: Vec<_> = stored
+            .entries()
+            .iter()
+            .filter(|e| !latest.iter().any(|l| std::ptr::eq(*l, *e)))
+            .collect();
+        assert!(superseded.iter().all(|e| e.disturbed), "{superseded:?}");
         let failed: Vec<_> = stored.entries().iter().filter(|e| !e.is_ok()).collect();
         assert!(failed.is_empty(), "{failed:?}");
         assert_eq!(status, exit::OK);
