@@ -277,6 +277,11 @@ const KICK: &[Allowed] = &[
         "tgkill",
         "pthread_kill: the vCPU kick signal (SIGRTMIN)",
     ),
+    any(
+        libc::SYS_gettid,
+        "gettid",
+        "pthread_kill of the calling thread itself (glibc asks the kernel for its tid): a vCPU kicking its own thread, as for a Linux guest's self-IPI on the user irqchip",
+    ),
 ];
 
 /// What a guest device access may do on the thread that carries it (a vCPU
