@@ -324,7 +324,7 @@ fn timed_out_points_are_failed_with_the_reason() {
     // under the nested host's TCG, where 1 s (100 ms) was once too little.
     let spec = ExperimentSpec::from_text(
         "t.toml",
-        "name = \"t\"\nrepetitions = 1\ntimeout_s = 3\n[matrix]\nexecutor = [\"vm\", \"native\"]\nworkload = \"spinlock\"\nvcpus = 2\nscale = 100\n",
+        "name = \"t\"\nrepetitions = 1\ntimeout_s = 3\n[matrix]\nexecutor = [\"vm\", \"native\"]\nworkload = \"spinlock\"\nvcpus = 2\nscale = 1000\n",
     )
     .expect("spec");
     let mut store = Store::from_entries(vec![]);
