@@ -13,25 +13,14 @@
 //! Without /dev/kvm these tests print a note and pass; with
 //! SMPLAB_REQUIRE_KVM=1 they fail instead.
 
+mod kvm_check;
+
+use kvm_check::kvm_usable;
+
 use smplab_vmm::devices::block::BlockConfig;
 use smplab_vmm::fuzz_guest::{standard_targets, FuzzGuest};
 use smplab_vmm::{run_vm, ConsoleSink, Irqchip, KernelImage, SyncMode, VmConfig};
 use std::time::{Duration, Instant};
-
-fn kvm_usable() -> bool {
-    let err = match kvm_ioctls::Kvm::new() {
-        Ok(kvm) => match kvm.create_vm() {
-            Ok(_) => return true,
-            Err(e) => format!("KVM_CREATE_VM failed: {e}"),
-        },
-        Err(e) => format!("/dev/kvm cannot be opened: {e}"),
-    };
-    if std::env::var("SMPLAB_REQUIRE_KVM").as_deref() == Ok("1") {
-        panic!("SMPLAB_REQUIRE_KVM=1 but KVM is unusable: {err}");
-    }
-    eprintln!("note: skipping KVM test: {err}");
-    false
-}
 
 const VCPUS: u16 = 2;
 

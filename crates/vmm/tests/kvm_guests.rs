@@ -4,25 +4,14 @@
 //! Without /dev/kvm these tests print a note and pass; with SMPLAB_REQUIRE_KVM=1
 //! (set by CI) they fail instead.
 
+mod kvm_check;
+
+use kvm_check::kvm_usable;
+
 use smplab_record::exit;
 use smplab_vmm::test_guest::{GuestProgram, Misbehave};
 use smplab_vmm::{run_vm, ConsoleSink, KernelImage, SyncMode, VmConfig, VmmError};
 use std::time::Duration;
-
-fn kvm_usable() -> bool {
-    let err = match kvm_ioctls::Kvm::new() {
-        Ok(kvm) => match kvm.create_vm() {
-            Ok(_) => return true,
-            Err(e) => format!("KVM_CREATE_VM failed: {e}"),
-        },
-        Err(e) => format!("/dev/kvm cannot be opened: {e}"),
-    };
-    if std::env::var("SMPLAB_REQUIRE_KVM").as_deref() == Ok("1") {
-        panic!("SMPLAB_REQUIRE_KVM=1 but KVM is unusable: {err}");
-    }
-    eprintln!("note: skipping KVM test: {err}");
-    false
-}
 
 fn config(program: &GuestProgram, vcpus: u32, sync: SyncMode) -> VmConfig {
     let mut config = VmConfig::new(KernelImage::Bytes(program.elf()));

@@ -13,26 +13,15 @@
 //! Without /dev/kvm it prints a note and passes; with SMPLAB_REQUIRE_KVM=1
 //! it fails instead.
 
+mod kvm_check;
+
+use kvm_check::kvm_usable;
+
 use smplab_vmm::test_guest::GuestProgram;
 use smplab_vmm::{run_vm, ConsoleSink, KernelImage, SyncMode, VmConfig};
 use std::time::Duration;
 
 const CHILD_ENV: &str = "SMPLAB_RSS_CHILD";
-
-fn kvm_usable() -> bool {
-    let err = match kvm_ioctls::Kvm::new() {
-        Ok(kvm) => match kvm.create_vm() {
-            Ok(_) => return true,
-            Err(e) => format!("KVM_CREATE_VM failed: {e}"),
-        },
-        Err(e) => format!("/dev/kvm cannot be opened: {e}"),
-    };
-    if std::env::var("SMPLAB_REQUIRE_KVM").as_deref() == Ok("1") {
-        panic!("SMPLAB_REQUIRE_KVM=1 but KVM is unusable: {err}");
-    }
-    eprintln!("note: skipping KVM test: {err}");
-    false
-}
 
 /// The guest: port I/O on every vCPU, 64 MiB configured, a few
 /// pages touched.

@@ -9,6 +9,10 @@
 //! `child_entry` test only. Without /dev/kvm these tests print a note and
 //! pass; with SMPLAB_REQUIRE_KVM=1 they fail instead.
 
+mod kvm_check;
+
+use kvm_check::kvm_usable;
+
 use smplab_record::config::HostPolicy;
 use smplab_record::exit;
 use smplab_vmm::devices::block::BlockConfig;
@@ -20,21 +24,6 @@ use std::time::Duration;
 
 const CHILD_ENV: &str = "SMPLAB_SECCOMP_CHILD";
 const CHILD_FILTERS_OFF_ENV: &str = "SMPLAB_SECCOMP_CHILD_OFF";
-
-fn kvm_usable() -> bool {
-    let err = match kvm_ioctls::Kvm::new() {
-        Ok(kvm) => match kvm.create_vm() {
-            Ok(_) => return true,
-            Err(e) => format!("KVM_CREATE_VM failed: {e}"),
-        },
-        Err(e) => format!("/dev/kvm cannot be opened: {e}"),
-    };
-    if std::env::var("SMPLAB_REQUIRE_KVM").as_deref() == Ok("1") {
-        panic!("SMPLAB_REQUIRE_KVM=1 but KVM is unusable: {err}");
-    }
-    eprintln!("note: skipping KVM test: {err}");
-    false
-}
 
 /// A 2-vCPU guest whose configuration starts every thread kind: the I/O
 /// thread (`iothread`), the LAPIC timer thread (user irqchip), the block

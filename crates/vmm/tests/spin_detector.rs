@@ -6,6 +6,10 @@
 //! through the guest's page tables and classify the code there). Needs KVM
 //! (fails instead of skipping with SMPLAB_REQUIRE_KVM=1).
 
+mod kvm_check;
+
+use kvm_check::kvm_usable;
+
 use smplab_vmm::boot::{load_kernel, set_pvh_entry, write_boot_data};
 use smplab_vmm::control::RunControl;
 use smplab_vmm::host::spin::{SpinDetector, SpinSettings};
@@ -15,21 +19,6 @@ use smplab_vmm::vm::{open_kvm, Irqchip, Vm};
 use smplab_vmm::{BusBuilder, KernelImage, SyncMode, Vcpu, VmConfig};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-
-fn kvm_usable() -> bool {
-    let err = match kvm_ioctls::Kvm::new() {
-        Ok(kvm) => match kvm.create_vm() {
-            Ok(_) => return true,
-            Err(e) => format!("KVM_CREATE_VM failed: {e}"),
-        },
-        Err(e) => format!("/dev/kvm cannot be opened: {e}"),
-    };
-    if std::env::var("SMPLAB_REQUIRE_KVM").as_deref() == Ok("1") {
-        panic!("SMPLAB_REQUIRE_KVM=1 but KVM is unusable: {err}");
-    }
-    eprintln!("note: skipping KVM test: {err}");
-    false
-}
 
 /// `1: pause; cmpl $0, 0x3000; je 1b`: waits for a word that stays 0.
 const SPIN_LOOP: &[u8] = &[

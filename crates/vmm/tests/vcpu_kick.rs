@@ -3,6 +3,10 @@
 //! one kick, however the kick falls relative to KVM_RUN, with no re-signalling.
 //! Needs KVM (fails instead of skipping with SMPLAB_REQUIRE_KVM=1).
 
+mod kvm_check;
+
+use kvm_check::kvm_usable;
+
 use smplab_vmm::boot::{load_kernel, set_pvh_entry, write_boot_data};
 use smplab_vmm::collect::{Collector, VmMeasurements};
 use smplab_vmm::control::RunControl;
@@ -15,21 +19,6 @@ use smplab_vmm::{
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn kvm_usable() -> bool {
-    let err = match kvm_ioctls::Kvm::new() {
-        Ok(kvm) => match kvm.create_vm() {
-            Ok(_) => return true,
-            Err(e) => format!("KVM_CREATE_VM failed: {e}"),
-        },
-        Err(e) => format!("/dev/kvm cannot be opened: {e}"),
-    };
-    if std::env::var("SMPLAB_REQUIRE_KVM").as_deref() == Ok("1") {
-        panic!("SMPLAB_REQUIRE_KVM=1 but KVM is unusable: {err}");
-    }
-    eprintln!("note: skipping KVM test: {err}");
-    false
-}
 
 fn spin_program() -> GuestProgram {
     GuestProgram {
