@@ -6,6 +6,9 @@
 //! level vector reaches the IOAPIC as an [`super::IrqchipEvent::EoiBroadcast`] that the
 //! VMM writes to the EOI register).
 
+use super::invariants::{
+    check_remote_irr_held, check_remote_irr_level, IrqchipViolation, LapicView, LEVEL, REMOTE_IRR,
+};
 use super::regs::{split_access, ApicMessage, DeliveryMode, Shorthand};
 use super::{ioapic_ctl, ApicTarget, IrqchipCounters, PAGE};
 use crate::devices::{fill_le, le_value, ExclusiveDevice};
@@ -14,8 +17,6 @@ use std::sync::Arc;
 pub const IOAPIC_PINS: usize = 24;
 const VERSION: u32 = 0x0017_0020; // 24 entries (max index 23), version 0x20
 const MASKED: u64 = 1 << 16;
-const REMOTE_IRR: u64 = 1 << 14;
-const LEVEL: u64 = 1 << 15;
 /// Writable bits: vector, delivery mode, dest mode, polarity, trigger, mask, dest.
 const WRITABLE: u64 = 0xff00_0000_0001_afff;
 
@@ -23,6 +24,9 @@ pub struct Ioapic {
     id: u32,
     select: u32,
     redirection: [u64; IOAPIC_PINS],
+    /// The vector each pin's remote IRR waits for (the entry's vector when
+    /// it was delivered: a guest may reprogram the entry since).
+    remote_vector: [u8; IOAPIC_PINS],
     lines: u32,
     target: Arc<dyn ApicTarget>,
     counters: Arc<IrqchipCounters>,
@@ -34,6 +38,7 @@ impl Ioapic {
             id: 0,
             select: 0,
             redirection: [MASKED; IOAPIC_PINS],
+            remote_vector: [0; IOAPIC_PINS],
             lines: 0,
             target,
             counters,
@@ -75,6 +80,7 @@ impl Ioapic {
             && self.send(index) > 0
         {
             self.redirection[index] |= REMOTE_IRR;
+            self.remote_vector[index] = entry.to_le_bytes()[0];
         }
     }
 
@@ -112,6 +118,36 @@ impl Ioapic {
                 self.service(index);
             }
         }
+    }
+
+    /// The IOAPIC invariants (`invariants`) against the LAPICs' `views`:
+    /// remote IRR only on level-triggered entries, each for an interrupt a
+    /// LAPIC still holds; entries with only writable bits; registers in range.
+    pub fn check_invariants(&self, lapics: &[LapicView], out: &mut Vec<IrqchipViolation>) {
+        check_remote_irr_level(&self.redirection, out);
+        let waiting: Vec<(usize, u8)> = (0..IOAPIC_PINS)
+            .filter(|pin| self.redirection[*pin] & REMOTE_IRR != 0)
+            .map(|pin| (pin, self.remote_vector[pin]))
+            .collect();
+        check_remote_irr_held(&waiting, lapics, out);
+        for (pin, entry) in self.redirection.iter().enumerate() {
+            let stray = entry & !(WRITABLE | REMOTE_IRR);
+            if stray != 0 {
+                out.push(IrqchipViolation::MalformedEntry {
+                    pin,
+                    entry: *entry,
+                    stray,
+                });
+            }
+        }
+    }
+
+    /// Test-only: set `pin`'s remote IRR as if `vector` had been delivered,
+    /// without a LAPIC taking it (a lost delivery).
+    #[cfg(test)]
+    pub(crate) fn corrupt(&mut self, pin: usize, vector: u8) {
+        self.redirection[pin] |= REMOTE_IRR;
+        self.remote_vector[pin] = vector;
     }
 
     /// The redirection entry of `pin` (tests, diagnostics).

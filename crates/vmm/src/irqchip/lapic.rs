@@ -29,9 +29,11 @@
 //!   the register file is left before a write's effect (an IPI, an EOI
 //!   broadcast, a timer deadline) is carried out, so no two are ever held.
 
+use super::invariants::{IrqchipViolation, LapicView};
 use super::regs::{
     destinations, split_access, Addressing, ApicMessage, DeliveryMode, LapicRegs, RegEffect,
-    Shorthand, ESR_RECEIVE_ILLEGAL_VECTOR, ESR_SEND_ILLEGAL_VECTOR, REG_EOI, REG_ESR,
+    Shorthand, ESR_RECEIVE_ILLEGAL_VECTOR, ESR_SEND_ILLEGAL_VECTOR, REG_EOI, REG_ESR, REG_PPR,
+    REG_TIMER_CUR,
 };
 use super::sync::{Cells, Ordering, Shelter, Synced, Unsynced, Word};
 use super::{
@@ -72,19 +74,7 @@ impl<S: Cells> Lapic<S> {
     }
 
     fn mirror(&self, regs: &LapicRegs) {
-        let a = regs.addressing();
-        let enabled = if regs.enabled() { ROUTING_ENABLED } else { 0 };
-        let extint = if regs.lint0_extint() {
-            ROUTING_LINT0_EXTINT
-        } else {
-            0
-        };
-        let value = u32::from(a.apic_id)
-            | u32::from(a.ldr) << 8
-            | u32::from(a.dfr_model) << 16
-            | enabled
-            | extint;
-        self.routing.store(value, Ordering::Release);
+        self.routing.store(routing_word(regs), Ordering::Release);
     }
 
     fn addressing(&self) -> Addressing {
@@ -103,6 +93,18 @@ impl<S: Cells> Lapic<S> {
     fn snapshot(words: &[S::Word; 8]) -> [u32; 8] {
         std::array::from_fn(|i| words[i].load(Ordering::SeqCst))
     }
+}
+
+/// The routing mirror's value for `regs`.
+fn routing_word(regs: &LapicRegs) -> u32 {
+    let a = regs.addressing();
+    let enabled = if regs.enabled() { ROUTING_ENABLED } else { 0 };
+    let extint = if regs.lint0_extint() {
+        ROUTING_LINT0_EXTINT
+    } else {
+        0
+    };
+    u32::from(a.apic_id) | u32::from(a.ldr) << 8 | u32::from(a.dfr_model) << 16 | enabled | extint
 }
 
 fn word_bit(vector: u8) -> (usize, u32) {
@@ -329,6 +331,71 @@ impl<S: Cells> LapicSet<S> {
                 Lapic::<S>::snapshot(&lapic.tmr),
             )
         }))
+    }
+
+    /// What each LAPIC shows through its registers (PPR and the timer's
+    /// current count as a guest read them now).
+    pub fn views(&self) -> Vec<LapicView> {
+        let now = self.clock.now_ns();
+        (0..self.vcpus())
+            .zip(&self.lapics)
+            .map(|(vcpu, lapic)| {
+                let irr = Lapic::<S>::snapshot(&lapic.irr);
+                let tmr = Lapic::<S>::snapshot(&lapic.tmr);
+                lapic.regs.with(|regs| LapicView {
+                    vcpu,
+                    irr,
+                    isr: regs.isr.0,
+                    tmr,
+                    tpr: regs.tpr,
+                    ppr: regs.read(REG_PPR, now, &irr, &tmr).to_le_bytes()[0],
+                    svr: regs.svr,
+                    lvt: regs.lvt,
+                    icr_lo: regs.icr_lo,
+                    timer_initial: regs.timer.initial,
+                    timer_current: regs.read(REG_TIMER_CUR, now, &irr, &tmr),
+                })
+            })
+            .collect()
+    }
+
+    /// The LAPIC invariants (`invariants`), on a quiescent set (no vCPU
+    /// running: the views are taken one LAPIC at a time). Returns the views
+    /// for the IOAPIC's check.
+    pub fn check_invariants(&self, out: &mut Vec<IrqchipViolation>) -> Vec<LapicView> {
+        let views = self.views();
+        for (view, lapic) in views.iter().zip(&self.lapics) {
+            view.check(&[], out);
+            view.check_model(out);
+            let vcpu = view.vcpu;
+            let (registers, timer) = lapic
+                .regs
+                .with(|regs| (routing_word(regs), regs.timer_problem()));
+            let mirror = lapic.routing.load(Ordering::Acquire);
+            if mirror != registers {
+                out.push(IrqchipViolation::RoutingMirror {
+                    vcpu,
+                    mirror,
+                    registers,
+                });
+            }
+            if let Some(problem) = timer {
+                out.push(IrqchipViolation::Timer { vcpu, problem });
+            }
+        }
+        views
+    }
+
+    /// Test-only: corrupt `vcpu`'s state the way a lost update would
+    /// (`vector` in service without an acknowledge, the routing mirror
+    /// stale), so the checks can be seen to fail.
+    #[cfg(test)]
+    pub(crate) fn corrupt(&self, vcpu: u32, vector: u8) {
+        if let Some(lapic) = self.lapic(vcpu) {
+            lapic.regs.with(|regs| regs.isr.set(vector));
+            lapic.routing.fetch_or(ROUTING_ENABLED, Ordering::SeqCst);
+            lapic.regs.with(|regs| regs.svr &= !0x100);
+        }
     }
 
     /// Deliver a message from the IOAPIC.

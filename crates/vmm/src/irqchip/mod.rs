@@ -75,6 +75,7 @@
 //! `Irqchip::User`; docs/vmm.md, section "User-space interrupt controllers".
 
 mod halt;
+pub mod invariants;
 mod ioapic;
 mod lapic;
 mod pic;
@@ -87,6 +88,8 @@ pub mod harness;
 #[cfg(test)]
 mod fuzz;
 #[cfg(test)]
+mod invariant_tests;
+#[cfg(test)]
 mod linux_tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
@@ -94,6 +97,7 @@ mod loom_tests;
 mod tests;
 
 pub use halt::{HaltEnd, HaltWaiter};
+pub use invariants::IrqchipViolation;
 pub use ioapic::{Ioapic, IOAPIC_PINS};
 pub use lapic::{ExclusiveLapics, HybridLapics, LapicSet};
 pub use pic::{ExclusivePic, HybridPic, PicPair};
@@ -389,6 +393,35 @@ pub struct Irqchip {
     pub ioapic: Arc<Mutex<Ioapic>>,
     pub pic: PicHandle,
     pub counters: Arc<IrqchipCounters>,
+}
+
+impl Irqchip {
+    /// Every broken invariant of the three models (`invariants`), for a
+    /// quiescent VM: after its vCPUs, I/O thread and timer thread stopped
+    /// (a running vCPU may be between two halves of an update). Empty when
+    /// all hold.
+    pub fn check_invariants(&self) -> Vec<IrqchipViolation> {
+        let mut out = Vec::new();
+        let views = match &self.lapics {
+            LapicsHandle::Exclusive(set) => set
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .check_invariants(&mut out),
+            LapicsHandle::Concurrent(set) => set.check_invariants(&mut out),
+        };
+        self.ioapic
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .check_invariants(&views, &mut out);
+        match &self.pic {
+            PicHandle::Exclusive(pic) => pic
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .check_invariants(&mut out),
+            PicHandle::Concurrent(pic) => pic.check_invariants(&mut out),
+        }
+        out
+    }
 }
 
 /// Add the LAPIC set, the IOAPIC and the PIC pair to `builder`, as the

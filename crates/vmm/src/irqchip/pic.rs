@@ -7,6 +7,7 @@
 //! without entering the configuration, bit i = IRQ i (0–7 master, 8–15 slave).
 //! Special features not modelled: buffered mode, the 8080 call format, MCS-80 vectors.
 
+use super::invariants::IrqchipViolation;
 use super::sync::{Cells, Ordering, Shelter, Synced, Unsynced, Word};
 use super::{pic_ctl, IrqchipCounters, IrqchipEvent, IrqchipSink, NO_VECTOR};
 use crate::devices::{fill_le, le_value, ConcurrentDevice, ExclusiveDevice};
@@ -272,6 +273,34 @@ impl PicConfig {
         }
     }
 
+    /// What is wrong with either chip's configuration, as (chip, problem):
+    /// vector bases 8-aligned (ICW2 keeps bits 7:3), the initialization in
+    /// a known step, the ELCR's fixed edge bits clear.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for (chip, name, fixed_edge) in [
+            (&self.chips[0], "master", 0x07),
+            (&self.chips[1], "slave", 0x21),
+        ] {
+            if chip.vector_base & 7 != 0 {
+                out.push((
+                    name,
+                    format!("vector base {:#x} not 8-aligned", chip.vector_base),
+                ));
+            }
+            if !matches!(chip.init_step, 0 | 2..=4) {
+                out.push((name, format!("initialization step {}", chip.init_step)));
+            }
+            if chip.lowest_rotation > 7 {
+                out.push((name, format!("rotation {}", chip.lowest_rotation)));
+            }
+            if chip.elcr & fixed_edge != 0 {
+                out.push((name, format!("ELCR {:#x} sets an edge-only IRQ", chip.elcr)));
+            }
+        }
+        out
+    }
+
     /// In-service bits of both chips (master low byte).
     pub fn isr(&self) -> u16 {
         u16::from(self.chips[0].isr) | u16::from(self.chips[1].isr) << 8
@@ -373,6 +402,44 @@ impl<S: Cells> PicPair<S> {
         }
         config.commit(&selection);
         Some(selection)
+    }
+
+    /// The PIC invariants (`invariants`): the configuration's own
+    /// (`PicConfig::problems`), the ELCR mirror raisers read equal to the
+    /// configuration's, and IRR and the line levels only on the 15 input
+    /// pins (not the cascade input IRQ 2, nothing above IRQ 15).
+    pub fn check_invariants(&self, out: &mut Vec<IrqchipViolation>) {
+        let pins = 0xfffb;
+        self.config.with(|config| {
+            for (chip, problem) in config.problems() {
+                out.push(IrqchipViolation::Pic { chip, problem });
+            }
+            let mirror = self.elcr.load(Ordering::Acquire);
+            if mirror != u32::from(config.elcr()) {
+                out.push(IrqchipViolation::Pic {
+                    chip: "pair",
+                    problem: format!(
+                        "ELCR mirror {mirror:#x}, configuration {:#x}",
+                        config.elcr()
+                    ),
+                });
+            }
+        });
+        for (name, word) in [("IRR", &self.irr), ("input lines", &self.lines)] {
+            let value = word.load(Ordering::SeqCst);
+            if value & !pins != 0 {
+                out.push(IrqchipViolation::Pic {
+                    chip: "pair",
+                    problem: format!("{name} {value:#x} outside the input pins"),
+                });
+            }
+        }
+    }
+
+    /// Test-only: a request on the cascade input (IRQ 2), which no pin can set.
+    #[cfg(test)]
+    pub(crate) fn corrupt(&self) {
+        self.irr.fetch_or(1 << 2, Ordering::SeqCst);
     }
 
     /// (IRR, ISR, IMR) of both chips, master in the low byte.

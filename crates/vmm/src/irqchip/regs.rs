@@ -496,6 +496,33 @@ impl LapicRegs {
         (vector, Some(Some(next)))
     }
 
+    /// What is wrong with the timer's internal state, if anything: an armed
+    /// deadline needs a count, a periodic one the current mode and at least
+    /// the minimum period, and TSC-deadline mode (not modelled) never arms.
+    pub fn timer_problem(&self) -> Option<String> {
+        let timer = &self.timer;
+        let deadline = timer.deadline_ns?;
+        let mode = self.timer_mode();
+        if timer.initial == 0 {
+            return Some(format!("armed for {deadline} ns with initial count 0"));
+        }
+        if mode == 2 {
+            return Some("armed in TSC-deadline mode".into());
+        }
+        if timer.period_ns != 0 && (mode != 1 || timer.period_ns < MIN_PERIOD_NS) {
+            return Some(format!(
+                "periodic with period {} ns in mode {mode}",
+                timer.period_ns
+            ));
+        }
+        (deadline < timer.start_ns).then(|| {
+            format!(
+                "deadline {deadline} ns before its period began ({} ns)",
+                timer.start_ns
+            )
+        })
+    }
+
     /// Record an error in the ESR.
     pub fn error(&mut self, bits: u32) {
         self.esr_pending |= bits;
