@@ -166,4 +166,9 @@ pub struct VmRun {
     pub section: smplab_record::vmm::VmmSection,
     /// The block device's counts and latencies, when one was registered.
     pub block: Option<devices::BlockStats>,
+    /// The interrupt controllers' broken invariants at the end of the run
+    /// (`irqchip::invariants`): the VMM's models with `--irqchip user`, what
+    /// `KVM_GET_LAPIC`/`KVM_GET_IRQCHIP` show with the in-kernel one. Empty
+    /// when every invariant holds.
+    pub irqchip_violations: Vec<irqchip::IrqchipViolation>,
 }

@@ -469,6 +469,14 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         .unwrap_or_default();
     let block = devices.block.take().map(|b| b.finish(&block_cpus));
     let io_thread = devices.bus.shutdown();
+    // Quiescent now: no vCPU, timer or I/O thread touches an interrupt controller.
+    let irqchip_violations = match &devices.user_irqchip {
+        Some(chip) => chip.check_invariants(),
+        None => crate::irqchip::invariants::read_and_check_kvm(
+            vm.fd(),
+            reports.iter().map(|r| (r.vcpu.index(), r.vcpu.fd())),
+        ),
+    };
 
     let windows = reports.iter_mut().map(|r| r.vcpu.take_window_counts());
     let names = devices.bus.entry_names();
@@ -525,6 +533,7 @@ pub fn run_vm(config: &VmConfig) -> Result<VmRun, VmmError> {
         wall: wall_start.elapsed(),
         section,
         block,
+        irqchip_violations,
     })
 }
 

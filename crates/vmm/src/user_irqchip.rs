@@ -323,6 +323,11 @@ impl UserIrqchip {
         Ok(())
     }
 
+    /// The models' invariants (`irqchip::invariants`), for after the run.
+    pub fn check_invariants(&self) -> Vec<crate::irqchip::IrqchipViolation> {
+        self.chip.check_invariants()
+    }
+
     /// Stop the timer thread (before the bus shuts down).
     pub fn stop_timers(&mut self) {
         self.timers = None;
