@@ -10,10 +10,16 @@
 //! and value masks that keep the guest alive). The BSP starts the APs with
 //! INIT/SIPI; an AP switches itself to 32-bit protected mode with the boot
 //! GDT (`boot::GDT_ADDR`: code 0x08, data 0x10) and runs the same loop.
-//! Interrupts stay disabled (IF = 0) throughout, so whatever the
-//! interrupt controllers decide to deliver stays pending and never runs
-//! guest code. When every AP is done, the BSP writes "ok" to the result
-//! port and exits with 0 through the debug-exit port.
+//! By default interrupts stay disabled (IF = 0) throughout, so whatever
+//! the interrupt controllers decide to deliver stays pending and never runs
+//! guest code. With [`FuzzGuest::interrupts`] each vCPU takes a stack of
+//! its own, loads an IDT whose 256 gates all lead to one handler (an EOI to
+//! its LAPIC, then `iret`; an external interrupt pushes no error code,
+//! whatever its vector) and fuzzes with IF = 1, so the interrupt
+//! acknowledge, injection and EOI paths (and the EOI broadcast to the
+//! IOAPIC) run concurrently with the devices' accesses. When every AP is
+//! done, the BSP writes "ok" to the result port and exits with 0 through
+//! the debug-exit port.
 //!
 //! What the table leaves out, because it legitimately stops the VM: the
 //! debug-exit port (0x501), MMIO no device claims (a guest memory fault),
@@ -131,7 +137,16 @@ pub fn standard_targets(block: bool) -> Vec<FuzzTarget> {
         lapic(0x300, Write32),
         lapic(0x080, Write32),
         lapic(0x0b0, Write32),
-        lapic(0x0f0, Write32),
+        // SVR has no delivery mode: FIXED_ONLY would clear its enable bit
+        // (8) and keep every LAPIC software-disabled, refusing every
+        // interrupt. Any value, and one that enables.
+        t(Write32, LAPIC + 0x0f0),
+        FuzzTarget {
+            access: Write32,
+            addr: LAPIC + 0x0f0,
+            and: u32::MAX,
+            or: 0x100,
+        },
         FuzzTarget {
             access: Write32,
             addr: LAPIC + 0x380,
@@ -186,7 +201,17 @@ pub struct FuzzGuest {
     pub accesses_per_vcpu: u32,
     pub targets: Vec<FuzzTarget>,
     pub seed: u32,
+    /// Fuzz with interrupts enabled (IF = 1) and a handler that EOIs them.
+    pub interrupts: bool,
 }
+
+/// Top of the vCPUs' stacks with [`FuzzGuest::interrupts`]: vCPU k's stack
+/// ends `k * STACK_BYTES` below (the BSP's at the top, the APs' in the order
+/// they arrive).
+const STACKS_TOP: u32 = 0x40_0000;
+const STACK_BYTES: u32 = 0x1000;
+/// The APs' arrival counter (a dword next to `AP_DONE_COUNTER`'s page).
+const AP_ARRIVALS: u32 = 0x8040;
 
 /// A small x86 assembler: bytes, labels, rel8/rel32 fix-ups.
 struct Asm {
@@ -278,14 +303,38 @@ impl FuzzGuest {
             a.d(0x000c_4600 | (AP_TRAMPOLINE_ADDR >> 12));
         }
         a.b(&[0x31, 0xed]); // xor ebp, ebp (BSP)
+        if self.interrupts {
+            a.b(&[0xbc]); // mov esp, STACKS_TOP
+            a.d(STACKS_TOP);
+        }
         a.jmp32(fuzz);
         // AP entry (32-bit, from the trampoline): flat data segments.
         a.bind(ap_entry);
         a.b(&[0x66, 0xb8, 0x10, 0x00]); // mov ax, 0x10
         a.b(&[0x8e, 0xd8, 0x8e, 0xc0, 0x8e, 0xd0]); // mov ds/es/ss, ax
         a.b(&[0xbd, 1, 0, 0, 0]); // mov ebp, 1 (an AP)
-                                  // The loop: esi = xorshift32 state, ecx = accesses left.
+        if self.interrupts {
+            // esp = STACKS_TOP - (arrivals++ + 1) * STACK_BYTES
+            a.b(&[0xb8, 1, 0, 0, 0]); // mov eax, 1
+            a.b(&[0xf0, 0x0f, 0xc1, 0x05]); // lock xadd [AP_ARRIVALS], eax
+            a.d(AP_ARRIVALS);
+            a.b(&[0x40, 0x69, 0xc0]); // inc eax; imul eax, eax, STACK_BYTES
+            a.d(STACK_BYTES);
+            a.b(&[0xbc]); // mov esp, STACKS_TOP
+            a.d(STACKS_TOP);
+            a.b(&[0x29, 0xc4]); // sub esp, eax
+        }
+        // The loop: esi = xorshift32 state, ecx = accesses left.
         a.bind(fuzz);
+        let idtr_at = if self.interrupts {
+            a.b(&[0x0f, 0x01, 0x1d]); // lidt [idtr]
+            let at = a.code.len();
+            a.d(0);
+            a.b(&[0xfb]); // sti
+            Some(at)
+        } else {
+            None
+        };
         a.b(&[0x0f, 0x31]); // rdtsc
         a.b(&[0x89, 0xc6]); // mov esi, eax
         a.b(&[0x81, 0xf6]); // xor esi, seed
@@ -338,6 +387,9 @@ impl FuzzGuest {
         a.b(&[0x49]); // dec ecx
         a.jmp_if_not_zero(next);
         a.bind(done);
+        if self.interrupts {
+            a.b(&[0xfa]); // cli
+        }
         let bsp_end = a.label();
         a.b(&[0x85, 0xed]); // test ebp, ebp
         a.j8(0x74, bsp_end); // jz: the BSP
@@ -369,11 +421,43 @@ impl FuzzGuest {
             a.d(target.or);
             a.d(target.access.code());
         }
+        let idtr = self.interrupts.then(|| Self::idt(&mut a));
         let table_addr = a.addr_of(table_label);
         let ap32 = a.addr_of(ap_entry);
         let mut code = a.finish();
         code[table_at..table_at + 4].copy_from_slice(&table_addr.to_le_bytes());
+        if let (Some(at), Some(idtr)) = (idtr_at, idtr) {
+            code[at..at + 4].copy_from_slice(&idtr.to_le_bytes());
+        }
         (code, ap32)
+    }
+
+    /// The interrupt handler (EOI to this vCPU's LAPIC, `iret`), an IDT of
+    /// 256 32-bit interrupt gates to it (selector 0x08) and its IDTR.
+    /// Returns the IDTR's address.
+    fn idt(a: &mut Asm) -> u32 {
+        let handler = a.label();
+        a.bind(handler);
+        a.b(&[0xc7, 0x05]); // mov dword [LAPIC + EOI], 0
+        a.d(LAPIC + 0xb0);
+        a.d(0);
+        a.b(&[0xcf]); // iret
+        while !a.code.len().is_multiple_of(8) {
+            a.b(&[0x90]);
+        }
+        let idt = a.label();
+        a.bind(idt);
+        let [lo0, lo1, hi0, hi1] = a.addr_of(handler).to_le_bytes();
+        for _ in 0..256 {
+            // offset 15:0, selector, 0, present | DPL 0 | 32-bit interrupt gate, offset 31:16
+            a.b(&[lo0, lo1, 0x08, 0x00, 0x00, 0x8e, hi0, hi1]);
+        }
+        let idtr = a.label();
+        a.bind(idtr);
+        let base = a.addr_of(idt);
+        a.b(&(256u16 * 8 - 1).to_le_bytes());
+        a.d(base);
+        a.addr_of(idtr)
     }
 
     /// 16-bit trampoline at `AP_TRAMPOLINE_ADDR`: load the boot GDT, enter
@@ -435,6 +519,7 @@ mod tests {
             accesses_per_vcpu: 10,
             targets: standard_targets(true),
             seed: 1,
+            interrupts: true,
         };
         assert!(guest.table().len().is_power_of_two());
         let ap = FuzzGuest::ap_code(0x10_0040);
