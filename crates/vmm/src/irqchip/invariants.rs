@@ -100,11 +100,11 @@ pub enum IrqchipViolation {
 impl IrqchipViolation {
     /// Whether a guest can bring this state about on its own, as on hardware,
     /// so that finding it is not a VMM bug: a remote IRR is orphaned when the
-    /// guest resets (INIT) the LAPIC holding its vector, or re-sends that
+    /// guest resets (INIT) the LAPIC holding its vector, re-sends that
     /// vector edge-triggered before the EOI (TMR then clears and the EOI is
-    /// not broadcast). A guest that does neither (the fuzz guest, whose
-    /// vCPUs keep interrupts off and never take INIT while fuzzing) must
-    /// never show one.
+    /// not broadcast), or reprograms the entry's vector while it waits (the
+    /// EOI then names another vector). The fuzz guest with interrupts off
+    /// (no acknowledge, no INIT while fuzzing) must never show one.
     pub fn guest_can_cause(&self) -> bool {
         matches!(self, IrqchipViolation::RemoteIrrOrphan { .. })
     }
