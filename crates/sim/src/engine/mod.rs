@@ -27,6 +27,7 @@ mod flow;
 mod guest;
 mod guest_rq;
 mod host;
+mod host_rq;
 mod idle;
 mod io;
 mod policy_host;
@@ -189,7 +190,8 @@ const _: () = assert!(std::mem::size_of::<Vcpu>() <= 192);
 
 pub(crate) struct Pcpu {
     pub cur: u32,
-    pub rq: VecDeque<u32>,
+    /// Queued vCPUs in arrival order, the first few inline (`host_rq.rs`).
+    pub rq: host_rq::HostRq,
     /// Bumped per dispatch (SDB false-positive events check it).
     pub slice_gen: u32,
     /// When the current dispatch's slice ends (u64::MAX: not armed).

@@ -41,7 +41,7 @@ impl Sim {
             pcpus: (0..s.pcpus)
                 .map(|i| Pcpu {
                     cur: NONE,
-                    rq: VecDeque::new(),
+                    rq: super::host_rq::HostRq::default(),
                     slice_gen: 0,
                     slice_end: u64::MAX,
                     slice_event_at: u64::MAX,
