@@ -43,7 +43,7 @@ impl Sim {
             vc.cur
         } else {
             match vc.rq.front() {
-                Some(&t) => t,
+                Some(t) => t,
                 None => return 0,
             }
         };

@@ -68,7 +68,7 @@ impl Sim {
                 let vc = &self.vcpus[th.vcpu as usize];
                 eprintln!(
                     "smplab-sim unfinished thread {i} (vm {}): state {:?} wait {:?} pc {} seg_left {} carry {}; vcpu {} host {:?} act {:?} cur {} rq {:?} overhead {} pcpu {}",
-                    th.vm, th.state, th.wait, th.pc, th.seg_left, th.carry, th.vcpu, vc.host, vc.act, vc.cur, vc.rq, vc.overhead_left, vc.pcpu
+                    th.vm, th.state, th.wait, th.pc, th.seg_left, th.carry, th.vcpu, vc.host, vc.act, vc.cur, self.rq_threads(th.vcpu), vc.overhead_left, vc.pcpu
                 );
             }
             for (i, pc) in self.pcpus.iter().enumerate().take(8) {
@@ -252,14 +252,8 @@ impl Sim {
             .iter()
             .enumerate()
             .map(|(k, vm)| {
-                let mut exits = [0u64; exit::N];
+                let mut exits = self.vm_exits[k];
                 let by_cause = self.vm_by_cause[k];
-                let vcpus = vm.first_vcpu as usize..(vm.first_vcpu + vm.n_vcpus) as usize;
-                for v in &self.vcpus[vcpus] {
-                    for (a, b) in exits.iter_mut().zip(v.exits) {
-                        *a += b;
-                    }
-                }
                 if vm.costs.virtualized {
                     exits[exit::IRQ] += self.host_tick_exits(&by_cause);
                 }

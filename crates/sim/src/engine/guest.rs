@@ -37,7 +37,10 @@ impl Sim {
             let now = self.now;
             let vc = &mut self.vcpus[v as usize];
             debug_assert_eq!(vc.host, HostState::Running);
-            if vc.overhead_left > 0 && vc.irqs.is_empty() && vc.cur != NONE && self.fold_overhead(v)
+            if vc.overhead_left > 0
+                && vc.irq_front == NONE
+                && vc.cur != NONE
+                && self.fold_overhead(v)
             {
                 continue;
             }
@@ -51,7 +54,8 @@ impl Sim {
                 self.schedule_step(v, now + d);
                 return;
             }
-            if let Some(&front) = vc.irqs.front() {
+            if vc.irq_front != NONE {
+                let front = vc.irq_front;
                 // A handler interrupted by preemption resumes where it was:
                 // restarting it could never finish under short host slices.
                 let io = front & super::io::IO_IRQ != 0;
@@ -132,7 +136,7 @@ impl Sim {
 
     /// Take the next ready thread: own queue first, then the busiest sibling's.
     fn pick_thread(&mut self, v: u32) -> bool {
-        let t = match self.vcpus[v as usize].rq.pop_front() {
+        let t = match self.rq_pop_front(v) {
             Some(t) => {
                 self.queued_dec(v);
                 t
@@ -165,7 +169,7 @@ impl Sim {
                 if best == NONE {
                     return false;
                 }
-                match self.vcpus[best as usize].rq.pop_back() {
+                match self.rq_pop_back(best) {
                     Some(t) => {
                         self.queued_dec(best);
                         t
@@ -426,7 +430,7 @@ impl Sim {
         let vm = self.vcpus[v as usize].vm;
         self.vms[vm as usize].cs_involuntary += 1;
         let cs = self.vms[vm as usize].costs.kernel.context_switch_ns;
-        self.vcpus[v as usize].rq.push_back(t);
+        self.rq_push_back(v, t);
         self.set_cur(v, NONE);
         self.queued_inc(v);
         self.add_overhead(v, cause::KERNEL_SCHED, cs);
@@ -498,7 +502,7 @@ impl Sim {
         }
         self.vms[vm].ipis += (n - 1) as u64;
         if costs.virtualized {
-            self.vcpus[v as usize].exits[exit::IPI_SEND] += (n - 1) as u64;
+            self.count_exits(v, exit::IPI_SEND, (n - 1) as u64);
         }
         let th = &mut self.threads[t as usize];
         th.acks_pending = n - 1;
@@ -523,7 +527,7 @@ impl Sim {
         }
         self.vms[vm].cs_voluntary += 1;
         let cs = self.vms[vm].costs.kernel.context_switch_ns;
-        self.vcpus[v as usize].rq.push_back(t);
+        self.rq_push_back(v, t);
         self.set_cur(v, NONE);
         self.queued_inc(v);
         self.add_overhead(v, cause::KERNEL_SCHED, cs);

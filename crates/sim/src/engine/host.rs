@@ -397,7 +397,7 @@ impl Sim {
         self.interrupt_act(v);
         let vm = self.vcpus[v as usize].vm;
         if self.vms[vm as usize].costs.virtualized {
-            self.vcpus[v as usize].exits[super::exit::PREEMPT] += 1;
+            self.count_exits(v, super::exit::PREEMPT, 1);
         }
         self.leave_pcpu(v, p);
         let next = self.take_next(p);
@@ -419,7 +419,7 @@ impl Sim {
     /// Safe to preempt: no spin lock held, not inside a shootdown (kernel).
     pub(super) fn vcpu_safe(&self, v: u32) -> bool {
         let vc = &self.vcpus[v as usize];
-        if !vc.irqs.is_empty() || vc.act == Act::Handler {
+        if vc.irq_front != NONE || vc.act == Act::Handler {
             return false;
         }
         let t = vc.cur;
@@ -510,7 +510,7 @@ impl Sim {
     /// yielding to an idle poller could ping-pong between pollers forever.
     fn yield_candidate(&self, u: u32) -> bool {
         let uc = &self.vcpus[u as usize];
-        if !uc.irqs.is_empty() {
+        if uc.irq_front != NONE {
             return true;
         }
         let cur = (uc.cur != NONE).then(|| &self.threads[uc.cur as usize]);

@@ -3,7 +3,7 @@
 //! halt-polling; or a polling loop that keeps the pCPU), and a shootdown IPI
 //! wakes, interrupts or waits for its target.
 
-use super::{exit, Acct, Act, HostState, Sim, Wait};
+use super::{exit, Acct, Act, HostState, Sim, Wait, NONE};
 use crate::breakdown as cause;
 use crate::events::Kind;
 use crate::scenario::Idle;
@@ -40,7 +40,7 @@ impl Sim {
                 if costs.virtualized {
                     let now = self.now;
                     let vc = &mut self.vcpus[v as usize];
-                    vc.exits[exit::HLT] += 1;
+                    self.vm_exits[vc.vm as usize][exit::HLT] += 1;
                     vc.act = Act::Halting;
                     vc.act_end = now + costs.hlt_exit;
                     self.set_acct(v, Acct::On(cause::id8(cause::EXIT_HLT)));
@@ -95,10 +95,14 @@ impl Sim {
         let vm = self.vcpus[u as usize].vm as usize;
         let costs = self.vms[vm].costs;
         let recv = self.ipi_receive_cause(vm);
+        let q = &mut self.irq_queues[u as usize];
+        q.push_back(from);
         let vc = &mut self.vcpus[u as usize];
-        vc.irqs.push_back(from);
+        if vc.irq_front == NONE {
+            vc.irq_front = from;
+        }
         if costs.virtualized && !costs.apicv {
-            vc.exits[exit::IPI_RECEIVE] += 1;
+            self.vm_exits[vc.vm as usize][exit::IPI_RECEIVE] += 1;
             if vc.host == HostState::Running {
                 self.count_kick_exit(u);
             }
@@ -142,7 +146,9 @@ impl Sim {
     pub(super) fn handler_done(&mut self, u: u32) {
         let vc = &mut self.vcpus[u as usize];
         vc.act = Act::Off;
-        let front = vc.irqs.pop_front();
+        let q = &mut self.irq_queues[u as usize];
+        let front = q.pop_front();
+        vc.irq_front = q.front().copied().unwrap_or(NONE);
         if let Some(t) = front.filter(|f| f & super::io::IO_IRQ != 0) {
             self.io_handler_done(t & !super::io::IO_IRQ);
         } else if let Some(from) = front {

@@ -163,7 +163,7 @@ impl Sim {
         let costs = self.vms[vm].costs;
         if costs.virtualized {
             // The doorbell write is a device exit to the user-space VMM.
-            self.vcpus[v as usize].exits[exit::DEVICE] += 1;
+            self.count_exits(v, exit::DEVICE, 1);
             self.add_overhead(v, cause::EXIT_IO, costs.user_exit);
         }
         self.vms[vm].blocks += 1;

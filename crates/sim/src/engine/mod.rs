@@ -25,7 +25,9 @@ mod cache;
 mod event_loop;
 mod flow;
 mod guest;
+mod guest_rq;
 mod host;
+mod host_rq;
 mod idle;
 mod io;
 mod policy_host;
@@ -117,11 +119,14 @@ pub(crate) mod exit {
 
 /// Hot fields first (`repr(C)`): the event loop reads or writes the first
 /// two cache lines on almost every event of the vCPU (activity, step
-/// generation, accounting, current thread, run queue); spin, PLE and SDB
-/// state, load tracking, placement and the exit counters follow. Without
-/// `repr(C)` the compiler orders fields by alignment, which scattered the
-/// hot 32-bit fields after the exit counters, five cache lines in. Aligned
-/// to a cache line, the hot part spans three lines (with the spin fields).
+/// generation, accounting, current thread, run queue ends, interrupt
+/// front); spin, PLE and SDB state, load tracking and placement follow.
+/// Without `repr(C)` the compiler orders fields by alignment, which
+/// scattered the hot 32-bit fields. What only the record or a rare path
+/// reads lives elsewhere: exit counters per VM (`Sim::vm_exits`), the
+/// interrupt queue (`Sim::irq_queues`), the run queue's links
+/// (`Sim::rq_links`). Aligned to a cache line, the whole vCPU is three
+/// lines (five before those moved out).
 #[repr(C, align(64))]
 pub(crate) struct Vcpu {
     /// Time of the pending Step event of the current generation (u64::MAX:
@@ -155,10 +160,12 @@ pub(crate) struct Vcpu {
     /// charged to the VM): here rather than in `Vm`, whose cache line
     /// charging would otherwise read for every interval.
     pub acct_closed: bool,
-    /// Guest run queue of ready threads.
-    pub rq: VecDeque<u32>,
-    /// Initiator threads of shootdowns whose handler must run here.
-    pub irqs: VecDeque<u32>,
+    /// Guest run queue of ready threads (linked through `Sim::rq_links`).
+    pub rq: guest_rq::GuestRq,
+    /// The first of `Sim::irq_queues[v]` (NONE: the queue is empty): read
+    /// on every resume, where the queue itself is rarely non-empty and
+    /// stays out of the hot lines.
+    pub irq_front: u32,
     pub spin_since: u64,
     pub spin_iter_ns: f64,
     pub ple_at: u64,
@@ -177,14 +184,14 @@ pub(crate) struct Vcpu {
     /// PELT-like runnable average (0..1) as of `load_at` (load balancing).
     pub load_avg: f64,
     pub load_at: u64,
-    pub exits: [u64; exit::N],
 }
 
-const _: () = assert!(std::mem::offset_of!(Vcpu, handler_left) + 8 <= 192);
+const _: () = assert!(std::mem::size_of::<Vcpu>() <= 192);
 
 pub(crate) struct Pcpu {
     pub cur: u32,
-    pub rq: VecDeque<u32>,
+    /// Queued vCPUs in arrival order, the first few inline (`host_rq.rs`).
+    pub rq: host_rq::HostRq,
     /// Bumped per dispatch (SDB false-positive events check it).
     pub slice_gen: u32,
     /// When the current dispatch's slice ends (u64::MAX: not armed).
@@ -227,45 +234,55 @@ pub(crate) enum Wait {
     Shootdown,
 }
 
+/// Hot fields first (`repr(C)`), in the first cache line: the event loop
+/// reads or writes them on most events of the thread's vCPU (segment,
+/// carried costs, CPU time, state, spin deadline, its code position). The
+/// cache-model footprint and write slots (read per switch) and the cold
+/// rest (loop counters, identity, end time, spin budget) follow. Aligned to
+/// a cache line: an unaligned 144-byte thread straddled two or three lines,
+/// so its hot fields cost two misses instead of one on large hosts.
+#[repr(C, align(64))]
 pub(crate) struct Thread {
-    pub vm: u32,
-    pub group: u32,
-    pub index: u32,
-    pub vcpu: u32,
-    /// Index in `Sim::code` of the thread's group's first instruction.
-    pub code: u32,
-    /// Current instruction, relative to `code`.
-    pub pc: u32,
-    pub loops: Vec<(u32, u64)>,
-    pub state: TState,
-    pub wait: Wait,
-    /// A blocking op being retried after a wakeup (not counted again).
-    pub retry: bool,
     /// Work left of the current (fused) segment.
     pub seg_left: u64,
     /// Small costs (atomics, syscalls) added to the next segment; the sum
     /// of `ThreadAcct::kcarry`.
     pub carry: u64,
+    pub cpu_ns: u64,
+    /// Absolute end of the current spin phase (u64::MAX: unlimited).
+    pub spin_deadline: u64,
+    pub vm: u32,
+    pub vcpu: u32,
+    /// Index in `Sim::code` of the thread's group's first instruction.
+    pub code: u32,
+    /// Current instruction, relative to `code`.
+    pub pc: u32,
+    pub wait: Wait,
+    pub state: TState,
     /// `ThreadAcct::seg_k` may hold uncharged costs (false: all zero, so
     /// charging a segment need not read it).
     pub seg_k_live: bool,
-
-    /// Absolute end of the current spin phase (u64::MAX: unlimited).
-    pub spin_deadline: u64,
-    /// Spinning time left before giving up (spin-then-block, adaptive mutex);
-    /// counts only time actually spinning on a pCPU.
-    pub spin_budget: u64,
+    /// A blocking op being retried after a wakeup (not counted again).
+    pub retry: bool,
     pub spin_locks_held: u32,
-    pub acks_pending: u32,
-    pub end_ns: u64,
-    pub cpu_ns: u64,
+
     /// Private-cache lines of private and of shared data this thread needs warm.
     pub private_lines: u64,
     pub shared_lines: u64,
     /// Write slots of the shared buffers this thread's group writes
     /// (`code::GroupCode::write_mask`).
     pub write_mask: u64,
+    /// Spinning time left before giving up (spin-then-block, adaptive mutex);
+    /// counts only time actually spinning on a pCPU.
+    pub spin_budget: u64,
+    pub acks_pending: u32,
+    pub group: u32,
+    pub index: u32,
+    pub end_ns: u64,
+    pub loops: Vec<(u32, u64)>,
 }
+
+const _: () = assert!(std::mem::offset_of!(Thread, spin_locks_held) + 4 <= 64);
 
 pub(crate) struct SpinLockSt {
     pub holder: u32,
@@ -372,6 +389,10 @@ pub(crate) struct Sim {
     pub tacct: Vec<ThreadAcct>,
     /// vCPU time by cause (`crate::breakdown`), summed over each VM's vCPUs.
     pub vm_by_cause: Vec<[u64; cause::N]>,
+    /// Exits by reason (`exit`), summed over each VM's vCPUs: the record
+    /// and the tuner only read the sums, and one array per VM stays in
+    /// cache where a counter array per vCPU took a cache line of its own.
+    pub vm_exits: Vec<[u64; exit::N]>,
     /// pCPU busy time by cause, summed over pCPUs, and busy time per pCPU:
     /// all the record needs, in two arrays that stay in cache instead of
     /// one cause array per pCPU.
@@ -389,6 +410,13 @@ pub(crate) struct Sim {
     /// one compact array instead of a cache line per vCPU.
     pub vruntime: Vec<u64>,
     pub threads: Vec<Thread>,
+    /// Per thread: its neighbours in its vCPU's guest run queue
+    /// (`guest_rq.rs`).
+    pub rq_links: Vec<guest_rq::RqLink>,
+    /// Per vCPU: initiator threads of shootdowns (and device interrupts,
+    /// `io::IO_IRQ`) whose handler must run there, in arrival order; the
+    /// front is mirrored in `Vcpu::irq_front`.
+    pub irq_queues: Vec<VecDeque<u32>>,
     pub vms: Vec<Vm>,
     /// One bit per pCPU: idle.
     pub idle_bits: bits::HostBits,
@@ -505,6 +533,13 @@ impl Sim {
         vc.gen = vc.gen.wrapping_add(1);
         let gen = vc.gen;
         self.q.push(at, Kind::Step { vcpu: v, gen });
+    }
+
+    /// Count `n` exits of reason `k` (`exit`) of vCPU `v`.
+    #[inline]
+    pub fn count_exits(&mut self, v: u32, k: usize, n: u64) {
+        let vm = self.vcpus[v as usize].vm;
+        self.vm_exits[vm as usize][k] += n;
     }
 
     #[inline]

@@ -226,7 +226,7 @@ impl Sim {
             let vm = self.vcpus[v as usize].vm as usize;
             let exit_ns = self.vms[vm].costs.exit;
             self.interrupt_act(v);
-            self.vcpus[v as usize].exits[super::exit::SDB] += 1;
+            self.count_exits(v, super::exit::SDB, 1);
             self.add_overhead(v, cause::EXIT_SDB, exit_ns);
             let sample = Sample {
                 spinning,
@@ -358,7 +358,7 @@ impl Sim {
         self.interrupt_act(v);
         let vm = self.vcpus[v as usize].vm;
         if self.vms[vm as usize].costs.virtualized {
-            self.vcpus[v as usize].exits[super::exit::PREEMPT] += 1;
+            self.count_exits(v, super::exit::PREEMPT, 1);
         }
         self.leave_pcpu(v, p);
         self.set_bit_idle(p, true);

@@ -115,10 +115,10 @@ impl Sim {
             prefetch_line(t);
             prefetch_line(t.wrapping_add(64));
         }
-        // The guest run queue's buffer (its own allocation): where the
-        // guest scheduler takes the next thread from.
-        if let Some(head) = vc.rq.as_slices().0.first() {
-            prefetch_line((head as *const u32).cast::<u8>());
+        // The guest run queue's first link: where the guest scheduler
+        // takes the next thread from.
+        if let Some(link) = vc.rq.front().and_then(|t| self.rq_links.get(t as usize)) {
+            prefetch_line((link as *const super::guest_rq::RqLink).cast::<u8>());
         }
         if let Some(ta) = self.tacct.get(vc.cur as usize) {
             let t = (ta as *const super::ThreadAcct).cast::<u8>();

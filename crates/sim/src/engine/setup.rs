@@ -2,6 +2,7 @@
 //! program, threads, vCPUs (with their placement ranges), synchronization
 //! objects, devices and costs.
 
+use super::guest_rq::{GuestRq, RqLink};
 use super::{
     exit, io, policy_host, Acct, Act, BarrierSt, Costs, HostState, MutexSt, Pcpu, QueueSt, Sim,
     SpinLockSt, TState, Thread, ThreadAcct, Vcpu, VcpuAcct, Vm, Wait, NONE,
@@ -30,6 +31,7 @@ impl Sim {
             vacct: Vec::new(),
             tacct: Vec::new(),
             vm_by_cause: Vec::new(),
+            vm_exits: Vec::new(),
             pcpu_by_cause: [0; cause::N],
             pcpu_busy: vec![0; s.pcpus as usize],
             q: Queue::for_vcpus(s.vms.iter().map(|v| u64::from(v.vcpus)).sum()),
@@ -39,7 +41,7 @@ impl Sim {
             pcpus: (0..s.pcpus)
                 .map(|i| Pcpu {
                     cur: NONE,
-                    rq: VecDeque::new(),
+                    rq: super::host_rq::HostRq::default(),
                     slice_gen: 0,
                     slice_end: u64::MAX,
                     slice_event_at: u64::MAX,
@@ -56,6 +58,8 @@ impl Sim {
             vcpus: Vec::new(),
             vruntime: Vec::new(),
             threads: Vec::new(),
+            rq_links: Vec::new(),
+            irq_queues: Vec::new(),
             vms: Vec::new(),
             idle_bits: super::bits::HostBits::new(s.pcpus as usize),
             busy_rq_bits: super::bits::HostBits::new(s.pcpus as usize),
@@ -128,12 +132,15 @@ impl Sim {
         self.add_threads(k, spec, &code, &bases, first_vcpu);
         for i in 0..spec.vcpus {
             let (lo, hi) = vcpu_range(spec, virtualized, i, k, n_vms, range);
+            self.add_vcpu(k, i, (lo, hi));
             // Threads start round-robin over the vCPUs.
-            let rq = (first_thread..first_thread + n_threads)
+            let v = first_vcpu + i;
+            for t in (first_thread..first_thread + n_threads)
                 .skip(i as usize)
                 .step_by(spec.vcpus as usize)
-                .collect();
-            self.add_vcpu(k, i, (lo, hi), rq);
+            {
+                self.rq_push_back(v, t);
+            }
         }
         let dev_period = spec
             .devices
@@ -148,6 +155,7 @@ impl Sim {
         self.io_active.push(vm_io.has_devices());
         self.io.push(vm_io);
         self.vm_by_cause.push([0; cause::N]);
+        self.vm_exits.push([0; exit::N]);
         let vm = self.new_vm(spec, virtualized, costs, &code, (first_thread, first_vcpu));
         self.vms.push(vm);
         Ok(())
@@ -193,6 +201,7 @@ impl Sim {
         for (ti, (g, idx)) in spec.program.threads().into_iter().enumerate() {
             let gc = &code[g];
             self.tacct.push(ThreadAcct::default());
+            self.rq_links.push(RqLink::UNLINKED);
             self.threads.push(Thread {
                 vm: k,
                 group: u32::try_from(g).unwrap_or(u32::MAX),
@@ -220,10 +229,10 @@ impl Sim {
         }
     }
 
-    /// vCPU `i` of VM `k`, allowed on pCPUs `lo..hi`, with its first threads
-    /// queued.
-    fn add_vcpu(&mut self, k: u32, i: u32, (lo, hi): (u32, u32), rq: VecDeque<u32>) {
+    /// vCPU `i` of VM `k`, allowed on pCPUs `lo..hi`, with an empty run queue.
+    fn add_vcpu(&mut self, k: u32, i: u32, (lo, hi): (u32, u32)) {
         self.vacct.push(VcpuAcct::default());
+        self.irq_queues.push(VecDeque::new());
         self.vruntime.push(0);
         self.vcpus.push(Vcpu {
             vm: k,
@@ -239,8 +248,8 @@ impl Sim {
             overhead_left: 0,
             handler_left: 0,
             cur: NONE,
-            rq,
-            irqs: VecDeque::new(),
+            rq: GuestRq::EMPTY,
+            irq_front: NONE,
             slice_end: 0,
             spin_since: 0,
             spin_iter_ns: 1.0,
@@ -253,7 +262,6 @@ impl Sim {
             acct_thread: NONE,
             yielded: false,
             acct_closed: false,
-            exits: [0; exit::N],
             lo,
             hi,
             next_device_in: 0,

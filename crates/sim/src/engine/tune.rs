@@ -136,11 +136,10 @@ impl Sim {
             irqs: self.io[vm].irq_latencies().len(),
             ..Counts::default()
         };
-        for vc in &self.vcpus[v.first_vcpu as usize..(v.first_vcpu + v.n_vcpus) as usize] {
-            // Each dispatch ends in a preemption, a halt or a yield.
-            c.dispatch_ends += vc.exits[super::exit::PREEMPT] + vc.exits[super::exit::HLT];
-            c.spins += vc.exits[super::exit::PLE] + vc.exits[super::exit::SDB];
-        }
+        let exits = &self.vm_exits[vm];
+        // Each dispatch ends in a preemption, a halt or a yield.
+        c.dispatch_ends = exits[super::exit::PREEMPT] + exits[super::exit::HLT];
+        c.spins = exits[super::exit::PLE] + exits[super::exit::SDB];
         c
     }
 

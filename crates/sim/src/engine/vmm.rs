@@ -76,7 +76,7 @@ impl Sim {
     /// interrupts reach a running vCPU without an exit.
     pub(super) fn count_kick_exit(&mut self, u: u32) {
         if self.current_cause(u).is_some_and(|c| self.in_guest_mode(c)) {
-            self.vcpus[u as usize].exits[exit::IRQ] += 1;
+            self.count_exits(u, exit::IRQ, 1);
         }
     }
 
@@ -87,7 +87,7 @@ impl Sim {
         let exit_ns = self.vms[vm].costs.exit;
         self.interrupt_act(v);
         let vc = &mut self.vcpus[v as usize];
-        vc.exits[exit::PLE] += 1;
+        self.vm_exits[vc.vm as usize][exit::PLE] += 1;
         vc.yielded = true;
         self.add_overhead(v, cause::EXIT_PLE, exit_ns);
         let yielded = self.spin_yield(v);
@@ -107,7 +107,7 @@ impl Sim {
         let exit_ns = self.vms[vm].costs.exit;
         self.interrupt_act(v);
         let vc = &mut self.vcpus[v as usize];
-        vc.exits[exit::SDB] += 1;
+        self.vm_exits[vc.vm as usize][exit::SDB] += 1;
         vc.sdb_at = u64::MAX;
         vc.yielded = true;
         self.add_overhead(v, cause::EXIT_SDB, exit_ns);
@@ -176,7 +176,7 @@ impl Sim {
             let vm = self.vcpus[v as usize].vm as usize;
             let exit_ns = self.vms[vm].costs.exit;
             let vc = &mut self.vcpus[v as usize];
-            vc.exits[exit::SDB] += 1;
+            self.vm_exits[vc.vm as usize][exit::SDB] += 1;
             self.add_overhead(v, cause::EXIT_SDB, exit_ns);
             if self.phost.is_some() {
                 self.interrupt_act(v);
@@ -242,7 +242,7 @@ impl Sim {
         };
         vmr.device_wait_ns += wait;
         let vc = &mut self.vcpus[v as usize];
-        vc.exits[exit::DEVICE] += 1;
+        self.vm_exits[vc.vm as usize][exit::DEVICE] += 1;
         vc.next_device_in = period.max(1);
         self.add_overhead(v, cause::DEVICE_WAIT, wait);
         self.add_overhead(v, cause::EXIT_IO, costs.user_exit + stall - wait);

@@ -32,7 +32,7 @@ impl Sim {
             self.vms[vm].blocks += 1;
         }
         if state == TState::Sleeping && self.vms[vm].costs.virtualized {
-            self.vcpus[v as usize].exits[exit::TIMER] += 1;
+            self.count_exits(v, exit::TIMER, 1);
             let exit_ns = self.vms[vm].costs.exit;
             self.add_overhead(v, cause::EXIT_APIC_ICR, exit_ns);
         }
@@ -106,7 +106,7 @@ impl Sim {
         let target = self.wake_target(t);
         let was_idle = self.vcpu_idle(target);
         let rq_was_empty = self.vcpus[target as usize].rq.is_empty();
-        self.vcpus[target as usize].rq.push_back(t);
+        self.rq_push_back(target, t);
         self.queued_inc(target);
         if let Sender::Paid(w) = sender {
             if self.threads[w as usize].vcpu == target && self.vcpus[target as usize].cur == w {
@@ -191,7 +191,7 @@ impl Sim {
                 Act::Halting | Act::HaltPoll => {
                     // The waker paid for the send when it decided to wake.
                     if costs.virtualized && !costs.apicv {
-                        self.vcpus[u as usize].exits[exit::IPI_RECEIVE] += 1;
+                        self.count_exits(u, exit::IPI_RECEIVE, 1);
                     }
                     self.interrupt_act(u);
                     self.switch_in(u, switch_in);
@@ -218,7 +218,7 @@ impl Sim {
                     let c = self.ipi_receive_cause(vm);
                     self.add_overhead(u, c, costs.ipi_receive);
                     if !costs.apicv {
-                        self.vcpus[u as usize].exits[exit::IPI_RECEIVE] += 1;
+                        self.count_exits(u, exit::IPI_RECEIVE, 1);
                     }
                 }
                 // Bare metal: the idle loop MWAITs on its need-resched flag
@@ -246,7 +246,7 @@ impl Sim {
         self.add_carry(w, c, costs.ipi_send);
         let wv = self.threads[w as usize].vcpu;
         if costs.virtualized {
-            self.vcpus[wv as usize].exits[exit::IPI_SEND] += 1;
+            self.count_exits(wv, exit::IPI_SEND, 1);
         }
     }
 
