@@ -76,6 +76,7 @@ figures! {
     "tune.phases_vs_default", "`smplab tune --seeds 8`: tuner ÷ default, median over seeds (phases)" => || tune_ratio("phases", true);
     "tune.oltp_vs_best", "`smplab tune --workload oltp --seeds 8`: tuner ÷ best static, median" => || tune_ratio("oltp", false);
     "tune.oltp_vs_default", "`smplab tune --workload oltp --seeds 8`: tuner ÷ default, median" => || tune_ratio("oltp", true);
+    "tune.oltp_best_vs_default", "`smplab tune --workload oltp --seeds 8`: best static ÷ default, median over seeds" => oltp_best_vs_default;
     "tune.oltp_250us_vs_best", "`smplab tune --workload oltp --seeds 8 --window 250us`: tuner ÷ best static, median" => || tune_ratio_window("oltp", 250_000, false);
     "tune.oltp_250us_vs_default", "the same: tuner ÷ default" => || tune_ratio_window("oltp", 250_000, true);
     "tune.phases_seed_spread", "`smplab tune --seeds 8` on phases: how many of the 25 rows (24 static settings and the tuner) vary over the seeds" => tune_rows_that_vary;
@@ -374,6 +375,18 @@ fn tune_ratio_window(workload: &str, window_ns: u64, vs_default: bool) -> Result
         &study.vs_best
     };
     smplab_stats::median(v).ok_or_else(|| FigureError::Missing("no seeds".into()))
+}
+
+/// Per seed, the tuner's two ratios divide out to best static ÷ default.
+fn oltp_best_vs_default() -> Result<f64, FigureError> {
+    let study = tune_study("oltp")?;
+    let per_seed: Vec<f64> = study
+        .vs_default
+        .iter()
+        .zip(&study.vs_best)
+        .map(|(d, b)| d / b)
+        .collect();
+    smplab_stats::median(&per_seed).ok_or_else(|| FigureError::Missing("no seeds".into()))
 }
 
 fn tune_rows_that_vary() -> Result<f64, FigureError> {
