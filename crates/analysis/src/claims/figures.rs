@@ -44,6 +44,7 @@ macro_rules! figures {
 figures! {
     "seed000.dedup_hlt", "dedup slowdown %, 16 threads, 16 vCPUs on 16 pCPUs, HLT idle, scale 0.25" => || slowdown_16("dedup", Idle::Hlt);
     "seed000.dedup_poll", "dedup slowdown %, as above with polling idle" => || slowdown_16("dedup", Idle::Poll);
+    "seed000.dedup_poll_share", "dedup's polling-idle slowdown as % of its HLT-idle slowdown, 16/16, scale 0.25" => dedup_poll_share;
     "seed000.blackscholes_hlt", "blackscholes slowdown %, 16/16, HLT idle, scale 0.25" => || slowdown_16("blackscholes", Idle::Hlt);
     "seed000.poll_over_hlt", "Σ slowdown with polling idle ÷ Σ with HLT idle over dedup, fluidanimate, ocean_ncp, vips, volrend (16/16, scale 0.25)" => poll_over_hlt;
     "seed000.ple_off_over_on_poll", "Σ slowdown with PLE off ÷ with PLE on, polling idle, over the five blocking profiles (16/16, scale 0.25)" => || ple_off_over_on(Idle::Poll);
@@ -76,6 +77,8 @@ figures! {
     "tune.phases_vs_default", "`smplab tune --seeds 8`: tuner ÷ default, median over seeds (phases)" => || tune_ratio("phases", true);
     "tune.oltp_vs_best", "`smplab tune --workload oltp --seeds 8`: tuner ÷ best static, median" => || tune_ratio("oltp", false);
     "tune.oltp_vs_default", "`smplab tune --workload oltp --seeds 8`: tuner ÷ default, median" => || tune_ratio("oltp", true);
+    "tune.phases_default_runs_s", "`smplab tune --seeds 8` on phases: the default setting's throughput, runs/s, median over seeds" => || phases_static_runs_s(false);
+    "tune.phases_best_runs_s", "`smplab tune --seeds 8` on phases: the best static setting's throughput, runs/s, median over seeds" => || phases_static_runs_s(true);
     "tune.oltp_best_vs_default", "`smplab tune --workload oltp --seeds 8`: best static ÷ default, median over seeds" => oltp_best_vs_default;
     "tune.oltp_250us_vs_best", "`smplab tune --workload oltp --seeds 8 --window 250us`: tuner ÷ best static, median" => || tune_ratio_window("oltp", 250_000, false);
     "tune.oltp_250us_vs_default", "the same: tuner ÷ default" => || tune_ratio_window("oltp", 250_000, true);
@@ -125,6 +128,10 @@ fn slowdown_16(name: &str, idle: Idle) -> Result<f64, FigureError> {
 }
 
 const BLOCKING: [&str; 5] = ["dedup", "fluidanimate", "ocean_ncp", "vips", "volrend"];
+
+fn dedup_poll_share() -> Result<f64, FigureError> {
+    Ok(100.0 * slowdown_16("dedup", Idle::Poll)? / slowdown_16("dedup", Idle::Hlt)?)
+}
 
 fn poll_over_hlt() -> Result<f64, FigureError> {
     let (mut hlt, mut poll) = (0.0, 0.0);
@@ -375,6 +382,20 @@ fn tune_ratio_window(workload: &str, window_ns: u64, vs_default: bool) -> Result
         &study.vs_best
     };
     smplab_stats::median(v).ok_or_else(|| FigureError::Missing("no seeds".into()))
+}
+
+fn phases_static_runs_s(best: bool) -> Result<f64, FigureError> {
+    let study = tune_study("phases")?;
+    let i = if best {
+        study.best_index
+    } else {
+        study.default_index
+    };
+    study
+        .statics
+        .get(i)
+        .and_then(|s| smplab_stats::median(&s.throughput))
+        .ok_or_else(|| FigureError::Missing("no static setting".into()))
 }
 
 /// Per seed, the tuner's two ratios divide out to best static ÷ default.
