@@ -72,6 +72,12 @@ figures! {
     "seed002.sdb_over_slices_spin", "spin time with the SDB ÷ with 100 µs slices: spinlock, 24 vCPUs on 8 pCPUs, PLE off" => sdb_over_slices;
     "seed002.partition_over_gang", "makespan partition ÷ gang (100 µs, SDB): 2 × 8-vCPU vips VMs on 8 pCPUs" => partition_over_gang;
     "seed004.global_over_fine", "wall time global lock ÷ fine-grained: blackscholes, 16/16, 36.9 device exits/ms per vCPU, 62.98% synchronous" => global_over_fine;
+    "seed004.fig37_exit_share", "Partheymüller Fig. 3.7 from Table 3.1: per-CPU exit-handling share, % (867341 exits in 470 s at 2301 cycles, 2.67 GHz)" => || Ok(100.0 * fig37().exit_handling_per_cpu);
+    "seed004.fig37_sync", "the same: synchronous share of exits, %" => || Ok(100.0 * fig37().sync_share);
+    "seed004.fig37_p16", "the same: parallel fraction left on 16 CPUs, %" => || Ok(100.0 * fig37_rounded().p_at(16.0));
+    "seed004.fig37_projected16", "the same: I/O-thread speedup S(16), eq. 5.1" => || Ok(fig37_rounded().projected(16.0));
+    "seed004.fig37_native16", "the same: native speedup S(16)" => || Ok(fig37_rounded().native(16.0));
+    "seed004.fig37_loss", "the same: loss 1 - S(16)/native S(16), %, unrounded" => || { let i = fig37_rounded(); Ok(100.0 * (1.0 - i.projected(16.0) / i.native(16.0))) };
     "seed004.ordering", "1 when fine < hybrid < I/O thread < global lock (wall time), else 0" => device_ordering;
     "tune.phases_vs_best", "`smplab tune --seeds 8`: tuner ÷ best static, median over seeds (phases)" => || tune_ratio("phases", false);
     "tune.phases_vs_default", "`smplab tune --seeds 8`: tuner ÷ default, median over seeds (phases)" => || tune_ratio("phases", true);
@@ -328,6 +334,26 @@ fn device_wall(sync: DeviceSync) -> Result<u64, FigureError> {
     let mut s = Scenario::new(kvm()?, 16, vec![v]);
     s.native_reference = false;
     Ok(first(&s)?.timing.wall_ns)
+}
+
+/// Partheymüller's Table 3.1 (kernel compile, 16 CPUs): exits, seconds,
+/// cycles per exit and clock give the per-CPU handling share; synchronous and
+/// asynchronous exit counts give the serialized share; p = 0.975 natively.
+fn fig37() -> smplab_record::amdahl::AmdahlInputs {
+    use smplab_record::amdahl::{exit_share, AmdahlInputs};
+    AmdahlInputs {
+        p_native: 0.975,
+        exit_handling_per_cpu: exit_share(867_341.0, 470.0, 2301.0, 2.67e9),
+        sync_share: 759_141.0 / (759_141.0 + 446_213.0),
+    }
+}
+
+/// As the figure computes it: the per-CPU share rounded to 0.159% first.
+fn fig37_rounded() -> smplab_record::amdahl::AmdahlInputs {
+    smplab_record::amdahl::AmdahlInputs {
+        exit_handling_per_cpu: 0.00159,
+        ..fig37()
+    }
 }
 
 fn global_over_fine() -> Result<f64, FigureError> {
