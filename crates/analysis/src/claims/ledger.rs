@@ -171,7 +171,7 @@ impl Claim {
     pub fn prose_text(&self) -> String {
         match &self.prose {
             Some(p) => p.get_ref().clone(),
-            None => super::render::value_text(self.value, &self.unit),
+            None => value_text(self.value, &self.unit),
         }
     }
     /// The paper's band, if it gives one.
@@ -233,6 +233,15 @@ impl Ledger {
     /// The columns of table `name`, if it has its own.
     pub fn shape(&self, name: &str) -> Option<&TableShape> {
         self.tables.iter().find(|t| t.name == name)
+    }
+}
+
+/// A value as the tables and prose print it: the stated digits, then the unit.
+pub fn value_text(value: f64, unit: &str) -> String {
+    match unit {
+        "" => format!("{value}"),
+        "%" => format!("{value}%"),
+        u => format!("{value} {u}"),
     }
 }
 

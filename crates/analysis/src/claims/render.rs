@@ -56,14 +56,7 @@ pub enum RenderError {
     },
 }
 
-/// A value as the tables print it: the stated digits, then the unit.
-pub fn value_text(value: f64, unit: &str) -> String {
-    match unit {
-        "" => format!("{value}"),
-        "%" => format!("{value}%"),
-        u => format!("{value} {u}"),
-    }
-}
+pub use super::ledger::value_text;
 
 /// A table cell: a `|` in the text would end the cell.
 pub fn cell(text: &str) -> String {
