@@ -23,8 +23,8 @@ pub struct ClaimsArgs {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum ClaimsCommand {
-    /// Recompute every deterministic figure and compare the docs' tables with
-    /// the ledger: exit 14 on drift, 15 on a stale table.
+    /// Recompute every deterministic figure and compare the docs' tables and
+    /// marked prose figures with the ledger: exit 14 on drift, 15 on a stale doc.
     Check(FilterArgs),
     /// Print one claim's recomputed figure.
     Run { id: String },
@@ -32,7 +32,7 @@ pub enum ClaimsCommand {
     List,
     /// The in-process producers a claim's `figure` may name.
     Figures,
-    /// Rewrite the docs' figure tables from the ledger.
+    /// Rewrite the docs' figure tables and marked prose figures from the ledger.
     Render,
     /// Re-measure the host figures here; append them to a results file.
     Measure {
@@ -199,12 +199,28 @@ fn check_cmd(root: &Path, ledger: &Ledger, only: Option<&str>) -> i32 {
     if only.is_some() {
         return exit::OK;
     }
+    let historic = ledger
+        .claims
+        .iter()
+        .filter(|c| c.historic.is_some())
+        .count();
+    let commandless = ledger.claims.iter().filter(|c| c.has_no_command()).count();
+    match render::prose_marks(root) {
+        Ok(marks) => outln!(
+            "{} figures marked in the docs' prose; {historic} historic measurements ({commandless} of them without a command that reproduces them)",
+            marks.len()
+        ),
+        Err(e) => {
+            report_error(&e);
+            return exit::BAD_INPUT;
+        }
+    }
     match render::stale_docs(root, ledger) {
         Ok(stale) if stale.is_empty() => exit::OK,
         Ok(stale) => {
             let names: Vec<String> = stale.iter().map(|s| s.path.display().to_string()).collect();
             report_error(format!(
-                "figure tables differ from the ledger in {}: run `smplab claims render`",
+                "figures (tables or marked prose) differ from the ledger in {}: run `smplab claims render`",
                 names.join(", ")
             ));
             exit::STALE_DOCS
@@ -263,13 +279,26 @@ fn list(ledger: &Ledger) -> String {
             (None, Some(g)) => render::goal_text(*g.get_ref()),
             (None, None) => "—".to_string(),
         };
+        let kind = match &c.historic {
+            Some(h) if c.has_no_command() => format!(
+                "{}, historic ({}; no command)",
+                c.kind.label(),
+                render::cell(&h.get_ref().date)
+            ),
+            Some(h) => format!(
+                "{}, historic ({})",
+                c.kind.label(),
+                render::cell(&h.get_ref().date)
+            ),
+            None => c.kind.label().to_string(),
+        };
         s.push_str(&format!(
             "| `{}` {} | {} | {} | {} | {} |\n",
             c.id(),
             render::cell(&c.what),
             paper,
             render::value_text(c.value, &c.unit),
-            c.kind.label(),
+            kind,
             c.status().label()
         ));
     }

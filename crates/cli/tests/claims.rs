@@ -130,3 +130,56 @@ fn a_malformed_entry_is_located() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_prose_figure_edited_away_from_the_ledger_is_caught_and_render_fixes_it() {
+    let dir = scratch("prose");
+    let readme = dir.join("README.md");
+    let t = std::fs::read_to_string(&readme).expect("README");
+    let marked = "<!--claim host.port-exit-->10–30 µs<!--/claim-->";
+    assert!(
+        t.contains(marked),
+        "the README states PVM's exit cost from the ledger"
+    );
+    std::fs::write(
+        &readme,
+        t.replacen(marked, "<!--claim host.port-exit-->5–30 µs<!--/claim-->", 1),
+    )
+    .expect("write");
+    let o = claims(&dir, &["check"]);
+    assert_eq!(o.status.code(), Some(exit::STALE_DOCS), "{}", text(&o));
+    assert!(text(&o).contains("README.md"), "{}", text(&o));
+    let o = claims(&dir, &["render"]);
+    assert_eq!(o.status.code(), Some(exit::OK), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(&readme).expect("README"), t);
+    // The ledger decides: a new value there reaches the prose through render.
+    let ledger = dir.join("docs/claims.toml");
+    let l = std::fs::read_to_string(&ledger).expect("ledger");
+    let moved = l.replacen("prose = \"10–30 µs\"", "prose = \"12–30 µs\"", 1);
+    assert_ne!(l, moved, "host.port-exit has its prose form in the ledger");
+    std::fs::write(&ledger, moved).expect("write");
+    let o = claims(&dir, &["check"]);
+    assert_eq!(o.status.code(), Some(exit::STALE_DOCS), "{}", text(&o));
+    let o = claims(&dir, &["render"]);
+    assert_eq!(o.status.code(), Some(exit::OK), "{}", text(&o));
+    assert!(
+        std::fs::read_to_string(&readme)
+            .expect("README")
+            .contains("<!--claim host.port-exit-->12–30 µs<!--/claim-->"),
+        "render fills the prose from the ledger"
+    );
+    // A marker naming no claim is bad input, located.
+    std::fs::write(
+        &readme,
+        t.replacen(marked, "<!--claim no.such-->1<!--/claim-->", 1),
+    )
+    .expect("write");
+    let o = claims(&dir, &["check"]);
+    assert_eq!(o.status.code(), Some(exit::BAD_INPUT), "{}", text(&o));
+    assert!(
+        text(&o).contains("README.md:") && text(&o).contains("no claim `no.such`"),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

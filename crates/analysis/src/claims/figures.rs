@@ -44,6 +44,7 @@ macro_rules! figures {
 figures! {
     "seed000.dedup_hlt", "dedup slowdown %, 16 threads, 16 vCPUs on 16 pCPUs, HLT idle, scale 0.25" => || slowdown_16("dedup", Idle::Hlt);
     "seed000.dedup_poll", "dedup slowdown %, as above with polling idle" => || slowdown_16("dedup", Idle::Poll);
+    "seed000.dedup_poll_share", "dedup's polling-idle slowdown as % of its HLT-idle slowdown, 16/16, scale 0.25" => dedup_poll_share;
     "seed000.blackscholes_hlt", "blackscholes slowdown %, 16/16, HLT idle, scale 0.25" => || slowdown_16("blackscholes", Idle::Hlt);
     "seed000.poll_over_hlt", "Σ slowdown with polling idle ÷ Σ with HLT idle over dedup, fluidanimate, ocean_ncp, vips, volrend (16/16, scale 0.25)" => poll_over_hlt;
     "seed000.ple_off_over_on_poll", "Σ slowdown with PLE off ÷ with PLE on, polling idle, over the five blocking profiles (16/16, scale 0.25)" => || ple_off_over_on(Idle::Poll);
@@ -71,11 +72,20 @@ figures! {
     "seed002.sdb_over_slices_spin", "spin time with the SDB ÷ with 100 µs slices: spinlock, 24 vCPUs on 8 pCPUs, PLE off" => sdb_over_slices;
     "seed002.partition_over_gang", "makespan partition ÷ gang (100 µs, SDB): 2 × 8-vCPU vips VMs on 8 pCPUs" => partition_over_gang;
     "seed004.global_over_fine", "wall time global lock ÷ fine-grained: blackscholes, 16/16, 36.9 device exits/ms per vCPU, 62.98% synchronous" => global_over_fine;
+    "seed004.fig37_exit_share", "Partheymüller Fig. 3.7 from Table 3.1: per-CPU exit-handling share, % (867341 exits in 470 s at 2301 cycles, 2.67 GHz)" => || Ok(100.0 * fig37().exit_handling_per_cpu);
+    "seed004.fig37_sync", "the same: synchronous share of exits, %" => || Ok(100.0 * fig37().sync_share);
+    "seed004.fig37_p16", "the same: parallel fraction left on 16 CPUs, %" => || Ok(100.0 * fig37_rounded().p_at(16.0));
+    "seed004.fig37_projected16", "the same: I/O-thread speedup S(16), eq. 5.1" => || Ok(fig37_rounded().projected(16.0));
+    "seed004.fig37_native16", "the same: native speedup S(16)" => || Ok(fig37_rounded().native(16.0));
+    "seed004.fig37_loss", "the same: loss 1 - S(16)/native S(16), %, unrounded" => || { let i = fig37_rounded(); Ok(100.0 * (1.0 - i.projected(16.0) / i.native(16.0))) };
     "seed004.ordering", "1 when fine < hybrid < I/O thread < global lock (wall time), else 0" => device_ordering;
     "tune.phases_vs_best", "`smplab tune --seeds 8`: tuner ÷ best static, median over seeds (phases)" => || tune_ratio("phases", false);
     "tune.phases_vs_default", "`smplab tune --seeds 8`: tuner ÷ default, median over seeds (phases)" => || tune_ratio("phases", true);
     "tune.oltp_vs_best", "`smplab tune --workload oltp --seeds 8`: tuner ÷ best static, median" => || tune_ratio("oltp", false);
     "tune.oltp_vs_default", "`smplab tune --workload oltp --seeds 8`: tuner ÷ default, median" => || tune_ratio("oltp", true);
+    "tune.phases_default_runs_s", "`smplab tune --seeds 8` on phases: the default setting's throughput, runs/s, median over seeds" => || phases_static_runs_s(false);
+    "tune.phases_best_runs_s", "`smplab tune --seeds 8` on phases: the best static setting's throughput, runs/s, median over seeds" => || phases_static_runs_s(true);
+    "tune.oltp_best_vs_default", "`smplab tune --workload oltp --seeds 8`: best static ÷ default, median over seeds" => oltp_best_vs_default;
     "tune.oltp_250us_vs_best", "`smplab tune --workload oltp --seeds 8 --window 250us`: tuner ÷ best static, median" => || tune_ratio_window("oltp", 250_000, false);
     "tune.oltp_250us_vs_default", "the same: tuner ÷ default" => || tune_ratio_window("oltp", 250_000, true);
     "tune.phases_seed_spread", "`smplab tune --seeds 8` on phases: how many of the 25 rows (24 static settings and the tuner) vary over the seeds" => tune_rows_that_vary;
@@ -124,6 +134,10 @@ fn slowdown_16(name: &str, idle: Idle) -> Result<f64, FigureError> {
 }
 
 const BLOCKING: [&str; 5] = ["dedup", "fluidanimate", "ocean_ncp", "vips", "volrend"];
+
+fn dedup_poll_share() -> Result<f64, FigureError> {
+    Ok(100.0 * slowdown_16("dedup", Idle::Poll)? / slowdown_16("dedup", Idle::Hlt)?)
+}
 
 fn poll_over_hlt() -> Result<f64, FigureError> {
     let (mut hlt, mut poll) = (0.0, 0.0);
@@ -322,6 +336,26 @@ fn device_wall(sync: DeviceSync) -> Result<u64, FigureError> {
     Ok(first(&s)?.timing.wall_ns)
 }
 
+/// Partheymüller's Table 3.1 (kernel compile, 16 CPUs): exits, seconds,
+/// cycles per exit and clock give the per-CPU handling share; synchronous and
+/// asynchronous exit counts give the serialized share; p = 0.975 natively.
+fn fig37() -> smplab_record::amdahl::AmdahlInputs {
+    use smplab_record::amdahl::{exit_share, AmdahlInputs};
+    AmdahlInputs {
+        p_native: 0.975,
+        exit_handling_per_cpu: exit_share(867_341.0, 470.0, 2301.0, 2.67e9),
+        sync_share: 759_141.0 / (759_141.0 + 446_213.0),
+    }
+}
+
+/// As the figure computes it: the per-CPU share rounded to 0.159% first.
+fn fig37_rounded() -> smplab_record::amdahl::AmdahlInputs {
+    smplab_record::amdahl::AmdahlInputs {
+        exit_handling_per_cpu: 0.00159,
+        ..fig37()
+    }
+}
+
 fn global_over_fine() -> Result<f64, FigureError> {
     Ok(device_wall(DeviceSync::Global)? as f64 / device_wall(DeviceSync::Fine)? as f64)
 }
@@ -374,6 +408,32 @@ fn tune_ratio_window(workload: &str, window_ns: u64, vs_default: bool) -> Result
         &study.vs_best
     };
     smplab_stats::median(v).ok_or_else(|| FigureError::Missing("no seeds".into()))
+}
+
+fn phases_static_runs_s(best: bool) -> Result<f64, FigureError> {
+    let study = tune_study("phases")?;
+    let i = if best {
+        study.best_index
+    } else {
+        study.default_index
+    };
+    study
+        .statics
+        .get(i)
+        .and_then(|s| smplab_stats::median(&s.throughput))
+        .ok_or_else(|| FigureError::Missing("no static setting".into()))
+}
+
+/// Per seed, the tuner's two ratios divide out to best static ÷ default.
+fn oltp_best_vs_default() -> Result<f64, FigureError> {
+    let study = tune_study("oltp")?;
+    let per_seed: Vec<f64> = study
+        .vs_default
+        .iter()
+        .zip(&study.vs_best)
+        .map(|(d, b)| d / b)
+        .collect();
+    smplab_stats::median(&per_seed).ok_or_else(|| FigureError::Missing("no seeds".into()))
 }
 
 fn tune_rows_that_vary() -> Result<f64, FigureError> {

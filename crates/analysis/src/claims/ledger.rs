@@ -118,6 +118,28 @@ pub struct Claim {
     /// (`[[table]]`): the cell in the table's `value_column` must start with
     /// `value`, so the row cannot state another figure than the ledger.
     pub row: Option<Spanned<Vec<String>>>,
+    /// The figure as the docs' prose states it, filled into
+    /// `<!--claim ID-->…<!--/claim-->` by `claims render` (default: the value
+    /// and its unit): it must start with `value` (or, for a range, a number
+    /// within `tolerance` of it), so prose cannot state another figure than
+    /// the ledger ("10–30 µs" for 20 ± 10, "1.24×").
+    pub prose: Option<Spanned<String>>,
+    /// A measurement no command reproduces today (an earlier code state, a
+    /// one-off set-up): when and where it was taken, and where it came from.
+    /// A claim whose `command` is "none…" must have one.
+    pub historic: Option<Spanned<Historic>>,
+}
+
+/// When and where a historic measurement was taken.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Historic {
+    /// The day (or days) it was measured: "2026-11-23".
+    pub date: String,
+    /// The machine and its state: "2-core PVM development host, load 6–7".
+    pub host: String,
+    /// How it was produced, since no command reproduces it.
+    pub source: String,
 }
 
 /// A docs table with its own columns (a results table of a doc, not the
@@ -140,6 +162,17 @@ impl Claim {
     }
     pub fn tolerance(&self) -> f64 {
         *self.tolerance.get_ref()
+    }
+    /// No command reproduces the figure: its `command` says "none…".
+    pub fn has_no_command(&self) -> bool {
+        self.command.trim_start().starts_with("none")
+    }
+    /// The text `<!--claim ID-->` markers in prose hold.
+    pub fn prose_text(&self) -> String {
+        match &self.prose {
+            Some(p) => p.get_ref().clone(),
+            None => value_text(self.value, &self.unit),
+        }
     }
     /// The paper's band, if it gives one.
     pub fn band(&self) -> Option<[f64; 2]> {
@@ -184,6 +217,7 @@ impl Ledger {
         for c in &parsed.claim {
             validate(&src, c, &known_figure, &mut ids, &mut problems);
             validate_row(&src, c, &parsed.table, &mut problems);
+            validate_provenance(&src, c, &mut problems);
         }
         problems.into_result(Ledger {
             file: file.to_string(),
@@ -199,6 +233,15 @@ impl Ledger {
     /// The columns of table `name`, if it has its own.
     pub fn shape(&self, name: &str) -> Option<&TableShape> {
         self.tables.iter().find(|t| t.name == name)
+    }
+}
+
+/// A value as the tables and prose print it: the stated digits, then the unit.
+pub fn value_text(value: f64, unit: &str) -> String {
+    match unit {
+        "" => format!("{value}"),
+        "%" => format!("{value}%"),
+        u => format!("{value} {u}"),
     }
 }
 
@@ -218,6 +261,53 @@ pub fn leading_number(cell: &str) -> Option<f64> {
     format!("{sign}{}", digits.trim_end_matches('.'))
         .parse()
         .ok()
+}
+
+/// A claim's `prose` must state its value; a figure without a command must
+/// be a historic measurement with its date and host.
+fn validate_provenance(src: &SourceText<'_>, c: &Claim, problems: &mut Diagnostics) {
+    let id = c.id.get_ref();
+    if let Some(p) = &c.prose {
+        // A range ("10–30 µs" for 20 ± 10) starts at most a tolerance away.
+        let off = leading_number(p.get_ref()).map(|v| (v - c.value).abs());
+        if off.is_none_or(|d| d > c.tolerance() + 1e-9) {
+            problems.push(src.span(
+                p.span(),
+                format!(
+                    "claim `{id}`: prose `{}` must start with the claim's value {} (± its tolerance {})",
+                    p.get_ref(),
+                    c.value,
+                    c.tolerance()
+                ),
+            ));
+        }
+    }
+    match &c.historic {
+        None if c.has_no_command() => problems.push(src.span(
+            c.id.span(),
+            format!(
+                "claim `{id}`: no command produces it (`{}`), so it needs `historic = {{ date, host, source }}`: when, where and how it was measured",
+                c.command
+            ),
+        )),
+        Some(h) if c.kind != Kind::Measured => problems.push(src.span(
+            h.span(),
+            format!(
+                "claim `{id}`: only a `measured` figure can be historic; a {} figure has a producer",
+                c.kind.label()
+            ),
+        )),
+        Some(h) if [&h.get_ref().date, &h.get_ref().host, &h.get_ref().source]
+            .iter()
+            .any(|f| f.trim().is_empty()) =>
+        {
+            problems.push(src.span(
+                h.span(),
+                format!("claim `{id}`: `historic` needs a date, a host and a source, none empty"),
+            ));
+        }
+        _ => {}
+    }
 }
 
 /// A claim's `row` against its table's columns.
@@ -476,5 +566,56 @@ paper = { source = "Ding & Shan", value = "1.4", where = "Fig. 1", band = [1.0, 
         assert_eq!(leading_number("-3.5%"), Some(-3.5));
         assert_eq!(leading_number("— (none)"), None);
         assert!(e.to_string().starts_with("c.toml:"), "{e}");
+    }
+
+    #[test]
+    fn prose_states_the_value_and_figures_without_a_command_are_historic() {
+        let prose = ONE.replace("value = 1.5\n", "value = 1.5\nprose = \"1.5–2×\"\n");
+        let l = Ledger::parse("c.toml", &prose, |_| true).expect("parses");
+        assert_eq!(l.get("a").map(Claim::prose_text).as_deref(), Some("1.5–2×"));
+        let wrong = prose.replace("\"1.5–2×\"", "\"2–3×\"");
+        let e = Ledger::parse("c.toml", &wrong, |_| true).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "prose `2–3×` must start with the claim's value 1.5 (± its tolerance 0.05)"
+            ),
+            "{e}"
+        );
+        let measured = ONE
+            .replace("\"simulated\"", "\"measured\"")
+            .replace("status = \"reproduced\"", "status = \"shape\"")
+            .replace(
+                "command = \"smplab claims run a\"",
+                "command = \"none: see note\"",
+            );
+        let e = Ledger::parse("c.toml", &measured, |_| true).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("needs `historic = { date, host, source }`"),
+            "{e}"
+        );
+        let historic = measured.replace(
+            "value = 1.5\n",
+            "value = 1.5\nhistoric = { date = \"2026-11-23\", host = \"2-core PVM\", source = \"docs/host.md\" }\n",
+        );
+        let l = Ledger::parse("c.toml", &historic, |_| true).expect("parses");
+        assert!(l.get("a").is_some_and(Claim::has_no_command));
+        let e = Ledger::parse(
+            "c.toml",
+            &historic.replace("\"2-core PVM\"", "\" \""),
+            |_| true,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("needs a date, a host and a source"),
+            "{e}"
+        );
+        let simulated = historic.replace("\"measured\"", "\"simulated\"");
+        let e = Ledger::parse("c.toml", &simulated, |_| true).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("only a `measured` figure can be historic"),
+            "{e}"
+        );
     }
 }

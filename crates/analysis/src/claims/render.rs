@@ -3,6 +3,11 @@
 //! docs/*.md file, and holds the claims whose `table` is TABLE, in ledger
 //! order. `claims render` rewrites them; `claims check` fails when one
 //! differs from what the ledger gives, so a stale figure cannot stay.
+//!
+//! A figure in prose is marked inline, `<!--claim ID-->164.9%<!--/claim-->`
+//! (invisible once rendered): `claims render` fills the text between the
+//! markers from the ledger (the claim's `prose`, or its value and unit), and
+//! `claims check` fails on a doc whose marked figure differs, as for a table.
 
 use super::ledger::{Claim, Ledger};
 use std::fmt::Write as _;
@@ -10,6 +15,8 @@ use std::path::{Path, PathBuf};
 
 const BEGIN: &str = "<!-- claims:begin ";
 const END: &str = "<!-- claims:end -->";
+const PROSE_OPEN: &str = "<!--claim ";
+const PROSE_CLOSE: &str = "<!--/claim-->";
 
 /// A marker problem in a doc.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +33,20 @@ pub enum RenderError {
         line: usize,
         table: String,
     },
+    #[error("{file}:{line}:{col}: `{PROSE_OPEN}{claim}-->` has no `{PROSE_CLOSE}` after it on the same line")]
+    UnclosedProse {
+        file: String,
+        line: usize,
+        col: usize,
+        claim: String,
+    },
+    #[error("{file}:{line}:{col}: no claim `{claim}` in the ledger (`smplab claims list`)")]
+    UnknownClaim {
+        file: String,
+        line: usize,
+        col: usize,
+        claim: String,
+    },
     #[error("table \"{table}\" is named by claim `{claim}` but no doc (README.md, docs/*.md) has its markers")]
     Unplaced { table: String, claim: String },
     #[error("cannot read or write {path}: {source}")]
@@ -35,14 +56,7 @@ pub enum RenderError {
     },
 }
 
-/// A value as the tables print it: the stated digits, then the unit.
-pub fn value_text(value: f64, unit: &str) -> String {
-    match unit {
-        "" => format!("{value}"),
-        "%" => format!("{value}%"),
-        u => format!("{value} {u}"),
-    }
-}
+pub use super::ledger::value_text;
 
 /// A table cell: a `|` in the text would end the cell.
 pub fn cell(text: &str) -> String {
@@ -123,7 +137,7 @@ pub fn render_text(
     let mut names = Vec::new();
     let mut lines = text.split_inclusive('\n').enumerate();
     while let Some((i, line)) = lines.next() {
-        out.push_str(line);
+        out.push_str(&render_prose_line(file, i + 1, line, ledger)?);
         let Some(rest) = line.trim().strip_prefix(BEGIN) else {
             continue;
         };
@@ -158,6 +172,76 @@ pub fn render_text(
         names.push(name);
     }
     Ok((out, names))
+}
+
+/// `line` (number `line_no` of `file`) with each marked prose figure
+/// refilled from the ledger.
+pub fn render_prose_line(
+    file: &str,
+    line_no: usize,
+    line: &str,
+    ledger: &Ledger,
+) -> Result<String, RenderError> {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find(PROSE_OPEN) {
+        let col = line.len() - rest.len() + at + 1;
+        let after = &rest[at + PROSE_OPEN.len()..];
+        let unclosed = |claim: &str| RenderError::UnclosedProse {
+            file: file.into(),
+            line: line_no,
+            col,
+            claim: claim.to_string(),
+        };
+        let Some(id_end) = after.find("-->") else {
+            return Err(unclosed(after.trim_end()));
+        };
+        let id = after[..id_end].trim();
+        let body = &after[id_end + 3..];
+        let Some(close) = body.find(PROSE_CLOSE) else {
+            return Err(unclosed(id));
+        };
+        let Some(claim) = ledger.get(id) else {
+            return Err(RenderError::UnknownClaim {
+                file: file.into(),
+                line: line_no,
+                col,
+                claim: id.to_string(),
+            });
+        };
+        out.push_str(&rest[..at + PROSE_OPEN.len() + id_end + 3]);
+        out.push_str(&claim.prose_text());
+        out.push_str(PROSE_CLOSE);
+        rest = &body[close + PROSE_CLOSE.len()..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The claims marked in prose under `root`'s docs, with where: `(file, line, id)`.
+pub fn prose_marks(root: &Path) -> Result<Vec<(String, usize, String)>, RenderError> {
+    let mut marks = Vec::new();
+    for path in doc_files(root)? {
+        let text = std::fs::read_to_string(&path).map_err(|source| RenderError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let shown = path
+            .strip_prefix(root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        for (i, line) in text.lines().enumerate() {
+            let mut rest = line;
+            while let Some(at) = rest.find(PROSE_OPEN) {
+                let after = &rest[at + PROSE_OPEN.len()..];
+                let Some(end) = after.find("-->") else { break };
+                marks.push((shown.clone(), i + 1, after[..end].trim().to_string()));
+                rest = &after[end..];
+            }
+        }
+    }
+    Ok(marks)
 }
 
 /// README.md and docs/*.md under `root`, sorted.
@@ -274,6 +358,37 @@ table = "t"
         let e =
             render_text("d.md", "<!-- claims:begin u -->\n<!-- claims:end -->\n", &l).unwrap_err();
         assert!(matches!(e, RenderError::UnknownTable { .. }));
+    }
+
+    #[test]
+    fn prose_figures_are_filled_from_the_ledger() {
+        let l = ledger();
+        let doc = "It takes <!--claim a-->9 ms<!--/claim--> here, <!--claim a-->1.5 ms<!--/claim--> there.\n";
+        let (new, _) = render_text("d.md", doc, &l).expect("renders");
+        assert_eq!(
+            new,
+            "It takes <!--claim a-->1.5 ms<!--/claim--> here, <!--claim a-->1.5 ms<!--/claim--> there.\n"
+        );
+        assert_eq!(render_text("d.md", &new, &l).expect("renders").0, new);
+        let e = render_text("d.md", "x\nsee <!--claim a-->1.5 ms\n", &l).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "d.md:2:5: `<!--claim a-->` has no `<!--/claim-->` after it on the same line"
+        );
+        let e = render_text("d.md", "<!--claim b-->1<!--/claim-->\n", &l).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "d.md:1:1: no claim `b` in the ledger (`smplab claims list`)"
+        );
+        let with_prose = Ledger::parse(
+            "l.toml",
+            "[[claim]]\nid = \"r\"\nwhat = \"x\"\nkind = \"measured\"\nstatus = \"stated\"\ncommand = \"smplab doctor\"\nvalue = 10.0\nunit = \"µs\"\ntolerance = 20.0\nprose = \"10–30 µs\"\n",
+            |_| true,
+        )
+        .expect("parses");
+        let (new, _) = render_text("d.md", "cost <!--claim r-->?<!--/claim-->\n", &with_prose)
+            .expect("renders");
+        assert_eq!(new, "cost <!--claim r-->10–30 µs<!--/claim-->\n");
     }
 
     #[test]
