@@ -381,8 +381,60 @@ fn median_and_spread(mut xs: Vec<f64>) -> (f64, f64, f64) {
     (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
 }
 
+/// The median of `xs` and a distribution-free interval around it of at
+/// least 95 % coverage: the order statistics `x(k)` and `x(n+1-k)` with the
+/// largest `k` for which a Binomial(n, 1/2) falls below `k` with probability
+/// at most 2.5 %. `None` with fewer than 6 values (even min..max covers less
+/// than 95 % then: 93.75 % at n = 5).
+fn median_with_interval(mut xs: Vec<f64>) -> (f64, Option<(f64, f64)>) {
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    let median = if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    };
+    // P(B < k) = sum_{i<k} C(n, i) / 2^n.
+    let all = (0..n).fold(1.0, |p: f64, _| p * 2.0);
+    let mut below = 0.0;
+    let mut choose = 1.0;
+    let mut k = 0;
+    for i in 0..n {
+        if below + choose / all > 0.025 {
+            break;
+        }
+        below += choose / all;
+        choose = choose * (n - i) as f64 / (i + 1) as f64;
+        k = i + 1;
+    }
+    let interval = (k >= 1).then(|| (xs[k - 1], xs[n - k]));
+    (median, interval)
+}
+
+/// The nested host's load average (its 1-minute figure), for the record.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+#[test]
+fn the_median_interval_takes_the_right_order_statistics() {
+    // n = 5: no 95 % interval exists; n = 6..=8: min..max; n = 9: 2nd..8th.
+    assert_eq!(
+        median_with_interval(vec![3.0, 1.0, 2.0, 5.0, 4.0]),
+        (3.0, None)
+    );
+    let six = vec![6.0, 1.0, 2.0, 3.0, 4.0, 5.0];
+    assert_eq!(median_with_interval(six), (3.5, Some((1.0, 6.0))));
+    let nine: Vec<f64> = (1..=9).map(f64::from).collect();
+    assert_eq!(median_with_interval(nine), (5.0, Some((2.0, 8.0))));
+}
+
 /// Boot-to-init on 2 vCPUs, smplab-vmm (bzImage and PVH) against QEMU
-/// `-M microvm` (bzImage), alternating, `SMPLAB_LINUX_REPEAT` times (5).
+/// `-M microvm` (bzImage), interleaved, `SMPLAB_LINUX_REPEAT` rounds (6):
+/// each round's ratio smplab-vmm ÷ QEMU, their median and its 95 %
+/// interval (order statistics; 6 rounds or more), with the load average.
 /// Not a pass/fail test (timings): run it by name in the nested host, with
 /// QEMU, its libraries and /usr/share/qemu copied in; `$SMPLAB_QEMU` names
 /// the binary (default qemu-system-x86_64). Emulator timings under TCG.
@@ -396,16 +448,28 @@ fn measure_boot_to_init_against_qemu() {
     let repeat: usize = std::env::var("SMPLAB_LINUX_REPEAT")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+        .unwrap_or(6);
     let (mut bz, mut pvh, mut q) = (Vec::new(), Vec::new(), Vec::new());
+    eprintln!("load average before: {}", load_average());
     for round in 0..repeat {
         let _one = ONE_VM.lock().unwrap_or_else(|e| e.into_inner());
-        q.push(qemu_boot_to_init(&qemu, 2));
-        bz.push(smplab_boot_to_init(Form::BzImage, 2));
-        pvh.push(smplab_boot_to_init(Form::Pvh, 2));
+        // Alternate which VMM goes first, so a drift in the host's load
+        // does not always favour the same one.
+        if round % 2 == 0 {
+            q.push(qemu_boot_to_init(&qemu, 2));
+            bz.push(smplab_boot_to_init(Form::BzImage, 2));
+            pvh.push(smplab_boot_to_init(Form::Pvh, 2));
+        } else {
+            pvh.push(smplab_boot_to_init(Form::Pvh, 2));
+            bz.push(smplab_boot_to_init(Form::BzImage, 2));
+            q.push(qemu_boot_to_init(&qemu, 2));
+        }
         eprintln!(
-            "round {round}: qemu {:.2} s, smplab-vmm bzImage {:.2} s, PVH {:.2} s",
-            q[round], bz[round], pvh[round]
+            "round {round}: qemu {:.2} s, smplab-vmm bzImage {:.2} s, PVH {:.2} s (load {})",
+            q[round],
+            bz[round],
+            pvh[round],
+            load_average()
         );
     }
     for (name, xs) in [
@@ -416,9 +480,15 @@ fn measure_boot_to_init_against_qemu() {
         let (median, lo, hi) = median_and_spread(xs);
         eprintln!("{name}: median {median:.2} s (min {lo:.2}, max {hi:.2}), {repeat} boots, emulator timings");
     }
-    let (q_median, _, _) = median_and_spread(q);
-    for (name, xs) in [("bzImage", bz), ("PVH", pvh)] {
-        let (median, _, _) = median_and_spread(xs);
-        eprintln!("smplab-vmm {name} / qemu: {:.2}x", median / q_median);
+    for (name, xs) in [("bzImage", &bz), ("PVH", &pvh)] {
+        let ratios: Vec<f64> = xs.iter().zip(&q).map(|(s, q)| s / q).collect();
+        let (median, interval) = median_with_interval(ratios);
+        let interval = interval.map_or("no 95 % interval below 6 rounds".into(), |(lo, hi)| {
+            format!("95 % interval {lo:.2}x..{hi:.2}x")
+        });
+        eprintln!(
+            "smplab-vmm {name} / qemu, paired by round: median {median:.2}x, {interval} (target <= 0.5x)"
+        );
     }
+    eprintln!("load average after: {}", load_average());
 }
