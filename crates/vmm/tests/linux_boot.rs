@@ -15,12 +15,17 @@
 //! nested host's own), and its `vmlinux` beside it
 //! (tools/nested-host/extract-vmlinux writes it). By default a few boots cover both forms, N = 1, 2, 4
 //! and 8 vCPUs and the four sync modes between them (under TCG each boot
-//! takes 10-20 s); `SMPLAB_LINUX_MATRIX=full` boots every form x N x mode.
+//! takes 10-20 s); `SMPLAB_LINUX_MATRIX=full` boots every form x N x mode,
+//! of Debian's `cloud` flavour kernel too when it is there
+//! (linux_common::cloud_bzimage; its PVH form `vmlinux-cloud` beside it).
 //! `SMPLAB_LINUX_CMDLINE_EXTRA` adds words to the guest's command line.
 
 mod linux_common;
 
-use linux_common::{all_online, bzimage, hardware_kvm, initramfs, kernel_path, MEM_BYTES};
+use linux_common::{
+    all_online, bzimage, cloud_bzimage, cloud_kernel_path, hardware_kvm, initramfs, kernel_path,
+    MEM_BYTES,
+};
 use smplab_vmm::{run_vm, ConsoleSink, GuestStop, KernelImage, SyncMode, VmConfig, VmRun};
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
@@ -43,6 +48,37 @@ static ONE_VM: Mutex<()> = Mutex::new(());
 enum Form {
     BzImage,
     Pvh,
+    /// Debian's `cloud` flavour (linux_common::cloud_bzimage), both forms.
+    CloudBzImage,
+    CloudPvh,
+}
+
+/// The kernel of `form`. The cloud forms only where `cloud_bzimage()` found
+/// the cloud kernel.
+fn kernel(form: Form) -> &'static [u8] {
+    match form {
+        Form::BzImage => bzimage(),
+        Form::Pvh => vmlinux(),
+        Form::CloudBzImage => cloud_bzimage().expect("the cloud kernel was found"),
+        Form::CloudPvh => cloud_vmlinux(),
+    }
+}
+
+/// The cloud kernel's `vmlinux` (LZ4 inside; tools/nested-host/cloud-kernel
+/// writes it): `vmlinux-cloud` beside the cloud bzImage.
+fn cloud_vmlinux() -> &'static [u8] {
+    static VMLINUX: OnceLock<Vec<u8>> = OnceLock::new();
+    VMLINUX.get_or_init(|| {
+        let path = cloud_kernel_path().with_file_name("vmlinux-cloud");
+        let vmlinux = std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read the cloud kernel's PVH form {}: {e}; tools/nested-host/cloud-kernel writes it",
+                path.display()
+            )
+        });
+        assert!(vmlinux.starts_with(b"\x7fELF"), "{} is not an ELF file", path.display());
+        vmlinux
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,11 +115,7 @@ fn initrd() -> &'static [u8] {
 
 /// Boot `form` with `vcpus` vCPUs in `sync` mode, ended the `stop` way.
 fn boot(form: Form, vcpus: u32, sync: SyncMode, stop: Stop) -> (VmRun, String) {
-    let kernel = match form {
-        Form::BzImage => bzimage(),
-        Form::Pvh => vmlinux(),
-    };
-    let mut config = VmConfig::new(KernelImage::Bytes(kernel.to_vec()));
+    let mut config = VmConfig::new(KernelImage::Bytes(kernel(form).to_vec()));
     config.initrd = Some(initrd().to_vec());
     config.vcpus = vcpus;
     config.mem_bytes = MEM_BYTES;
@@ -266,7 +298,11 @@ fn the_full_matrix_boots_with_every_cpu_online() {
     if !hardware_kvm("linux_boot") {
         return;
     }
-    for form in [Form::BzImage, Form::Pvh] {
+    let mut forms = vec![Form::BzImage, Form::Pvh];
+    if cloud_bzimage().is_some() {
+        forms.extend([Form::CloudBzImage, Form::CloudPvh]);
+    }
+    for form in forms {
         for vcpus in [1, 2, 4, 8] {
             for sync in SYNC_MODES {
                 check(form, vcpus, sync, Stop::DebugExit);
@@ -310,11 +346,7 @@ fn monotonic_ns() -> u64 {
 /// Boot-to-init on smplab-vmm: from before `run_vm` (VM construction
 /// included) to the init's "ready" on the window port, in seconds.
 fn smplab_boot_to_init(form: Form, vcpus: u32) -> f64 {
-    let kernel = match form {
-        Form::BzImage => bzimage(),
-        Form::Pvh => vmlinux(),
-    };
-    let mut config = VmConfig::new(KernelImage::Bytes(kernel.to_vec()));
+    let mut config = VmConfig::new(KernelImage::Bytes(kernel(form).to_vec()));
     config.initrd = Some(initrd().to_vec());
     config.vcpus = vcpus;
     config.mem_bytes = MEM_BYTES;
