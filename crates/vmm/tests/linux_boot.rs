@@ -86,6 +86,8 @@ enum Stop {
     DebugExit,
     PowerOff,
     Reboot,
+    /// No init where the kernel looks: it panics, and `panic=-1` restarts.
+    Panic,
 }
 
 /// The `vmlinux` ELF inside the bzImage, as tools/nested-host/extract-vmlinux
@@ -131,6 +133,7 @@ fn boot(form: Form, vcpus: u32, sync: SyncMode, stop: Stop) -> (VmRun, String) {
         Stop::DebugExit => "",
         Stop::PowerOff => " smplab.stop=poweroff",
         Stop::Reboot => " smplab.stop=reboot",
+        Stop::Panic => " rdinit=/no-such-init root=/dev/nothing",
     };
     // quiet: the kernel's own lines would interleave with the init's on the
     // one UART (printk writes it directly, the tty by interrupts).
@@ -213,7 +216,7 @@ fn check(form: Form, vcpus: u32, sync: SyncMode, stop: Stop) {
     let expected = match stop {
         Stop::DebugExit => GuestStop::DebugExit(STATUS_OK),
         Stop::PowerOff => GuestStop::PowerOff,
-        Stop::Reboot => GuestStop::Reset,
+        Stop::Reboot | Stop::Panic => GuestStop::Reset,
     };
     assert_eq!(run.stop, expected, "{what}: console tail:\n{tail}");
     // kvm-clock is offered (the KVM CPUID leaves), and the TSC is
@@ -286,6 +289,30 @@ fn bzimage_on_8_vcpus_hybrid_ends_by_the_debug_exit() {
     if hardware_kvm("linux_boot") {
         check(Form::BzImage, 8, SyncMode::Hybrid, Stop::DebugExit);
     }
+}
+
+/// A kernel panic with `panic=-1` ends the VM at once as a reset: Linux 6.1's
+/// emergency restart on this hardware-reduced ACPI machine goes "EFI" (none)
+/// then "BIOS", real mode at f000:fff0, where the reset stub writes the
+/// reset register (docs/linux.md, "Errors and exit statuses"). On 2 vCPUs,
+/// so the panicking CPU first stops the other.
+#[test]
+fn a_panic_on_2_vcpus_resets_at_once() {
+    if !hardware_kvm("linux_boot") {
+        return;
+    }
+    let (run, console) = boot(Form::Pvh, 2, SyncMode::Global, Stop::Panic);
+    assert!(
+        console.contains("Kernel panic"),
+        "no panic on the console:\n{}",
+        tail(&console)
+    );
+    assert_eq!(run.stop, GuestStop::Reset, "{}", tail(&console));
+    assert!(
+        !console.contains(INIT_MARKER),
+        "the init ran: {}",
+        tail(&console)
+    );
 }
 
 /// Every form x N x sync mode, with `SMPLAB_LINUX_MATRIX=full`.
