@@ -214,3 +214,24 @@ fn flags_per_executor_are_checked_before_anything_runs() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("vcpus"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_native_program_past_the_timeout_is_status_7() {
+    let started = std::time::Instant::now();
+    let o = smplab(
+        &[
+            "run",
+            "--executor",
+            "native",
+            "--timeout",
+            "2",
+            "--",
+            "sleep",
+            "60",
+        ],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    assert!(stderr(&o).contains("2.0 s timeout"), "{}", stderr(&o));
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}

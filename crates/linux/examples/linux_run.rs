@@ -43,7 +43,7 @@ fn main() {
     }
     for place in wheres.split(',') {
         let run = match place {
-            "native" => run_native(&program),
+            "native" => run_native(&program, cfg.timeout),
             "vmm" => run_on_smplab_vmm(&cfg, &program),
             "qemu" => run_on_qemu(&cfg, &program),
             "qemu-tcg" => {

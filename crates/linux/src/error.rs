@@ -54,12 +54,14 @@ pub enum LinuxError {
         reason: String,
         console: String,
     },
-    #[error("the guest kernel panicked; its last console lines:\n{console}")]
-    GuestPanic { console: String },
+    #[error("the guest kernel panicked ({end}); its last console lines:\n{console}")]
+    GuestPanic { end: PanicEnd, console: String },
     #[error("the guest crashed: {reason}; its last console lines:\n{console}")]
     GuestCrash { reason: String, console: String },
     #[error("the guest was still running after the {seconds:.1} s timeout (it never powered off); raise the timeout or look at its last console lines:\n{console}")]
     Timeout { seconds: f64, console: String },
+    #[error("the program was still running natively after the {seconds:.1} s timeout; it and the init were killed. Raise the timeout, or look at the init's output so far:\n{output}")]
+    NativeTimeout { seconds: f64, output: String },
     #[error("{requested} vCPUs requested but the guest kernel brought {online} online; use a kernel built with SMP support for {requested} CPUs (CONFIG_NR_CPUS, no nosmp/maxcpus= on the command line) or ask for fewer\n{console}")]
     VcpusOffline {
         requested: u32,
@@ -85,6 +87,30 @@ pub enum LinuxError {
     },
 }
 
+/// How the VM of a guest whose kernel panicked ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PanicEnd {
+    /// On its own: the kernel's emergency restart after the panic
+    /// (`panic=-1`, [`crate::DEFAULT_CMDLINE`]) reset the machine.
+    Restarted,
+    /// It was still running at the timeout: nothing ended it.
+    StillRunning,
+    /// The VMM stopped it as crashed (a triple fault, say).
+    Crashed(String),
+}
+
+impl std::fmt::Display for PanicEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PanicEnd::Restarted => f.write_str("then restarted, which ended the VM"),
+            PanicEnd::StillRunning => f.write_str(
+                "and was still running at the timeout: give it panic=-1 to end it at once",
+            ),
+            PanicEnd::Crashed(reason) => write!(f, "then crashed: {reason}"),
+        }
+    }
+}
+
 impl LinuxError {
     /// The process exit status for this error.
     pub fn exit_status(&self) -> i32 {
@@ -102,7 +128,7 @@ impl LinuxError {
             | LinuxError::ProgramNotExecutable { .. }
             | LinuxError::ProgramFailedToStart { .. } => exit::PROGRAM_NOT_FOUND,
             LinuxError::GuestPanic { .. } | LinuxError::GuestCrash { .. } => exit::GUEST_CRASH,
-            LinuxError::Timeout { .. } => exit::TIMEOUT,
+            LinuxError::Timeout { .. } | LinuxError::NativeTimeout { .. } => exit::TIMEOUT,
             LinuxError::VcpusOffline { .. } => exit::VCPUS_OFFLINE,
             LinuxError::NoResult { .. } => exit::NO_RESULT,
             LinuxError::Vmm(e) => e.exit_status(),

@@ -17,7 +17,7 @@ mod qmp;
 mod tempdir;
 pub mod vmm;
 
-pub use error::LinuxError;
+pub use error::{LinuxError, PanicEnd};
 pub use kernel::{find_kernel, KernelKind};
 pub use native::run_native;
 pub use qemu::{run_on_qemu, QemuAccel, QemuMachine, QemuOptions};

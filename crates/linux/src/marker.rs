@@ -3,7 +3,7 @@
 //! `@@SMPLAB-LINUX-RESULT {json}`, and what a console says when it has no
 //! result (a kernel panic).
 
-use crate::error::{LinuxError, CONSOLE_TAIL_LINES};
+use crate::error::{LinuxError, PanicEnd, CONSOLE_TAIL_LINES};
 use serde::Deserialize;
 use smplab_record::linux::ProgramExit;
 
@@ -113,7 +113,13 @@ pub fn guest_outcome(console: &str, program: &str, vcpus: u32) -> Result<InitRes
                 console: tail(),
             })
         }
-        None if panicked(console) => return Err(LinuxError::GuestPanic { console: tail() }),
+        // The VM ended on its own: after a panic, by the kernel's restart.
+        None if panicked(console) => {
+            return Err(LinuxError::GuestPanic {
+                end: PanicEnd::Restarted,
+                console: tail(),
+            })
+        }
         None => {
             let reason = if console.contains(INIT_MARKER) {
                 "the init started but wrote no result line".to_string()

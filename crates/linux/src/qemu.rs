@@ -5,7 +5,7 @@
 //! result line while the init holds the guest still (`smplab.hold`), then
 //! `quit`.
 
-use crate::error::{io, LinuxError, CONSOLE_TAIL_LINES};
+use crate::error::{io, LinuxError, PanicEnd, CONSOLE_TAIL_LINES};
 use crate::marker::{console_tail, guest_outcome, panicked, INIT_MARKER, RESULT_MARKER};
 use crate::qmp::Qmp;
 use crate::tempdir::TempDir;
@@ -172,7 +172,10 @@ pub fn run_on_qemu(cfg: &LinuxGuestConfig, program: &Program) -> Result<LinuxRun
                 let console = console_reader.join().unwrap_or_default();
                 let tail = console_tail(&console, CONSOLE_TAIL_LINES);
                 return Err(if panicked(&console) {
-                    LinuxError::GuestPanic { console: tail }
+                    LinuxError::GuestPanic {
+                        end: PanicEnd::StillRunning,
+                        console: tail,
+                    }
                 } else {
                     LinuxError::Timeout {
                         seconds: cfg.timeout.as_secs_f64(),

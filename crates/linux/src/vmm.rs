@@ -3,7 +3,7 @@
 //! tail), boot-to-init from the workload window's "ready", which the init
 //! writes first.
 
-use crate::error::{LinuxError, CONSOLE_TAIL_LINES};
+use crate::error::{LinuxError, PanicEnd, CONSOLE_TAIL_LINES};
 use crate::marker::{console_tail, guest_outcome, panicked};
 use crate::tempdir::TempDir;
 use crate::{initramfs, kernel, nanos, section_from, LinuxGuestConfig, LinuxRun, Program};
@@ -40,7 +40,17 @@ pub fn run_on_smplab_vmm(
     let tail = || console_tail(&console, CONSOLE_TAIL_LINES);
     let run = match outcome {
         Ok(run) => run,
-        Err(_) if panicked(&console) => return Err(LinuxError::GuestPanic { console: tail() }),
+        Err(e) if panicked(&console) => {
+            let end = match e {
+                VmmError::Timeout { .. } => PanicEnd::StillRunning,
+                VmmError::GuestCrash { reason, .. } => PanicEnd::Crashed(reason),
+                other => PanicEnd::Crashed(other.to_string()),
+            };
+            return Err(LinuxError::GuestPanic {
+                end,
+                console: tail(),
+            });
+        }
         Err(VmmError::Timeout { .. }) => {
             return Err(LinuxError::Timeout {
                 seconds: cfg.timeout.as_secs_f64(),

@@ -7,12 +7,16 @@
 //! By default four boots cover the four sync modes and N = 1, 2, 4 and 8
 //! (8 overcommitted on the nested host's 2 CPUs) between them (linux_boot.rs
 //! covers the in-kernel irqchip); `SMPLAB_LINUX_MATRIX=full` boots every N x
-//! mode. Linux needs hardware-style KVM: elsewhere the test says why it ran
+//! mode, with Debian's `cloud` flavour kernel too when it is there
+//! (linux_common::cloud_bzimage). Linux needs hardware-style KVM: elsewhere the test says why it ran
 //! nowhere (see linux_common).
 
 mod linux_common;
 
-use linux_common::{all_online, boot, describe, hardware_kvm, initramfs, marker_line, tail, Boot};
+use linux_common::{
+    all_online, boot_kernel, bzimage, cloud_bzimage, describe, hardware_kvm, initramfs,
+    marker_line, tail, Boot,
+};
 use smplab_vmm::{GuestStop, Irqchip, SyncMode};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -31,6 +35,11 @@ fn initrd() -> &'static [u8] {
 }
 
 fn check(vcpus: u32, sync: SyncMode) {
+    check_kernel(bzimage(), "", vcpus, sync);
+}
+
+/// Boot `kernel` (named `name` in messages) on the user irqchip.
+fn check_kernel(kernel: &[u8], name: &str, vcpus: u32, sync: SyncMode) {
     let request = Boot {
         initrd: initrd(),
         vcpus,
@@ -39,8 +48,8 @@ fn check(vcpus: u32, sync: SyncMode) {
         cmdline: "console=ttyS0 quiet panic=-1".into(),
         timeout: BOOT_TIMEOUT,
     };
-    let what = describe(&request);
-    let (run, console) = boot(&request);
+    let what = format!("{name}{}", describe(&request));
+    let (run, console) = boot_kernel(kernel, &request);
     let tail = tail(&console, 3000);
     assert!(
         console.contains(INIT_MARKER),
@@ -90,6 +99,14 @@ fn linux_boots_on_the_user_irqchip_with_every_cpu_online() {
         for vcpus in [1, 2, 4, 8] {
             for sync in SYNC_MODES {
                 check(vcpus, sync);
+            }
+        }
+        // Debian's cloud flavour too, when it is there.
+        if let Some(cloud) = cloud_bzimage() {
+            for vcpus in [1, 2, 4, 8] {
+                for sync in SYNC_MODES {
+                    check_kernel(cloud, "cloud ", vcpus, sync);
+                }
             }
         }
         return;

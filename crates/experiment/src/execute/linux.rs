@@ -215,11 +215,11 @@ impl ExecuteProgram for NativeSettings {
     fn run_program(
         &self,
         program: &RealProgram,
-        _limits: &RunLimits,
+        limits: &RunLimits,
         _host_cores: usize,
     ) -> Result<RunRecord, ExecuteError> {
         refuse_native_settings(self)?;
-        Ok(backend::run_native(&program.argv)?)
+        Ok(backend::run_native(&program.argv, limits.timeout)?)
     }
 }
 

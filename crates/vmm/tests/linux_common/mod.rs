@@ -75,6 +75,34 @@ pub fn bzimage() -> &'static [u8] {
     })
 }
 
+/// Debian's `cloud` flavour kernel, a second stock kernel
+/// (tools/nested-host/cloud-kernel writes it): `$SMPLAB_LINUX_CLOUD_KERNEL`,
+/// else `vmlinuz-cloud` beside the kernel.
+pub fn cloud_kernel_path() -> PathBuf {
+    std::env::var_os("SMPLAB_LINUX_CLOUD_KERNEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| kernel_path().with_file_name("vmlinuz-cloud"))
+}
+
+/// The cloud kernel's bzImage, read once; `None` (with a note saying how to
+/// get it) when it is not there: it is optional, only the full matrix boots it.
+pub fn cloud_bzimage() -> Option<&'static [u8]> {
+    static CLOUD: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    CLOUD
+        .get_or_init(|| {
+            let path = cloud_kernel_path();
+            let read = std::fs::read(&path).ok();
+            if read.is_none() {
+                eprintln!(
+                    "note: no cloud kernel at {} (tools/nested-host/cloud-kernel fetches it; copy it in with --file): the matrix boots the generic kernel only",
+                    path.display()
+                );
+            }
+            read
+        })
+        .as_deref()
+}
+
 /// A cpio "newc" archive: /dev/console (the init's stdio), /proc, /sys and
 /// `init` as /init.
 pub fn initramfs(init: &[u8]) -> Vec<u8> {
@@ -138,7 +166,12 @@ pub struct Boot<'a> {
 
 /// Boot the bzImage as `boot` says; the run and its console as text.
 pub fn boot(boot: &Boot) -> (VmRun, String) {
-    let mut config = VmConfig::new(KernelImage::Bytes(bzimage().to_vec()));
+    boot_kernel(bzimage(), boot)
+}
+
+/// Boot `kernel` (a bzImage or PVH ELF) as `boot` says.
+pub fn boot_kernel(kernel: &[u8], boot: &Boot) -> (VmRun, String) {
+    let mut config = VmConfig::new(KernelImage::Bytes(kernel.to_vec()));
     config.initrd = Some(boot.initrd.to_vec());
     config.vcpus = boot.vcpus;
     config.mem_bytes = MEM_BYTES;

@@ -76,8 +76,8 @@ fn record(executor: Executor, run: LinuxRun, show_console: bool) -> RunRecord {
     r
 }
 
-pub(crate) fn run_native(argv: &[String]) -> Result<RunRecord, LinuxRunError> {
-    let run = smplab_linux::run_native(&program(argv, &[]))?;
+pub(crate) fn run_native(argv: &[String], timeout: Duration) -> Result<RunRecord, LinuxRunError> {
+    let run = smplab_linux::run_native(&program(argv, &[]), timeout)?;
     Ok(record(Executor::Native, run, false))
 }
 
