@@ -12,6 +12,7 @@ use smplab_experiment::runner::Runner;
 use smplab_experiment::store::Store;
 use smplab_experiment::sweep::{self, Repetitions, SweepOptions, SweepSummary};
 use smplab_record::exit;
+use smplab_record::interference::StealThreshold;
 use std::path::{Path, PathBuf};
 
 /// Where a bench stores its results unless `--store` says otherwise: the
@@ -29,6 +30,17 @@ pub fn run_into_store(
     runner: &dyn Runner,
     reps: Option<&Repetitions>,
 ) -> Result<(Store, SweepSummary), i32> {
+    run_into_store_with(points, path, runner, reps, StealThreshold::default())
+}
+
+/// [`run_into_store`] with a steal threshold (`--steal-threshold`).
+pub fn run_into_store_with(
+    points: &[Point],
+    path: &Path,
+    runner: &dyn Runner,
+    reps: Option<&Repetitions>,
+    steal: StealThreshold,
+) -> Result<(Store, SweepSummary), i32> {
     let mut store = Store::open(path).map_err(|e| {
         exit::report_error(&e);
         exit::BAD_INPUT
@@ -38,8 +50,8 @@ pub fn run_into_store(
         progress: true,
     };
     let summary = match reps {
-        None => sweep::run_points(points, &mut store, runner, &opts),
-        Some(r) => sweep::run_repeated(points, &mut store, runner, &opts, r),
+        None => sweep::run_points_with(points, &mut store, runner, &opts, steal),
+        Some(r) => sweep::run_repeated_with(points, &mut store, runner, &opts, r, steal),
     }
     .map_err(|e| {
         exit::report_error(&e);

@@ -3,6 +3,7 @@
 //! decisions): the host spec, launching its VMs, and Kulkarni & Kulkarni's tuner inside
 //! the host (docs/host.md).
 
+pub mod bench_scale;
 pub mod indicators;
 pub mod launch;
 pub mod spec;

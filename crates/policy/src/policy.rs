@@ -70,6 +70,16 @@ pub trait Policy: PolicyClone + fmt::Debug + Send {
         false
     }
 
+    /// Whether a spin sample of running `vcpu` now could lead to an action.
+    /// A driver skips the others' samples (each is an exit: Wells et al.
+    /// §5.2 count the SDB's exits as its cost) and restarts their detector's
+    /// streak, so a verdict never rests on a sample from before the gap.
+    /// Only asked of a policy that [`Policy::acts_on_spin_samples`].
+    fn spin_sample_can_act(&self, core: &Core, vcpu: VcpuId) -> bool {
+        let _ = (core, vcpu);
+        true
+    }
+
     /// A hardware spin detector (PLE, the SDB) made running `vcpu` exit: a
     /// directed yield, as KVM's `kvm_vcpu_on_spin` does.
     fn on_spin_exit(

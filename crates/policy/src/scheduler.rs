@@ -120,6 +120,15 @@ impl Scheduler {
         self.policy.acts_on_spin_samples()
     }
 
+    /// Whether the driver should sample running `vcpu` for spinning now:
+    /// always under a policy that only counts spins (the samples judge the
+    /// detector), and under one that acts on them only when a verdict could
+    /// lead to an action ([`Policy::spin_sample_can_act`]). A driver that
+    /// skips a sample restarts that vCPU's detector streak.
+    pub fn wants_spin_sample(&self, vcpu: VcpuId) -> bool {
+        !self.policy.acts_on_spin_samples() || self.policy.spin_sample_can_act(&self.core, vcpu)
+    }
+
     /// The pCPUs VM `vm` may run on: all, or its share under `partition`
     /// ([`crate::partition_shares`]).
     pub fn allowed(&self, vm: usize, pcpu: PcpuId) -> bool {

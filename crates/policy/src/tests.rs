@@ -547,3 +547,36 @@ fn impossible_affinities_are_refused_and_change_nothing() {
     assert_eq!(s.affinity(2), &Affinity::Pcpus(vec![1]));
     assert_eq!(s.affinity(3), &Affinity::Pcpus(vec![1]));
 }
+
+/// `spin` asks for a spin sample only while a sibling of the vCPU is
+/// preempted and could take its pCPU (then a verdict can act); `rr` counts
+/// spins and always wants its samples.
+#[test]
+fn spin_samples_only_while_a_sibling_is_preempted() {
+    let mut s = Scheduler::new(&policy("spin:10ms"), &[2, 2], 2).unwrap();
+    s.start(0);
+    // VM 0's two vCPUs run: nothing to yield to.
+    assert!(matches!(s.state(0), VcpuState::Running { .. }));
+    assert!(!s.wants_spin_sample(0) && !s.wants_spin_sample(1));
+    // vCPU 1 halts: VM 1's vCPU 2 takes its pCPU. Now 0 and 2 run, each with
+    // a preempted sibling (1, 3).
+    let halted = Sample {
+        halted: true,
+        ..Sample::default()
+    };
+    let a = s.sample(1, 1_000_000, halted);
+    settle(&mut s, 1_000_000, a);
+    assert!(matches!(s.state(2), VcpuState::Running { .. }));
+    assert!(s.wants_spin_sample(0) && s.wants_spin_sample(2));
+    // A vCPU that does not run is never sampled.
+    assert!(!s.wants_spin_sample(1));
+    let mut rr = Scheduler::new(&policy("rr:10ms"), &[2, 2], 2).unwrap();
+    rr.start(0);
+    assert!(rr.wants_spin_sample(0), "rr's samples judge the detector");
+    let mut safe = Scheduler::new(&policy("spin:10ms+safepoint:1ms"), &[2, 2], 2).unwrap();
+    safe.start(0);
+    assert!(
+        !safe.wants_spin_sample(0),
+        "the safe point forwards the hook"
+    );
+}

@@ -33,6 +33,10 @@ pub struct VcpuReport {
     /// Samples judged against the guest's spin word (`host::truth`).
     #[serde(default)]
     pub truth: SpinTruth,
+    /// Spin samples not taken because the policy could not have acted on
+    /// them (`spin`: no sibling preempted), each an exit saved.
+    #[serde(default)]
+    pub samples_skipped: u64,
 }
 
 /// The spin detector judged against the guest's own knowledge (its spin
@@ -227,6 +231,10 @@ pub struct SpinDetection {
     /// Against the guest's own spin word, over all vCPUs.
     #[serde(default)]
     pub truth: SpinTruth,
+    /// Samples not taken because the policy could not have acted on them
+    /// (`VcpuReport::samples_skipped`, over all vCPUs).
+    #[serde(default)]
+    pub samples_skipped: u64,
 }
 
 impl SpinDetection {
@@ -249,6 +257,11 @@ impl SpinDetection {
             spins_detected: vms.iter().map(|v| v.spins_detected).sum(),
             mean_sample_ns,
             truth,
+            samples_skipped: vms
+                .iter()
+                .flat_map(|v| &v.vcpus)
+                .map(|c| c.samples_skipped)
+                .sum(),
         }
     }
 }

@@ -71,6 +71,11 @@ pub struct Cell {
     pub overlap_excluded: usize,
     /// Alone runs shorter than [`MIN_ALONE_S`]: too short to mean much.
     pub short_alone: usize,
+    /// Repetitions left out because the host's steal disturbed one of their
+    /// runs (`Entry::disturbed`, the sweep's `--steal-threshold`), each with
+    /// why: which run and how much was stolen. Their reruns, when the sweep's
+    /// budget allowed one, count instead.
+    pub disturbed: Vec<String>,
     /// The simulator's weighted speedup for the same configuration (median
     /// over repetitions; user-level policies are smplab-policy's decisions
     /// driven by the simulator).
@@ -193,10 +198,25 @@ pub fn cells(entries: &[&Entry]) -> Vec<Cell> {
     out
 }
 
-/// The first VM's workload wall of an entry that ran (s).
+/// The first VM's workload wall of an entry that ran undisturbed (s).
 fn alone_wall(e: Option<&&Entry>) -> Option<f64> {
-    let e = e.filter(|e| e.is_ok())?;
+    let e = e.filter(|e| e.is_ok() && !e.disturbed)?;
     e.records.first().map(workload_wall_s)
+}
+
+/// Why a stored run is left out as disturbed (`what` names the run), if it is.
+fn disturbance(e: Option<&&Entry>, rep: u32, what: &str) -> Option<String> {
+    let e = e.filter(|e| e.is_ok() && e.disturbed)?;
+    let steal = e
+        .records
+        .iter()
+        .filter_map(|r| r.interference.as_ref())
+        .map(|i| i.steal_fraction)
+        .fold(0.0, f64::max);
+    Some(format!(
+        "rep {rep}: {what} run disturbed, the hypervisor stole {:.1}% of its CPU time",
+        steal * 100.0
+    ))
 }
 
 /// Repetition `rep` of every policy into `row`. A shared run whose VMs'
@@ -205,13 +225,25 @@ fn alone_wall(e: Option<&&Entry>) -> Option<f64> {
 fn add_rep(row: &mut [Cell], policies: &[HostPolicy], r: &Runs, rep: u32) {
     let key = |p: &HostPolicy, vms: u32| (p.to_string(), vms, rep);
     let linux = &policies[0];
+    // linux's alone run is every policy's reference: disturbed, the whole
+    // repetition is left out.
+    if let Some(why) = disturbance(
+        r.vm.get(&key(linux, 1)),
+        rep,
+        "linux's alone (the reference)",
+    ) {
+        for cell in row.iter_mut() {
+            cell.disturbed.push(why.clone());
+        }
+        return;
+    }
     let alone_linux = alone_wall(r.vm.get(&key(linux, 1))).unwrap_or(f64::NAN);
     let overlapped =
         |e: &&&Entry| workload_overlap(&e.records).is_none_or(|f| f >= MIN_WORKLOAD_OVERLAP);
     let shared_ws = |p: &HostPolicy| -> Option<f64> {
         let e =
             r.vm.get(&key(p, 2))
-                .filter(|e| e.is_ok())
+                .filter(|e| e.is_ok() && !e.disturbed)
                 .filter(overlapped)?;
         weighted_speedup(&[alone_linux, alone_linux], &walls(&e.records))
     };
@@ -219,6 +251,10 @@ fn add_rep(row: &mut [Cell], policies: &[HostPolicy], r: &Runs, rep: u32) {
     let all_ws: Vec<Option<f64>> = policies.iter().map(shared_ws).collect();
     for (i, (policy, cell)) in policies.iter().zip(row.iter_mut()).enumerate() {
         let alone_entry = r.vm.get(&key(policy, 1));
+        if let Some(why) = disturbance(alone_entry, rep, "the alone") {
+            cell.disturbed.push(why);
+            continue;
+        }
         let Some(alone) = alone_wall(alone_entry) else {
             let why = alone_entry
                 .and_then(|e| failure(e))
@@ -238,14 +274,22 @@ fn add_rep(row: &mut [Cell], policies: &[HostPolicy], r: &Runs, rep: u32) {
             cell.failures.push(format!("rep {rep}: {why}"));
             continue;
         }
+        if let Some(why) = disturbance(Some(shared), rep, "the shared") {
+            cell.disturbed.push(why);
+            continue;
+        }
         if !overlapped(&shared) {
             cell.overlap_excluded += 1;
             continue;
         }
         let ws = all_ws[i].unwrap_or(f64::NAN);
         cell.weighted_speedup.push(ws);
-        cell.vs_linux.push(ws / linux_ws);
-        cell.pairs_linux.push((linux_ws, ws));
+        // linux's shared run of this repetition may be left out (disturbed,
+        // overlapped too little): then there is no pair.
+        if linux_ws.is_finite() {
+            cell.vs_linux.push(ws / linux_ws);
+            cell.pairs_linux.push((linux_ws, ws));
+        }
         if let Some(fair) = fair_of(policy, policies).and_then(|f| all_ws[f]) {
             cell.pairs_fair.push((fair, ws));
         }
@@ -377,6 +421,14 @@ pub fn table(cells: &[Cell]) -> String {
                 MIN_WORKLOAD_OVERLAP * 100.0
             );
         }
+        if !c.disturbed.is_empty() {
+            let _ = writeln!(
+                out,
+                "    left out: {} repetitions the host's steal disturbed (above --steal-threshold): {}",
+                c.disturbed.len(),
+                c.disturbed.join("; ")
+            );
+        }
         if c.short_alone > 0 {
             let _ = writeln!(
                 out,
@@ -389,6 +441,7 @@ pub fn table(cells: &[Cell]) -> String {
             let mut d = SpinDetection::default();
             for x in &c.spin_detection {
                 d.samples += x.samples;
+                d.samples_skipped += x.samples_skipped;
                 #[allow(clippy::cast_precision_loss)] // a sum of sample costs
                 let cost = x.mean_sample_ns * x.samples as f64;
                 d.mean_sample_ns += cost;
@@ -399,6 +452,13 @@ pub fn table(cells: &[Cell]) -> String {
             }
             d.truth = t;
             let _ = writeln!(out, "    detector: {}", detector_summary(&d, c.run_ns));
+            if d.samples_skipped > 0 {
+                let _ = writeln!(
+                    out,
+                    "    samples skipped: {} (no sibling preempted: a verdict could not have acted)",
+                    d.samples_skipped
+                );
+            }
             let _ = writeln!(
                 out,
                 "    ground truth: {} samples spinning, detected {} (true {} / false {}), missed {}; episodes caught {}/{}, mean latency {:.0} us",
@@ -505,5 +565,74 @@ mod tests {
         let t = table(&cells);
         assert!(t.contains("left out: 1 shared runs"), "{t}");
         assert!(t.contains("÷ linux 1.25 [1.25..1.25] (6 pairs"), "{t}");
+    }
+
+    /// Four repetitions, linux 200 ms and spin:4ms 160 ms shared: spin's
+    /// shared run of repetition 1 and linux's alone run of repetition 3 were
+    /// disturbed (20% stolen). Both repetitions leave spin's figures, only
+    /// the second leaves linux's, and the table says why.
+    #[test]
+    fn disturbed_runs_are_left_out_with_their_reason() {
+        let stolen = |mut e: Entry| {
+            e.disturbed = true;
+            for r in &mut e.records {
+                r.interference = Some(smplab_record::interference::Interference {
+                    steal_fraction: 0.2,
+                    ..Default::default()
+                });
+            }
+            e
+        };
+        let mut entries = Vec::new();
+        for rep in 0..4 {
+            for (policy, shared_ms) in [("linux", 200), ("spin:4ms", 160)] {
+                let alone = Entry::new(point(policy, 1, rep), Status::Ok, 0.0, vec![ran(0, 100)]);
+                let shared = Entry::new(
+                    point(policy, 2, rep),
+                    Status::Ok,
+                    0.0,
+                    vec![ran(0, shared_ms), ran(0, shared_ms)],
+                );
+                let linux = policy == "linux";
+                entries.push(if linux && rep == 3 {
+                    stolen(alone)
+                } else {
+                    alone
+                });
+                entries.push(if !linux && rep == 1 {
+                    stolen(shared)
+                } else {
+                    shared
+                });
+            }
+        }
+        let refs: Vec<&Entry> = entries.iter().collect();
+        let cells = cells(&refs);
+        let (linux, spin) = (&cells[0], &cells[1]);
+        assert_eq!(linux.disturbed.len(), 1, "{:?}", linux.disturbed);
+        assert_eq!(linux.weighted_speedup.len(), 3);
+        assert_eq!(spin.disturbed.len(), 2, "{:?}", spin.disturbed);
+        assert_eq!(spin.weighted_speedup.len(), 2);
+        assert!(spin
+            .weighted_speedup
+            .iter()
+            .all(|w| (w - 1.25).abs() < 1e-9));
+        assert_eq!(spin.pairs_linux.len(), 2);
+        assert!(
+            spin.disturbed[0].starts_with("rep 1: the shared run"),
+            "{:?}",
+            spin.disturbed
+        );
+        assert!(
+            spin.disturbed[1].starts_with("rep 3: linux's alone"),
+            "{:?}",
+            spin.disturbed
+        );
+        let t = table(&cells);
+        assert!(
+            t.contains("left out: 2 repetitions the host's steal disturbed"),
+            "{t}"
+        );
+        assert!(t.contains("stole 20.0% of its CPU time"), "{t}");
     }
 }

@@ -11,13 +11,16 @@
 
 use clap::Args;
 use smplab_analysis::bench::host::{cells, sim_policy, table};
+use smplab_experiment::host::bench_scale::{bench_scale, expected_alone_ms, MIN_ALONE_MS};
 use smplab_experiment::point::Point;
 use smplab_experiment::runner::real::RealRunner;
 use smplab_experiment::runner::Runner;
+use smplab_experiment::sweep::SweepSummary;
 use smplab_record::config::{
     GuestSettings, HostPolicy, Placement, RunConfig, SimSettings, SyncMode, Timeout, VmSettings,
 };
 use smplab_record::cpus::CpuList;
+use smplab_record::interference::StealThreshold;
 use smplab_record::{exit, out, outln};
 use smplab_vmm::host::Sampling;
 use std::path::PathBuf;
@@ -39,9 +42,11 @@ pub struct BenchArgs {
         default_value = "rr:4ms,gang:4ms,partition,spin:4ms,rr:4ms+safepoint:1ms"
     )]
     pub policies: Vec<HostPolicy>,
-    /// Workload scale (small: guest runs are slow here).
-    #[arg(long, default_value_t = 0.05)]
-    pub scale: f64,
+    /// Workload scale for every workload; by default each profile's own
+    /// (`smplab_experiment::host::bench_scale`: one VM alone runs at least
+    /// 100 ms here). A scale that makes a run shorter is warned about.
+    #[arg(long, value_parser = parse_scale)]
+    pub scale: Option<f64>,
     /// Workload threads per VM (default: 2, one per vCPU).
     #[arg(long, default_value_t = 2)]
     pub threads: u32,
@@ -64,6 +69,11 @@ pub struct BenchArgs {
     /// Write every figure as JSON here.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    /// Steal threshold: a repetition whose hypervisor steal exceeds this
+    /// share of its CPU time is flagged, left out and run again (a budget of
+    /// one rerun per point); 1 keeps every repetition.
+    #[arg(long, default_value_t = StealThreshold::default())]
+    pub steal_threshold: StealThreshold,
     /// Results store (resumed when it exists).
     #[arg(long, default_value = "lab-results/bench-host/results.jsonl")]
     pub store: PathBuf,
@@ -71,6 +81,35 @@ pub struct BenchArgs {
 
 /// vCPUs of each VM.
 const VCPUS: u32 = 2;
+
+/// A workload scale: a positive number.
+fn parse_scale(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("`{s}`: give a positive number, e.g. 2")),
+    }
+}
+
+/// The scale `workload` runs at: `--scale`, else its profile's own.
+fn scale_of(args: &BenchArgs, workload: &str) -> f64 {
+    args.scale.unwrap_or_else(|| bench_scale(workload))
+}
+
+/// A warning for each workload whose scale makes one VM alone run shorter
+/// than [`MIN_ALONE_MS`] on this machine (by the profile's measured length).
+fn short_scale_warnings(args: &BenchArgs) -> Vec<String> {
+    args.workloads
+        .iter()
+        .filter_map(|w| {
+            let scale = scale_of(args, w);
+            let ms = expected_alone_ms(w, scale).filter(|&ms| ms < MIN_ALONE_MS)?;
+            Some(format!(
+                "warning: at scale {scale} one VM of {w} alone runs about {ms:.0} ms here, under the {MIN_ALONE_MS:.0} ms a host bench needs to mean much (its default scale is {})",
+                bench_scale(w)
+            ))
+        })
+        .collect()
+}
 
 /// A sampling interval: a duration of at least 100 us.
 fn parse_sample(s: &str) -> Result<Duration, String> {
@@ -150,7 +189,7 @@ pub fn configs(args: &BenchArgs) -> Vec<Point> {
                 configs.extend([1, 2].map(|vms| sim_config(args, policy, vms)));
             }
             for config in configs {
-                let mut p = Point::new(w.clone(), args.threads, args.scale, config);
+                let mut p = Point::new(w.clone(), args.threads, scale_of(args, w), config);
                 p.timeout_s = args.timeout.duration().as_secs().max(1);
                 if !out.iter().any(|q| q.key() == p.key()) {
                     out.push(p);
@@ -188,8 +227,17 @@ pub fn bench_with(args: &BenchArgs, runner: &dyn Runner) -> i32 {
             return exit::BAD_INPUT;
         }
     }
+    for w in short_scale_warnings(args) {
+        exit::report_error(w);
+    }
     let points = crate::bench::repeat(&configs, args.reps);
-    let (store, summary) = match crate::bench::run_into_store(&points, &args.store, runner, None) {
+    let (store, summary) = match crate::bench::run_into_store_with(
+        &points,
+        &args.store,
+        runner,
+        None,
+        args.steal_threshold,
+    ) {
         Ok(s) => s,
         Err(status) => return status,
     };
@@ -202,6 +250,7 @@ pub fn bench_with(args: &BenchArgs, runner: &dyn Runner) -> i32 {
         summary.skipped,
         args.store.display()
     );
+    outln!("{}", steal_line(args.steal_threshold, &summary));
     let mut cells = cells(&crate::bench::entries_of(&store, &configs));
     for (policy, why) in sim_refusals(args) {
         for c in cells.iter_mut().filter(|c| c.policy == policy.to_string()) {
@@ -227,6 +276,21 @@ pub fn bench_with(args: &BenchArgs, runner: &dyn Runner) -> i32 {
     } else {
         exit::OK
     }
+}
+
+/// What the steal filter did in this run (the table says, per cell, which
+/// repetitions it left out and how much was stolen).
+fn steal_line(steal: StealThreshold, summary: &SweepSummary) -> String {
+    if !steal.is_on() {
+        return "steal filter off (--steal-threshold 1): every repetition counts".into();
+    }
+    format!(
+        "steal filter (--steal-threshold {}): {} runs disturbed (the hypervisor stole more than {:.0}% of their CPU time), {} of them rerun; a repetition whose latest run is disturbed is left out",
+        steal.fraction(),
+        summary.disturbed,
+        steal.fraction() * 100.0,
+        summary.reruns
+    )
 }
 
 #[cfg(test)]
@@ -282,6 +346,132 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn each_profile_runs_at_its_own_scale_unless_told_and_short_ones_are_warned() {
+        let a = parse(&[]);
+        assert_eq!(a.scale, None);
+        assert_eq!(a.steal_threshold, StealThreshold::default());
+        let scales: Vec<(String, f64)> = configs(&a)
+            .iter()
+            .map(|p| (p.workload.clone(), p.scale))
+            .collect();
+        for (w, scale) in &scales {
+            assert_eq!(*scale, bench_scale(w), "{w}");
+        }
+        assert!(short_scale_warnings(&a).is_empty());
+        let small = parse(&["--scale", "0.05"]);
+        assert!(configs(&small).iter().all(|p| p.scale == 0.05));
+        let warned = short_scale_warnings(&small);
+        assert_eq!(warned.len(), 3, "{warned:?}");
+        assert!(
+            warned[0].contains("spinlock alone runs about 6 ms"),
+            "{warned:?}"
+        );
+        for bad in [
+            &["--scale", "0"][..],
+            &["--scale", "-1"],
+            &["--scale", "big"],
+            &["--steal-threshold", "0"],
+            &["--steal-threshold", "1.5"],
+        ] {
+            assert!(
+                Cmd::try_parse_from([&["bench"][..], bad].concat()).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    /// Fake runs whose every shared `spin:4ms` run of repetition 1 is 20%
+    /// stolen: it is flagged, rerun within the budget and, disturbed each
+    /// time, left out of the table with its reason.
+    struct StolenSpin(smplab_experiment::runner::fake::FakeRunner);
+    impl Runner for StolenSpin {
+        fn run(
+            &self,
+            p: &Point,
+        ) -> Result<Vec<smplab_record::RunRecord>, smplab_experiment::runner::RunError> {
+            let mut rs = self.0.run(p)?;
+            let stolen = p.rep == 1
+                && p.config.vms() == 2
+                && matches!(&p.config, RunConfig::Vm(v) if v.host_policy.map(|h| h.to_string()).as_deref() == Some("spin:4ms"));
+            for r in &mut rs {
+                r.interference = Some(smplab_record::interference::Interference {
+                    steal_fraction: if stolen { 0.2 } else { 0.0 },
+                    ..Default::default()
+                });
+            }
+            Ok(rs)
+        }
+        fn availability(
+            &self,
+            e: smplab_record::Executor,
+        ) -> Result<(), smplab_experiment::execute::ExecuteError> {
+            self.0.availability(e)
+        }
+    }
+
+    #[test]
+    fn the_steal_filter_reruns_and_leaves_out_disturbed_repetitions() {
+        let dir = smplab_experiment::testutil::temp_dir("bench-host-steal");
+        let store = dir.join("results.jsonl");
+        let args = |threshold: &str| {
+            parse(&[
+                "--workloads",
+                "spinlock",
+                "--policies",
+                "spin:4ms",
+                "--reps",
+                "3",
+                "--steal-threshold",
+                threshold,
+                "--store",
+                store.to_str().expect("utf-8 temp path"),
+            ])
+        };
+        let a = args("0.05");
+        let runner = StolenSpin(smplab_experiment::runner::fake::FakeRunner::new());
+        assert_eq!(bench_with(&a, &runner), exit::OK);
+        let stored = Store::read(&store).expect("store");
+        let disturbed = stored.entries().iter().filter(|e| e.disturbed).count();
+        // The first run and its reruns, at most RERUNS_IN_A_ROW of them.
+        assert_eq!(
+            disturbed,
+            1 + smplab_experiment::sweep::RERUNS_IN_A_ROW as usize
+        );
+        let c = cells(&crate::bench::entries_of(&stored, &configs(&a)));
+        assert_eq!(c[1].policy, "spin:4ms");
+        assert_eq!(c[1].disturbed.len(), 1, "{:?}", c[1].disturbed);
+        assert!(
+            c[1].disturbed[0].contains("stole 20.0%"),
+            "{:?}",
+            c[1].disturbed
+        );
+        assert_eq!(c[1].weighted_speedup.len(), 2);
+        assert_eq!(c[0].weighted_speedup.len(), 3, "linux keeps its three");
+        let mut summary = SweepSummary {
+            disturbed: 4,
+            reruns: 3,
+            ..SweepSummary::default()
+        };
+        let line = steal_line(a.steal_threshold, &summary);
+        assert!(
+            line.contains("4 runs disturbed") && line.contains("3 of them rerun"),
+            "{line}"
+        );
+        summary.disturbed = 0;
+        assert!(steal_line(StealThreshold::OFF, &summary).contains("filter off"));
+        // Threshold 1 keeps every repetition: a fresh store, nothing left out.
+        let _ = std::fs::remove_file(&store);
+        let off = args("1");
+        assert_eq!(bench_with(&off, &runner), exit::OK);
+        let stored = Store::read(&store).expect("store");
+        assert!(stored.entries().iter().all(|e| !e.disturbed));
+        let c = cells(&crate::bench::entries_of(&stored, &configs(&off)));
+        assert!(c[1].disturbed.is_empty());
+        assert_eq!(c[1].weighted_speedup.len(), 3);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

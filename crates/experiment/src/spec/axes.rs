@@ -144,8 +144,24 @@ pub(super) struct Axes {
     pub(super) host_policy: Vec<Option<HostPolicy>>,
     pub(super) busy_host_threads: Vec<u32>,
     pub(super) scales: Vec<f64>,
+    /// `scale = { WORKLOAD = S, ... }`: one scale per workload (each
+    /// profile at its own length, as `smplab host bench` runs them); when
+    /// given, it names every workload of the matrix and `scales` is unused.
+    pub(super) scale_by_workload: std::collections::BTreeMap<String, f64>,
     pub(super) irq_affinity: Vec<IrqAffinity>,
     pub(super) io_thread_cpus: Vec<IoThreadCpus>,
+}
+
+impl Axes {
+    /// The scales `workload` runs at: its own, when the spec gives one per
+    /// workload, else every scale of the axis.
+    pub(super) fn scales_of(&self, workload: &str) -> Vec<f64> {
+        match self.scale_by_workload.get(workload) {
+            Some(&s) => vec![s],
+            None if self.scale_by_workload.is_empty() => self.scales.clone(),
+            None => Vec::new(),
+        }
+    }
 }
 
 /// `ple` takes true (Intel PLE, Ding & Shan's hosts), false, or a mode name;
@@ -193,25 +209,55 @@ pub(super) fn parse_axes(loc: &SourceText, m: &MatrixFile, diags: &mut Diagnosti
             })
             .collect(),
     };
+    let positive = |item: &toml::Value| {
+        item.as_float()
+            .or_else(|| {
+                item.as_integer()
+                    .and_then(|i| i32::try_from(i).ok())
+                    .map(f64::from)
+            })
+            .filter(|x| x.is_finite() && *x > 0.0)
+    };
+    let mut scale_by_workload = std::collections::BTreeMap::new();
     let scales: Vec<f64> = match &m.scale {
         None => vec![DEFAULT_SCALE],
-        Some(v) => items(v.get_ref())
-            .iter()
-            .filter_map(|item| {
-                let x = item.as_float().or_else(|| {
-                    item.as_integer()
-                        .and_then(|i| i32::try_from(i).ok())
-                        .map(f64::from)
-                });
-                match x {
-                    Some(x) if x.is_finite() && x > 0.0 => Some(x),
-                    _ => {
-                        diags.push(loc.span(v.span(), "`scale` takes positive numbers"));
-                        None
+        Some(v) => {
+            match v.get_ref() {
+                toml::Value::Table(t) => {
+                    for (w, item) in t {
+                        match positive(item) {
+                            Some(x) => {
+                                scale_by_workload.insert(w.clone(), x);
+                            }
+                            None => diags.push(loc.span(
+                                v.span(),
+                                format!("`scale`: workload `{w}` takes a positive number"),
+                            )),
+                        }
                     }
+                    for w in workloads.iter().filter(|w| !t.contains_key(w.as_str())) {
+                        diags.push(loc.span(
+                        v.span(),
+                        format!("`scale` gives each workload its own scale but names none for `{w}`"),
+                    ));
+                    }
+                    Vec::new()
                 }
-            })
-            .collect(),
+                other => items(other)
+                    .iter()
+                    .filter_map(|item| {
+                        let x = positive(item);
+                        if x.is_none() {
+                            diags.push(loc.span(
+                                v.span(),
+                                "`scale` takes positive numbers, or a table of one per workload",
+                            ));
+                        }
+                        x
+                    })
+                    .collect(),
+            }
+        }
     };
     let bool_axis = |v: &Option<Spanned<toml::Value>>, name: &str, d: &mut Diagnostics| {
         v.as_ref()
@@ -272,6 +318,7 @@ pub(super) fn parse_axes(loc: &SourceText, m: &MatrixFile, diags: &mut Diagnosti
             .collect(),
         },
         scales,
+        scale_by_workload,
         irq_affinity: axis(
             loc,
             "irq_affinity",

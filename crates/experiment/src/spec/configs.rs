@@ -31,7 +31,7 @@ pub(super) fn matrix_configs(
         }
         for workload in &ax.workloads {
             for &variant in &ax.variants {
-                for &scale in &ax.scales {
+                for scale in ax.scales_of(workload) {
                     for &vc in &ax.vcpus {
                         // Seed 000 runs as many threads as vCPUs unless told otherwise.
                         let ns = ax.threads.clone().unwrap_or_else(|| vec![vc]);

@@ -402,3 +402,42 @@ fn bad_programs_and_linux_settings_are_located() {
     let e = spec("executor = \"native\"\n");
     assert!(e.contains("give `workload`"), "{e}");
 }
+
+#[test]
+fn a_scale_table_gives_each_workload_its_own_scale() {
+    let text = r#"
+name = "t"
+repetitions = 1
+[matrix]
+executor = "sim"
+workload = ["spinlock", "dedup"]
+scale = { spinlock = 2, dedup = 0.5 }
+"#;
+    let s = ExperimentSpec::from_text("t.toml", text).unwrap();
+    let mut scales: Vec<(String, f64)> = s
+        .points
+        .iter()
+        .map(|p| (p.workload.clone(), p.scale))
+        .collect();
+    scales.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        scales,
+        vec![("dedup".to_string(), 0.5), ("spinlock".to_string(), 2.0)]
+    );
+    let missing = text.replace(", dedup = 0.5", "");
+    let err = ExperimentSpec::from_text("t.toml", &missing)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("t.toml:7:") && err.contains("names none for `dedup`"),
+        "{err}"
+    );
+    let negative = text.replace("dedup = 0.5", "dedup = -1");
+    let err = ExperimentSpec::from_text("t.toml", &negative)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("workload `dedup` takes a positive number"),
+        "{err}"
+    );
+}

@@ -70,6 +70,10 @@ impl Policy for SafePoint {
         self.inner.acts_on_spin_samples()
     }
 
+    fn spin_sample_can_act(&self, core: &Core, vcpu: VcpuId) -> bool {
+        self.inner.spin_sample_can_act(core, vcpu)
+    }
+
     fn on_spin_exit(
         &mut self,
         core: &mut Core,

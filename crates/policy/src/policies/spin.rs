@@ -12,6 +12,14 @@
 //! another VM would only make this vCPU miss the hand-off. The detector
 //! calls a sample spinning only when it is sure (smplab-vmm's
 //! `host::spin`), so a doubtful sample never preempts.
+//!
+//! Samples are taken only while they can act: while some sibling of the
+//! vCPU is preempted and may take its pCPU (Wells et al. §5.2: yielding
+//! helps only when the awaited vCPU is descheduled; Ding & Shan §4 on
+//! spinning while the partner is preempted). While a VM's vCPUs all run,
+//! or the others halted, no sample is taken: each costs the vCPU an exit,
+//! and a verdict then could do nothing. The detector's streak restarts
+//! after such a gap, so a verdict never rests on a stale sample.
 
 use crate::shared::Core;
 use crate::{Action, PcpuId, Policy, PolicyError, VcpuId};
@@ -48,5 +56,10 @@ impl Policy for Spin {
 
     fn acts_on_spin_samples(&self) -> bool {
         true
+    }
+
+    fn spin_sample_can_act(&self, core: &Core, vcpu: VcpuId) -> bool {
+        core.settled_pcpu(vcpu)
+            .is_some_and(|pcpu| awaited_sibling(core, vcpu, pcpu).is_some())
     }
 }

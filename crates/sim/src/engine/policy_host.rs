@@ -20,7 +20,7 @@
 //!   held, not in a shootdown or IPI handler) is sampled exactly, and a
 //!   vCPU that releases its last spin lock is sampled at once;
 //! - under a policy that acts on spin samples (`spin`), the software spin
-//!   detector samples every running vCPU
+//!   detector samples every running vCPU the policy could act on
 //!   every `DEFAULT_SAMPLE_NS` (a kick exit each, charged at the platform's
 //!   exit cost as an SDB exit); the verdict is `spin_detector.rs`'s model of
 //!   smplab-vmm's detector (the platform's measured `host_spin`);
@@ -212,6 +212,14 @@ impl Sim {
             {
                 continue;
             }
+            // The policy could not act on this sample (`spin`: no sibling
+            // preempted): not taken, as smplab-vmm skips it, and the
+            // detector's streak restarts.
+            if !self.ph().sched.wants_spin_sample(v as usize) {
+                self.ph().detector.reset(v as usize);
+                continue;
+            }
+            let vc = &self.vcpus[v as usize];
             let user_spin = vc.act == Act::Spin
                 && vc.cur != super::NONE
                 && self.threads[vc.cur as usize].wait != Wait::Shootdown;

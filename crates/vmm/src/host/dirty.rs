@@ -5,8 +5,11 @@
 //! Set-up order (KVM's rules): enable the ring on the VM before the first
 //! vCPU exists ([`enable`]), turn on dirty logging on every memory slot, then
 //! map each vCPU's ring ([`DirtyRing::map`]). A ring holds at most one entry
-//! per guest page between resets, so a ring with at least as many entries as
-//! the guest has pages can never fill (KVM_EXIT_DIRTY_RING_FULL never comes).
+//! per guest page between resets, and KVM reports it full
+//! (KVM_EXIT_DIRTY_RING_FULL) [`RESERVED_ENTRIES`] before its end at most, so
+//! a ring with that many entries beyond the guest's pages can never fill,
+//! however long a vCPU goes unsampled (the `spin` policy skips samples while
+//! no sibling is preempted).
 
 use crate::vm::Vm;
 use kvm_bindings::{kvm_dirty_gfn, kvm_enable_cap, kvm_userspace_memory_region};
@@ -25,13 +28,18 @@ const KVM_DIRTY_GFN_F_RESET: u32 = 2;
 /// The largest ring this host takes (PLATFORM.md: up to 1 MiB per vCPU).
 const MAX_RING_BYTES: u64 = 1 << 20;
 const PAGE: u64 = 4096;
+/// Entries KVM keeps back before it calls a ring full: its reserve (64) plus
+/// the CPU's dirty-log buffer (512 for Intel's PML), rounded up.
+const RESERVED_ENTRIES: u64 = 1024;
 
 /// Enable dirty rings on `vm` (no vCPU may exist yet) and dirty logging on
 /// its memory slots; the ring's entry count, or `None` when this host or
 /// this guest size does not allow a ring that cannot fill.
 pub fn enable(vm: &Vm) -> Option<u32> {
     let pages: u64 = vm.memory().iter().map(|r| r.len() / PAGE).sum();
-    let bytes = (pages * 16).next_power_of_two().max(PAGE);
+    let bytes = ((pages + RESERVED_ENTRIES) * 16)
+        .next_power_of_two()
+        .max(PAGE);
     if bytes > MAX_RING_BYTES {
         return None;
     }

@@ -132,6 +132,9 @@ struct Slot {
     fresh: bool,
     preempt: bool,
     want_sample: bool,
+    /// A spin sample was skipped since its last one (the policy could not
+    /// have acted on it): its detector's streak restarts at the next.
+    sample_gap: bool,
     counts: VcpuReport,
     /// The vCPU thread's id, once it ran (to re-pin it under `linux`).
     tid: Option<libc::pid_t>,
@@ -506,9 +509,16 @@ impl Shared {
                     });
                     self.apply(&mut st, actions.unwrap_or_default(), None);
                 } else if self.sampling.detect_spin {
-                    slot.want_sample = true;
-                    if let Some(k) = &slot.kicker {
-                        k.kick();
+                    let wanted = st.policy.as_ref().is_none_or(|p| p.wants_spin_sample(v));
+                    let slot = &mut st.slots[v];
+                    if wanted {
+                        slot.want_sample = true;
+                        if let Some(k) = &slot.kicker {
+                            k.kick();
+                        }
+                    } else {
+                        slot.sample_gap = true;
+                        slot.counts.samples_skipped += 1;
                     }
                 }
             }
@@ -686,6 +696,9 @@ impl VcpuGrant {
             }
             if slot.want_sample && slot.granted.is_some() {
                 slot.want_sample = false;
+                if std::mem::take(&mut slot.sample_gap) {
+                    self.detector.reset();
+                }
                 drop(st);
                 let started = Instant::now();
                 let observed = self.detector.observe(fd);
