@@ -222,15 +222,7 @@ pub fn render_prose_line(
 pub fn prose_marks(root: &Path) -> Result<Vec<(String, usize, String)>, RenderError> {
     let mut marks = Vec::new();
     for path in doc_files(root)? {
-        let text = std::fs::read_to_string(&path).map_err(|source| RenderError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let shown = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .display()
-            .to_string();
+        let (shown, text) = read_doc(root, &path)?;
         for (i, line) in text.lines().enumerate() {
             let mut rest = line;
             while let Some(at) = rest.find(PROSE_OPEN) {
@@ -242,6 +234,20 @@ pub fn prose_marks(root: &Path) -> Result<Vec<(String, usize, String)>, RenderEr
         }
     }
     Ok(marks)
+}
+
+/// A doc's text, with its path relative to `root` (as messages name it).
+fn read_doc(root: &Path, path: &Path) -> Result<(String, String), RenderError> {
+    let text = std::fs::read_to_string(path).map_err(|source| RenderError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let shown = path
+        .strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string();
+    Ok((shown, text))
 }
 
 /// README.md and docs/*.md under `root`, sorted.
@@ -275,15 +281,7 @@ pub fn stale_docs(root: &Path, ledger: &Ledger) -> Result<Vec<StaleDoc>, RenderE
     let mut stale = Vec::new();
     let mut placed = Vec::new();
     for path in doc_files(root)? {
-        let text = std::fs::read_to_string(&path).map_err(|source| RenderError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let shown = path
-            .strip_prefix(root)
-            .unwrap_or(&path)
-            .display()
-            .to_string();
+        let (shown, text) = read_doc(root, &path)?;
         let (new, names) = render_text(&shown, &text, ledger)?;
         placed.extend(names);
         if new != text {
