@@ -33,17 +33,7 @@ pub fn run_native(program: &Program, timeout: Duration) -> Result<LinuxRun, Linu
     std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755))
         .map_err(io("making the init executable"))?;
     let started = Instant::now();
-    // Its own process group, so a timeout kills the program the init forked
-    // (and whatever that started) with the init.
-    let child = Command::new(&init)
-        .arg("--native")
-        .arg(&files)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .process_group(0)
-        .spawn()
-        .map_err(io("starting the init natively"))?;
+    let child = spawn_init(&init, &files)?;
     let (status, stdout) = wait_with_timeout(child, timeout)?;
     let total = started.elapsed();
     let text = String::from_utf8_lossy(&stdout);
@@ -76,6 +66,35 @@ pub fn run_native(program: &Program, timeout: Duration) -> Result<LinuxRun, Linu
         vmm: None,
         console: String::new(),
     })
+}
+
+/// Starts the init written at `init`, in its own process group, so a timeout
+/// kills the program the init forked (and whatever that started) with it.
+///
+/// Retries while exec says the file is busy (ETXTBSY): another thread of this
+/// process (a lab worker, a test) that forks while the init's file is still
+/// open for writing here gives its child a copy of that descriptor until the
+/// child's own exec closes it; the window is that child's fork-to-exec time.
+fn spawn_init(init: &std::path::Path, files: &std::path::Path) -> Result<Child, LinuxError> {
+    const ATTEMPTS: u32 = 100;
+    let mut attempt = 1;
+    loop {
+        match Command::new(init)
+            .arg("--native")
+            .arg(files)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .spawn()
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && attempt < ATTEMPTS => {
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other.map_err(io("starting the init natively")),
+        }
+    }
 }
 
 /// Waits for `child` (a process group leader) at most `timeout`, reading its
