@@ -408,6 +408,17 @@ impl Store {
         out
     }
 
+    /// Every entry a later entry of the same key replaced (a failure or a
+    /// disturbed run that was run again), in file order: [`Store::entries`]
+    /// minus [`Store::latest`].
+    pub fn superseded(&self) -> Vec<&Entry> {
+        let latest = self.latest();
+        self.entries
+            .iter()
+            .filter(|e| !latest.iter().any(|l| std::ptr::eq(*l, *e)))
+            .collect()
+    }
+
     pub fn is_finished(&self, key: &str, retry_failed: bool) -> bool {
         self.latest_entry(key)
             .is_some_and(|e| e.is_finished(retry_failed))
@@ -619,5 +630,8 @@ mod tests {
         let l = s.latest();
         assert_eq!(l.len(), 1);
         assert!(l[0].is_ok());
+        let old = s.superseded();
+        assert_eq!(old.len(), 1);
+        assert!(!old[0].is_ok());
     }
 }

@@ -359,11 +359,7 @@ mod tests {
         // every line beyond those is a disturbed run that was superseded.
         let latest = stored.latest();
         assert_eq!(latest.len(), 28);
-        let superseded: Vec<_> = stored
-            .entries()
-            .iter()
-            .filter(|e| !latest.iter().any(|l| std::ptr::eq(*l, *e)))
-            .collect();
+        let superseded = stored.superseded();
         assert!(superseded.iter().all(|e| e.disturbed), "{superseded:?}");
         let failed: Vec<String> = stored
             .entries()
