@@ -433,7 +433,8 @@ pub(crate) struct Sim {
     pub vcpu_rq_bits: Vec<u64>,
     pub domains: u32,
     pub per_llc: u32,
-    /// One random stream per LLC domain (`Sim::rand_f64_on`); stream 0 is
+    /// Random streams: one per LLC domain when every VM is confined to one
+    /// domain (`Sim::vm_domains`), else one for the whole host. Stream 0 is
     /// also the user-level policies' (`Sim::rand_f64`). Per domain so that
     /// what one domain draws does not depend on how its draws interleave
     /// with another's: the partitioned engine (`partition.rs`) runs the
@@ -531,9 +532,14 @@ impl Sim {
         (self.rand_u64_in(0) >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    /// A uniform draw in [0, 1) from the stream of pCPU `p`'s LLC domain.
+    /// A uniform draw in [0, 1) from the stream of pCPU `p`'s LLC domain
+    /// (the host's one stream when there is one).
     pub fn rand_f64_on(&mut self, p: u32) -> f64 {
-        let d = self.pcpus[p as usize].domain as usize;
+        let d = if self.rngs.len() > 1 {
+            self.pcpus[p as usize].domain as usize
+        } else {
+            0
+        };
         (self.rand_u64_in(d) >> 11) as f64 / (1u64 << 53) as f64
     }
 

@@ -61,16 +61,10 @@ pub(super) enum Stop {
 }
 
 impl Sim {
-    /// The partition (LLC domain) of each VM, when the scenario can run
-    /// partitioned (see the module comment); `None` otherwise.
-    pub(super) fn partition_of_vms(&self) -> Option<Vec<u32>> {
-        if self.domains < 2 || self.phost.is_some() || self.tuner.is_some() {
-            return None;
-        }
-        // Idle stealing gives up after 64 candidate run queues, starting
-        // with its own domain's: with more pCPUs per domain it could give
-        // up before it has seen its own domain, depending on the others.
-        if self.per_llc > 64 {
+    /// The LLC domain of each VM when every VM's vCPUs are confined to one
+    /// domain and there are several; `None` otherwise.
+    pub(super) fn vm_domains(&self) -> Option<Vec<u32>> {
+        if self.domains < 2 {
             return None;
         }
         self.vms
@@ -88,6 +82,21 @@ impl Sim {
                     .then_some(d)
             })
             .collect()
+    }
+
+    /// The partition (LLC domain) of each VM, when the scenario can run
+    /// partitioned (see the module comment); `None` otherwise.
+    pub(super) fn partition_of_vms(&self) -> Option<Vec<u32>> {
+        // Idle stealing gives up after 64 candidate run queues, starting
+        // with its own domain's: with more pCPUs per domain it could give
+        // up before it has seen its own domain, depending on the others.
+        if self.phost.is_some() || self.tuner.is_some() || self.per_llc > 64 {
+            return None;
+        }
+        if self.rngs.len() != self.domains as usize {
+            return None;
+        }
+        self.vm_domains()
     }
 
     /// The partitions the partitioned engine would run (`None`: sequential).

@@ -67,9 +67,7 @@ impl Sim {
             vcpu_rq_bits: Vec::new(),
             domains,
             per_llc,
-            rngs: (0..u64::from(domains))
-                .map(|d| stream_seed(s.seed, d))
-                .collect(),
+            rngs: vec![stream_seed(s.seed, 0)],
             vms_done: 0,
             phost: policy_host::PolicyHost::new(s)?,
             stats: std::env::var_os("SMPLAB_SIM_STATS").is_some(),
@@ -98,6 +96,13 @@ impl Sim {
                 ranges[k],
                 u32::try_from(s.vms.len()).unwrap_or(u32::MAX),
             )?;
+        }
+        if sim.vm_domains().is_some() {
+            // Every VM in one LLC domain: a stream per domain (the
+            // partitioned engine's condition; `Sim::rngs`).
+            sim.rngs = (0..u64::from(domains))
+                .map(|d| stream_seed(s.seed, d))
+                .collect();
         }
         Ok(sim)
     }
@@ -429,9 +434,9 @@ fn vm_costs(p: &crate::platform::Platform, spec: &VmSpec, virtualized: bool) -> 
 }
 
 /// The start of LLC domain `d`'s random stream (`Sim::rngs`): stream 0 is
-/// the engine's single stream from before it had one per domain (so hosts
-/// of one domain draw what they drew); the others start at scrambled
-/// points of splitmix64's cycle of 2^64, far apart for any run's draws.
+/// the engine's single stream (so scenarios with one stream draw what they
+/// always drew); the others start at scrambled points of splitmix64's
+/// cycle of 2^64, far apart for any run's draws.
 fn stream_seed(seed: u64, d: u64) -> u64 {
     let base = seed ^ 0x9E37_79B9_7F4A_7C15;
     if d == 0 {
