@@ -2,6 +2,9 @@
 //! engine's results, number for number, on hosts it splits into LLC
 //! domains; and it runs sequentially where a VM may leave its domain.
 
+mod common;
+
+use common::{draw_scenario, Draw};
 use smplab_sim::*;
 
 /// Records without the host seconds (which vary from run to run), as JSON.
@@ -118,5 +121,52 @@ fn a_vm_that_may_leave_its_domain_keeps_the_sequential_engine() {
         partitions(&one).unwrap(),
         None,
         "one domain: nothing to split"
+    );
+}
+
+#[test]
+fn random_scenarios_of_confined_vms_give_the_sequential_results() {
+    // The fuzz test's generator (every setting: idle, PLE, SDB with false
+    // positives, devices and interrupt routing, blocking programs,
+    // policies), each VM then confined to one LLC domain in turn, and the
+    // device host threads to a pCPU of it.
+    let mut d = Draw(0x5EED_0032);
+    let mut partitioned = 0;
+    for i in 0..300 {
+        let Some(mut s) = draw_scenario(&mut d) else {
+            continue;
+        };
+        let per_llc = s.topology.pcpus_per_llc.unwrap_or(1) as usize;
+        let domains = s.pcpus as usize / per_llc;
+        if domains < 2 {
+            continue;
+        }
+        for (k, v) in s.vms.iter_mut().enumerate() {
+            let lo = k % domains * per_llc;
+            v.placement = Placement::Cpus((lo..lo + per_llc).collect());
+            if !v.io_thread_cpus.is_empty() {
+                v.io_thread_cpus = vec![u32::try_from(lo).unwrap()];
+            }
+        }
+        if s.check().is_err() {
+            continue;
+        }
+        if partitions(&s).unwrap().is_some() {
+            partitioned += 1;
+        }
+        let seq = simulate_raw_with(&s, Engine::Sequential).map_err(|e| e.to_string());
+        let par = simulate_raw_with(&s, Engine::Partitioned).map_err(|e| e.to_string());
+        assert_eq!(seq, par, "case {i}: raw figures differ between the engines");
+        if seq.is_ok() {
+            assert_eq!(
+                records(&s, Engine::Sequential),
+                records(&s, Engine::Partitioned),
+                "case {i}: records differ between the engines"
+            );
+        }
+    }
+    assert!(
+        partitioned >= 30,
+        "only {partitioned} cases ran partitioned"
     );
 }

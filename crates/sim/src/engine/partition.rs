@@ -6,9 +6,10 @@
 //!
 //! A partition is one LLC domain: its pCPUs, the VMs confined to it and
 //! their vCPUs and threads, and a queue of their events. It applies when
-//! every VM's vCPUs are confined to one LLC domain (placement), the host
-//! runs the kernel model (`linux`, `fair`) without the adaptive tuner, and
-//! there is more than one domain. Then the only events that touch more
+//! every VM's vCPUs are confined to one LLC domain (placement), and so are
+//! the host threads of its devices if it has any (`io_thread_cpus`), the
+//! host runs the kernel model (`linux`, `fair`) without the adaptive tuner,
+//! and there is more than one domain. Then the only events that touch more
 //! than one partition are the periodic load balances (`Kind::Balance`):
 //! wake placement and idle stealing look only at pCPUs a vCPU may use
 //! (all in its domain; idle stealing scans its own domain first and finds
@@ -96,7 +97,14 @@ impl Sim {
         if self.rngs.len() != self.domains as usize {
             return None;
         }
-        self.vm_domains()
+        let domains = self.vm_domains()?;
+        // A device completion's host thread looks for an idle pCPU among
+        // its allowed ones (all the host's when none are given,
+        // `io.rs`): only a set inside the VM's own domain keeps it there.
+        let io_inside = domains.iter().enumerate().all(|(vm, &d)| {
+            !self.io_active[vm] || self.io[vm].cpus_within(|p| self.pcpus[p as usize].domain == d)
+        });
+        io_inside.then_some(domains)
     }
 
     /// The partitions the partitioned engine would run (`None`: sequential).
