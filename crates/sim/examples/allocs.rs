@@ -5,9 +5,11 @@
 //! run allocates beyond the first is what its extra events allocated
 //! (0 for an allocation-free loop once queues and run queues reached their
 //! peak sizes).
-//! `cargo run --release -p smplab-sim --example allocs -- [pcpus] [simulated-ms]`
+//! `cargo run --release -p smplab-sim --example allocs -- [pcpus] [simulated-ms] [llc]`
+//! (`llc`: VMs confined to LLC domains, as the bench's default, which the
+//! partitioned engine runs).
 
-use smplab_sim::{simulate_raw, Platform, Scenario, VmSpec};
+use smplab_sim::{simulate_raw, Placement, Platform, Scenario, VmSpec};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -39,13 +41,22 @@ unsafe impl GlobalAlloc for Counting {
 static COUNTING: Counting = Counting;
 
 /// (processed events, allocations) of one run of `ms` simulated ms.
-fn run(pcpus: u32, ms: u64) -> Result<(u64, u64), smplab_sim::SimError> {
+fn run(pcpus: u32, ms: u64, llc: bool) -> Result<(u64, u64), smplab_sim::SimError> {
     let vm = VmSpec::from_workload("streamcluster", Some(16), 100.0, 16)?;
-    let mut s = Scenario::new(
-        Platform::builtin("kvm2015")?,
-        pcpus,
-        vec![vm; (pcpus / 4) as usize],
-    );
+    let platform = Platform::builtin("kvm2015")?;
+    let per_llc = platform.cache.pcpus_per_llc as usize;
+    let vms = (0..(pcpus / 4) as usize)
+        .map(|k| {
+            let mut v = vm.clone();
+            if llc {
+                // The scale bench's `--placement llc`: the partitioned engine.
+                let lo = 4 * k / per_llc * per_llc;
+                v.placement = Placement::Cpus((lo..lo + per_llc).collect());
+            }
+            v
+        })
+        .collect();
+    let mut s = Scenario::new(platform, pcpus, vms);
     s.horizon_ns = Some(ms * 1_000_000);
     s.native_reference = false;
     let a0 = ALLOCS.load(Ordering::Relaxed);
@@ -57,8 +68,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let pcpus: u32 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(256);
     let ms: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(50);
-    let (e1, a1) = run(pcpus, ms)?;
-    let (e2, a2) = run(pcpus, 2 * ms)?;
+    let llc = args.next().as_deref() == Some("llc");
+    let (e1, a1) = run(pcpus, ms, llc)?;
+    let (e2, a2) = run(pcpus, 2 * ms, llc)?;
     println!("{pcpus} pCPUs, {ms} ms: {e1} events, {a1} allocations");
     println!(
         "{pcpus} pCPUs, {} ms: {e2} events, {a2} allocations",

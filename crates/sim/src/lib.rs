@@ -138,11 +138,50 @@ pub struct RawRun {
     pub pcpu_totals: Vec<(u64, u64)>,
 }
 
+/// Which event loop runs a scenario. Both give the same results
+/// (tests/partitioned.rs); they differ in speed on large hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// One queue for the whole host, events in simulated-time order.
+    Sequential,
+    /// One LLC domain after another between the host's load balances
+    /// (engine/partition.rs), where every VM is confined to one LLC domain
+    /// and the kernel model schedules without the tuner; sequential
+    /// otherwise. The default.
+    Partitioned,
+}
+
+/// The number of partitions `Engine::Partitioned` runs the scenario in
+/// (`None`: it runs sequentially).
+pub fn partitions(s: &Scenario) -> Result<Option<u32>, SimError> {
+    let sim = engine::Sim::new(s)?;
+    Ok(sim.partition_count())
+}
+
+/// Simulate a scenario with the engine chosen: one record per VM.
+pub fn simulate_with(s: &Scenario, engine: Engine) -> Result<Vec<RunRecord>, SimError> {
+    let started = Instant::now();
+    let mut sim = engine::Sim::new(s)?;
+    let out = sim.run_with(s.horizon_ns, engine)?;
+    let host_seconds = started.elapsed().as_secs_f64();
+    let native = if s.virtualized && s.native_reference {
+        native_walls(s)?
+    } else {
+        vec![None; s.vms.len()]
+    };
+    Ok(record::records(s, &out, &native, host_seconds))
+}
+
 /// Run without building records (for benchmarks, the scale check and the
 /// accounting tests).
 pub fn simulate_raw(s: &Scenario) -> Result<RawRun, SimError> {
+    simulate_raw_with(s, Engine::Partitioned)
+}
+
+/// `simulate_raw` with the engine chosen.
+pub fn simulate_raw_with(s: &Scenario, engine: Engine) -> Result<RawRun, SimError> {
     let mut sim = engine::Sim::new(s)?;
-    let out = sim.run(s.horizon_ns)?;
+    let out = sim.run_with(s.horizon_ns, engine)?;
     Ok(RawRun {
         events: out.events,
         stale_events: out.stale_events,

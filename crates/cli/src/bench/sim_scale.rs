@@ -1,8 +1,12 @@
 //! `smplab bench sim-scale`: how the simulator's cost per event grows with
 //! the simulated host. One row per host size P: P pCPUs running P/4 VMs of
 //! the streamcluster profile (16 threads on 16 vCPUs, scale 100, fair host
-//! scheduling), so 4 vCPUs per pCPU, for a simulated horizon. Every size
-//! runs in a fresh child process (this binary again, with the hidden
+//! scheduling), so 4 vCPUs per pCPU, each VM confined to the LLC domain of
+//! its pCPUs (`--placement llc`, as VMs are placed on a socket) or floating
+//! over the host (`float`), for a simulated horizon; each size with the
+//! sequential and the partitioned engine (`smplab_sim::Engine`), which
+//! must process the same events. Every engine and size runs in a fresh
+//! child process (this binary again, with the hidden
 //! `--one-size`), so its peak resident memory is its own and no size warms
 //! the caches or the allocator for the next. The child also times the bare
 //! binary-heap loop (`smplab_sim::bare_heap`) with one entity per vCPU right
@@ -12,7 +16,7 @@
 
 use smplab_record::config::parse_duration;
 use smplab_record::{exit, outln};
-use smplab_sim::{simulate_raw, Platform, Scenario, VmSpec};
+use smplab_sim::{simulate_raw_with, Engine, Placement, Platform, Scenario, VmSpec};
 use std::process::Command;
 use std::str::FromStr;
 use std::time::Instant;
@@ -34,10 +38,54 @@ pub struct SimScaleArgs {
     /// Platform profile: a built-in name or a profile TOML file.
     #[arg(long, default_value = "kvm2015")]
     pub platform: String,
+    /// Where the VMs' vCPUs may run.
+    #[arg(long, value_enum, default_value_t = ScalePlacement::Llc)]
+    pub placement: ScalePlacement,
+    /// The engines to time, each size with each.
+    #[arg(long, value_enum, default_value_t = ScaleEngines::Both)]
+    pub engine: ScaleEngines,
     /// Run one size in this process and print its figures as one line
-    /// (what the parent runs in each child).
+    /// (what the parent runs in each child, with one engine).
     #[arg(long, hide = true)]
     pub one_size: Option<u32>,
+}
+
+/// `--placement` of `smplab bench sim-scale`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScalePlacement {
+    /// VM k confined to the LLC domain(s) of pCPUs 4k..4k+4: with 4 or
+    /// more pCPUs per LLC domain, every VM stays in one, and the
+    /// partitioned engine splits the host by domain.
+    Llc,
+    /// Every vCPU may run on every pCPU (the partitioned engine then runs
+    /// sequentially).
+    Float,
+}
+
+/// `--engine` of `smplab bench sim-scale`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScaleEngines {
+    Sequential,
+    Partitioned,
+    /// Both, one child each, alternating size by size.
+    Both,
+}
+
+impl ScaleEngines {
+    fn engines(self) -> &'static [Engine] {
+        match self {
+            ScaleEngines::Sequential => &[Engine::Sequential],
+            ScaleEngines::Partitioned => &[Engine::Partitioned],
+            ScaleEngines::Both => &[Engine::Sequential, Engine::Partitioned],
+        }
+    }
+
+    fn name(engine: Engine) -> &'static str {
+        match engine {
+            Engine::Sequential => "sequential",
+            Engine::Partitioned => "partitioned",
+        }
+    }
 }
 
 /// A positive simulated time span, written `1s`, `200ms`, `500us`.
@@ -96,6 +144,12 @@ pub enum SimScaleError {
     },
     #[error("the child process for {pcpus} pCPUs printed `{line}`, not its figures")]
     Output { pcpus: u32, line: String },
+    #[error("at {pcpus} pCPUs the sequential engine processed {sequential} events and the partitioned {partitioned}: the engines disagree (a bug in engine/partition.rs)")]
+    EnginesDisagree {
+        pcpus: u32,
+        sequential: u64,
+        partitioned: u64,
+    },
 }
 
 /// One size's figures, as the child prints them (space-separated, in this
@@ -152,13 +206,24 @@ pub fn scenario(
     pcpus: u32,
     horizon: Horizon,
     platform: &str,
+    placement: ScalePlacement,
 ) -> Result<Scenario, smplab_sim::SimError> {
     let vm = VmSpec::from_workload("streamcluster", Some(16), 100.0, 16)?;
-    let mut s = Scenario::new(
-        Platform::resolve(platform)?,
-        pcpus,
-        vec![vm; (pcpus / 4) as usize],
-    );
+    let platform = Platform::resolve(platform)?;
+    let per_llc = platform.cache.pcpus_per_llc.max(1) as usize;
+    let vms = (0..(pcpus / 4) as usize)
+        .map(|k| {
+            let mut v = vm.clone();
+            if placement == ScalePlacement::Llc {
+                // pCPUs 4k..4k+4, widened to whole LLC domains.
+                let lo = 4 * k / per_llc * per_llc;
+                let hi = (4 * k + 4).div_ceil(per_llc) * per_llc;
+                v.placement = Placement::Cpus((lo..hi.min(pcpus as usize)).collect());
+            }
+            v
+        })
+        .collect();
+    let mut s = Scenario::new(platform, pcpus, vms);
     s.horizon_ns = Some(horizon.0);
     s.native_reference = false;
     Ok(s)
@@ -192,12 +257,16 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// Measure one size in this process.
-pub fn measure(pcpus: u32, horizon: Horizon, platform: &str) -> Result<SizeFigures, SimScaleError> {
+/// Measure one size in this process with one engine.
+pub fn measure(
+    pcpus: u32,
+    args: &SimScaleArgs,
+    engine: Engine,
+) -> Result<SizeFigures, SimScaleError> {
     let sim_err = |source| SimScaleError::Sim { pcpus, source };
-    let s = scenario(pcpus, horizon, platform).map_err(sim_err)?;
+    let s = scenario(pcpus, args.horizon, &args.platform, args.placement).map_err(sim_err)?;
     let (c0, t0) = (thread_cpu_s(), Instant::now());
-    let run = simulate_raw(&s).map_err(sim_err)?;
+    let run = simulate_raw_with(&s, engine).map_err(sim_err)?;
     let (cpu_s, wall_s) = (thread_cpu_s() - c0, t0.elapsed().as_secs_f64());
     // The baseline with one pending event per vCPU, as many events as the
     // model processed (capped: its rate is steady after a few million).
@@ -216,12 +285,22 @@ pub fn measure(pcpus: u32, horizon: Horizon, platform: &str) -> Result<SizeFigur
 }
 
 /// Measure one size in a fresh child process (this binary, `--one-size`).
-fn measure_in_child(pcpus: u32, args: &SimScaleArgs) -> Result<SizeFigures, SimScaleError> {
+fn measure_in_child(
+    pcpus: u32,
+    args: &SimScaleArgs,
+    engine: Engine,
+) -> Result<SizeFigures, SimScaleError> {
     let exe = std::env::current_exe().map_err(|source| SimScaleError::Spawn { pcpus, source })?;
+    let placement = match args.placement {
+        ScalePlacement::Llc => "llc",
+        ScalePlacement::Float => "float",
+    };
     let out = Command::new(exe)
         .args(["bench", "sim-scale", "--one-size", &pcpus.to_string()])
         .args(["--horizon", &args.horizon.to_string()])
         .args(["--platform", &args.platform])
+        .args(["--placement", placement])
+        .args(["--engine", ScaleEngines::name(engine)])
         .output()
         .map_err(|source| SimScaleError::Spawn { pcpus, source })?;
     if !out.status.success() {
@@ -239,31 +318,63 @@ fn measure_in_child(pcpus: u32, args: &SimScaleArgs) -> Result<SizeFigures, SimS
     })
 }
 
-/// The table of `rows` (markdown): per size the events, wall and CPU time,
-/// events/s, peak RSS, the ratio to the bare heap loop and the CPU time per
-/// event relative to the first size.
-pub fn table(rows: &[SizeFigures]) -> String {
-    let mut t = String::from(
-        "| host CPUs | vCPUs | events | wall s | CPU s | events/s (CPU) | ns/event | per event vs first | peak RSS MiB | bare heap events/s | ratio to bare heap |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
-    );
-    let first = rows.first().map(SizeFigures::ns_per_event);
+/// One size's figures with each engine timed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScaleRow {
+    pub pcpus: u32,
+    pub by_engine: Vec<(Engine, SizeFigures)>,
+}
+
+/// The table of `rows` (markdown): per size the events, then per engine
+/// the CPU time, ns per event, that relative to the first size, peak RSS
+/// and the ratio to the bare heap loop (same child); with both engines,
+/// the partitioned engine's CPU time per event over the sequential one's.
+pub fn table(rows: &[ScaleRow]) -> String {
+    let engines: Vec<Engine> = rows
+        .first()
+        .map(|r| r.by_engine.iter().map(|(e, _)| *e).collect())
+        .unwrap_or_default();
+    let mut head = String::from("| host CPUs | vCPUs | events |");
+    for &e in &engines {
+        let n = ScaleEngines::name(e);
+        head.push_str(&format!(
+            " {n}: CPU s | ns/event | vs first | peak RSS MiB | ratio to bare heap |"
+        ));
+    }
+    let both = engines.len() == 2;
+    if both {
+        head.push_str(" partitioned ÷ sequential |");
+    }
+    let cols = head.matches('|').count() - 1;
+    let mut t = format!("{head}\n|{}\n", "---|".repeat(cols));
+    let first: Vec<f64> = rows
+        .first()
+        .map(|r| r.by_engine.iter().map(|(_, f)| f.ns_per_event()).collect())
+        .unwrap_or_default();
     for r in rows {
-        let rel = first.map_or(1.0, |f| r.ns_per_event() / f.max(1e-9));
+        let events = r.by_engine.first().map_or(0, |(_, f)| f.events);
         t.push_str(&format!(
-            "| {} | {} | {:.1} M | {:.2} | {:.2} | {:.2} M | {:.1} | {:.2}x | {:.1} | {:.2} M | {:.3} |\n",
+            "| {} | {} | {:.1} M |",
             r.pcpus,
             u64::from(r.pcpus) * 4,
-            r.events as f64 / 1e6,
-            r.wall_s,
-            r.cpu_s,
-            r.rate() / 1e6,
-            r.ns_per_event(),
-            rel,
-            r.peak_rss_kib as f64 / 1024.0,
-            r.bare_rate / 1e6,
-            r.rate() / r.bare_rate.max(1e-9),
+            events as f64 / 1e6
         ));
+        for (i, (_, f)) in r.by_engine.iter().enumerate() {
+            let rel = f.ns_per_event() / first.get(i).copied().unwrap_or(1.0).max(1e-9);
+            t.push_str(&format!(
+                " {:.2} | {:.1} | {:.2}x | {:.1} | {:.3} |",
+                f.cpu_s,
+                f.ns_per_event(),
+                rel,
+                f.peak_rss_kib as f64 / 1024.0,
+                f.rate() / f.bare_rate.max(1e-9),
+            ));
+        }
+        if both {
+            let ns: Vec<f64> = r.by_engine.iter().map(|(_, f)| f.ns_per_event()).collect();
+            t.push_str(&format!(" {:.2}x |", ns[1] / ns[0].max(1e-9)));
+        }
+        t.push('\n');
     }
     t
 }
@@ -278,7 +389,17 @@ fn load_average() -> String {
 /// `smplab bench sim-scale`: returns the process exit status.
 pub fn bench_sim_scale(args: &SimScaleArgs) -> i32 {
     if let Some(pcpus) = args.one_size {
-        return match measure(pcpus, args.horizon, &args.platform) {
+        let engine = match args.engine {
+            ScaleEngines::Sequential => Engine::Sequential,
+            ScaleEngines::Partitioned => Engine::Partitioned,
+            ScaleEngines::Both => {
+                eprintln!(
+                    "error: --one-size runs one engine: give --engine sequential or partitioned"
+                );
+                return exit::BAD_INPUT;
+            }
+        };
+        return match measure(pcpus, args, engine) {
             Ok(f) => {
                 outln!("{}", f.line());
                 exit::OK
@@ -296,29 +417,49 @@ pub fn bench_sim_scale(args: &SimScaleArgs) -> i32 {
     let load_before = load_average();
     let mut rows = Vec::with_capacity(args.sizes.len());
     for &pcpus in &args.sizes {
-        eprintln!(
-            "sim-scale: {pcpus} pCPUs, {} VMs x 16 vCPUs, {} simulated ...",
-            pcpus / 4,
-            args.horizon
-        );
-        match measure_in_child(pcpus, args) {
-            Ok(f) => {
-                eprintln!(
-                    "sim-scale: {pcpus} pCPUs: {} events in {:.2} s CPU ({:.1} ns/event)",
-                    f.events,
-                    f.cpu_s,
-                    f.ns_per_event()
-                );
-                rows.push(f);
+        let mut row = ScaleRow {
+            pcpus,
+            by_engine: Vec::new(),
+        };
+        for &engine in args.engine.engines() {
+            eprintln!(
+                "sim-scale: {pcpus} pCPUs, {} VMs x 16 vCPUs, {} simulated, {} engine ...",
+                pcpus / 4,
+                args.horizon,
+                ScaleEngines::name(engine)
+            );
+            match measure_in_child(pcpus, args, engine) {
+                Ok(f) => {
+                    eprintln!(
+                        "sim-scale: {pcpus} pCPUs: {} events in {:.2} s CPU ({:.1} ns/event); load average {}",
+                        f.events,
+                        f.cpu_s,
+                        f.ns_per_event(),
+                        load_average()
+                    );
+                    row.by_engine.push((engine, f));
+                }
+                Err(e) => {
+                    exit::report_error(&e);
+                    return exit::RUN_FAILED;
+                }
             }
-            Err(e) => {
-                exit::report_error(&e);
+        }
+        if let [(_, a), (_, b)] = row.by_engine[..] {
+            if a.events != b.events {
+                exit::report_error(&SimScaleError::EnginesDisagree {
+                    pcpus,
+                    sequential: a.events,
+                    partitioned: b.events,
+                });
                 return exit::RUN_FAILED;
             }
         }
+        rows.push(row);
     }
     outln!(
-        "streamcluster (16 threads, scale 100), 16-vCPU VMs at 4 vCPUs per host CPU, platform {}, {} simulated per size; one child process per size; load average {load_before} before, {} after",
+        "streamcluster (16 threads, scale 100), 16-vCPU VMs at 4 vCPUs per host CPU, placement {:?}, platform {}, {} simulated per size; one child process per size and engine; load average {load_before} before, {} after",
+        args.placement,
         args.platform,
         args.horizon,
         load_average()
@@ -358,12 +499,29 @@ mod tests {
     }
 
     #[test]
-    fn a_small_host_runs_and_tabulates() {
-        let f = measure(8, Horizon(2_000_000), "kvm2015").unwrap();
-        assert_eq!(f.pcpus, 8);
-        assert!(f.events > 0);
-        let t = table(&[f, f]);
-        assert!(t.contains("| 8 | 32 |"), "{t}");
+    fn a_small_host_runs_both_engines_and_tabulates() {
+        let args = SimScaleArgs {
+            sizes: vec![32],
+            horizon: Horizon(2_000_000),
+            platform: "kvm2015".into(),
+            placement: ScalePlacement::Llc,
+            engine: ScaleEngines::Both,
+            one_size: None,
+        };
+        let seq = measure(32, &args, Engine::Sequential).unwrap();
+        let par = measure(32, &args, Engine::Partitioned).unwrap();
+        assert_eq!(seq.pcpus, 32);
+        assert!(seq.events > 0);
+        assert_eq!(seq.events, par.events, "the engines disagree");
+        let s = scenario(32, args.horizon, "kvm2015", ScalePlacement::Llc).unwrap();
+        assert_eq!(smplab_sim::partitions(&s).unwrap(), Some(4));
+        let row = ScaleRow {
+            pcpus: 32,
+            by_engine: vec![(Engine::Sequential, seq), (Engine::Partitioned, par)],
+        };
+        let t = table(&[row.clone(), row]);
+        assert!(t.contains("| 32 | 128 |"), "{t}");
         assert!(t.contains("1.00x"), "{t}");
+        assert!(t.contains("partitioned ÷ sequential"), "{t}");
     }
 }

@@ -66,7 +66,7 @@ impl Sim {
     /// never correct a bad placement of vCPUs that do not block. Returns
     /// false when the event was not needed (stale).
     pub(super) fn balance_tick(&mut self, level: u32) -> bool {
-        if self.q.len() == 0 {
+        if self.pending_events() == 0 {
             // Nothing else pending: re-arming would hide a stall.
             return false;
         }

@@ -7,11 +7,44 @@ use crate::events::Kind;
 use crate::SimError;
 
 impl Sim {
-    /// Run until every VM finishes or the horizon.
+    /// Run until every VM finishes or the horizon, partitioned where the
+    /// scenario allows it (`partition.rs`; the same results).
     pub fn run(&mut self, horizon: Option<u64>) -> Result<RunOutcome, SimError> {
+        self.run_with(horizon, crate::Engine::Partitioned)
+    }
+
+    /// `run` with the engine chosen: `Engine::Partitioned` runs the
+    /// sequential loop where the scenario cannot be partitioned.
+    pub fn run_with(
+        &mut self,
+        horizon: Option<u64>,
+        engine: crate::Engine,
+    ) -> Result<RunOutcome, SimError> {
+        if engine == crate::Engine::Partitioned {
+            if let Some(vm_part) = self.partition_of_vms() {
+                // Before `start`, so its pushes go to the partitions' queues.
+                self.partition(vm_part);
+            }
+        }
         self.start();
         self.tune_start();
         let horizon = horizon.unwrap_or(u64::MAX);
+        let stopped_at = if self.parts.is_some() {
+            match self.run_partitioned(horizon)? {
+                super::partition::Stop::Finished => None,
+                super::partition::Stop::Horizon => {
+                    self.now = horizon;
+                    Some(horizon)
+                }
+            }
+        } else {
+            self.run_sequential(horizon)?
+        };
+        self.finish(stopped_at)
+    }
+
+    /// The sequential event loop: returns the horizon if it stopped there.
+    fn run_sequential(&mut self, horizon: u64) -> Result<Option<u64>, SimError> {
         let prefetch = self.prefetch_pays();
         let mut stopped_at = None;
         while self.vms_done < u32::try_from(self.vms.len()).unwrap_or(u32::MAX) {
@@ -56,6 +89,11 @@ impl Sim {
             }
             self.handle(ev.kind);
         }
+        Ok(stopped_at)
+    }
+
+    /// Close the accounting at the end of the run and hand back its outcome.
+    fn finish(&mut self, stopped_at: Option<u64>) -> Result<RunOutcome, SimError> {
         let end = stopped_at.unwrap_or(self.now);
         if self.stats {
             for (i, th) in self
@@ -83,8 +121,16 @@ impl Sim {
             eprintln!(
                 "smplab-sim events by kind [step:stale overhead handler segment spin idlepoll halting haltpoll | slice wake ipi timer policy/balance sdbfalse]: {:?}; pending at end {}",
                 self.kind_counts,
-                self.q.len()
+                self.pending_events()
             );
+            if let Some(p) = &self.parts {
+                eprintln!(
+                    "smplab-sim partitioned: {} windows, {} partition runs with events, {:.0} events per run",
+                    p.windows,
+                    p.runs,
+                    self.popped_events() as f64 / p.runs.max(1) as f64
+                );
+            }
         }
         self.now = end;
         for v in 0..u32::try_from(self.vcpus.len()).unwrap_or(u32::MAX) {
@@ -105,7 +151,7 @@ impl Sim {
     /// frame (3.4% fewer instructions per processed event,
     /// docs/sim-performance.md, seventh pass).
     #[inline(always)]
-    fn handle(&mut self, kind: Kind) {
+    pub(super) fn handle(&mut self, kind: Kind) {
         if self.trace {
             let desc = match kind {
                 Kind::Step { vcpu, gen } => {
@@ -319,7 +365,7 @@ impl Sim {
                 .collect(),
             io: self.io.iter().map(io::VmIo::section).collect(),
             stale_events: self.stale,
-            events: self.q.popped - self.stale,
+            events: self.popped_events() - self.stale,
             end_ns: end,
         }
     }

@@ -544,6 +544,7 @@ impl Sim {
         if self.vms[vm].done_threads == self.vms[vm].n_threads {
             self.vms[vm].end_ns = now;
             self.vms_done += 1;
+            self.partition_vm_done(u32::try_from(vm).unwrap_or(u32::MAX));
             self.close_vm_acct(u32::try_from(vm).unwrap_or(u32::MAX));
             self.vm_finished(u32::try_from(vm).unwrap_or(u32::MAX));
         }

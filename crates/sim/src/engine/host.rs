@@ -193,7 +193,7 @@ impl Sim {
             return;
         }
         if pc.slice_end == u64::MAX {
-            let at = (pc.dispatched_at + self.slice_len()).max(self.now);
+            let at = (pc.dispatched_at + self.slice_len(p)).max(self.now);
             self.pcpus[p as usize].slice_end = at;
         }
         let at = self.pcpus[p as usize].slice_end;
@@ -238,8 +238,8 @@ impl Sim {
     /// real pCPUs from switching in lockstep; without that, equal slices on all
     /// pCPUs started together would amount to accidental gang scheduling. A
     /// uniform ±25% jitter (seeded) models it.
-    fn slice_len(&mut self) -> u64 {
-        let u = self.rand_f64();
+    fn slice_len(&mut self, p: u32) -> u64 {
+        let u = self.rand_f64_on(p);
         crate::units_from_f64(self.slice_ns as f64 * (0.75 + 0.5 * u))
     }
 

@@ -61,6 +61,12 @@ pub(crate) struct VmIo {
 }
 
 impl VmIo {
+    /// The device host thread's allowed pCPUs are given and all satisfy
+    /// `inside` (none given: it may use the whole host).
+    pub(super) fn cpus_within(&self, inside: impl Fn(u32) -> bool) -> bool {
+        !self.io_cpus.is_empty() && self.io_cpus.iter().all(|&p| inside(p))
+    }
+
     /// The VM has devices (its program has `io` ops).
     pub fn has_devices(&self) -> bool {
         !self.devices.is_empty()

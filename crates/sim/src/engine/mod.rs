@@ -30,6 +30,7 @@ mod host;
 mod host_rq;
 mod idle;
 mod io;
+mod partition;
 mod policy_host;
 mod prefetch;
 mod setup;
@@ -432,7 +433,13 @@ pub(crate) struct Sim {
     pub vcpu_rq_bits: Vec<u64>,
     pub domains: u32,
     pub per_llc: u32,
-    pub rng: u64,
+    /// Random streams: one per LLC domain when every VM is confined to one
+    /// domain (`Sim::vm_domains`), else one for the whole host. Stream 0 is
+    /// also the user-level policies' (`Sim::rand_f64`). Per domain so that
+    /// what one domain draws does not depend on how its draws interleave
+    /// with another's: the partitioned engine (`partition.rs`) runs the
+    /// domains one after another and must draw the same numbers.
+    pub rngs: Vec<u64>,
     pub vms_done: u32,
     /// The user-level policy's driver (None: the kernel model decides).
     pub phost: Option<Box<policy_host::PolicyHost>>,
@@ -463,6 +470,11 @@ pub(crate) struct Sim {
     pub io_active: Vec<bool>,
     /// Kulkarni & Kulkarni's adaptive tuner, when enabled (`tune.rs`).
     pub tuner: Option<tune::SimTuner>,
+    /// The partitioned engine's queues (`partition.rs`; None: sequential).
+    pub parts: Option<Box<partition::Partitions>>,
+    /// Pushes go to the queue of their partition (`Sim::push_routed`):
+    /// set while no single partition runs.
+    pub routing: bool,
 }
 
 /// What the engine hands back per VM.
@@ -504,22 +516,40 @@ pub(crate) struct RunOutcome {
 }
 
 impl Sim {
-    /// splitmix64: small, fast, good enough for sampling false positives.
-    pub fn rand_u64(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
+    /// splitmix64 on stream `d`: small, fast, good enough for sampling
+    /// jitter and false positives.
+    fn rand_u64_in(&mut self, d: usize) -> u64 {
+        let r = &mut self.rngs[d];
+        *r = r.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *r;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
 
+    /// A uniform draw in [0, 1) from stream 0 (the user-level policies').
     pub fn rand_f64(&mut self) -> f64 {
-        (self.rand_u64() >> 11) as f64 / (1u64 << 53) as f64
+        (self.rand_u64_in(0) >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    #[inline]
+    /// A uniform draw in [0, 1) from the stream of pCPU `p`'s LLC domain
+    /// (the host's one stream when there is one).
+    pub fn rand_f64_on(&mut self, p: u32) -> f64 {
+        let d = if self.rngs.len() > 1 {
+            self.pcpus[p as usize].domain as usize
+        } else {
+            0
+        };
+        (self.rand_u64_in(d) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    #[inline(always)]
     pub fn push(&mut self, at: u64, kind: Kind) {
-        self.q.push(at, kind);
+        if self.routing {
+            self.push_routed(at, kind);
+        } else {
+            self.q.push(at, kind);
+        }
     }
 
     /// Schedule the vCPU's next Step at `at` (making earlier ones stale).
@@ -532,7 +562,7 @@ impl Sim {
         vc.step_at = at;
         vc.gen = vc.gen.wrapping_add(1);
         let gen = vc.gen;
-        self.q.push(at, Kind::Step { vcpu: v, gen });
+        self.push(at, Kind::Step { vcpu: v, gen });
     }
 
     /// Count `n` exits of reason `k` (`exit`) of vCPU `v`.

@@ -67,7 +67,7 @@ impl Sim {
             vcpu_rq_bits: Vec::new(),
             domains,
             per_llc,
-            rng: s.seed ^ 0x9E37_79B9_7F4A_7C15,
+            rngs: vec![stream_seed(s.seed, 0)],
             vms_done: 0,
             phost: policy_host::PolicyHost::new(s)?,
             stats: std::env::var_os("SMPLAB_SIM_STATS").is_some(),
@@ -81,6 +81,8 @@ impl Sim {
             io: Vec::new(),
             io_active: Vec::new(),
             tuner: None,
+            parts: None,
+            routing: false,
         };
         for i in 0..s.pcpus {
             sim.set_bit_idle(i, true);
@@ -94,6 +96,13 @@ impl Sim {
                 ranges[k],
                 u32::try_from(s.vms.len()).unwrap_or(u32::MAX),
             )?;
+        }
+        if sim.vm_domains().is_some() {
+            // Every VM in one LLC domain: a stream per domain (the
+            // partitioned engine's condition; `Sim::rngs`).
+            sim.rngs = (0..u64::from(domains))
+                .map(|d| stream_seed(s.seed, d))
+                .collect();
         }
         Ok(sim)
     }
@@ -422,6 +431,20 @@ fn vm_costs(p: &crate::platform::Platform, spec: &VmSpec, virtualized: bool) -> 
             kernel: p.kernel(false),
         }
     }
+}
+
+/// The start of LLC domain `d`'s random stream (`Sim::rngs`): stream 0 is
+/// the engine's single stream (so scenarios with one stream draw what they
+/// always drew); the others start at scrambled points of splitmix64's
+/// cycle of 2^64, far apart for any run's draws.
+fn stream_seed(seed: u64, d: u64) -> u64 {
+    let base = seed ^ 0x9E37_79B9_7F4A_7C15;
+    if d == 0 {
+        return base;
+    }
+    let mut z = d.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    z = (z ^ (z >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    base ^ z ^ (z >> 29)
 }
 
 /// vCPU `i`'s allowed pCPUs: its core on bare metal; in a VM, the VM's

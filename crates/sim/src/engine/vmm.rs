@@ -140,7 +140,7 @@ impl Sim {
         }
         if !self.pcpus[p as usize].sdb_armed && costs.sdb_fp > 0.0 {
             self.pcpus[p as usize].sdb_armed = true;
-            let u = self.rand_f64();
+            let u = self.rand_f64_on(p);
             // Windows until the first misclassification: geometric.
             let windows = if costs.sdb_fp >= 1.0 {
                 1.0
