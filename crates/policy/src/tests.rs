@@ -176,6 +176,37 @@ fn spin_swaps_the_awaited_sibling_in_beside_the_spinner() {
     assert_eq!(s.next_deadline(), Some(30_000_000));
 }
 
+/// Under `spin` a freed pCPU goes to a runnable vCPU whose sibling runs
+/// before the longest waiting one (its VM then runs together), but never
+/// back to the vCPU that just left it.
+#[test]
+fn spin_gives_a_freed_pcpu_to_a_running_vcpus_sibling() {
+    let halted = Sample {
+        halted: true,
+        ..Sample::default()
+    };
+    for (text, expected) in [("spin:10ms", 0), ("rr:10ms", 3)] {
+        let mut s = Scheduler::new(&policy(text), &[2, 2], 2).unwrap();
+        s.start(0);
+        // vCPU 0 halts: 2 (VM 1) takes p0; 1 and 2 run, 3 then 0 wait.
+        let a = s.sample(0, 1_000_000, halted);
+        settle(&mut s, 1_000_000, a);
+        assert_eq!(running(&s), vec![Some(2), Some(1)], "{text}");
+        // vCPU 2 halts: 3 waited longest, but 0's sibling 1 runs.
+        let a = s.sample(2, 2_000_000, halted);
+        settle(&mut s, 2_000_000, a);
+        assert_eq!(running(&s), vec![Some(expected), Some(1)], "{text}");
+    }
+    // A slice end still hands the pCPU to the other VM.
+    let mut s = Scheduler::new(&policy("spin:10ms"), &[2, 2], 2).unwrap();
+    s.start(0);
+    let a = s.tick(10_000_000);
+    settle(&mut s, 10_000_000, a);
+    let mut on = running(&s);
+    on.sort();
+    assert_eq!(on, vec![Some(2), Some(3)]);
+}
+
 /// The swap never splits a VM whose vCPUs run together: with VM 1 on two
 /// of three pCPUs, the spinner yields its own pCPU instead.
 #[test]

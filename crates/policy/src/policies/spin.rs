@@ -27,6 +27,15 @@
 //! the swap forms co-running pairs where the round robin's slices drifted
 //! apart. Only when no such pCPU exists does the spinner yield its own.
 //!
+//! **A freed pCPU goes to a running vCPU's sibling first.** When a pCPU
+//! frees (a slice ends, a vCPU halts at a blocking barrier), a runnable
+//! vCPU whose sibling runs takes it before the longest waiting one: its VM
+//! then runs together instead of one vCPU of each VM running alone and
+//! halting at the next barrier (each halt holding its pCPU until the
+//! sampler sees it, 1–2 ms). The vCPU that just left (queued at this
+//! instant) is no candidate, so a slice end still hands the pCPU over and
+//! no VM keeps the host.
+//!
 //! Samples are taken only while they can act: while some sibling of the
 //! vCPU is preempted and may take a pCPU (Wells et al. §5.2: yielding
 //! helps only when the awaited vCPU is descheduled; Ding & Shan §4 on
@@ -115,7 +124,26 @@ pub fn swap_victim(core: &Core, spinner: VcpuId, target: VcpuId) -> Option<(Pcpu
         .map(|(q, o, _)| (q, o))
 }
 
+/// Whether runnable `vcpu`, queued before `now`, has a sibling settled on a
+/// pCPU (running, not being preempted).
+fn sibling_runs(core: &Core, vcpu: VcpuId, now: Ns) -> bool {
+    let VcpuState::Runnable { since } = core.state(vcpu) else {
+        return false;
+    };
+    let vm = core.vm_of(vcpu);
+    since < now
+        && (0..core.vcpus())
+            .any(|w| w != vcpu && core.vm_of(w) == vm && core.settled_pcpu(w).is_some())
+}
+
 impl Policy for Spin {
+    fn dispatch(&mut self, core: &mut Core, now: Ns, actions: &mut Vec<Action>) {
+        let first: Vec<bool> = (0..core.vcpus())
+            .map(|v| sibling_runs(core, v, now))
+            .collect();
+        core.fill_free_pcpus_preferring(now, actions, |v| first[v]);
+    }
+
     fn slice_deadline(&self, core: &Core, vcpu: VcpuId, since: Ns) -> Option<Ns> {
         Some(
             self.paired_deadline(core, vcpu)
