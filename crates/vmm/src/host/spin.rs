@@ -23,7 +23,11 @@
 //!   stretch that wrote nothing is caught one interval earlier, and the
 //!   loop's shape, not the streak, is what tells a wait from work);
 //! - with a dirty ring ([`DirtyRing`]), the vCPU wrote at most `max_pages`
-//!   pages since the previous sample.
+//!   pages since the previous sample, when that sample found it in the same
+//!   loop already; at the first sample in a PAUSE loop the count covers the
+//!   work before the wait (a lock's critical section writes 3–40 pages:
+//!   `smplab host` traces on spinlock, docs/host.md) and says nothing about
+//!   the loop, so it does not veto.
 //!
 //! Anything doubtful — a register read, a translation or a memory read that
 //! fails, bytes that do not decode, a loop that does not close — counts as
@@ -160,6 +164,14 @@ impl SpinDetector {
                 .is_some_and(|(p, most)| p <= most)
     }
 
+    /// Whether the pages written since the previous sample (`pages`) allow a
+    /// verdict in loop `found`: few enough, or written before the wait began
+    /// (the first sample in a PAUSE loop: the previous one was elsewhere).
+    fn quiet(&self, found: Loop, pages: Option<u64>) -> bool {
+        pages.is_none_or(|p| p <= self.settings.max_pages)
+            || (self.streak == 1 && found.is_some_and(|l| l.pauses))
+    }
+
     /// Restart the streak after samples were skipped (the vCPU kept
     /// running): the ring keeps counting from the last sample, so the next
     /// one's count covers more than a whole interval.
@@ -209,7 +221,7 @@ impl SpinDetector {
         self.last_pages = self.ring.as_mut().map(DirtyRing::harvest);
         let whole_interval = std::mem::replace(&mut self.sampled, true);
         let in_loop = confirmed || self.at_once(found, self.last_pages, whole_interval);
-        let quiet = self.last_pages.is_none_or(|p| p <= self.settings.max_pages);
+        let quiet = self.quiet(found, self.last_pages);
         Sample {
             spinning: in_loop && quiet,
             halted: false,
@@ -304,6 +316,27 @@ mod tests {
             "a PAUSE loop: one sample (pause_samples 1)"
         );
         assert!(!d.push(None));
+    }
+
+    /// Pages written before a PAUSE loop's first sample do not veto it; in
+    /// a loop seen before, or one without PAUSE, they do.
+    #[test]
+    fn pages_before_a_pause_loop_do_not_veto_its_first_sample() {
+        let mut d = SpinDetector::new(SpinSettings::default(), None, None);
+        let pausing = Some(SpinLoop {
+            start: 0x5000,
+            end: 0x5010,
+            pauses: true,
+        });
+        assert!(d.push(pausing));
+        assert!(d.quiet(pausing, Some(40)), "written before the wait");
+        assert!(d.push(pausing));
+        assert!(!d.quiet(pausing, Some(40)), "written in the loop");
+        assert!(d.quiet(pausing, Some(2)));
+        d.reset();
+        let plain = at(0x1000, 0x1020);
+        assert!(!d.push(plain));
+        assert!(!d.quiet(plain, Some(3)), "no PAUSE: pages veto");
     }
 
     /// The first sample in a loop counts after a whole interval with at
