@@ -89,6 +89,9 @@ pub enum Action {
 pub enum PreemptCause {
     SliceEnd,
     Spin,
+    /// Displaced from its pCPU so the vCPU a spinner of another VM waits for
+    /// could run beside it (`spin`'s directed swap).
+    Swap,
     Halt,
     /// Its affinity changed and no longer holds the pCPU it runs on.
     Affinity,

@@ -164,19 +164,34 @@ impl Core {
     /// The per-vCPU slice: running `vcpu`'s slice is over at `now` and
     /// someone waits for its pCPU.
     pub fn slice_over(&self, vcpu: VcpuId, now: Ns) -> SliceEnd {
+        match self.states[vcpu] {
+            VcpuState::Running { since, .. } => {
+                self.slice_over_at(vcpu, now, since.saturating_add(self.slice_ns))
+            }
+            _ => SliceEnd::Keep,
+        }
+    }
+
+    /// As [`Core::slice_over`], for a slice that ends at `deadline`.
+    pub fn slice_over_at(&self, vcpu: VcpuId, now: Ns, deadline: Ns) -> SliceEnd {
         let VcpuState::Running {
             pcpu,
-            since,
             preempting: None,
+            ..
         } = self.states[vcpu]
         else {
             return SliceEnd::Keep;
         };
-        if now.saturating_sub(since) < self.slice_ns || !self.someone_waits_for(pcpu) {
+        if now < deadline || !self.someone_waits_for(pcpu) {
             SliceEnd::Keep
         } else {
             SliceEnd::Preempt
         }
+    }
+
+    /// Whether runnable `vcpu` is already promised a pCPU being vacated.
+    pub fn is_reserved(&self, vcpu: VcpuId) -> bool {
+        self.reserved.contains(&Some(vcpu))
     }
 
     /// Running `vcpu` spun: it yields `pcpu` to a preempted sibling that may
@@ -204,6 +219,21 @@ impl Core {
         self.reserved[pcpu] = Some(target);
         self.stats[target].yields_received += 1;
         self.preempt(vcpu, PreemptCause::Spin, actions);
+    }
+
+    /// Runnable `target` takes `pcpu` from running `victim` (of another VM),
+    /// reserved so nobody else takes it: a spinner's directed swap, which
+    /// keeps the spinner on its own pCPU.
+    pub fn swap_in(
+        &mut self,
+        target: VcpuId,
+        pcpu: PcpuId,
+        victim: VcpuId,
+        actions: &mut Vec<Action>,
+    ) {
+        self.reserved[pcpu] = Some(target);
+        self.stats[target].yields_received += 1;
+        self.preempt(victim, PreemptCause::Swap, actions);
     }
 
     /// A runnable, not running sibling of `vcpu` that may use `pcpu`, the one

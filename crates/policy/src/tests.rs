@@ -130,6 +130,111 @@ fn spin_yields_to_a_preempted_sibling() {
     assert_eq!(s.stats(2).yields_received, 0);
 }
 
+/// A spinner whose awaited sibling is preempted while another VM's vCPU
+/// runs alone beside it: that vCPU is displaced for the sibling (a directed
+/// swap), the spinner keeps its pCPU, and the pair's slices end together, so
+/// the other VM's two vCPUs come back together.
+#[test]
+fn spin_swaps_the_awaited_sibling_in_beside_the_spinner() {
+    let spinning = Sample {
+        spinning: true,
+        ..Sample::default()
+    };
+    let mut s = Scheduler::new(&policy("spin:10ms"), &[2, 2], 2).unwrap();
+    s.start(0);
+    // vCPU 1 halts: VM 1's vCPU 2 takes its pCPU; 0 and 2 run, each VM one
+    // vCPU (3 and 1 wait): the round robin's drifted slices.
+    let a = s.sample(
+        1,
+        1_000_000,
+        Sample {
+            halted: true,
+            ..Sample::default()
+        },
+    );
+    settle(&mut s, 1_000_000, a);
+    assert_eq!(running(&s), vec![Some(0), Some(2)]);
+    // vCPU 0 spins waiting for 1: 2 (running alone) is displaced, 0 stays.
+    let a = s.sample(0, 2_000_000, spinning);
+    assert_eq!(a, vec![Action::Preempt { vcpu: 2 }]);
+    let a = s.stopped(2, 2_000_000);
+    assert_eq!(a, vec![Action::Run { vcpu: 1, pcpu: 1 }]);
+    assert_eq!(running(&s), vec![Some(0), Some(1)]);
+    assert_eq!(s.stats(1).yields_received, 1);
+    // 1's slice ends with 0's (at 10 ms, not 12): both leave, and VM 1's
+    // vCPUs run together.
+    assert_eq!(s.next_deadline(), Some(10_000_000));
+    let a = s.tick(10_000_000);
+    assert_eq!(a.len(), 2, "{a:?}");
+    settle(&mut s, 10_000_000, a);
+    let mut on = running(&s);
+    on.sort();
+    assert_eq!(on, vec![Some(2), Some(3)]);
+    // A later run of vCPU 1 has its own full slice again.
+    let a = s.tick(20_000_000);
+    settle(&mut s, 20_000_000, a);
+    assert_eq!(s.next_deadline(), Some(30_000_000));
+}
+
+/// Under `spin` a freed pCPU goes to a runnable vCPU whose sibling runs
+/// before the longest waiting one (its VM then runs together), but never
+/// back to the vCPU that just left it.
+#[test]
+fn spin_gives_a_freed_pcpu_to_a_running_vcpus_sibling() {
+    let halted = Sample {
+        halted: true,
+        ..Sample::default()
+    };
+    for (text, expected) in [("spin:10ms", 0), ("rr:10ms", 3)] {
+        let mut s = Scheduler::new(&policy(text), &[2, 2], 2).unwrap();
+        s.start(0);
+        // vCPU 0 halts: 2 (VM 1) takes p0; 1 and 2 run, 3 then 0 wait.
+        let a = s.sample(0, 1_000_000, halted);
+        settle(&mut s, 1_000_000, a);
+        assert_eq!(running(&s), vec![Some(2), Some(1)], "{text}");
+        // vCPU 2 halts: 3 waited longest, but 0's sibling 1 runs.
+        let a = s.sample(2, 2_000_000, halted);
+        settle(&mut s, 2_000_000, a);
+        assert_eq!(running(&s), vec![Some(expected), Some(1)], "{text}");
+    }
+    // A slice end still hands the pCPU to the other VM.
+    let mut s = Scheduler::new(&policy("spin:10ms"), &[2, 2], 2).unwrap();
+    s.start(0);
+    let a = s.tick(10_000_000);
+    settle(&mut s, 10_000_000, a);
+    let mut on = running(&s);
+    on.sort();
+    assert_eq!(on, vec![Some(2), Some(3)]);
+}
+
+/// The swap never splits a VM whose vCPUs run together: with VM 1 on two
+/// of three pCPUs, the spinner yields its own pCPU instead.
+#[test]
+fn spin_yields_when_a_swap_would_split_a_co_running_vm() {
+    let spinning = Sample {
+        spinning: true,
+        ..Sample::default()
+    };
+    let mut s = Scheduler::new(&policy("spin:10ms"), &[2, 2], 3).unwrap();
+    s.start(0);
+    // 0, 1, 2 run; 3 waits. vCPU 1 halts: 3 takes its pCPU, so VM 1 runs
+    // both vCPUs and VM 0 runs 0 alone.
+    let a = s.sample(
+        1,
+        1_000_000,
+        Sample {
+            halted: true,
+            ..Sample::default()
+        },
+    );
+    settle(&mut s, 1_000_000, a);
+    assert_eq!(running(&s), vec![Some(0), Some(3), Some(2)]);
+    let a = s.sample(0, 2_000_000, spinning);
+    assert_eq!(a, vec![Action::Preempt { vcpu: 0 }]);
+    let a = s.stopped(0, 2_000_000);
+    assert_eq!(a, vec![Action::Run { vcpu: 1, pcpu: 0 }]);
+}
+
 /// A spinning vCPU yields to the sibling it most likely waits for: one
 /// preempted while working (the lock holder) before one preempted while it
 /// spun, even when the spinner queued earlier; among workers, the laggard.

@@ -697,7 +697,7 @@ impl VcpuGrant {
             if slot.want_sample && slot.granted.is_some() {
                 slot.want_sample = false;
                 if std::mem::take(&mut slot.sample_gap) {
-                    self.detector.reset();
+                    self.detector.restart_streak();
                 }
                 drop(st);
                 let started = Instant::now();

@@ -16,9 +16,18 @@
 //! - RIP stayed in that loop for `samples` samples in a row, or
 //!   `pause_samples` for a loop that PAUSEs (a user-mode PAUSE loop that
 //!   polls a word is a spin-wait by construction: PAUSE is the spin-loop
-//!   hint and nothing else);
+//!   hint and nothing else), or, with a dirty ring, the vCPU wrote at most
+//!   `quiet_pages` pages over the whole interval since its previous sample
+//!   (the first sample in the loop then suffices: a vCPU that was working
+//!   has its output to write, one that arrives at a wait from a compute
+//!   stretch that wrote nothing is caught one interval earlier, and the
+//!   loop's shape, not the streak, is what tells a wait from work);
 //! - with a dirty ring ([`DirtyRing`]), the vCPU wrote at most `max_pages`
-//!   pages since the previous sample.
+//!   pages since the previous sample, when that sample found it in the same
+//!   loop already; at the first sample in a PAUSE loop the count covers the
+//!   work before the wait (a lock's critical section writes 3–40 pages:
+//!   `smplab host` traces on spinlock, docs/host.md) and says nothing about
+//!   the loop, so it does not veto.
 //!
 //! Anything doubtful — a register read, a translation or a memory read that
 //! fails, bytes that do not decode, a loop that does not close — counts as
@@ -37,6 +46,10 @@ pub struct SpinSettings {
     pub samples: usize,
     /// The same for a loop that executes PAUSE.
     pub pause_samples: usize,
+    /// A sample in a spin loop counts at once when the vCPU wrote at most
+    /// this many pages since its previous sample (a whole interval: not
+    /// the first sample after a gap), with a dirty ring; `None`: never.
+    pub quiet_pages: Option<u64>,
     /// Most pages a spinning vCPU may write between two samples.
     pub max_pages: u64,
     /// Count written pages with per-vCPU dirty rings (when KVM offers them).
@@ -53,10 +66,15 @@ impl Default for SpinSettings {
         // polling loop on its way through is not preempted. One with PAUSE:
         // it only ever runs while waiting, and the latency stays under an
         // interval. A spin loop writes at most a counter and its lock word
-        // (`spin_loop::MAX_STORE_ADDRESSES`): two pages of slack.
+        // (`spin_loop::MAX_STORE_ADDRESSES`): two pages of slack. At once
+        // after an interval of at most one written page: the smplab guest's
+        // spin waits write one (their iteration counter and spin word,
+        // docs/guest-abi.md), its compute phases between barriers none, its
+        // other phases tens to hundreds (`smplab host` traces, docs/host.md).
         SpinSettings {
             samples: 2,
             pause_samples: 1,
+            quiet_pages: Some(1),
             max_pages: 2,
             use_dirty_ring: true,
             user_only: true,
@@ -78,6 +96,9 @@ pub struct SpinDetector {
     ring: Option<DirtyRing>,
     memory: Option<GuestMemoryMmap>,
     last_pages: Option<u64>,
+    /// The ring's last harvest was a sample's (not a reset's): the next
+    /// count covers a whole sampling interval.
+    sampled: bool,
     /// The loop of the last sample and how many samples in a row found it.
     current: Loop,
     streak: usize,
@@ -103,6 +124,7 @@ impl SpinDetector {
             ring,
             memory,
             last_pages: None,
+            sampled: false,
             current: None,
             streak: 0,
             cache: HashMap::new(),
@@ -131,11 +153,39 @@ impl SpinDetector {
         self.streak >= needed
     }
 
+    /// Whether a sample in loop `found` counts at once, before its streak:
+    /// the vCPU wrote at most `quiet_pages` pages over a whole interval
+    /// (`whole_interval`: the ring's count started at the previous sample).
+    fn at_once(&self, found: Loop, pages: Option<u64>, whole_interval: bool) -> bool {
+        found.is_some()
+            && whole_interval
+            && pages
+                .zip(self.settings.quiet_pages)
+                .is_some_and(|(p, most)| p <= most)
+    }
+
+    /// Whether the pages written since the previous sample (`pages`) allow a
+    /// verdict in loop `found`: few enough, or written before the wait began
+    /// (the first sample in a PAUSE loop: the previous one was elsewhere).
+    fn quiet(&self, found: Loop, pages: Option<u64>) -> bool {
+        pages.is_none_or(|p| p <= self.settings.max_pages)
+            || (self.streak == 1 && found.is_some_and(|l| l.pauses))
+    }
+
+    /// Restart the streak after samples were skipped (the vCPU kept
+    /// running): the ring keeps counting from the last sample, so the next
+    /// one's count covers more than a whole interval.
+    pub fn restart_streak(&mut self) {
+        self.current = None;
+        self.streak = 0;
+    }
+
     /// Forget the history (the vCPU was descheduled: its next sample starts
     /// a new run).
     pub fn reset(&mut self) {
         self.current = None;
         self.streak = 0;
+        self.sampled = false;
         if let Some(ring) = &mut self.ring {
             ring.harvest();
         }
@@ -167,9 +217,11 @@ impl SpinDetector {
             }
             _ => None,
         };
-        let in_loop = self.push(found);
+        let confirmed = self.push(found);
         self.last_pages = self.ring.as_mut().map(DirtyRing::harvest);
-        let quiet = self.last_pages.is_none_or(|p| p <= self.settings.max_pages);
+        let whole_interval = std::mem::replace(&mut self.sampled, true);
+        let in_loop = confirmed || self.at_once(found, self.last_pages, whole_interval);
+        let quiet = self.quiet(found, self.last_pages);
         Sample {
             spinning: in_loop && quiet,
             halted: false,
@@ -264,5 +316,50 @@ mod tests {
             "a PAUSE loop: one sample (pause_samples 1)"
         );
         assert!(!d.push(None));
+    }
+
+    /// Pages written before a PAUSE loop's first sample do not veto it; in
+    /// a loop seen before, or one without PAUSE, they do.
+    #[test]
+    fn pages_before_a_pause_loop_do_not_veto_its_first_sample() {
+        let mut d = SpinDetector::new(SpinSettings::default(), None, None);
+        let pausing = Some(SpinLoop {
+            start: 0x5000,
+            end: 0x5010,
+            pauses: true,
+        });
+        assert!(d.push(pausing));
+        assert!(d.quiet(pausing, Some(40)), "written before the wait");
+        assert!(d.push(pausing));
+        assert!(!d.quiet(pausing, Some(40)), "written in the loop");
+        assert!(d.quiet(pausing, Some(2)));
+        d.reset();
+        let plain = at(0x1000, 0x1020);
+        assert!(!d.push(plain));
+        assert!(!d.quiet(plain, Some(3)), "no PAUSE: pages veto");
+    }
+
+    /// The first sample in a loop counts after a whole interval with at
+    /// most `quiet_pages` pages written; not after a gap, not without a
+    /// ring, not with more pages, not outside a loop.
+    #[test]
+    fn a_quiet_interval_makes_the_first_sample_enough() {
+        let d = SpinDetector::new(SpinSettings::default(), None, None);
+        let l = at(0x1000, 0x1020);
+        assert!(d.at_once(l, Some(1), true));
+        assert!(d.at_once(l, Some(0), true));
+        assert!(!d.at_once(l, Some(2), true), "it wrote");
+        assert!(!d.at_once(l, Some(0), false), "first sample after a gap");
+        assert!(!d.at_once(l, None, true), "no dirty ring");
+        assert!(!d.at_once(None, Some(0), true), "not in a loop");
+        let off = SpinDetector::new(
+            SpinSettings {
+                quiet_pages: None,
+                ..SpinSettings::default()
+            },
+            None,
+            None,
+        );
+        assert!(!off.at_once(l, Some(0), true));
     }
 }
