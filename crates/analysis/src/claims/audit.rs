@@ -14,7 +14,8 @@
 //! min minute(s) hour(s)`), a size (`KiB MiB GiB TiB kB KB MB GB TB`), a
 //! frequency (`Hz kHz MHz GHz`), `cycles`, or a rate (`/s`, `events/s`,
 //! `runs/s`, any `word/s`). A percentage followed by `interval`,
-//! `confidence`, `CI` or `whisker(s)` is a confidence level, not a figure.
+//! `confidence`, `CI` or `whisker(s)` is a confidence level, not a figure;
+//! `A×B` with a digit after the sign (`1366×768`) is a dimension.
 //!
 //! Skipped: fenced code blocks (``` and ~~~), the generated tables between
 //! `<!-- claims:begin -->` and `<!-- claims:end -->`, inline code spans
@@ -207,6 +208,8 @@ struct Scan {
     generated: bool,
     comment: bool,
     exempt: Option<(ExemptKind, usize)>,
+    /// Inside a code span opened on an earlier line: its backtick run.
+    code: Option<String>,
 }
 
 fn col_of(line: &str, byte: usize) -> usize {
@@ -220,7 +223,8 @@ pub fn audit_text(file: &str, text: &str) -> Result<DocAudit, AuditError> {
         ..DocAudit::default()
     };
     let mut scan = Scan::default();
-    for (i, line) in text.lines().enumerate() {
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().copied().enumerate() {
         let line_no = i + 1;
         let trimmed = line.trim_start();
         if let Some(fence) = &scan.fence {
@@ -243,7 +247,11 @@ pub fn audit_text(file: &str, text: &str) -> Result<DocAudit, AuditError> {
             scan.generated = true;
             continue;
         }
-        let zones = zones(file, line_no, line, &mut scan)?;
+        if line.trim().is_empty() {
+            // A code span ends with its paragraph.
+            scan.code = None;
+        }
+        let zones = zones(file, line_no, line, &lines[i + 1..], &mut scan)?;
         classify(line_no, line, &zones, &mut doc);
     }
     if let Some((_, opened)) = scan.exempt {
@@ -281,6 +289,11 @@ fn classify(line_no: usize, line: &str, zones: &[Zone], doc: &mut DocAudit) {
         if m.as_str().ends_with('%') && is_confidence_level(after) {
             continue;
         }
+        // `1366×768`, `16×16`: a dimension, not a ratio.
+        if m.as_str().ends_with('×') && masked[m.end()..].starts_with(|c: char| c.is_ascii_digit())
+        {
+            continue;
+        }
         match zones[m.start()] {
             Zone::Skip => {}
             Zone::Prose => doc.unmarked.push(Unmarked {
@@ -302,9 +315,24 @@ fn is_confidence_level(after: &str) -> bool {
 }
 
 /// The zone of every byte of `line`, updating the exemption and comment state.
-fn zones(file: &str, line_no: usize, line: &str, scan: &mut Scan) -> Result<Vec<Zone>, AuditError> {
+fn zones(
+    file: &str,
+    line_no: usize,
+    line: &str,
+    following: &[&str],
+    scan: &mut Scan,
+) -> Result<Vec<Zone>, AuditError> {
     let mut zones = vec![Zone::Skip; line.len()];
     let mut at = 0;
+    if let Some(fence) = &scan.code {
+        match line.find(fence.as_str()) {
+            Some(end) => {
+                at = end + fence.len();
+                scan.code = None;
+            }
+            None => return Ok(zones),
+        }
+    }
     let mut claim = false;
     while at < line.len() {
         let rest = &line[at..];
@@ -381,6 +409,11 @@ fn zones(file: &str, line_no: usize, line: &str, scan: &mut Scan) -> Result<Vec<
             let fence = "`".repeat(ticks);
             match rest[ticks..].find(fence.as_str()) {
                 Some(end) => at += ticks + end + ticks,
+                // A span may run over lines of its paragraph.
+                None if closes_later(&fence, following) => {
+                    scan.code = Some(fence);
+                    at = line.len();
+                }
                 None => {
                     for z in &mut zones[at..at + ticks] {
                         *z = here(scan, claim);
@@ -402,6 +435,14 @@ fn zones(file: &str, line_no: usize, line: &str, scan: &mut Scan) -> Result<Vec<
         at += ch_len;
     }
     Ok(zones)
+}
+
+/// A later line of the paragraph holds the backtick run `fence`.
+fn closes_later(fence: &str, following: &[&str]) -> bool {
+    following
+        .iter()
+        .take_while(|l| !l.trim().is_empty())
+        .any(|l| l.contains(fence))
 }
 
 /// Open the exemption at byte `at` of `line`; returns the comment's length.
@@ -544,6 +585,10 @@ mod tests {
     #[test]
     fn numbers_without_a_unit_and_identifiers_are_not_figures() {
         assert!(
+            figures("a 1366×768 screen, 16×16\n").is_empty(),
+            "dimensions"
+        );
+        assert!(
             figures("seed000 on x86 with 16 vCPUs at 0x501, 4 VMs, v2.1, ratio 0.95\n").is_empty()
         );
         assert!(figures("a 95% interval, the 95% confidence, 95% CI, 95% whiskers\n").is_empty());
@@ -556,13 +601,13 @@ mod tests {
     #[test]
     fn code_comments_links_and_generated_tables_are_skipped() {
         let text = "```\nrun 12 ms\n```\n~~~sh\n5%\n~~~\nuse `--timeout 30s` and ``a 5% b``\n\
-                    <!-- 4 ms --> [x](f.md#a-5%-b)\n<!--\n3 ms\n-->\n\
+                    <!-- 4 ms --> [x](f.md#a-5%-b) `a\n6 ms` b\n<!--\n3 ms\n-->\n\
                     <!-- claims:begin t -->\n| 4 ms |\n<!-- claims:end -->\nafter 9 ms\n";
         let a = audit_text("d.md", text).expect("audits");
         assert_eq!(a.unmarked.len(), 1, "{a:?}");
         assert_eq!(
             (a.unmarked[0].line, a.unmarked[0].text.as_str()),
-            (15, "9 ms")
+            (16, "9 ms")
         );
     }
 
