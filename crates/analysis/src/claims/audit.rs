@@ -15,7 +15,8 @@
 //! frequency (`Hz kHz MHz GHz`), `cycles`, or a rate (`/s`, `events/s`,
 //! `runs/s`, any `word/s`). A percentage followed by `interval`,
 //! `confidence`, `CI` or `whisker(s)` is a confidence level, not a figure;
-//! `A×B` with a digit after the sign (`1366×768`) is a dimension.
+//! `A×B` with a digit after the sign (`1366×768`) is a dimension, and `0x`
+//! a hex prefix (`0x..._c035`).
 //!
 //! Skipped: fenced code blocks (``` and ~~~), the generated tables between
 //! `<!-- claims:begin -->` and `<!-- claims:end -->`, inline code spans
@@ -287,6 +288,10 @@ fn classify(line_no: usize, line: &str, zones: &[Zone], doc: &mut DocAudit) {
         }
         let after = masked[m.end()..].trim_start();
         if m.as_str().ends_with('%') && is_confidence_level(after) {
+            continue;
+        }
+        // `0x…`: a hex prefix, not a ratio of zero.
+        if m.as_str() == "0x" {
             continue;
         }
         // `1366×768`, `16×16`: a dimension, not a ratio.
