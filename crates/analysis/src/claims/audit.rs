@@ -13,7 +13,9 @@
 //! the number (`1.5x`, but not `0x501`), a time (`ns µs us ms s sec second(s)
 //! min minute(s) hour(s)`), a size (`KiB MiB GiB TiB kB KB MB GB TB`), a
 //! frequency (`Hz kHz MHz GHz`), `cycles`, or a rate (`/s`, `events/s`,
-//! `runs/s`, any `word/s`). A percentage followed by `interval`,
+//! `runs/s`, any `word/s`); a unit spelled with letters must follow a space
+//! (`12 ms`, not `8259s`: glued ones are in code spans: `--timeout 30s`),
+//! while `%`, `/s`, `x` and `×` may be glued. A percentage followed by `interval`,
 //! `confidence`, `CI` or `whisker(s)` is a confidence level, not a figure;
 //! `A×B` with a digit after the sign (`1366×768`) is a dimension, and `0x`
 //! a hex prefix (`0x..._c035`).
@@ -184,8 +186,10 @@ pub fn figure_pattern() -> &'static Regex {
     PATTERN.get_or_init(|| {
         let num = r"\d+(?:,\d{3})*(?:\.\d+)?";
         let sp = r"[ \u{a0}\u{202f}]?";
+        // A unit spelled with letters follows a space (`8259s` is a chip).
+        let space = r"[ \u{a0}\u{202f}]";
         let pattern = format!(
-            r"(?:[~≈<>≤≥±+\-−]{sp})?{num}(?:{sp}(?:–|-|\.\.|to ){sp}{num})?(?:{sp}(?:%|pp\b|percentage points?\b|(?:ns|µs|us|ms|s|sec|seconds?|min|minutes?|hours?)\b|(?:[KMGT]iB|[kKMGT]B)\b|[kMG]?Hz\b|cycles\b|[A-Za-z][A-Za-z\-]*/s\b|/s\b)|x\b|×)"
+            r"(?:[~≈<>≤≥±+\-−]{sp})?{num}(?:{sp}(?:–|-|\.\.|to ){sp}{num})?(?:{sp}%|{sp}/s\b|{space}(?:pp\b|percentage points?\b|(?:ns|µs|us|ms|s|sec|seconds?|min|minutes?|hours?)\b|(?:[KMGT]iB|[kKMGT]B)\b|[kMG]?Hz\b|cycles\b|[A-Za-z][A-Za-z\-]*/s\b)|x\b|×)"
         );
         #[allow(clippy::expect_used)] // a constant pattern, covered by the tests
         Regex::new(&pattern).expect("the figure pattern compiles")
