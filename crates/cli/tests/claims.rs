@@ -226,3 +226,16 @@ fn an_audited_doc_that_gains_an_unmarked_figure_fails_the_audit() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn every_audited_doc_has_only_claimed_or_exempt_figures() {
+    let o = claims(&root(), &["audit"]);
+    assert_eq!(o.status.code(), Some(exit::OK), "{}", text(&o));
+    for doc in ["README.md", "docs/sim-reproduction.md", "docs/vmm.md"] {
+        assert!(
+            text(&o).contains(&format!("| {doc} | yes |")),
+            "{doc} is audited: {}",
+            text(&o)
+        );
+    }
+}
