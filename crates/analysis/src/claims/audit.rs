@@ -122,6 +122,12 @@ pub enum AuditError {
         col: usize,
         outer: usize,
     },
+    #[error("{file}:{line}:{col}: `{EXEMPT_OPEN}…-->` starts a line inside a paragraph, which makes it an HTML block that splits the paragraph: put it at the end of the line before")]
+    SplitsParagraph {
+        file: String,
+        line: usize,
+        col: usize,
+    },
     #[error("{file}:{line}:{col}: `{EXEMPT_CLOSE}` closes no exemption")]
     StrayClose {
         file: String,
@@ -255,6 +261,14 @@ pub fn audit_text(file: &str, text: &str) -> Result<DocAudit, AuditError> {
         if line.trim().is_empty() {
             // A code span ends with its paragraph.
             scan.code = None;
+        }
+        let inside_paragraph = i > 0 && !lines[i - 1].trim().is_empty();
+        if inside_paragraph && trimmed.starts_with(EXEMPT_OPEN) && scan.code.is_none() {
+            return Err(AuditError::SplitsParagraph {
+                file: file.into(),
+                line: line_no,
+                col: col_of(line, line.len() - trimmed.len()),
+            });
         }
         let zones = zones(file, line_no, line, &lines[i + 1..], &mut scan)?;
         classify(line_no, line, &zones, &mut doc);
@@ -672,7 +686,12 @@ mod tests {
             e("<!--not-claim history: long ago-->1 ms<!--/not-claim-->\n")
                 .contains("needs the figure's date")
         );
-        assert!(e("x\n<!--not-claim goal: g-->\n1 ms\n").starts_with("d.md:2:1: "));
+        assert!(e("x\n\n<!--not-claim goal: g-->\n1 ms\n")
+            .starts_with("d.md:3:1: `<!--not-claim …-->` has no"));
+        assert!(
+            e("a paragraph\n<!--not-claim goal: g-->1 ms<!--/not-claim-->\n")
+                .starts_with("d.md:2:1: `<!--not-claim …-->` starts a line inside a paragraph")
+        );
         assert!(e("1 ms<!--/not-claim-->\n").starts_with("d.md:1:5: "));
         assert!(e("<!--not-claim goal: g--><!--not-claim goal: h-->\n")
             .contains("inside the one opened on line 1"));
