@@ -83,7 +83,7 @@ impl ExemptKind {
 }
 
 /// A malformed exemption or marker: the audit cannot classify the file.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum AuditError {
     #[error("{file}:{line}:{col}: unknown exemption kind `{kind}` (parameter, goal, paper, history, example)")]
     UnknownKind {
@@ -144,18 +144,9 @@ pub enum AuditError {
     },
     #[error("the ledger's `audited` names {file}, which is not there")]
     Missing { file: String },
-    #[error("cannot read {file}: {source}")]
-    Io {
-        file: String,
-        #[source]
-        source: IoMessage,
-    },
+    #[error("cannot read {file}: {message}")]
+    Io { file: String, message: String },
 }
-
-/// An I/O error's text (so [`AuditError`] can compare in tests).
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{0}")]
-pub struct IoMessage(pub String);
 
 /// A figure no marker covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -359,15 +350,6 @@ fn zones(
     let mut claim = false;
     while at < line.len() {
         let rest = &line[at..];
-        let here = |scan: &Scan, claim: bool| {
-            if claim {
-                Zone::Claimed
-            } else if let Some((k, _)) = scan.exempt {
-                Zone::Exempt(k)
-            } else {
-                Zone::Prose
-            }
-        };
         if scan.comment {
             match rest.find("-->") {
                 Some(end) => {
@@ -376,13 +358,9 @@ fn zones(
                 }
                 None => at = line.len(),
             }
-            continue;
-        }
-        if rest.starts_with(EXEMPT_OPEN) {
+        } else if rest.starts_with(EXEMPT_OPEN) {
             at += open_exemption(file, line_no, line, at, scan)?;
-            continue;
-        }
-        if rest.starts_with(EXEMPT_CLOSE) {
+        } else if rest.starts_with(EXEMPT_CLOSE) {
             if scan.exempt.take().is_none() {
                 return Err(AuditError::StrayClose {
                     file: file.into(),
@@ -391,73 +369,86 @@ fn zones(
                 });
             }
             at += EXEMPT_CLOSE.len();
-            continue;
-        }
-        if rest.starts_with(CLAIM_OPEN) {
-            let Some(end) = rest.find("-->") else {
-                return Err(AuditError::UnclosedClaim {
-                    file: file.into(),
-                    line: line_no,
-                    col: col_of(line, at),
-                });
-            };
-            if !rest[end..].contains(CLAIM_CLOSE) {
-                return Err(AuditError::UnclosedClaim {
-                    file: file.into(),
-                    line: line_no,
-                    col: col_of(line, at),
-                });
-            }
+        } else if rest.starts_with(CLAIM_OPEN) {
+            at += claim_marker_len(file, line_no, line, at)?;
             claim = true;
-            at += end + 3;
-            continue;
-        }
-        if rest.starts_with(CLAIM_CLOSE) {
+        } else if rest.starts_with(CLAIM_CLOSE) {
             claim = false;
             at += CLAIM_CLOSE.len();
-            continue;
+        } else if let Some(skip) = markup_len(rest, following, scan) {
+            at += skip;
+        } else {
+            let ch_len = rest.chars().next().map_or(1, char::len_utf8);
+            zones[at..at + ch_len].fill(scan.zone(claim));
+            at += ch_len;
         }
-        if let Some(inside) = rest.strip_prefix("<!--") {
-            match inside.find("-->") {
-                Some(end) => at += 4 + end + 3,
-                None => {
-                    scan.comment = true;
-                    at = line.len();
-                }
-            }
-            continue;
-        }
-        if rest.starts_with('`') {
-            let ticks = rest.chars().take_while(|c| *c == '`').count();
-            let fence = "`".repeat(ticks);
-            match rest[ticks..].find(fence.as_str()) {
-                Some(end) => at += ticks + end + ticks,
-                // A span may run over lines of its paragraph.
-                None if closes_later(&fence, following) => {
-                    scan.code = Some(fence);
-                    at = line.len();
-                }
-                None => {
-                    for z in &mut zones[at..at + ticks] {
-                        *z = here(scan, claim);
-                    }
-                    at += ticks;
-                }
-            }
-            continue;
-        }
-        if rest.starts_with("](") {
-            zones[at] = here(scan, claim);
-            at += rest.find(')').map_or(rest.len(), |e| e + 1);
-            continue;
-        }
-        let ch_len = rest.chars().next().map_or(1, char::len_utf8);
-        for z in &mut zones[at..at + ch_len] {
-            *z = here(scan, claim);
-        }
-        at += ch_len;
     }
     Ok(zones)
+}
+
+impl Scan {
+    /// The zone of prose here: inside a claim marker, an exemption, or neither.
+    fn zone(&self, claim: bool) -> Zone {
+        if claim {
+            Zone::Claimed
+        } else if let Some((k, _)) = self.exempt {
+            Zone::Exempt(k)
+        } else {
+            Zone::Prose
+        }
+    }
+}
+
+/// The length of the `<!--claim ID-->` at byte `at` of `line`, which must
+/// be closed on the same line.
+fn claim_marker_len(
+    file: &str,
+    line_no: usize,
+    line: &str,
+    at: usize,
+) -> Result<usize, AuditError> {
+    let rest = &line[at..];
+    match rest.find("-->") {
+        Some(end) if rest[end..].contains(CLAIM_CLOSE) => Ok(end + 3),
+        _ => Err(AuditError::UnclosedClaim {
+            file: file.into(),
+            line: line_no,
+            col: col_of(line, at),
+        }),
+    }
+}
+
+/// How many bytes of not-prose markup `rest` starts with: an HTML comment
+/// (one that runs on sets `scan.comment`), a code span (one that closes on a
+/// later line of the paragraph sets `scan.code`), a link target. None for
+/// prose, and for a backtick run that closes nowhere (a literal backtick).
+fn markup_len(rest: &str, following: &[&str], scan: &mut Scan) -> Option<usize> {
+    if let Some(inside) = rest.strip_prefix("<!--") {
+        return Some(match inside.find("-->") {
+            Some(end) => 4 + end + 3,
+            None => {
+                scan.comment = true;
+                rest.len()
+            }
+        });
+    }
+    if rest.starts_with('`') {
+        let ticks = rest.chars().take_while(|c| *c == '`').count();
+        let fence = "`".repeat(ticks);
+        return match rest[ticks..].find(fence.as_str()) {
+            Some(end) => Some(ticks + end + ticks),
+            // A span may run over lines of its paragraph.
+            None if closes_later(&fence, following) => {
+                scan.code = Some(fence);
+                Some(rest.len())
+            }
+            None => None,
+        };
+    }
+    if rest.starts_with("](") {
+        return Some(rest.find(')').map_or(rest.len(), |e| e + 1));
+    }
+    None
 }
 
 /// A later line of the paragraph holds the backtick run `fence`.
@@ -539,7 +530,7 @@ fn has_date(text: &str) -> bool {
 pub fn audit(root: &Path, audited: &[String]) -> Result<Vec<DocAudit>, AuditError> {
     let files = super::render::doc_files(root).map_err(|e| AuditError::Io {
         file: root.display().to_string(),
-        source: IoMessage(e.to_string()),
+        message: e.to_string(),
     })?;
     let mut docs = Vec::new();
     for path in files {
@@ -550,7 +541,7 @@ pub fn audit(root: &Path, audited: &[String]) -> Result<Vec<DocAudit>, AuditErro
             .to_string();
         let text = std::fs::read_to_string(&path).map_err(|e| AuditError::Io {
             file: shown.clone(),
-            source: IoMessage(e.to_string()),
+            message: e.to_string(),
         })?;
         docs.push(audit_text(&shown, &text)?);
     }
