@@ -23,8 +23,10 @@ pub struct ClaimsArgs {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum ClaimsCommand {
-    /// Recompute every deterministic figure and compare the docs' tables and
-    /// marked prose figures with the ledger: exit 14 on drift, 15 on a stale doc.
+    /// Recompute every deterministic figure, compare the docs' tables and
+    /// marked prose figures with the ledger, and audit the docs the ledger
+    /// lists as `audited`: exit 14 on drift, 15 on a stale doc, 21 on a figure
+    /// that is neither a claim nor exempt.
     Check(FilterArgs),
     /// Print one claim's recomputed figure.
     Run { id: String },
