@@ -3,7 +3,7 @@
 //! `smplab_analysis::claims`'s; this file holds the flags and the output.
 
 use clap::{Args, Subcommand};
-use smplab_analysis::claims::{self, check, figures, measure, render, Ledger};
+use smplab_analysis::claims::{self, audit, check, figures, measure, render, Ledger};
 use smplab_record::exit::{self, report_error};
 use smplab_record::outln;
 use std::path::{Path, PathBuf};
@@ -23,8 +23,10 @@ pub struct ClaimsArgs {
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum ClaimsCommand {
-    /// Recompute every deterministic figure and compare the docs' tables and
-    /// marked prose figures with the ledger: exit 14 on drift, 15 on a stale doc.
+    /// Recompute every deterministic figure, compare the docs' tables and
+    /// marked prose figures with the ledger, and audit the docs the ledger
+    /// lists as `audited`: exit 14 on drift, 15 on a stale doc, 21 on a figure
+    /// that is neither a claim nor exempt.
     Check(FilterArgs),
     /// Print one claim's recomputed figure.
     Run { id: String },
@@ -34,6 +36,16 @@ pub enum ClaimsCommand {
     Figures,
     /// Rewrite the docs' figure tables and marked prose figures from the ledger.
     Render,
+    /// List every figure in README.md and docs/*.md that is neither a claim
+    /// nor exempt (`<!--not-claim KIND: why-->`), as file:line:col, and each
+    /// doc's counts: exit 21 when an audited doc (the ledger's `audited`) has one.
+    Audit {
+        /// Fail (exit 21) on an unmarked figure in any doc, audited or not.
+        #[arg(long)]
+        all: bool,
+        /// Only these docs (as the ledger names them: README.md, docs/lab.md).
+        files: Vec<String>,
+    },
     /// Re-measure the host figures here; append them to a results file.
     Measure {
         #[command(flatten)]
@@ -147,6 +159,13 @@ pub fn run(args: &ClaimsArgs) -> i32 {
                 }
             }
         }
+        ClaimsCommand::Audit { all, files } => {
+            let (root, ledger) = match load(args) {
+                Ok(x) => x,
+                Err(s) => return s,
+            };
+            audit_cmd(&root, &ledger, *all, files)
+        }
         ClaimsCommand::Measure { filter, output } => {
             let (_, ledger) = match load(args) {
                 Ok(x) => x,
@@ -216,7 +235,7 @@ fn check_cmd(root: &Path, ledger: &Ledger, only: Option<&str>) -> i32 {
         }
     }
     match render::stale_docs(root, ledger) {
-        Ok(stale) if stale.is_empty() => exit::OK,
+        Ok(stale) if stale.is_empty() => audit_step(root, ledger),
         Ok(stale) => {
             let names: Vec<String> = stale.iter().map(|s| s.path.display().to_string()).collect();
             report_error(format!(
@@ -230,6 +249,106 @@ fn check_cmd(root: &Path, ledger: &Ledger, only: Option<&str>) -> i32 {
             exit::BAD_INPUT
         }
     }
+}
+
+/// `check`'s last step: the audited docs have no unmarked figure.
+fn audit_step(root: &Path, ledger: &Ledger) -> i32 {
+    let docs = match audit::audit(root, &ledger.audited) {
+        Ok(d) => d,
+        Err(e) => {
+            report_error(&e);
+            return exit::BAD_INPUT;
+        }
+    };
+    let (done, rest): (Vec<_>, Vec<_>) =
+        docs.iter().partition(|d| ledger.audited.contains(&d.file));
+    let unmarked: Vec<&audit::DocAudit> = done
+        .iter()
+        .copied()
+        .filter(|d| !d.unmarked.is_empty())
+        .collect();
+    outln!(
+        "{} of {} docs audited (every figure a claim or exempt); {} lines with unmarked figures in the other {}",
+        done.len(),
+        docs.len(),
+        rest.iter().map(|d| d.unmarked_lines()).sum::<usize>(),
+        rest.len()
+    );
+    if unmarked.is_empty() {
+        return exit::OK;
+    }
+    report_error(format!(
+        "figures that are neither a claim nor exempt, in docs the ledger audits:\n{}\nmark each `<!--claim ID-->…<!--/claim-->` (with a ledger entry) or `<!--not-claim KIND: why-->…<!--/not-claim-->` (`smplab claims audit`)",
+        unmarked_list(&unmarked)
+    ));
+    exit::UNCLAIMED_FIGURE
+}
+
+fn unmarked_list(docs: &[&audit::DocAudit]) -> String {
+    let mut s = String::new();
+    for d in docs {
+        for u in &d.unmarked {
+            s.push_str(&format!("{}:{}:{}: `{}`\n", d.file, u.line, u.col, u.text));
+        }
+    }
+    s.trim_end().to_string()
+}
+
+fn audit_cmd(root: &Path, ledger: &Ledger, all: bool, files: &[String]) -> i32 {
+    let docs = match audit::audit(root, &ledger.audited) {
+        Ok(d) => d,
+        Err(e) => {
+            report_error(&e);
+            return exit::BAD_INPUT;
+        }
+    };
+    if let Some(f) = files.iter().find(|f| !docs.iter().any(|d| &d.file == *f)) {
+        report_error(format!(
+            "no doc {f} (README.md or docs/NAME.md under the root)"
+        ));
+        return exit::BAD_INPUT;
+    }
+    let chosen: Vec<&audit::DocAudit> = docs
+        .iter()
+        .filter(|d| files.is_empty() || files.contains(&d.file))
+        .collect();
+    let listing = unmarked_list(&chosen);
+    if !listing.is_empty() {
+        outln!("{listing}");
+    }
+    let kinds = audit::ExemptKind::ALL;
+    let mut header = String::from("| doc | audited | claims |");
+    for k in kinds {
+        header.push_str(&format!(" {} |", k.label()));
+    }
+    header.push_str(" unmarked figures | lines |");
+    outln!("{header}\n|{}", " --- |".repeat(kinds.len() + 5));
+    let mut failing = 0;
+    for d in &chosen {
+        let audited = ledger.audited.contains(&d.file);
+        let mut row = format!(
+            "| {} | {} | {} |",
+            d.file,
+            if audited { "yes" } else { "no" },
+            d.claimed
+        );
+        for k in kinds {
+            row.push_str(&format!(" {} |", d.exempt.get(&k).copied().unwrap_or(0)));
+        }
+        row.push_str(&format!(" {} | {} |", d.unmarked.len(), d.unmarked_lines()));
+        outln!("{row}");
+        if !d.unmarked.is_empty() && (all || audited) {
+            failing += 1;
+        }
+    }
+    if failing > 0 {
+        report_error(format!(
+            "{failing} doc(s) with figures that are neither a claim nor exempt{}",
+            if all { "" } else { " (audited docs)" }
+        ));
+        return exit::UNCLAIMED_FIGURE;
+    }
+    exit::OK
 }
 
 fn run_one(ledger: &Ledger, id: &str) -> i32 {

@@ -53,6 +53,7 @@ fn every_deterministic_figure_in_the_docs_reproduces() {
         "{}",
         text(&o)
     );
+    assert!(text(&o).contains("docs audited"), "{}", text(&o));
 }
 
 #[test]
@@ -182,4 +183,59 @@ fn a_prose_figure_edited_away_from_the_ledger_is_caught_and_render_fixes_it() {
         text(&o)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_audited_doc_that_gains_an_unmarked_figure_fails_the_audit() {
+    let dir = scratch("audit");
+    let o = claims(&dir, &["audit"]);
+    assert_eq!(o.status.code(), Some(exit::OK), "{}", text(&o));
+    assert!(text(&o).contains("| README.md | yes |"), "{}", text(&o));
+    let readme = dir.join("README.md");
+    let t = std::fs::read_to_string(&readme).expect("README");
+    let line = t.lines().count() + 2;
+    std::fs::write(&readme, format!("{t}\nThe guest boots in 12.5 ms.\n")).expect("write");
+    let o = claims(&dir, &["audit", "README.md"]);
+    assert_eq!(
+        o.status.code(),
+        Some(exit::UNCLAIMED_FIGURE),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        text(&o).contains(&format!("README.md:{line}:20: `12.5 ms`")),
+        "{}",
+        text(&o)
+    );
+    // An exemption with its reason honours it; one without a reason is bad input.
+    let exempt = format!("{t}\nThe guest boots in <!--not-claim example: an illustration-->12.5 ms<!--/not-claim-->.\n");
+    std::fs::write(&readme, exempt).expect("write");
+    let o = claims(&dir, &["audit", "README.md"]);
+    assert_eq!(o.status.code(), Some(exit::OK), "{}", text(&o));
+    std::fs::write(
+        &readme,
+        format!("{t}\n<!--not-claim example-->12.5 ms<!--/not-claim-->\n"),
+    )
+    .expect("write");
+    let o = claims(&dir, &["audit"]);
+    assert_eq!(o.status.code(), Some(exit::BAD_INPUT), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("README.md:{line}:1: ")),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_audited_doc_has_only_claimed_or_exempt_figures() {
+    let o = claims(&root(), &["audit"]);
+    assert_eq!(o.status.code(), Some(exit::OK), "{}", text(&o));
+    for doc in ["README.md", "docs/sim-reproduction.md", "docs/vmm.md"] {
+        assert!(
+            text(&o).contains(&format!("| {doc} | yes |")),
+            "{doc} is audited: {}",
+            text(&o)
+        );
+    }
 }

@@ -53,6 +53,9 @@ pub const NO_HARDWARE_KVM: i32 = 19;
 /// smplab-vmm: one of its threads made a system call its seccomp filter does
 /// not allow (the message names the thread and the call; crates/vmm/src/seccomp.rs).
 pub const SECCOMP_VIOLATION: i32 = 20;
+/// `smplab claims check` / `audit`: a doc the ledger lists as audited states
+/// a figure that is neither a claim nor exempt with its reason.
+pub const UNCLAIMED_FIGURE: i32 = 21;
 /// `smplab trace`: the traced program was killed by signal N: the status is
 /// 128 + N (as a shell reports it); the trace so far is kept, marked incomplete.
 pub const SIGNAL_BASE: i32 = 128;

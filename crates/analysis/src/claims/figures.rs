@@ -49,6 +49,8 @@ figures! {
     "seed000.poll_over_hlt", "Σ slowdown with polling idle ÷ Σ with HLT idle over dedup, fluidanimate, ocean_ncp, vips, volrend (16/16, scale 0.25)" => poll_over_hlt;
     "seed000.ple_off_over_on_poll", "Σ slowdown with PLE off ÷ with PLE on, polling idle, over the five blocking profiles (16/16, scale 0.25)" => || ple_off_over_on(Idle::Poll);
     "seed000.ple_off_over_on_hlt", "the same with HLT idle" => || ple_off_over_on(Idle::Hlt);
+    "seed000.volrend_hlt", "volrend slowdown %, 16/16, HLT idle, scale 0.25" => || slowdown_16("volrend", Idle::Hlt);
+    "seed000.volrend_poll", "volrend slowdown %, 16/16, polling idle, scale 0.25" => || slowdown_16("volrend", Idle::Poll);
     "seed000.volrend_poll_removed", "% of volrend's HLT-idle slowdown that polling idle removes (16/16, scale 0.25)" => volrend_removed;
     "seed000.ocean_poll", "ocean_ncp slowdown %, 16/16, polling idle" => || slowdown_16("ocean_ncp", Idle::Poll);
     "seed000.ocean_poll_ple_off", "ocean_ncp slowdown %, 16/16, polling idle, PLE off" => ocean_ple_off;

@@ -189,6 +189,8 @@ struct LedgerFile {
     claim: Vec<Claim>,
     #[serde(default)]
     table: Vec<TableShape>,
+    #[serde(default)]
+    audited: Vec<Spanned<String>>,
 }
 
 /// The parsed ledger.
@@ -199,6 +201,10 @@ pub struct Ledger {
     pub claims: Vec<Claim>,
     /// Tables with their own columns.
     pub tables: Vec<TableShape>,
+    /// The docs (README.md, docs/NAME.md) whose every figure is a claim or
+    /// exempt with its reason: `claims check` fails on one that is neither
+    /// (`claims::audit`).
+    pub audited: Vec<String>,
 }
 
 impl Ledger {
@@ -219,10 +225,31 @@ impl Ledger {
             validate_row(&src, c, &parsed.table, &mut problems);
             validate_provenance(&src, c, &mut problems);
         }
+        let mut audited: Vec<String> = Vec::new();
+        for a in &parsed.audited {
+            let name = a.get_ref();
+            let doc = name == "README.md"
+                || name
+                    .strip_prefix("docs/")
+                    .is_some_and(|n| n.ends_with(".md") && !n.contains('/'));
+            if !doc {
+                problems.push(src.span(
+                    a.span(),
+                    format!(
+                        "`audited` names `{name}`: only README.md and docs/NAME.md are audited"
+                    ),
+                ));
+            } else if audited.contains(name) {
+                problems.push(src.span(a.span(), format!("`audited` names `{name}` twice")));
+            } else {
+                audited.push(name.clone());
+            }
+        }
         problems.into_result(Ledger {
             file: file.to_string(),
             claims: parsed.claim,
             tables: parsed.table,
+            audited,
         })
     }
 

@@ -7,6 +7,7 @@
 //! - [`ledger`]: the types and the parser (problems as file:line:col);
 //! - [`figures`]: the in-process producers of the deterministic figures;
 //! - [`check`]: recompute them and report drift;
+//! - [`audit`]: every figure in the docs is a claim or exempt with its reason;
 //! - [`render`]: the docs' figure tables, generated between markers;
 //! - [`measure`]: re-measure the host figures into a results file.
 //!
@@ -14,6 +15,7 @@
 //! and the tuner study (analysis's own) and its measurements the calibration
 //! probes; the cli crate holds only the command's flags and output.
 
+pub mod audit;
 pub mod check;
 pub mod figures;
 pub mod ledger;
