@@ -29,6 +29,7 @@ pub mod fit;
 pub mod heldout;
 pub mod micro;
 pub mod probes;
+pub mod quiet;
 pub mod sealed;
 
 /// Why a calibration could not be written.
