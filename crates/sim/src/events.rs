@@ -417,6 +417,8 @@ impl Queue {
 
     #[inline]
     pub fn pop(&mut self) -> Option<Popped> {
+        // The sequential engine's hot path pops directly: through `front`
+        // it measured about 2% slower (examples/benchratio).
         loop {
             if !self.cur_sorted {
                 // Only the first bucket: pushes before the first pop.
@@ -431,6 +433,24 @@ impl Queue {
                     time: e.time,
                     kind: e.kind(),
                 });
+            }
+            self.advance()?;
+        }
+    }
+
+    /// The next event, moving to the bucket that holds it (sorting the first
+    /// bucket on the first look: pushes before the first pop); `None` when
+    /// nothing is pending.
+    #[inline(always)]
+    fn front(&mut self) -> Option<Event> {
+        loop {
+            if !self.cur_sorted {
+                self.current
+                    .sort_unstable_by_key(|e| std::cmp::Reverse(e.key()));
+                self.cur_sorted = true;
+            }
+            if let Some(&e) = self.current.last() {
+                return Some(e);
             }
             self.advance()?;
         }
@@ -478,17 +498,7 @@ impl Queue {
     /// The (time, sequence number) of the next event, if any; moves to the
     /// bucket holding it as `pop` would.
     pub fn head_key(&mut self) -> Option<(u64, u32)> {
-        loop {
-            if !self.cur_sorted {
-                self.current
-                    .sort_unstable_by_key(|e| std::cmp::Reverse(e.key()));
-                self.cur_sorted = true;
-            }
-            if let Some(e) = self.current.last() {
-                return Some((e.time, e.seq));
-            }
-            self.advance()?;
-        }
+        self.front().map(|e| (e.time, e.seq))
     }
 
     /// Pop the next event if it comes before `limit` (time, sequence
@@ -496,27 +506,17 @@ impl Queue {
     #[inline]
     pub fn pop_before(&mut self, limit: (u64, u32), horizon: u64) -> Option<Popped> {
         let limit = (u128::from(limit.0) << 32) | u128::from(limit.1);
-        loop {
-            if !self.cur_sorted {
-                // Only the first bucket: pushes before the first pop.
-                self.current
-                    .sort_unstable_by_key(|e| std::cmp::Reverse(e.key()));
-                self.cur_sorted = true;
-            }
-            if let Some(&e) = self.current.last() {
-                if e.key() >= limit || e.time > horizon {
-                    return None;
-                }
-                self.current.pop();
-                self.near -= 1;
-                self.popped += 1;
-                return Some(Popped {
-                    time: e.time,
-                    kind: e.kind(),
-                });
-            }
-            self.advance()?;
+        let e = self.front()?;
+        if e.key() >= limit || e.time > horizon {
+            return None;
         }
+        self.current.pop();
+        self.near -= 1;
+        self.popped += 1;
+        Some(Popped {
+            time: e.time,
+            kind: e.kind(),
+        })
     }
 
     /// Pending events (including stale ones not yet popped).
